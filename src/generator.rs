@@ -1,0 +1,463 @@
+//! The shard generator: (clock, worker range, floor, ceiling) → unique, strictly increasing IDs.
+//!
+//! A shard owns the contiguous worker range `w .. w+k`. Within one millisecond `t` it walks the
+//! sequence `0..2^s` for worker `w`, then for `w+1`, and so on. Because the worker field sits
+//! directly above the sequence field, that walk is one run of consecutive integers:
+//!
+//! ```text
+//! id(t, slot) = (t << (worker_bits + s)) | (w << s)  +  slot,     slot in 0 .. k·2^s
+//! ```
+//!
+//! so a batch is "reserve `n` slots, write `base + slot ..`", and one shard issues up to
+//! `k · 2^s` IDs per millisecond, every one greater than the one before.
+//!
+//! ## The fences
+//!
+//! - **Floor** (the previous holder's `lease_end`): every ID's timestamp is strictly above it.
+//! - **Ceiling** (this holder's `lease_end`, shared with the lease keeper through [`Ceiling`]
+//!   and read once per new millisecond): every ID's timestamp is strictly below it. A holder that
+//!   stops renewing runs into its own ceiling and stops by itself.
+//! - **Never backwards**: a timestamp once used is never used again with a smaller or equal slot.
+//!
+//! ## Clock trouble
+//!
+//! If the wall clock reads earlier than the last millisecond used by at most
+//! `max_rollback_wait`, the generator waits for it to catch up; further back, it answers
+//! [`GenError::ClockMovedBack`] until the clock has recovered, then serves again by itself. The
+//! same rule applies to a clock at or below the floor ([`GenError::ClockBehindFloor`]). Waits
+//! are measured on the monotonic clock and bounded, so a stuck wall clock becomes
+//! [`GenError::ClockStalled`], never a hang.
+//!
+//! The wall clock is read once per call and then once per millisecond of work (a batch that
+//! fills its millisecond reads it again), never once per ID.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use idgen::clock::SystemClock;
+//! use idgen::generator::{Ceiling, Generator, ShardConfig};
+//! use idgen::layout::Layout;
+//!
+//! let layout = Layout::default();
+//! let ceiling = Arc::new(Ceiling::new(u64::MAX)); // no lease: tests and benchmarks only
+//! let config = ShardConfig { worker_first: 8, worker_count: 2, ..ShardConfig::default() };
+//! let mut generator = Generator::new(layout, config, ceiling, SystemClock::new()).unwrap();
+//!
+//! let a = generator.next_id().unwrap();
+//! let mut batch = [0u64; 10_000];
+//! generator.next_batch(&mut batch).unwrap();
+//! assert!(batch.windows(2).all(|w| w[0] < w[1]) && a.0 < batch[0]);
+//! assert!((8..10).contains(&layout.decompose(a).worker));
+//! ```
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::layout::{Id, Layout};
+
+/// Default bound on how far back the clock may step and be waited out.
+pub const DEFAULT_MAX_ROLLBACK_WAIT: Duration = Duration::from_millis(10);
+
+/// The lease ceiling of a shard, in ID-time milliseconds: IDs must have a timestamp strictly
+/// below it. Written by the lease keeper, read by the generator once per new millisecond.
+#[derive(Debug)]
+pub struct Ceiling(AtomicU64);
+
+impl Ceiling {
+    pub fn new(ts: u64) -> Self {
+        Ceiling(AtomicU64::new(ts))
+    }
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+    /// Raises the ceiling to `ts` (a renewal); never lowers it.
+    pub fn raise_to(&self, ts: u64) {
+        self.0.fetch_max(ts, Ordering::AcqRel);
+    }
+    /// Lowers the ceiling to `ts` (stop issuing new milliseconds); never raises it.
+    pub fn lower_to(&self, ts: u64) {
+        self.0.fetch_min(ts, Ordering::AcqRel);
+    }
+}
+
+/// What one shard owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardConfig {
+    /// First worker ID of the shard's range.
+    pub worker_first: u64,
+    /// Number of worker IDs in the range (at least 1).
+    pub worker_count: u64,
+    /// IDs must have a timestamp strictly above this (ID-time ms): the previous holder's
+    /// `lease_end`. 0 for a worker range never used before.
+    pub floor: u64,
+    /// How far back the clock may step and be waited out rather than refused.
+    pub max_rollback_wait: Duration,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig {
+            worker_first: 0,
+            worker_count: 1,
+            floor: 0,
+            max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
+        }
+    }
+}
+
+/// Why a shard could not be set up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("a shard needs at least one worker ID")]
+    NoWorkers,
+    #[error("worker range {first}..{end} does not fit the layout's {count} worker IDs")]
+    WorkerRange { first: u64, end: u64, count: u64 },
+    #[error("floor {floor} is beyond the layout's last timestamp {max}")]
+    FloorBeyondRange { floor: u64, max: u64 },
+}
+
+/// Why no ID was issued. Every variant but `Exhausted` clears by itself when the clock or the
+/// lease recovers; all of them mean "try another node".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GenError {
+    #[error("unavailable: clock moved back by {by_ms} ms")]
+    ClockMovedBack { by_ms: u64 },
+    #[error("unavailable: clock is {by_ms} ms behind the lease floor")]
+    ClockBehindFloor { by_ms: u64 },
+    #[error("unavailable: clock reads before the layout epoch")]
+    BeforeEpoch,
+    #[error("unavailable: wall clock did not advance for {waited_ms} ms")]
+    ClockStalled { waited_ms: u64 },
+    #[error("unavailable: lease ceiling (timestamp {timestamp} ms, ceiling {ceiling} ms)")]
+    LeaseCeiling { timestamp: u64, ceiling: u64 },
+    #[error("exhausted: the layout's timestamp range has run out")]
+    Exhausted,
+}
+
+impl GenError {
+    /// True for faults of the clock (as opposed to the lease or the layout).
+    pub fn is_clock(&self) -> bool {
+        matches!(
+            self,
+            GenError::ClockMovedBack { .. }
+                | GenError::ClockBehindFloor { .. }
+                | GenError::BeforeEpoch
+                | GenError::ClockStalled { .. }
+        )
+    }
+}
+
+/// Counters for operators, written only by the shard's own thread (plain loads and stores, no
+/// read-modify-write) and read by anyone.
+#[derive(Debug, Default)]
+pub struct GeneratorStats {
+    /// IDs issued.
+    pub issued: AtomicU64,
+    /// Times a call had to wait because every slot of the millisecond was used.
+    pub exhaustion_waits: AtomicU64,
+    /// Clock rollbacks detected (one per episode, however long it lasts).
+    pub rollback_events: AtomicU64,
+    /// The largest rollback seen, in ms.
+    pub largest_rollback_ms: AtomicU64,
+    /// True while the clock is behind the last timestamp used (or the floor).
+    pub clock_behind: AtomicBool,
+    /// The timestamp (ID-time ms) of the last ID issued; the floor before any.
+    pub last_timestamp: AtomicU64,
+}
+
+#[inline]
+fn bump(counter: &AtomicU64, by: u64) {
+    // Single writer: a load and a store, no locked instruction on the hot path.
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+/// What stands between the generator and a free slot.
+enum Stall {
+    /// Every slot of the current millisecond is used: wait for the next one.
+    Exhausted,
+    /// The clock is behind by this many ms (rollback or floor) and within the wait bound.
+    Behind(u64),
+}
+
+/// One shard's ID generator. Not `Sync`: it lives on its shard's thread.
+pub struct Generator<C: Clock> {
+    clock: C,
+    epoch_ms: u64,
+    timestamp_shift: u32,
+    max_timestamp: u64,
+    /// `worker_first << sequence_bits`.
+    worker_base: u64,
+    /// Slots per millisecond: `worker_count << sequence_bits`.
+    capacity: u64,
+    ceiling: Arc<Ceiling>,
+    max_wait_ms: u64,
+    /// The millisecond in use (the floor before the first ID).
+    last_ts: u64,
+    /// Next free slot of `last_ts`; `capacity` when used up.
+    next: u64,
+    /// True once an ID was issued (so `last_ts` is a real timestamp, not the floor).
+    started: bool,
+    issued: u64,
+    stats: Arc<GeneratorStats>,
+}
+
+impl<C: Clock> Generator<C> {
+    pub fn new(
+        layout: Layout,
+        config: ShardConfig,
+        ceiling: Arc<Ceiling>,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        if config.worker_count == 0 {
+            return Err(ConfigError::NoWorkers);
+        }
+        let end = config.worker_first.checked_add(config.worker_count);
+        if end.is_none_or(|end| end > layout.worker_count()) {
+            return Err(ConfigError::WorkerRange {
+                first: config.worker_first,
+                end: end.unwrap_or(u64::MAX),
+                count: layout.worker_count(),
+            });
+        }
+        if config.floor > layout.max_timestamp() {
+            return Err(ConfigError::FloorBeyondRange {
+                floor: config.floor,
+                max: layout.max_timestamp(),
+            });
+        }
+        let stats = Arc::new(GeneratorStats::default());
+        stats.last_timestamp.store(config.floor, Ordering::Relaxed);
+        let capacity = config.worker_count << layout.sequence_bits();
+        Ok(Generator {
+            clock,
+            epoch_ms: layout.epoch_ms(),
+            timestamp_shift: u32::from(layout.timestamp_shift()),
+            max_timestamp: layout.max_timestamp(),
+            worker_base: config.worker_first << layout.sequence_bits(),
+            capacity,
+            ceiling,
+            max_wait_ms: u64::try_from(config.max_rollback_wait.as_millis()).unwrap_or(u64::MAX),
+            last_ts: config.floor,
+            next: capacity,
+            started: false,
+            issued: 0,
+            stats,
+        })
+    }
+
+    /// The counters of this shard, for the metrics layer.
+    pub fn stats(&self) -> Arc<GeneratorStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The clock the generator reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// IDs one millisecond holds for this shard (`worker_count · 2^sequence_bits`).
+    pub fn capacity_per_ms(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The timestamp of the last ID issued, or `None` before the first.
+    pub fn last_issued_timestamp(&self) -> Option<u64> {
+        self.started.then_some(self.last_ts)
+    }
+
+    /// One ID, waiting (boundedly) for the next millisecond or a small clock step if needed.
+    #[inline]
+    pub fn next_id(&mut self) -> Result<Id, GenError> {
+        let now = self.now();
+        if now == self.last_ts && self.next < self.capacity {
+            let id = self.base(now) + self.next;
+            self.next += 1;
+            self.count(1);
+            return Ok(Id(id));
+        }
+        let mut id = 0;
+        self.fill_runs_from(now, 1, |first, _| id = first)?;
+        Ok(Id(id))
+    }
+
+    /// Fills `out` with strictly increasing IDs, spanning milliseconds as needed. On error the
+    /// contents of `out` are unspecified and must not be used (never a partial batch).
+    pub fn next_batch(&mut self, out: &mut [u64]) -> Result<(), GenError> {
+        let mut pos = 0usize;
+        self.fill_runs(out.len() as u64, |first, n| {
+            // `n` never exceeds what is left of `out`.
+            let dst = &mut out[pos..pos + n as usize];
+            for (i, slot) in dst.iter_mut().enumerate() {
+                *slot = first + i as u64;
+            }
+            pos += n as usize;
+        })
+    }
+
+    /// Issues `n` IDs as runs of consecutive integers: `emit(first, count)` is called once per
+    /// millisecond of work (count ≥ 1, runs increasing, counts summing to `n`). If an error is
+    /// returned, some runs may already have been emitted; the caller must discard them (their
+    /// IDs are burned, never reissued).
+    pub fn fill_runs(&mut self, n: u64, emit: impl FnMut(u64, u64)) -> Result<(), GenError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let now = self.now();
+        self.fill_runs_from(now, n, emit)
+    }
+
+    /// ID-time now, or `u64::MAX` as a marker for "before the epoch".
+    #[inline]
+    fn now(&self) -> u64 {
+        self.clock
+            .wall_ms()
+            .checked_sub(self.epoch_ms)
+            .unwrap_or(u64::MAX)
+    }
+
+    #[inline]
+    fn base(&self, ts: u64) -> u64 {
+        (ts << self.timestamp_shift) | self.worker_base
+    }
+
+    #[inline]
+    fn count(&mut self, n: u64) {
+        self.issued += n;
+        self.stats.issued.store(self.issued, Ordering::Relaxed);
+    }
+
+    fn fill_runs_from(
+        &mut self,
+        mut now: u64,
+        n: u64,
+        mut emit: impl FnMut(u64, u64),
+    ) -> Result<(), GenError> {
+        let mut remaining = n;
+        // Monotonic time at which the current wait began; reset whenever IDs are issued.
+        let mut waiting_since: Option<u64> = None;
+        loop {
+            match self.advance(now) {
+                Ok(()) => {
+                    let take = remaining.min(self.capacity - self.next);
+                    emit(self.base(self.last_ts) + self.next, take);
+                    self.next += take;
+                    remaining -= take;
+                    if remaining == 0 {
+                        // Counted only when delivered: a failed batch burns its slots but
+                        // issues nothing.
+                        self.count(n);
+                        return Ok(());
+                    }
+                    waiting_since = None;
+                }
+                Err(Ok(stall)) => {
+                    let since = *waiting_since.get_or_insert_with(|| {
+                        if matches!(stall, Stall::Exhausted) {
+                            bump(&self.stats.exhaustion_waits, 1);
+                        }
+                        self.clock.mono_ns()
+                    });
+                    let waited_ns = self.clock.mono_ns().saturating_sub(since);
+                    // A sequence wait needs at most a millisecond; a clock wait at most the
+                    // bound. Two milliseconds of slack absorb scheduling noise.
+                    let limit_ns = (self.max_wait_ms + 2).saturating_mul(1_000_000);
+                    if waited_ns > limit_ns {
+                        return Err(match stall {
+                            Stall::Exhausted => GenError::ClockStalled {
+                                waited_ms: waited_ns / 1_000_000,
+                            },
+                            Stall::Behind(by_ms) => self.behind_error(by_ms),
+                        });
+                    }
+                    self.clock.sleep(match stall {
+                        Stall::Exhausted => Duration::from_micros(20),
+                        Stall::Behind(by_ms) => Duration::from_millis(by_ms.min(self.max_wait_ms)),
+                    });
+                }
+                Err(Err(e)) => return Err(e),
+            }
+            now = self.now();
+        }
+    }
+
+    fn behind_error(&self, by_ms: u64) -> GenError {
+        if self.started {
+            GenError::ClockMovedBack { by_ms }
+        } else {
+            GenError::ClockBehindFloor { by_ms }
+        }
+    }
+
+    /// Makes `last_ts`/`next` point at a free slot for clock reading `now`, or says why not.
+    /// `Err(Ok(_))`: wait and retry; `Err(Err(_))`: give up.
+    #[inline]
+    fn advance(&mut self, now: u64) -> Result<(), Result<Stall, GenError>> {
+        if now == u64::MAX {
+            self.note_behind(self.last_ts.saturating_add(1));
+            return Err(Err(GenError::BeforeEpoch));
+        }
+        if now > self.last_ts {
+            if now > self.max_timestamp {
+                return Err(Err(GenError::Exhausted));
+            }
+            let ceiling = self.ceiling.get();
+            if now >= ceiling {
+                return Err(Err(GenError::LeaseCeiling {
+                    timestamp: now,
+                    ceiling,
+                }));
+            }
+            self.last_ts = now;
+            self.next = 0;
+            self.started = true;
+            self.stats.last_timestamp.store(now, Ordering::Relaxed);
+            self.stats.clock_behind.store(false, Ordering::Relaxed);
+            return Ok(());
+        }
+        if now == self.last_ts {
+            if self.next < self.capacity {
+                self.stats.clock_behind.store(false, Ordering::Relaxed);
+                return Ok(());
+            }
+            return Err(Ok(if self.started {
+                Stall::Exhausted
+            } else {
+                // At the floor itself: one more millisecond to go.
+                Stall::Behind(1)
+            }));
+        }
+        // The clock reads before the last millisecond used (or at/below the floor).
+        let by_ms = self.last_ts - now + u64::from(!self.started);
+        self.note_behind(by_ms);
+        if by_ms <= self.max_wait_ms {
+            Err(Ok(Stall::Behind(by_ms)))
+        } else {
+            Err(Err(self.behind_error(by_ms)))
+        }
+    }
+
+    fn note_behind(&mut self, by_ms: u64) {
+        if !self.started {
+            // Waiting for the clock to pass the floor is not a rollback.
+            self.stats.clock_behind.store(true, Ordering::Relaxed);
+            return;
+        }
+        if !self.stats.clock_behind.load(Ordering::Relaxed) {
+            self.stats.clock_behind.store(true, Ordering::Relaxed);
+            bump(&self.stats.rollback_events, 1);
+        }
+        if by_ms > self.stats.largest_rollback_ms.load(Ordering::Relaxed) {
+            self.stats
+                .largest_rollback_ms
+                .store(by_ms, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,466 @@
+use super::*;
+use crate::clock::TestClock;
+use crate::layout::DEFAULT_EPOCH_MS;
+use proptest::prelude::*;
+
+const START: u64 = 1_000_000; // ID-time ms at which the test clock starts
+
+fn layout(sequence_bits: u8) -> Layout {
+    Layout::new(
+        DEFAULT_EPOCH_MS,
+        63 - 10 - sequence_bits,
+        10,
+        sequence_bits,
+        0,
+    )
+    .unwrap()
+}
+
+struct Rig {
+    g: Generator<TestClock>,
+    clock: TestClock,
+    ceiling: Arc<Ceiling>,
+    layout: Layout,
+}
+
+fn rig(sequence_bits: u8, worker_first: u64, worker_count: u64, floor: u64) -> Rig {
+    let layout = layout(sequence_bits);
+    let clock = TestClock::new(DEFAULT_EPOCH_MS + START);
+    let ceiling = Arc::new(Ceiling::new(u64::MAX));
+    let config = ShardConfig {
+        worker_first,
+        worker_count,
+        floor,
+        max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
+    };
+    let g = Generator::new(layout, config, Arc::clone(&ceiling), clock.clone()).unwrap();
+    Rig {
+        g,
+        clock,
+        ceiling,
+        layout,
+    }
+}
+
+impl Rig {
+    fn next_ts(&mut self) -> u64 {
+        let id = self.g.next_id().unwrap();
+        self.layout.decompose(id).timestamp
+    }
+}
+
+fn ts(r: &Rig, id: Id) -> u64 {
+    r.layout.decompose(id).timestamp
+}
+
+fn stat(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+#[test]
+fn frozen_millisecond_holds_exactly_capacity_in_walk_order() {
+    let mut r = rig(3, 5, 3, 0); // 3 workers × 8 sequences = 24 per ms
+    r.clock.freeze();
+    let ids: Vec<Id> = (0..24).map(|_| r.g.next_id().unwrap()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let p = r.layout.decompose(*id);
+        assert_eq!(p.timestamp, START);
+        assert_eq!(p.worker, 5 + i as u64 / 8, "worker walk at {i}");
+        assert_eq!(p.sequence, i as u64 % 8, "sequence walk at {i}");
+    }
+    assert!(ids.windows(2).all(|w| w[1].0 == w[0].0 + 1));
+    // The 25th cannot come from this millisecond: with the wall clock stuck, the bounded
+    // wait gives up instead of spinning forever.
+    let mono_before = r.clock.mono_ns();
+    assert!(matches!(r.g.next_id(), Err(GenError::ClockStalled { .. })));
+    let waited = r.clock.mono_ns() - mono_before;
+    assert!(
+        (12_000_000..13_000_000).contains(&waited),
+        "waited {waited} ns"
+    );
+    assert_eq!(stat(&r.g.stats().exhaustion_waits), 1);
+    assert_eq!(stat(&r.g.stats().issued), 24);
+    // Once the clock moves, it continues in the next millisecond with slot 0.
+    r.clock.unfreeze();
+    let id = r.g.next_id().unwrap();
+    let p = r.layout.decompose(id);
+    assert!(p.timestamp > START);
+    assert_eq!((p.worker, p.sequence), (5, 0));
+}
+
+#[test]
+fn batch_spans_milliseconds_without_gaps_inside_one() {
+    let mut r = rig(4, 0, 2, 0); // 32 per ms
+    let mut out = vec![0u64; 32 * 3 + 5];
+    r.g.next_batch(&mut out).unwrap();
+    assert!(out.windows(2).all(|w| w[0] < w[1]));
+    let stamps: Vec<u64> = out.iter().map(|&v| ts(&r, Id(v))).collect();
+    assert_eq!(stamps[0], START);
+    assert_eq!(stamps[31], START);
+    assert_eq!(stamps[32], START + 1);
+    assert_eq!(stamps[95], START + 2);
+    assert_eq!(stamps[96], START + 3);
+    assert_eq!(stat(&r.g.stats().exhaustion_waits), 3);
+    assert_eq!(stat(&r.g.stats().issued), 101);
+    assert_eq!(r.g.last_issued_timestamp(), Some(START + 3));
+}
+
+#[test]
+fn batch_reads_the_clock_once_per_millisecond_of_work() {
+    let mut r = rig(12, 0, 4, 0); // 16384 per ms
+    r.clock.set_tick(Duration::from_micros(1)); // every read costs 1 µs of time
+    let mono0 = r.clock.mono_ns();
+    let mut out = vec![0u64; 16384];
+    r.g.next_batch(&mut out).unwrap();
+    assert_eq!(
+        r.clock.mono_ns() - mono0,
+        1_000,
+        "one read for one millisecond of work"
+    );
+}
+
+#[test]
+fn small_rollback_is_waited_out() {
+    let mut r = rig(12, 0, 1, 0);
+    let a = r.g.next_id().unwrap();
+    r.clock.step_wall(-5);
+    let mono0 = r.clock.mono_ns();
+    let b = r.g.next_id().unwrap();
+    assert!(b > a);
+    assert_eq!(
+        ts(&r, b),
+        START,
+        "continues in the same millisecond once caught up"
+    );
+    assert!(r.clock.mono_ns() - mono0 >= 5_000_000, "it waited");
+    assert_eq!(stat(&r.g.stats().rollback_events), 1);
+    assert_eq!(stat(&r.g.stats().largest_rollback_ms), 5);
+    assert!(!r.g.stats().clock_behind.load(Ordering::Relaxed));
+}
+
+#[test]
+fn rollback_at_the_bound_waits_beyond_it_fails_then_recovers() {
+    let mut r = rig(12, 0, 1, 0);
+    let stats = r.g.stats();
+    let a = r.g.next_id().unwrap();
+    // Exactly the bound (10 ms): waited out.
+    r.clock.step_wall(-10);
+    let b = r.g.next_id().unwrap();
+    assert!(b > a);
+    assert_eq!(stat(&stats.rollback_events), 1);
+
+    r.clock.advance(Duration::from_millis(3));
+    let c = r.g.next_id().unwrap();
+    assert_eq!(ts(&r, c), START + 3);
+    // One past the bound: refused at once, without waiting.
+    r.clock.step_wall(-11);
+    let mono0 = r.clock.mono_ns();
+    assert_eq!(r.g.next_id(), Err(GenError::ClockMovedBack { by_ms: 11 }));
+    assert_eq!(r.clock.mono_ns(), mono0, "refused at once, no wait");
+    assert!(stats.clock_behind.load(Ordering::Relaxed));
+    assert_eq!(stat(&stats.rollback_events), 2);
+    let mut out = [0u64; 3];
+    assert_eq!(
+        r.g.next_batch(&mut out),
+        Err(GenError::ClockMovedBack { by_ms: 11 }),
+        "batches are refused too"
+    );
+    assert_eq!(stat(&stats.rollback_events), 2, "one event per episode");
+    // The clock creeps back within the bound: the batch waits and continues in START + 3.
+    r.clock.advance(Duration::from_millis(1));
+    r.g.next_batch(&mut out).unwrap();
+    assert!(out[0] > c.0 && out.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(ts(&r, Id(out[2])), START + 3);
+    assert!(!stats.clock_behind.load(Ordering::Relaxed));
+
+    // A large step back: refused until the clock recovers, then serving by itself.
+    r.clock.step_wall(-1000);
+    assert_eq!(r.g.next_id(), Err(GenError::ClockMovedBack { by_ms: 1000 }));
+    r.clock.advance(Duration::from_millis(500));
+    assert_eq!(r.g.next_id(), Err(GenError::ClockMovedBack { by_ms: 500 }));
+    assert_eq!(stat(&stats.rollback_events), 3);
+    assert_eq!(stat(&stats.largest_rollback_ms), 1000);
+    r.clock.step_wall(600);
+    let d = r.g.next_id().unwrap();
+    assert!(d.0 > out[2]);
+    assert_eq!(ts(&r, d), START + 103);
+    assert!(!stats.clock_behind.load(Ordering::Relaxed));
+}
+
+#[test]
+fn floor_is_exclusive_and_waited_for_when_close() {
+    // Floor in the past: the first ID is at the clock.
+    let mut r = rig(12, 0, 1, START - 100);
+    assert_eq!(r.next_ts(), START);
+
+    // Floor equal to the clock: the first ID is one millisecond later.
+    let mut r = rig(12, 0, 1, START);
+    assert_eq!(r.next_ts(), START + 1);
+
+    // Floor a little ahead: wait for it, and it is not a rollback.
+    let mut r = rig(12, 0, 1, START + 5);
+    assert_eq!(r.next_ts(), START + 6);
+    assert_eq!(stat(&r.g.stats().rollback_events), 0);
+
+    // Floor far ahead: unavailable, saying by how much, until the clock passes it.
+    let mut r = rig(12, 0, 1, START + 50);
+    assert_eq!(r.g.next_id(), Err(GenError::ClockBehindFloor { by_ms: 51 }));
+    assert!(r.g.stats().clock_behind.load(Ordering::Relaxed));
+    assert_eq!(r.g.last_issued_timestamp(), None);
+    r.clock.advance(Duration::from_millis(45));
+    assert_eq!(r.next_ts(), START + 51);
+    assert_eq!(stat(&r.g.stats().rollback_events), 0);
+}
+
+#[test]
+fn ceiling_is_exclusive_and_can_be_raised() {
+    let mut r = rig(12, 0, 1, 0);
+    r.ceiling.lower_to(START);
+    assert_eq!(
+        r.g.next_id(),
+        Err(GenError::LeaseCeiling {
+            timestamp: START,
+            ceiling: START
+        })
+    );
+    r.ceiling.raise_to(START + 1);
+    assert_eq!(r.next_ts(), START);
+    // A batch that would cross into the ceiling fails as a whole.
+    let mut out = vec![0u64; 4097];
+    assert!(matches!(
+        r.g.next_batch(&mut out),
+        Err(GenError::LeaseCeiling { .. })
+    ));
+    // That batch waited into START + 1, where the ceiling stopped it.
+    assert_eq!(r.clock.wall_ms() - DEFAULT_EPOCH_MS, START + 1);
+    assert!(matches!(r.g.next_id(), Err(GenError::LeaseCeiling { .. })));
+    r.ceiling.raise_to(START + 10);
+    assert_eq!(r.next_ts(), START + 1);
+    // raise_to never lowers, lower_to never raises.
+    r.ceiling.raise_to(3);
+    assert_eq!(r.ceiling.get(), START + 10);
+    r.ceiling.lower_to(u64::MAX);
+    assert_eq!(r.ceiling.get(), START + 10);
+}
+
+#[test]
+fn layout_range_end_is_exhausted() {
+    let layout = Layout::default();
+    let last = DEFAULT_EPOCH_MS + layout.max_timestamp();
+    let clock = TestClock::new(last);
+    let mut g = Generator::new(
+        layout,
+        ShardConfig::default(),
+        Arc::new(Ceiling::new(u64::MAX)),
+        clock.clone(),
+    )
+    .unwrap();
+    let id = g.next_id().unwrap();
+    assert_eq!(layout.decompose(id).timestamp, layout.max_timestamp());
+    assert!(id.0 < 1 << 63);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(g.next_id(), Err(GenError::Exhausted));
+    assert!(!GenError::Exhausted.is_clock());
+}
+
+#[test]
+fn clock_before_epoch_is_unavailable() {
+    let clock = TestClock::new(DEFAULT_EPOCH_MS - 1);
+    let mut g = Generator::new(
+        Layout::default(),
+        ShardConfig::default(),
+        Arc::new(Ceiling::new(u64::MAX)),
+        clock.clone(),
+    )
+    .unwrap();
+    assert_eq!(g.next_id(), Err(GenError::BeforeEpoch));
+    assert!(GenError::BeforeEpoch.is_clock());
+    clock.advance(Duration::from_millis(2));
+    assert_eq!(
+        Layout::default().decompose(g.next_id().unwrap()).timestamp,
+        1
+    );
+}
+
+#[test]
+fn config_errors() {
+    let l = layout(12);
+    let mk = |c: ShardConfig| {
+        Generator::new(l, c, Arc::new(Ceiling::new(0)), TestClock::new(0))
+            .err()
+            .unwrap()
+    };
+    let base = ShardConfig::default();
+    assert_eq!(
+        mk(ShardConfig {
+            worker_count: 0,
+            ..base
+        }),
+        ConfigError::NoWorkers
+    );
+    assert!(matches!(
+        mk(ShardConfig {
+            worker_first: 1020,
+            worker_count: 5,
+            ..base
+        }),
+        ConfigError::WorkerRange { end: 1025, .. }
+    ));
+    assert!(matches!(
+        mk(ShardConfig {
+            worker_first: u64::MAX,
+            worker_count: 2,
+            ..base
+        }),
+        ConfigError::WorkerRange { .. }
+    ));
+    assert!(matches!(
+        mk(ShardConfig {
+            floor: 1 << 41,
+            ..base
+        }),
+        ConfigError::FloorBeyondRange { .. }
+    ));
+    // The last worker range that fits is accepted.
+    assert!(Generator::new(
+        l,
+        ShardConfig {
+            worker_first: 1020,
+            worker_count: 4,
+            ..base
+        },
+        Arc::new(Ceiling::new(0)),
+        TestClock::new(0)
+    )
+    .is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property tests: random clock scripts against the invariants.
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u64),   // µs of real time passing
+    StepBack(u64),  // ms, wall only
+    StepAhead(u64), // ms, wall only
+    Freeze,
+    Unfreeze,
+    One,
+    Batch(u64),
+    RaiseCeiling(u64), // ms beyond the clock
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..3_000).prop_map(Op::Advance),
+        1 => (1u64..=12).prop_map(Op::StepBack),
+        1 => (11u64..2_000).prop_map(Op::StepBack),
+        1 => (1u64..50).prop_map(Op::StepAhead),
+        1 => Just(Op::Freeze),
+        2 => Just(Op::Unfreeze),
+        6 => Just(Op::One),
+        4 => (1u64..200).prop_map(Op::Batch),
+        1 => (0u64..20).prop_map(Op::RaiseCeiling),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn clock_scripts_never_break_the_invariants(
+        sequence_bits in prop::sample::select(vec![1u8, 2, 3, 5, 12]),
+        worker_first in 0u64..1000,
+        worker_count in 1u64..=4,
+        floor_offset in -30i64..30,
+        initial_ceiling in 0u64..40,
+        tick_us in 0u64..300,
+        ops in prop::collection::vec(op(), 1..60),
+    ) {
+        let floor = START.saturating_add_signed(floor_offset);
+        let mut r = rig(sequence_bits, worker_first, worker_count, floor);
+        r.ceiling.lower_to(START + initial_ceiling);
+        r.clock.set_tick(Duration::from_micros(tick_us));
+        let capacity = worker_count << sequence_bits;
+        let mut last: Option<u64> = None;
+        let mut issued = 0u64;
+        let mut buf = Vec::new();
+        let mut frozen = false;
+        for op in ops {
+            let ceiling_before = r.ceiling.get();
+            let result: Result<Vec<u64>, GenError> = match op {
+                Op::Advance(us) => { r.clock.advance(Duration::from_micros(us)); continue }
+                Op::StepBack(ms) => { r.clock.step_wall(-(ms as i64)); continue }
+                Op::StepAhead(ms) => { r.clock.step_wall(ms as i64); continue }
+                Op::Freeze => { r.clock.freeze(); frozen = true; continue }
+                Op::Unfreeze => { r.clock.unfreeze(); frozen = false; continue }
+                Op::RaiseCeiling(ms) => {
+                    let now = r.clock.wall_ms() - DEFAULT_EPOCH_MS;
+                    r.ceiling.raise_to(now + ms);
+                    continue
+                }
+                Op::One => r.g.next_id().map(|id| vec![id.0]),
+                Op::Batch(n) => {
+                    buf.resize(n as usize, 0);
+                    r.g.next_batch(&mut buf).map(|()| buf.clone())
+                }
+            };
+            let now_after = r.clock.wall_ms() - DEFAULT_EPOCH_MS;
+            match result {
+                Ok(ids) => {
+                    for id in ids {
+                        prop_assert!(id < 1 << 63, "sign bit set");
+                        if let Some(prev) = last {
+                            prop_assert!(id > prev, "not increasing: {} after {}", id, prev);
+                        }
+                        last = Some(id);
+                        let p = r.layout.decompose(Id(id));
+                        prop_assert!(p.timestamp > floor, "ts {} at or below floor {}", p.timestamp, floor);
+                        prop_assert!(p.timestamp < ceiling_before, "ts {} at or above ceiling {}", p.timestamp, ceiling_before);
+                        prop_assert!(p.timestamp <= now_after, "ts {} from the future ({})", p.timestamp, now_after);
+                        prop_assert!(p.worker >= worker_first && p.worker < worker_first + worker_count);
+                        issued += 1;
+                    }
+                }
+                Err(GenError::ClockMovedBack { by_ms }) | Err(GenError::ClockBehindFloor { by_ms }) => {
+                    // Within the bound it must have waited, which only fails if the wall clock
+                    // could not catch up (frozen).
+                    prop_assert!(by_ms > 10 || frozen, "refused a wait-able {} ms", by_ms);
+                }
+                Err(GenError::LeaseCeiling { timestamp, ceiling }) => {
+                    prop_assert!(timestamp >= ceiling);
+                }
+                Err(GenError::ClockStalled { waited_ms }) => {
+                    prop_assert!(frozen, "stalled with a running clock");
+                    prop_assert!(waited_ms >= 12);
+                }
+                Err(e @ (GenError::Exhausted | GenError::BeforeEpoch)) => prop_assert!(false, "unexpected {e}"),
+            }
+        }
+        prop_assert_eq!(stat(&r.g.stats().issued), issued);
+        let per_ms = r.g.capacity_per_ms();
+        prop_assert_eq!(per_ms, capacity);
+    }
+
+    #[test]
+    fn a_frozen_millisecond_holds_exactly_k_times_2_pow_s(
+        sequence_bits in 1u8..=12,
+        worker_count in 1u64..=8,
+        split in 1u64..64,
+    ) {
+        let mut r = rig(sequence_bits, 100, worker_count, 0);
+        r.clock.freeze();
+        let capacity = worker_count << sequence_bits;
+        // Fill the millisecond in two batches of random split.
+        let first = split.min(capacity);
+        let mut a = vec![0u64; first as usize];
+        let mut b = vec![0u64; (capacity - first) as usize];
+        r.g.next_batch(&mut a).unwrap();
+        r.g.next_batch(&mut b).unwrap();
+        let all: Vec<u64> = a.into_iter().chain(b).collect();
+        prop_assert_eq!(all.len() as u64, capacity);
+        prop_assert!(all.iter().all(|&id| r.layout.decompose(Id(id)).timestamp == START));
+        prop_assert!(all.windows(2).all(|w| w[1] == w[0] + 1));
+        prop_assert!(r.g.next_id().is_err(), "one more does not fit the frozen millisecond");
+    }
+}
