@@ -1,0 +1,175 @@
+//! The idgen wire protocol, sans-IO.
+//!
+//! This crate turns bytes into frames and frames into bytes for both ends of an idgen
+//! connection. It contains no networking code, reads no clock and starts no runtime:
+//! decoders take a `&[u8]` and return `Ok(None)` when the frame is not complete yet,
+//! encoders write into any [`bytes::BufMut`]. The decode hot path does not allocate.
+//! The normative specification, byte by byte, is `PROTOCOL.md` next to this crate's
+//! `Cargo.toml`; the shared test vectors are `tests/vectors.json`.
+//!
+//! Every frame is `u32 length` (big-endian) followed by `length` bytes: a one-byte opcode
+//! and its payload.
+//!
+//! | side | decode | encode |
+//! |---|---|---|
+//! | server | [`decode_request`] → [`Decoded`], plus [`ServerConnState`] for HELLO-first | [`encode_hello_ok`], [`encode_ids_header`], [`encode_ids`], [`encode_pong`], [`encode_error`] |
+//! | client | [`decode_response`] → [`ResponseRef`] | [`encode_request`] |
+//!
+//! [`codec`] wraps these as `tokio-util` codecs. Wire status codes are [`Status`].
+//!
+//! # Example
+//!
+//! ```
+//! use idgen_protocol::{
+//!     decode_request, decode_response, encode_ids_header, encode_request, Decoded, Limits,
+//!     Request, ResponseRef,
+//! };
+//! use bytes::BufMut;
+//!
+//! // Client: ask for three IDs.
+//! let mut wire = Vec::new();
+//! encode_request(&Request::GetIds { count: 3 }, &mut wire);
+//! assert_eq!(wire, [0, 0, 0, 5, 0x02, 0, 0, 0, 3]);
+//!
+//! // Server: an incomplete frame is Ok(None), never an error.
+//! let limits = Limits::default();
+//! assert_eq!(decode_request(&wire[..6], &limits), Ok(None));
+//! let (decoded, consumed) = decode_request(&wire, &limits).unwrap().unwrap();
+//! assert_eq!(consumed, 9);
+//! let Decoded::Request(Request::GetIds { count }) = decoded else { unreachable!() };
+//!
+//! // Server: answer with the IDS head, then the IDs themselves.
+//! let mut answer = Vec::new();
+//! encode_ids_header(count, &mut answer);
+//! for id in [100u64, 101, 102] {
+//!     answer.put_u64(id);
+//! }
+//!
+//! // Client: decode the answer without copying the IDs.
+//! let max_frame = idgen_protocol::max_response_frame(limits.max_batch);
+//! let (response, used) = decode_response(&answer, max_frame).unwrap().unwrap();
+//! assert_eq!(used, answer.len());
+//! let ResponseRef::Ids(ids) = response else { unreachable!() };
+//! assert_eq!(ids.iter().collect::<Vec<u64>>(), [100, 101, 102]);
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod codec;
+mod error;
+mod request;
+mod response;
+mod status;
+
+pub use error::FrameError;
+pub use request::{
+    decode_request, encode_request, Decoded, Request, ServerConnState, GET_IDS_LEN, HELLO_LEN,
+    PING_LEN,
+};
+pub use response::{
+    decode_response, encode_error, encode_hello_ok, encode_ids, encode_ids_header, encode_pong,
+    max_response_frame, truncate_message, IdParts, IdsIter, IdsRef, Response, ResponseRef,
+    ServerHello, HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, PONG_LEN,
+};
+pub use status::{Status, StatusInfo};
+
+/// Magic bytes at the start of the HELLO payload.
+pub const MAGIC: [u8; 4] = *b"IDGN";
+/// The protocol version this crate implements.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Lowest version this implementation can speak.
+pub const MIN_SUPPORTED_VERSION: u16 = 1;
+/// Highest version this implementation can speak.
+pub const MAX_SUPPORTED_VERSION: u16 = PROTOCOL_VERSION;
+
+/// Request opcode `HELLO`.
+pub const OP_HELLO: u8 = 0x01;
+/// Request opcode `GET_IDS`.
+pub const OP_GET_IDS: u8 = 0x02;
+/// Request opcode `PING`.
+pub const OP_PING: u8 = 0x03;
+/// Reserved request opcode for `GET_RANGES` (a later version). Version 1 decodes it as an
+/// unknown opcode.
+pub const OP_GET_RANGES_RESERVED: u8 = 0x04;
+/// Response opcode `HELLO_OK`.
+pub const OP_HELLO_OK: u8 = 0x81;
+/// Response opcode `IDS`.
+pub const OP_IDS: u8 = 0x82;
+/// Response opcode `PONG`.
+pub const OP_PONG: u8 = 0x83;
+/// Response opcode `ERROR`.
+pub const OP_ERROR: u8 = 0xFF;
+
+/// Default largest request frame length the server accepts.
+pub const DEFAULT_MAX_REQUEST_FRAME: u32 = 64;
+/// Default largest GET_IDS count the server accepts.
+pub const DEFAULT_MAX_BATCH: u32 = 65536;
+
+/// Server-side decode limits (announced to the client in HELLO_OK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// Largest request frame `length` accepted; larger prefixes are `FRAME_TOO_LARGE`.
+    pub max_request_frame: u32,
+    /// Largest GET_IDS `count` accepted; larger counts are `BATCH_TOO_LARGE`.
+    pub max_batch: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_frame: DEFAULT_MAX_REQUEST_FRAME,
+            max_batch: DEFAULT_MAX_BATCH,
+        }
+    }
+}
+
+impl Limits {
+    /// The response frame limit a client should use against these limits.
+    pub const fn max_response_frame(&self) -> u32 {
+        max_response_frame(self.max_batch)
+    }
+}
+
+/// The version a server speaking `MIN_SUPPORTED_VERSION..=MAX_SUPPORTED_VERSION` picks for
+/// a HELLO offering `min..=max`: the highest common one, or `None`.
+pub const fn negotiate_version(min: u16, max: u16) -> Option<u16> {
+    let hi = if max < MAX_SUPPORTED_VERSION {
+        max
+    } else {
+        MAX_SUPPORTED_VERSION
+    };
+    let lo = if min > MIN_SUPPORTED_VERSION {
+        min
+    } else {
+        MIN_SUPPORTED_VERSION
+    };
+    if lo <= hi {
+        Some(hi)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        assert_eq!(negotiate_version(1, 1), Some(1));
+        assert_eq!(negotiate_version(0, 7), Some(1));
+        assert_eq!(negotiate_version(1, u16::MAX), Some(1));
+        assert_eq!(negotiate_version(2, 7), None);
+        assert_eq!(negotiate_version(0, 0), None);
+        assert_eq!(negotiate_version(1, 0), None);
+    }
+
+    #[test]
+    fn default_limits() {
+        let l = Limits::default();
+        assert_eq!(l.max_request_frame, 64);
+        assert_eq!(l.max_batch, 65536);
+        assert_eq!(l.max_response_frame(), 5 + 8 * 65536);
+    }
+}

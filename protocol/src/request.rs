@@ -1,0 +1,445 @@
+//! Requests (client → server): server-side decoding, client-side encoding, and the
+//! per-connection HELLO-first rule.
+
+use bytes::BufMut;
+
+use crate::{
+    negotiate_version, FrameError, Limits, Status, MAGIC, MAX_SUPPORTED_VERSION,
+    MIN_SUPPORTED_VERSION, OP_GET_IDS, OP_HELLO, OP_PING,
+};
+
+/// A usable request, as decoded by [`decode_request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Request {
+    /// `0x01 HELLO`: opens the connection and offers a version range.
+    Hello {
+        /// Lowest protocol version the client speaks.
+        min_version: u16,
+        /// Highest protocol version the client speaks.
+        max_version: u16,
+    },
+    /// `0x02 GET_IDS`: ask for `count` IDs (`1..=max_batch` once decoded).
+    GetIds {
+        /// Number of IDs requested.
+        count: u32,
+    },
+    /// `0x03 PING`: liveness check; answered by PONG with the same token.
+    Ping {
+        /// Opaque token echoed back.
+        token: u64,
+    },
+}
+
+/// What [`decode_request`] found in one well-formed frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decoded {
+    /// A request to serve.
+    Request(Request),
+    /// A well-formed frame the server refuses while keeping the connection open: unknown
+    /// opcode (`UNKNOWN_OPCODE`; the frame is skipped), GET_IDS count 0 (`INVALID_COUNT`) or
+    /// count above `max_batch` (`BATCH_TOO_LARGE`). The server answers it, in order, with
+    /// an ERROR frame carrying `status` and `message`.
+    Reject {
+        /// Status for the ERROR frame (never closes the connection).
+        status: Status,
+        /// Message for the ERROR frame.
+        message: &'static str,
+    },
+}
+
+/// Fixed frame length (opcode + payload) of HELLO.
+pub const HELLO_LEN: u32 = 9;
+/// Fixed frame length of GET_IDS.
+pub const GET_IDS_LEN: u32 = 5;
+/// Fixed frame length of PING.
+pub const PING_LEN: u32 = 9;
+
+/// Decode one request frame from the start of `buf` (server side).
+///
+/// * `Ok(None)`: `buf` holds an incomplete frame; read more bytes and call again.
+/// * `Ok(Some((decoded, consumed)))`: one frame was read; drop `consumed` bytes
+///   (`consumed <= buf.len()`, always the whole frame, including skipped unknown opcodes).
+/// * `Err(_)`: the stream is broken; answer with an ERROR frame carrying `err.status()`
+///   and close.
+///
+/// Faults are reported as early as they can be: a length prefix of 0 or above
+/// `limits.max_request_frame` as soon as the four length bytes are present, and a wrong
+/// length for a known opcode as soon as the opcode byte is present.
+///
+/// This function is stateless: the HELLO-first rule is enforced by [`ServerConnState`]
+/// (and by [`ServerCodec`](crate::codec::ServerCodec)). It does not allocate.
+pub fn decode_request(buf: &[u8], limits: &Limits) -> Result<Option<(Decoded, usize)>, FrameError> {
+    let Some(&[a, b, c, d]) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let length = u32::from_be_bytes([a, b, c, d]);
+    if length == 0 {
+        return Err(FrameError::EmptyFrame);
+    }
+    if length > limits.max_request_frame {
+        return Err(FrameError::TooLarge {
+            length,
+            max: limits.max_request_frame,
+        });
+    }
+    let Some(&opcode) = buf.get(4) else {
+        return Ok(None);
+    };
+    let fixed = match opcode {
+        OP_HELLO => Some((HELLO_LEN, "9")),
+        OP_GET_IDS => Some((GET_IDS_LEN, "5")),
+        OP_PING => Some((PING_LEN, "9")),
+        _ => None,
+    };
+    if let Some((want, expected)) = fixed {
+        if length != want {
+            return Err(FrameError::WrongLength {
+                opcode,
+                length,
+                expected,
+            });
+        }
+    }
+    // `length <= max_request_frame <= u32::MAX` fits in usize on every supported target.
+    let total = 4 + length as usize;
+    let Some(frame) = buf.get(..total) else {
+        return Ok(None);
+    };
+    let payload = &frame[5..];
+    let decoded = match opcode {
+        OP_HELLO => {
+            let magic = [payload[0], payload[1], payload[2], payload[3]];
+            if magic != MAGIC {
+                return Err(FrameError::BadMagic(magic));
+            }
+            Decoded::Request(Request::Hello {
+                min_version: u16::from_be_bytes([payload[4], payload[5]]),
+                max_version: u16::from_be_bytes([payload[6], payload[7]]),
+            })
+        }
+        OP_GET_IDS => {
+            let count = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+            if count == 0 {
+                Decoded::Reject {
+                    status: Status::INVALID_COUNT,
+                    message: "GET_IDS count must be at least 1",
+                }
+            } else if count > limits.max_batch {
+                Decoded::Reject {
+                    status: Status::BATCH_TOO_LARGE,
+                    message: "GET_IDS count exceeds max_batch",
+                }
+            } else {
+                Decoded::Request(Request::GetIds { count })
+            }
+        }
+        OP_PING => {
+            let mut token = [0u8; 8];
+            token.copy_from_slice(payload);
+            Decoded::Request(Request::Ping {
+                token: u64::from_be_bytes(token),
+            })
+        }
+        _ => Decoded::Reject {
+            status: Status::UNKNOWN_OPCODE,
+            message: "unknown opcode",
+        },
+    };
+    Ok(Some((decoded, total)))
+}
+
+/// Encode `request` as one frame (client side). Any `count` is encoded as given, so a
+/// client can also be used to exercise the server's refusals.
+pub fn encode_request<B: BufMut + ?Sized>(request: &Request, buf: &mut B) {
+    match *request {
+        Request::Hello {
+            min_version,
+            max_version,
+        } => {
+            buf.put_u32(HELLO_LEN);
+            buf.put_u8(OP_HELLO);
+            buf.put_slice(&MAGIC);
+            buf.put_u16(min_version);
+            buf.put_u16(max_version);
+        }
+        Request::GetIds { count } => {
+            buf.put_u32(GET_IDS_LEN);
+            buf.put_u8(OP_GET_IDS);
+            buf.put_u32(count);
+        }
+        Request::Ping { token } => {
+            buf.put_u32(PING_LEN);
+            buf.put_u8(OP_PING);
+            buf.put_u64(token);
+        }
+    }
+}
+
+impl Request {
+    /// Shorthand for [`encode_request`].
+    pub fn encode<B: BufMut + ?Sized>(&self, buf: &mut B) {
+        encode_request(self, buf)
+    }
+
+    /// Encoded size of this request in bytes, length prefix included.
+    pub const fn encoded_len(&self) -> usize {
+        4 + match self {
+            Request::Hello { .. } => HELLO_LEN as usize,
+            Request::GetIds { .. } => GET_IDS_LEN as usize,
+            Request::Ping { .. } => PING_LEN as usize,
+        }
+    }
+}
+
+/// The HELLO-first rule of one server connection.
+///
+/// Feed every [`Decoded`] frame to [`check`](Self::check) before acting on it. Before the
+/// handshake only a HELLO with a common version is accepted (anything else, including a
+/// frame that would otherwise be a `Reject`, is `HANDSHAKE_REQUIRED`); after it, a second
+/// HELLO is `HANDSHAKE_REQUIRED`. Frame faults from [`decode_request`] take precedence:
+/// garbage as the first frame is `BAD_FRAME`/`FRAME_TOO_LARGE`, not `HANDSHAKE_REQUIRED`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerConnState {
+    version: Option<u16>,
+}
+
+impl ServerConnState {
+    /// A fresh connection awaiting HELLO.
+    pub const fn new() -> Self {
+        ServerConnState { version: None }
+    }
+
+    /// The negotiated version, once HELLO was accepted.
+    pub const fn version(&self) -> Option<u16> {
+        self.version
+    }
+
+    /// Apply the handshake rule to a decoded frame. On `Ok`, the frame is to be answered
+    /// (for an accepted HELLO, with HELLO_OK carrying [`version`](Self::version)); on `Err`,
+    /// send an ERROR frame with `err.status()` and close.
+    pub fn check(&mut self, decoded: &Decoded) -> Result<(), FrameError> {
+        match (self.version, decoded) {
+            (
+                None,
+                Decoded::Request(Request::Hello {
+                    min_version,
+                    max_version,
+                }),
+            ) => match negotiate_version(*min_version, *max_version) {
+                Some(v) => {
+                    self.version = Some(v);
+                    Ok(())
+                }
+                None => Err(FrameError::UnsupportedVersion {
+                    min: *min_version,
+                    max: *max_version,
+                    server_min: MIN_SUPPORTED_VERSION,
+                    server_max: MAX_SUPPORTED_VERSION,
+                }),
+            },
+            (None, _) => Err(FrameError::HandshakeRequired),
+            (Some(_), Decoded::Request(Request::Hello { .. })) => Err(FrameError::DuplicateHello),
+            (Some(_), _) => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits {
+        max_request_frame: 64,
+        max_batch: 65536,
+    };
+
+    fn enc(r: Request) -> Vec<u8> {
+        let mut v = Vec::new();
+        encode_request(&r, &mut v);
+        assert_eq!(v.len(), r.encoded_len());
+        v
+    }
+
+    #[test]
+    fn hello_round_trip_and_bytes() {
+        let r = Request::Hello {
+            min_version: 1,
+            max_version: 2,
+        };
+        let b = enc(r);
+        assert_eq!(b, b"\x00\x00\x00\x09\x01IDGN\x00\x01\x00\x02");
+        assert_eq!(decode_request(&b, &L), Ok(Some((Decoded::Request(r), 13))));
+    }
+
+    #[test]
+    fn get_ids_and_ping_round_trip() {
+        for r in [
+            Request::GetIds { count: 1 },
+            Request::GetIds { count: 65536 },
+            Request::Ping { token: u64::MAX },
+            Request::Ping { token: 0 },
+        ] {
+            let b = enc(r);
+            assert_eq!(
+                decode_request(&b, &L),
+                Ok(Some((Decoded::Request(r), b.len())))
+            );
+        }
+    }
+
+    #[test]
+    fn incomplete_is_none_for_every_prefix() {
+        let b = enc(Request::Ping { token: 7 });
+        for k in 0..b.len() {
+            assert_eq!(decode_request(&b[..k], &L), Ok(None), "prefix {k}");
+        }
+    }
+
+    #[test]
+    fn trailing_bytes_are_left_alone() {
+        let mut b = enc(Request::GetIds { count: 3 });
+        b.extend_from_slice(&[0, 0]);
+        assert_eq!(
+            decode_request(&b, &L),
+            Ok(Some((Decoded::Request(Request::GetIds { count: 3 }), 9)))
+        );
+    }
+
+    #[test]
+    fn count_refusals_keep_connection() {
+        let zero = enc(Request::GetIds { count: 0 });
+        let big = enc(Request::GetIds { count: 65537 });
+        let (d, n) = decode_request(&zero, &L).unwrap().unwrap();
+        assert_eq!(n, 9);
+        assert!(matches!(d, Decoded::Reject { status, .. } if status == Status::INVALID_COUNT));
+        let (d, _) = decode_request(&big, &L).unwrap().unwrap();
+        assert!(matches!(d, Decoded::Reject { status, .. } if status == Status::BATCH_TOO_LARGE));
+        let small = Limits { max_batch: 10, ..L };
+        let ten = enc(Request::GetIds { count: 10 });
+        assert!(matches!(
+            decode_request(&ten, &small),
+            Ok(Some((Decoded::Request(_), 9)))
+        ));
+    }
+
+    #[test]
+    fn unknown_opcode_is_skipped_whole() {
+        // 0x04 (reserved GET_RANGES) with a 12-byte payload.
+        let mut b = vec![0, 0, 0, 13, 0x04];
+        b.extend_from_slice(&[0xAA; 12]);
+        assert_eq!(decode_request(&b[..16], &L), Ok(None));
+        let (d, n) = decode_request(&b, &L).unwrap().unwrap();
+        assert_eq!(n, 17);
+        assert_eq!(
+            d,
+            Decoded::Reject {
+                status: Status::UNKNOWN_OPCODE,
+                message: "unknown opcode"
+            }
+        );
+        // Opcode only, and an unknown opcode of exactly the maximum length.
+        assert!(matches!(
+            decode_request(&[0, 0, 0, 1, 0x7F], &L),
+            Ok(Some((Decoded::Reject { .. }, 5)))
+        ));
+        let mut max = vec![0, 0, 0, 64, 0x42];
+        max.resize(68, 0);
+        assert!(matches!(
+            decode_request(&max, &L),
+            Ok(Some((Decoded::Reject { .. }, 68)))
+        ));
+    }
+
+    #[test]
+    fn length_faults_fail_on_the_prefix_alone() {
+        assert_eq!(
+            decode_request(&[0, 0, 0, 0], &L),
+            Err(FrameError::EmptyFrame)
+        );
+        let e = decode_request(&[0xFF, 0xFF, 0xFF, 0xFF], &L).unwrap_err();
+        assert_eq!(
+            e,
+            FrameError::TooLarge {
+                length: u32::MAX,
+                max: 64
+            }
+        );
+        assert_eq!(e.status(), Status::FRAME_TOO_LARGE);
+        assert_eq!(
+            decode_request(&[0, 0, 0, 65], &L).unwrap_err().status(),
+            Status::FRAME_TOO_LARGE
+        );
+        // An HTTP request is a huge length prefix.
+        assert_eq!(
+            decode_request(b"GET / HTTP/1.1\r\n", &L)
+                .unwrap_err()
+                .status(),
+            Status::FRAME_TOO_LARGE
+        );
+    }
+
+    #[test]
+    fn wrong_fixed_lengths_fail_on_the_opcode() {
+        for (len, op) in [
+            (8u8, OP_HELLO),
+            (10, OP_HELLO),
+            (6, OP_GET_IDS),
+            (4, OP_GET_IDS),
+            (5, OP_PING),
+            (1, OP_PING),
+        ] {
+            let e = decode_request(&[0, 0, 0, len, op], &L).unwrap_err();
+            assert!(matches!(e, FrameError::WrongLength { .. }), "{e}");
+            assert_eq!(e.status(), Status::BAD_FRAME);
+        }
+    }
+
+    #[test]
+    fn bad_magic() {
+        let b = b"\x00\x00\x00\x09\x01IDGX\x00\x01\x00\x01";
+        assert_eq!(decode_request(b, &L), Err(FrameError::BadMagic(*b"IDGX")));
+        assert_eq!(FrameError::BadMagic(*b"IDGX").status(), Status::BAD_FRAME);
+    }
+
+    #[test]
+    fn conn_state_hello_first() {
+        let hello = Decoded::Request(Request::Hello {
+            min_version: 1,
+            max_version: 9,
+        });
+        let get = Decoded::Request(Request::GetIds { count: 1 });
+        let reject = Decoded::Reject {
+            status: Status::UNKNOWN_OPCODE,
+            message: "",
+        };
+
+        let mut s = ServerConnState::new();
+        assert_eq!(s.check(&get), Err(FrameError::HandshakeRequired));
+        let mut s = ServerConnState::new();
+        assert_eq!(s.check(&reject), Err(FrameError::HandshakeRequired));
+
+        let mut s = ServerConnState::new();
+        assert_eq!(s.check(&hello), Ok(()));
+        assert_eq!(s.version(), Some(1));
+        assert_eq!(s.check(&get), Ok(()));
+        assert_eq!(s.check(&reject), Ok(()));
+        let e = s.check(&hello).unwrap_err();
+        assert_eq!(e, FrameError::DuplicateHello);
+        assert_eq!(e.status(), Status::HANDSHAKE_REQUIRED);
+    }
+
+    #[test]
+    fn conn_state_version_mismatch() {
+        for (min, max) in [(2, 5), (0, 0), (3, 1), (1, 0)] {
+            let mut s = ServerConnState::new();
+            let e = s
+                .check(&Decoded::Request(Request::Hello {
+                    min_version: min,
+                    max_version: max,
+                }))
+                .unwrap_err();
+            assert_eq!(e.status(), Status::UNSUPPORTED_VERSION, "{min}..{max}");
+            assert_eq!(s.version(), None);
+        }
+    }
+}

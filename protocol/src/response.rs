@@ -1,0 +1,720 @@
+//! Responses (server → client): server-side encoding, client-side decoding, and the
+//! HELLO_OK layout helpers for taking IDs apart.
+
+use bytes::BufMut;
+
+use crate::{FrameError, Status, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG};
+
+/// Fixed frame length (opcode + payload) of HELLO_OK.
+pub const HELLO_OK_LEN: u32 = 33;
+/// Fixed frame length of PONG.
+pub const PONG_LEN: u32 = 9;
+/// Longest ERROR message in bytes.
+pub const MAX_ERROR_MESSAGE: usize = 255;
+/// Largest frame length of an ERROR frame (`3 + 255`).
+pub const MAX_ERROR_LEN: u32 = 3 + MAX_ERROR_MESSAGE as u32;
+/// Largest ID count that fits in one IDS frame (its length must fit a `u32`).
+pub const MAX_IDS_PER_FRAME: u32 = (u32::MAX - 5) / 8;
+
+/// Largest response frame length a client must accept from a server whose HELLO_OK
+/// announced `max_batch`: `max(5 + 8 * max_batch, 258)` (saturating), so that an IDS
+/// frame of `max_batch` IDs and any ERROR frame both fit. Before HELLO_OK arrives a client
+/// may use `max_response_frame(0)` (= 258, enough for HELLO_OK and ERROR) or the
+/// default `max_batch`.
+pub const fn max_response_frame(max_batch: u32) -> u32 {
+    let ids = 5u64 + 8 * max_batch as u64;
+    let frame = if ids > MAX_ERROR_LEN as u64 {
+        ids
+    } else {
+        MAX_ERROR_LEN as u64
+    };
+    if frame > u32::MAX as u64 {
+        u32::MAX
+    } else {
+        frame as u32
+    }
+}
+
+/// The HELLO_OK payload: negotiated version, ID layout, and this connection's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ServerHello {
+    /// Negotiated protocol version.
+    pub version: u16,
+    /// Unix time in milliseconds of the ID epoch (timestamp field 0).
+    pub epoch_ms: u64,
+    /// Width of the timestamp field.
+    pub timestamp_bits: u8,
+    /// Width of the worker field (region bits included).
+    pub worker_bits: u8,
+    /// Width of the sequence field.
+    pub sequence_bits: u8,
+    /// How many of the worker field's top bits are the region (0 = no regions).
+    pub region_bits: u8,
+    /// Largest `count` GET_IDS accepts on this connection.
+    pub max_batch: u32,
+    /// Largest request frame length accepted on this connection.
+    pub max_request_frame: u32,
+    /// First worker ID of the shard serving this connection.
+    pub worker_first: u32,
+    /// Number of worker IDs of that shard (`worker_first..worker_first + worker_count`).
+    pub worker_count: u32,
+    /// Index of that shard within the node.
+    pub shard: u16,
+}
+
+/// An ID split into its fields according to a [`ServerHello`] layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IdParts {
+    /// Milliseconds since the ID epoch (the timestamp field).
+    pub ms_since_epoch: u64,
+    /// `epoch_ms + ms_since_epoch`: Unix time in milliseconds.
+    pub unix_ms: u64,
+    /// The whole worker field (region bits included).
+    pub worker: u64,
+    /// The top `region_bits` of the worker field.
+    pub region: u64,
+    /// The sequence field.
+    pub sequence: u64,
+}
+
+const fn mask(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+impl ServerHello {
+    /// Check the layout: `timestamp_bits + worker_bits + sequence_bits == 63` (the top bit
+    /// of every ID is 0) and `region_bits <= worker_bits`.
+    pub const fn validate_layout(&self) -> Result<(), FrameError> {
+        let sum = self.timestamp_bits as u32 + self.worker_bits as u32 + self.sequence_bits as u32;
+        if sum != 63 || self.region_bits > self.worker_bits {
+            return Err(FrameError::BadLayout {
+                timestamp_bits: self.timestamp_bits,
+                worker_bits: self.worker_bits,
+                sequence_bits: self.sequence_bits,
+                region_bits: self.region_bits,
+            });
+        }
+        Ok(())
+    }
+
+    /// Split `id` into timestamp, worker, region and sequence. Assumes a valid layout
+    /// (as every decoded HELLO_OK has).
+    pub const fn decompose(&self, id: u64) -> IdParts {
+        let seq_bits = self.sequence_bits as u32;
+        let worker_bits = self.worker_bits as u32;
+        let shift_ts = seq_bits + worker_bits;
+        let ms =
+            (if shift_ts >= 64 { 0 } else { id >> shift_ts }) & mask(self.timestamp_bits as u32);
+        let worker = (if seq_bits >= 64 { 0 } else { id >> seq_bits }) & mask(worker_bits);
+        let region_shift = worker_bits
+            - if self.region_bits as u32 > worker_bits {
+                worker_bits
+            } else {
+                self.region_bits as u32
+            };
+        let region = if region_shift >= 64 {
+            0
+        } else {
+            worker >> region_shift
+        };
+        IdParts {
+            ms_since_epoch: ms,
+            unix_ms: self.epoch_ms.saturating_add(ms),
+            worker,
+            region,
+            sequence: id & mask(seq_bits),
+        }
+    }
+}
+
+/// IDs of an IDS frame, borrowed from the receive buffer (big-endian `u64`s, validated).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IdsRef<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> IdsRef<'a> {
+    /// Number of IDs.
+    pub const fn len(&self) -> usize {
+        self.bytes.len() / 8
+    }
+
+    /// Always `false` for a decoded frame (IDS carries at least one ID).
+    pub const fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The `i`-th ID.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        let chunk = self.bytes.get(i.checked_mul(8)?..i.checked_mul(8)? + 8)?;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        Some(u64::from_be_bytes(b))
+    }
+
+    /// Iterate over the IDs in order.
+    pub fn iter(&self) -> IdsIter<'a> {
+        IdsIter {
+            chunks: self.bytes.chunks_exact(8),
+        }
+    }
+
+    /// Copy the first `min(self.len(), dst.len())` IDs into `dst`; returns how many.
+    pub fn copy_into(&self, dst: &mut [u64]) -> usize {
+        let n = self.len().min(dst.len());
+        for (d, id) in dst[..n].iter_mut().zip(self.iter()) {
+            *d = id;
+        }
+        n
+    }
+
+    /// The IDs as a new vector.
+    pub fn to_vec(&self) -> Vec<u64> {
+        self.iter().collect()
+    }
+
+    /// The raw payload bytes (`8 * len()` bytes, big-endian IDs).
+    pub const fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+impl std::fmt::Debug for IdsRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for IdsRef<'a> {
+    type Item = u64;
+    type IntoIter = IdsIter<'a>;
+    fn into_iter(self) -> IdsIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the IDs of an [`IdsRef`].
+#[derive(Debug, Clone)]
+pub struct IdsIter<'a> {
+    chunks: std::slice::ChunksExact<'a, u8>,
+}
+
+fn be_u64(chunk: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(chunk);
+    u64::from_be_bytes(b)
+}
+
+impl Iterator for IdsIter<'_> {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        self.chunks.next().map(be_u64)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.chunks.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for IdsIter<'_> {
+    fn next_back(&mut self) -> Option<u64> {
+        self.chunks.next_back().map(be_u64)
+    }
+}
+
+impl ExactSizeIterator for IdsIter<'_> {}
+
+/// A decoded response, borrowing from the receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResponseRef<'a> {
+    /// `0x81 HELLO_OK`.
+    HelloOk(ServerHello),
+    /// `0x82 IDS`: exactly the requested number of IDs.
+    Ids(IdsRef<'a>),
+    /// `0x83 PONG` with the echoed token.
+    Pong(u64),
+    /// `0xFF ERROR`.
+    Error {
+        /// The status code.
+        status: Status,
+        /// Human-readable message (0..=255 bytes of UTF-8).
+        message: &'a str,
+    },
+}
+
+impl ResponseRef<'_> {
+    /// Copy into an owned [`Response`].
+    pub fn into_owned(self) -> Response {
+        match self {
+            ResponseRef::HelloOk(h) => Response::HelloOk(h),
+            ResponseRef::Ids(ids) => Response::Ids(ids.to_vec()),
+            ResponseRef::Pong(t) => Response::Pong(t),
+            ResponseRef::Error { status, message } => Response::Error {
+                status,
+                message: message.to_owned(),
+            },
+        }
+    }
+}
+
+/// An owned response, as produced by [`ClientCodec`](crate::codec::ClientCodec) and
+/// consumed by [`ServerCodec`](crate::codec::ServerCodec).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Response {
+    /// `0x81 HELLO_OK`.
+    HelloOk(ServerHello),
+    /// `0x82 IDS` (must be non-empty when encoded).
+    Ids(Vec<u64>),
+    /// `0x83 PONG`.
+    Pong(u64),
+    /// `0xFF ERROR` (the message is truncated to 255 bytes when encoded).
+    Error {
+        /// The status code.
+        status: Status,
+        /// Human-readable message.
+        message: String,
+    },
+}
+
+impl Response {
+    /// Encode as one frame. Panics like [`encode_ids`] on an empty or oversized `Ids`.
+    pub fn encode<B: BufMut + ?Sized>(&self, buf: &mut B) {
+        match self {
+            Response::HelloOk(h) => encode_hello_ok(h, buf),
+            Response::Ids(ids) => encode_ids(ids, buf),
+            Response::Pong(t) => encode_pong(*t, buf),
+            Response::Error { status, message } => encode_error(*status, message, buf),
+        }
+    }
+}
+
+/// Encode a HELLO_OK frame (37 bytes).
+pub fn encode_hello_ok<B: BufMut + ?Sized>(hello: &ServerHello, buf: &mut B) {
+    buf.put_u32(HELLO_OK_LEN);
+    buf.put_u8(OP_HELLO_OK);
+    buf.put_u16(hello.version);
+    buf.put_u64(hello.epoch_ms);
+    buf.put_u8(hello.timestamp_bits);
+    buf.put_u8(hello.worker_bits);
+    buf.put_u8(hello.sequence_bits);
+    buf.put_u8(hello.region_bits);
+    buf.put_u32(hello.max_batch);
+    buf.put_u32(hello.max_request_frame);
+    buf.put_u32(hello.worker_first);
+    buf.put_u32(hello.worker_count);
+    buf.put_u16(hello.shard);
+}
+
+/// Encode the 9-byte head of an IDS frame (length, opcode, count). The caller must then
+/// append exactly `count` IDs with `put_u64` — the server's allocation-free hot path.
+///
+/// # Panics
+/// If `count` is 0 or above [`MAX_IDS_PER_FRAME`]: IDS is never sent empty.
+pub fn encode_ids_header<B: BufMut + ?Sized>(count: u32, buf: &mut B) {
+    assert!(
+        (1..=MAX_IDS_PER_FRAME).contains(&count),
+        "IDS count {count} out of range 1..={MAX_IDS_PER_FRAME}"
+    );
+    buf.put_u32(5 + 8 * count);
+    buf.put_u8(OP_IDS);
+    buf.put_u32(count);
+}
+
+/// Encode a complete IDS frame.
+///
+/// # Panics
+/// Like [`encode_ids_header`], if `ids` is empty or too long.
+pub fn encode_ids<B: BufMut + ?Sized>(ids: &[u64], buf: &mut B) {
+    let count = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+    encode_ids_header(count, buf);
+    for &id in ids {
+        debug_assert!(id >> 63 == 0, "id {id:#x} has the top bit set");
+        buf.put_u64(id);
+    }
+}
+
+/// Encode a PONG frame echoing `token`.
+pub fn encode_pong<B: BufMut + ?Sized>(token: u64, buf: &mut B) {
+    buf.put_u32(PONG_LEN);
+    buf.put_u8(OP_PONG);
+    buf.put_u64(token);
+}
+
+/// `message` cut to at most 255 bytes, on a UTF-8 character boundary.
+pub fn truncate_message(message: &str) -> &str {
+    if message.len() <= MAX_ERROR_MESSAGE {
+        return message;
+    }
+    let mut end = MAX_ERROR_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
+}
+
+/// Encode an ERROR frame. `message` is truncated to 255 bytes on a character boundary.
+pub fn encode_error<B: BufMut + ?Sized>(status: Status, message: &str, buf: &mut B) {
+    let message = truncate_message(message);
+    buf.put_u32(3 + message.len() as u32);
+    buf.put_u8(OP_ERROR);
+    buf.put_u16(status.0);
+    buf.put_slice(message.as_bytes());
+}
+
+/// Decode one response frame from the start of `buf` (client side).
+///
+/// `max_frame` is the largest frame length accepted, normally
+/// [`max_response_frame`]`(max_batch)`. Returns `Ok(None)` while the frame is incomplete,
+/// `Ok(Some((response, consumed)))` for one frame, and `Err` for a broken stream (drop the
+/// connection). A length of 0 or above `max_frame`, an unknown opcode or a wrong length for
+/// a fixed-size frame is reported as soon as the bytes that show it are present.
+///
+/// Does not allocate; the IDS payload is validated (count matches the length, count >= 1,
+/// top bit clear on every ID) and borrowed.
+pub fn decode_response(
+    buf: &[u8],
+    max_frame: u32,
+) -> Result<Option<(ResponseRef<'_>, usize)>, FrameError> {
+    let Some(&[a, b, c, d]) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let length = u32::from_be_bytes([a, b, c, d]);
+    if length == 0 {
+        return Err(FrameError::EmptyFrame);
+    }
+    if length > max_frame {
+        return Err(FrameError::TooLarge {
+            length,
+            max: max_frame,
+        });
+    }
+    let Some(&opcode) = buf.get(4) else {
+        return Ok(None);
+    };
+    let wrong = |expected| FrameError::WrongLength {
+        opcode,
+        length,
+        expected,
+    };
+    match opcode {
+        OP_HELLO_OK if length != HELLO_OK_LEN => return Err(wrong("33")),
+        OP_PONG if length != PONG_LEN => return Err(wrong("9")),
+        OP_ERROR if !(3..=MAX_ERROR_LEN).contains(&length) => return Err(wrong("3..=258")),
+        OP_IDS if length < 13 || (length - 5) % 8 != 0 => {
+            return Err(wrong("5 + 8 * count with count >= 1"))
+        }
+        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS => {}
+        _ => return Err(FrameError::UnknownResponseOpcode(opcode)),
+    }
+    if opcode == OP_IDS {
+        // Check the count as soon as it is present, before the (possibly large) body.
+        if let Some(&[a, b, c, d]) = buf.get(5..9) {
+            let count = u32::from_be_bytes([a, b, c, d]);
+            if count != (length - 5) / 8 {
+                return Err(FrameError::IdsCountMismatch { count, length });
+            }
+        }
+    }
+    let total = 4 + length as usize;
+    let Some(frame) = buf.get(..total) else {
+        return Ok(None);
+    };
+    let p = &frame[5..];
+    let response = match opcode {
+        OP_HELLO_OK => {
+            let u16_at = |i: usize| u16::from_be_bytes([p[i], p[i + 1]]);
+            let u32_at = |i: usize| u32::from_be_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
+            let hello = ServerHello {
+                version: u16_at(0),
+                epoch_ms: be_u64(&p[2..10]),
+                timestamp_bits: p[10],
+                worker_bits: p[11],
+                sequence_bits: p[12],
+                region_bits: p[13],
+                max_batch: u32_at(14),
+                max_request_frame: u32_at(18),
+                worker_first: u32_at(22),
+                worker_count: u32_at(26),
+                shard: u16_at(30),
+            };
+            hello.validate_layout()?;
+            ResponseRef::HelloOk(hello)
+        }
+        OP_IDS => {
+            let bytes = &p[4..];
+            if let Some(index) = bytes.chunks_exact(8).position(|c| c[0] & 0x80 != 0) {
+                return Err(FrameError::IdTopBitSet {
+                    index: index as u32,
+                });
+            }
+            ResponseRef::Ids(IdsRef { bytes })
+        }
+        OP_PONG => ResponseRef::Pong(be_u64(p)),
+        _ => {
+            let status = Status(u16::from_be_bytes([p[0], p[1]]));
+            let message = std::str::from_utf8(&p[2..]).map_err(|_| FrameError::InvalidUtf8)?;
+            ResponseRef::Error { status, message }
+        }
+    };
+    Ok(Some((response, total)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: u32 = 5 + 8 * 65536;
+
+    fn hello() -> ServerHello {
+        ServerHello {
+            version: 1,
+            epoch_ms: 1_704_067_200_000,
+            timestamp_bits: 41,
+            worker_bits: 10,
+            sequence_bits: 12,
+            region_bits: 0,
+            max_batch: 65536,
+            max_request_frame: 64,
+            worker_first: 512,
+            worker_count: 512,
+            shard: 1,
+        }
+    }
+
+    fn round_trip(r: Response) {
+        let mut b = Vec::new();
+        r.encode(&mut b);
+        for k in 0..b.len() {
+            assert_eq!(decode_response(&b[..k], MAX), Ok(None), "prefix {k}");
+        }
+        let (got, n) = decode_response(&b, MAX).unwrap().unwrap();
+        assert_eq!(n, b.len());
+        assert_eq!(got.into_owned(), r);
+    }
+
+    #[test]
+    fn every_response_round_trips() {
+        round_trip(Response::HelloOk(hello()));
+        round_trip(Response::Ids(vec![1]));
+        round_trip(Response::Ids(vec![0, i64::MAX as u64, 42]));
+        round_trip(Response::Pong(u64::MAX));
+        round_trip(Response::Error {
+            status: Status::BATCH_TOO_LARGE,
+            message: "count exceeds max_batch".into(),
+        });
+        round_trip(Response::Error {
+            status: Status(999),
+            message: String::new(),
+        });
+    }
+
+    #[test]
+    fn hello_ok_is_37_bytes() {
+        let mut b = Vec::new();
+        encode_hello_ok(&hello(), &mut b);
+        assert_eq!(b.len(), 37);
+        assert_eq!(&b[..5], &[0, 0, 0, 33, 0x81]);
+    }
+
+    #[test]
+    fn ids_header_then_ids_equals_encode_ids() {
+        let ids = [5u64, 6, 7];
+        let mut a = Vec::new();
+        encode_ids_header(3, &mut a);
+        for id in ids {
+            a.put_u64(id);
+        }
+        let mut b = Vec::new();
+        encode_ids(&ids, &mut b);
+        assert_eq!(a, b);
+        assert_eq!(&a[..9], &[0, 0, 0, 29, 0x82, 0, 0, 0, 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn empty_ids_are_never_encoded() {
+        encode_ids(&[], &mut Vec::new());
+    }
+
+    #[test]
+    fn ids_ref_accessors() {
+        let mut b = Vec::new();
+        encode_ids(&[10, 20, 30], &mut b);
+        let Some((ResponseRef::Ids(ids), _)) = decode_response(&b, MAX).unwrap() else {
+            panic!("not IDS");
+        };
+        assert_eq!(ids.len(), 3);
+        assert!(!ids.is_empty());
+        assert_eq!(ids.get(0), Some(10));
+        assert_eq!(ids.get(2), Some(30));
+        assert_eq!(ids.get(3), None);
+        assert_eq!(ids.get(usize::MAX), None);
+        assert_eq!(ids.iter().rev().collect::<Vec<_>>(), [30, 20, 10]);
+        assert_eq!(ids.iter().len(), 3);
+        let mut dst = [0u64; 2];
+        assert_eq!(ids.copy_into(&mut dst), 2);
+        assert_eq!(dst, [10, 20]);
+        let mut dst = [0u64; 4];
+        assert_eq!(ids.copy_into(&mut dst), 3);
+        assert_eq!(dst, [10, 20, 30, 0]);
+        assert_eq!(ids.into_iter().sum::<u64>(), 60);
+        assert_eq!(ids.as_bytes().len(), 24);
+        assert_eq!(format!("{ids:?}"), "[10, 20, 30]");
+    }
+
+    #[test]
+    fn error_message_truncated_on_char_boundary() {
+        let msg = "é".repeat(200); // 400 bytes, 2 per char
+        let mut b = Vec::new();
+        encode_error(Status::INTERNAL, &msg, &mut b);
+        let (r, _) = decode_response(&b, MAX).unwrap().unwrap();
+        let ResponseRef::Error { status, message } = r else {
+            panic!()
+        };
+        assert_eq!(status, Status::INTERNAL);
+        assert_eq!(message.len(), 254);
+        assert_eq!(truncate_message(&"a".repeat(300)).len(), 255);
+        assert_eq!(truncate_message("short"), "short");
+    }
+
+    #[test]
+    fn length_faults() {
+        assert_eq!(
+            decode_response(&[0, 0, 0, 0], MAX),
+            Err(FrameError::EmptyFrame)
+        );
+        assert_eq!(
+            decode_response(&[0xFF; 4], MAX).unwrap_err().status(),
+            Status::FRAME_TOO_LARGE
+        );
+        let mut b = Vec::new();
+        encode_ids(&[1, 2, 3], &mut b);
+        // 29 bytes: rejected at a limit of 28, accepted at 29.
+        assert_eq!(
+            decode_response(&b, 28).unwrap_err(),
+            FrameError::TooLarge {
+                length: 29,
+                max: 28
+            }
+        );
+        assert!(decode_response(&b, 29).unwrap().is_some());
+        for (len, op) in [
+            (32u32, 0x81u8),
+            (34, 0x81),
+            (8, 0x83),
+            (10, 0x83),
+            (2, 0xFF),
+            (259, 0xFF),
+            (5, 0x82),
+            (12, 0x82),
+            (14, 0x82),
+        ] {
+            let mut f = len.to_be_bytes().to_vec();
+            f.push(op);
+            let e = decode_response(&f, u32::MAX).unwrap_err();
+            assert!(
+                matches!(e, FrameError::WrongLength { .. }),
+                "{len} {op:#x}: {e}"
+            );
+            assert_eq!(e.status(), Status::BAD_FRAME);
+        }
+    }
+
+    #[test]
+    fn unknown_response_opcode() {
+        for op in [0x00u8, 0x01, 0x80, 0x84, 0xFE] {
+            assert_eq!(
+                decode_response(&[0, 0, 0, 1, op], MAX),
+                Err(FrameError::UnknownResponseOpcode(op))
+            );
+        }
+    }
+
+    #[test]
+    fn ids_count_mismatch_detected_early() {
+        // length 21 (two IDs) but count 3: rejected once the count is readable.
+        let f = [0, 0, 0, 21, 0x82, 0, 0, 0, 3];
+        assert_eq!(decode_response(&f[..8], MAX), Ok(None));
+        let e = decode_response(&f, MAX).unwrap_err();
+        assert_eq!(
+            e,
+            FrameError::IdsCountMismatch {
+                count: 3,
+                length: 21
+            }
+        );
+        assert_eq!(e.status(), Status::BAD_FRAME);
+    }
+
+    #[test]
+    fn ids_top_bit() {
+        let mut b = Vec::new();
+        encode_ids_header(2, &mut b);
+        b.put_u64(1);
+        b.put_u64(1 << 63);
+        assert_eq!(
+            decode_response(&b, MAX),
+            Err(FrameError::IdTopBitSet { index: 1 })
+        );
+    }
+
+    #[test]
+    fn error_invalid_utf8() {
+        let f = [0, 0, 0, 5, 0xFF, 0, 100, 0xC3, 0x28];
+        assert_eq!(decode_response(&f, MAX), Err(FrameError::InvalidUtf8));
+    }
+
+    #[test]
+    fn hello_ok_bad_layout() {
+        for (t, w, s, r) in [
+            (41u8, 10u8, 11u8, 0u8),
+            (41, 10, 13, 0),
+            (41, 10, 12, 11),
+            (64, 0, 0, 0),
+        ] {
+            let h = ServerHello {
+                timestamp_bits: t,
+                worker_bits: w,
+                sequence_bits: s,
+                region_bits: r,
+                ..hello()
+            };
+            let mut b = Vec::new();
+            encode_hello_ok(&h, &mut b);
+            let e = decode_response(&b, MAX).unwrap_err();
+            assert!(matches!(e, FrameError::BadLayout { .. }));
+            assert_eq!(e.status(), Status::BAD_FRAME);
+        }
+    }
+
+    #[test]
+    fn max_response_frame_values() {
+        assert_eq!(max_response_frame(65536), 524_293);
+        assert_eq!(max_response_frame(0), 258);
+        assert_eq!(max_response_frame(1), 258);
+        assert_eq!(max_response_frame(32), 261);
+        assert_eq!(max_response_frame(u32::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn decompose_default_layout() {
+        let h = hello();
+        let (ms, worker, seq) = (123_456_789u64, 700u64, 4095u64);
+        let id = (ms << 22) | (worker << 12) | seq;
+        let p = h.decompose(id);
+        assert_eq!(p.ms_since_epoch, ms);
+        assert_eq!(p.unix_ms, h.epoch_ms + ms);
+        assert_eq!(p.worker, worker);
+        assert_eq!(p.region, 0);
+        assert_eq!(p.sequence, seq);
+        let r = ServerHello {
+            region_bits: 3,
+            ..h
+        };
+        assert_eq!(r.decompose(id).region, 700 >> 7);
+        assert_eq!(r.decompose(id).worker, 700);
+    }
+}
