@@ -14,3 +14,4 @@
 pub mod clock;
 pub mod generator;
 pub mod layout;
+pub mod store;

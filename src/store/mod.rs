@@ -1,0 +1,381 @@
+//! The coordination store: a small transactional key-value trait, and its adapters.
+//!
+//! The lease logic (`crate::lease`) is written once against [`KvStore`]; each store is a thin
+//! adapter under it:
+//!
+//! | store | module | URL | transactions |
+//! |---|---|---|---|
+//! | embedded (default) | [`embedded`] | `embedded` or `embedded:/path/to/dir` | one redb write transaction, fsynced |
+//! | etcd | [`etcd`] | `etcd://host:port[,host:port…][/namespace]` | `Txn` comparing `mod_revision` / `version = 0`, then writes |
+//! | FoundationDB (feature `fdb`) | `fdb` | `fdb:/etc/foundationdb/fdb.cluster` | one FDB transaction re-reading the checked keys (`db.run`, which retries) |
+//! | in memory (tests) | [`memory`] | `memory` | a mutex |
+//!
+//! ## The model: optimistic read-modify-write
+//!
+//! Every value carries a [`Version`]: a number that changes on every write of that key and is
+//! never 0 for a present key (0 means "absent"). A transaction reads what it needs, remembering
+//! the versions it saw (its *checks*), then asks the store to [`commit`](KvStore::commit) its
+//! writes only if every check still holds. The store applies the whole commit atomically or not
+//! at all, and answers [`Commit::Conflict`] when a check failed. That is serializable for the
+//! keys a transaction checks: two transactions that read-modify-write the same key cannot both
+//! commit. Scans are snapshot reads: a key seen only through a scan is not checked unless the
+//! transaction also reads it with [`Txn::get`].
+//!
+//! A commit whose outcome is unknown (a timeout after sending it) is [`StoreError::Unknown`]:
+//! callers must treat it as "may or may not have happened".
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub mod embedded;
+pub mod etcd;
+#[cfg(feature = "fdb")]
+pub mod fdb;
+pub mod memory;
+
+/// What a read saw of a key: 0 for absent, otherwise a number that changes on every write.
+pub type Version = u64;
+
+/// A boxed future, for the object-safe store trait.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One key and value as read, with its version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub version: Version,
+}
+
+/// A write inside a commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    Put { key: Vec<u8>, value: Vec<u8> },
+    Delete { key: Vec<u8> },
+}
+
+impl Write {
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Write::Put { key, .. } | Write::Delete { key } => key,
+        }
+    }
+}
+
+/// A precondition of a commit: `key` is still at `version` (0: still absent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub key: Vec<u8>,
+    pub version: Version,
+}
+
+/// The outcome of a commit that reached the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// Every check held; every write was applied.
+    Applied,
+    /// A check failed; nothing was written.
+    Conflict,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached or refused the operation; nothing was written.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A commit was sent but its outcome is unknown: it may or may not have been applied.
+    #[error("store commit outcome unknown: {0}")]
+    Unknown(String),
+    /// The store is misconfigured or its data is not what idgen wrote.
+    #[error("store error: {0}")]
+    Invalid(String),
+}
+
+/// A transactional key-value store, as the lease logic needs it.
+pub trait KvStore: Send + Sync + 'static {
+    /// Reads one key.
+    fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>>;
+    /// Reads every key that starts with `prefix`, in key order (a snapshot read).
+    fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>>;
+    /// Applies `writes` atomically if every check holds.
+    fn commit<'a>(
+        &'a self,
+        checks: &'a [Check],
+        writes: &'a [Write],
+    ) -> BoxFuture<'a, Result<Commit, StoreError>>;
+    /// A short description for logs ("etcd 127.0.0.1:2379", "embedded /var/lib/idgen").
+    fn describe(&self) -> String;
+}
+
+impl fmt::Debug for dyn KvStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+/// One optimistic transaction: reads through [`get`](Txn::get) are checked at commit, writes are
+/// buffered until [`commit`](Txn::commit).
+pub struct Txn<'s> {
+    store: &'s dyn KvStore,
+    checks: Vec<Check>,
+    writes: Vec<Write>,
+}
+
+impl<'s> Txn<'s> {
+    pub fn new(store: &'s dyn KvStore) -> Self {
+        Txn {
+            store,
+            checks: Vec::new(),
+            writes: Vec::new(),
+        }
+    }
+
+    /// Reads `key` and makes the commit conditional on it not changing.
+    pub async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let entry = self.store.get(key).await?;
+        let version = entry.as_ref().map_or(0, |e| e.version);
+        match self.checks.iter_mut().find(|c| c.key == key) {
+            // Read twice inside one transaction: keep the first version seen, so a change in
+            // between is still caught.
+            Some(_) => {}
+            None => self.checks.push(Check {
+                key: key.to_vec(),
+                version,
+            }),
+        }
+        Ok(entry.map(|e| e.value))
+    }
+
+    /// Snapshot read of a prefix: not checked at commit.
+    pub async fn scan(&self, prefix: &[u8]) -> Result<Vec<Entry>, StoreError> {
+        self.store.scan(prefix).await
+    }
+
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.writes.retain(|w| w.key() != key.as_slice());
+        self.writes.push(Write::Put { key, value });
+    }
+
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.writes.retain(|w| w.key() != key.as_slice());
+        self.writes.push(Write::Delete { key });
+    }
+
+    /// Sends the writes, conditional on every checked read.
+    pub async fn commit(self) -> Result<Commit, StoreError> {
+        if self.writes.is_empty() {
+            return Ok(Commit::Applied);
+        }
+        self.store.commit(&self.checks, &self.writes).await
+    }
+}
+
+/// Which store a node uses, parsed from `--store`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `embedded` (in the data directory) or `embedded:/dir`.
+    Embedded { dir: Option<std::path::PathBuf> },
+    /// `etcd://host:port[,host:port…][/prefix]`
+    Etcd {
+        endpoints: Vec<String>,
+        prefix: String,
+    },
+    /// `fdb:/path/to/fdb.cluster` (or `fdb:` for the default cluster file).
+    Fdb { cluster_file: Option<String> },
+    /// `memory`: nothing persists; for tests and demos only.
+    Memory,
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s == "embedded" {
+            return Ok(StoreUrl::Embedded { dir: None });
+        }
+        if let Some(dir) = s.strip_prefix("embedded:") {
+            if dir.is_empty() {
+                return Err("embedded: needs a directory, or use plain `embedded`".into());
+            }
+            return Ok(StoreUrl::Embedded {
+                dir: Some(dir.into()),
+            });
+        }
+        if s == "memory" {
+            return Ok(StoreUrl::Memory);
+        }
+        if let Some(rest) = s.strip_prefix("etcd://") {
+            let (hosts, prefix) = match rest.split_once('/') {
+                Some((h, p)) => (h, p.trim_end_matches('/')),
+                None => (rest, ""),
+            };
+            let endpoints: Vec<String> = hosts
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(String::from)
+                .collect();
+            if endpoints.is_empty() {
+                return Err(format!("{s:?}: etcd:// needs at least one host:port"));
+            }
+            for e in &endpoints {
+                let port = e.rsplit_once(':').map(|(_, p)| p);
+                if port.is_none_or(|p| p.parse::<u16>().is_err()) {
+                    return Err(format!("{s:?}: etcd endpoint {e:?} is not host:port"));
+                }
+            }
+            return Ok(StoreUrl::Etcd {
+                endpoints,
+                prefix: prefix.to_string(),
+            });
+        }
+        if let Some(path) = s.strip_prefix("fdb:") {
+            let path = path.strip_prefix("//").unwrap_or(path);
+            return Ok(StoreUrl::Fdb {
+                cluster_file: (!path.is_empty()).then(|| path.to_string()),
+            });
+        }
+        Err(format!(
+            "{s:?} is not a store URL: use `embedded`, `embedded:/dir`, `etcd://host:port[,host:port…][/prefix]`, `fdb:/path/to/fdb.cluster` or `memory`"
+        ))
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Embedded { dir: None } => f.write_str("embedded"),
+            StoreUrl::Embedded { dir: Some(d) } => write!(f, "embedded:{}", d.display()),
+            StoreUrl::Etcd { endpoints, prefix } if prefix.is_empty() => {
+                write!(f, "etcd://{}", endpoints.join(","))
+            }
+            StoreUrl::Etcd { endpoints, prefix } => {
+                write!(f, "etcd://{}/{}", endpoints.join(","), prefix)
+            }
+            StoreUrl::Fdb { cluster_file: None } => f.write_str("fdb:"),
+            StoreUrl::Fdb {
+                cluster_file: Some(p),
+            } => write!(f, "fdb:{p}"),
+            StoreUrl::Memory => f.write_str("memory"),
+        }
+    }
+}
+
+/// Opens the store a URL names. `data_dir` is where `embedded` keeps its database.
+pub async fn open(
+    url: &StoreUrl,
+    data_dir: &std::path::Path,
+) -> Result<Arc<dyn KvStore>, StoreError> {
+    match url {
+        StoreUrl::Embedded { dir } => {
+            let dir = dir.as_deref().unwrap_or(data_dir);
+            Ok(Arc::new(embedded::EmbeddedStore::open(dir)?))
+        }
+        StoreUrl::Etcd { endpoints, prefix } => Ok(Arc::new(
+            etcd::EtcdStore::connect(endpoints.clone(), prefix.clone()).await?,
+        )),
+        #[cfg(feature = "fdb")]
+        StoreUrl::Fdb { cluster_file } => Ok(Arc::new(fdb::FdbStore::open(
+            cluster_file.as_deref(),
+        )?)),
+        #[cfg(not(feature = "fdb"))]
+        StoreUrl::Fdb { .. } => Err(StoreError::Invalid(
+            "this idgen was built without FoundationDB support: rebuild with `--features fdb` (needs libfdb_c)".into(),
+        )),
+        StoreUrl::Memory => Ok(Arc::new(memory::MemoryStore::new())),
+    }
+}
+
+/// Encodes a value with its version in front: for stores (embedded, FoundationDB, memory) that
+/// keep the version inside the value.
+pub fn encode_versioned(version: Version, value: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + value.len());
+    v.extend_from_slice(&version.to_be_bytes());
+    v.extend_from_slice(value);
+    v
+}
+
+/// The inverse of [`encode_versioned`].
+pub fn decode_versioned(raw: &[u8]) -> Result<(Version, &[u8]), StoreError> {
+    if raw.len() < 8 {
+        return Err(StoreError::Invalid(format!(
+            "stored value of {} bytes is shorter than its version header",
+            raw.len()
+        )));
+    }
+    let (v, rest) = raw.split_at(8);
+    let version = u64::from_be_bytes(v.try_into().expect("8 bytes"));
+    if version == 0 {
+        return Err(StoreError::Invalid("stored value has version 0".into()));
+    }
+    Ok((version, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls_parse_and_print() {
+        let cases = [
+            ("embedded", StoreUrl::Embedded { dir: None }),
+            (
+                "embedded:/var/lib/idgen",
+                StoreUrl::Embedded {
+                    dir: Some("/var/lib/idgen".into()),
+                },
+            ),
+            (
+                "etcd://127.0.0.1:2379,127.0.0.1:22379/idgen",
+                StoreUrl::Etcd {
+                    endpoints: vec!["127.0.0.1:2379".into(), "127.0.0.1:22379".into()],
+                    prefix: "idgen".into(),
+                },
+            ),
+            (
+                "etcd://localhost:2379",
+                StoreUrl::Etcd {
+                    endpoints: vec!["localhost:2379".into()],
+                    prefix: "".into(),
+                },
+            ),
+            (
+                "fdb:/etc/foundationdb/fdb.cluster",
+                StoreUrl::Fdb {
+                    cluster_file: Some("/etc/foundationdb/fdb.cluster".into()),
+                },
+            ),
+            ("fdb:", StoreUrl::Fdb { cluster_file: None }),
+            ("memory", StoreUrl::Memory),
+        ];
+        for (text, want) in cases {
+            let got: StoreUrl = text.parse().unwrap();
+            assert_eq!(got, want, "{text}");
+            assert_eq!(got.to_string().parse::<StoreUrl>().unwrap(), want);
+        }
+        for bad in [
+            "",
+            "etcd://",
+            "etcd://host",
+            "etcd://host:notaport",
+            "redis://x",
+            "embedded:",
+            "postgres://db",
+        ] {
+            let err = bad.parse::<StoreUrl>().unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn versioned_values_round_trip_and_reject_garbage() {
+        let raw = encode_versioned(7, b"abc");
+        assert_eq!(decode_versioned(&raw).unwrap(), (7, &b"abc"[..]));
+        assert!(decode_versioned(b"short").is_err());
+        assert!(decode_versioned(&encode_versioned(0, b"x")).is_err());
+    }
+}
