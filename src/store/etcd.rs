@@ -1,0 +1,265 @@
+//! The etcd store: the v3 API through `etcd-client`.
+//!
+//! Every key is stored under the namespace (`<prefix>/<key>` when the prefix is not empty), so
+//! several idgen clusters can share one etcd. A key's [`Version`](super::Version) is its
+//! `mod_revision`. A commit is one etcd `Txn`: its compares are the checks
+//! (`version(key) = 0` for "still absent", `mod_revision(key) = v` otherwise), its success
+//! branch the writes.
+//!
+//! Every call is bounded: gRPC requests time out after [`REQUEST_TIMEOUT`], and the whole call
+//! (including waiting for a reachable endpoint) after a little more, so an unreachable etcd
+//! fails fast instead of hanging. Errors map to [`StoreError`] as follows:
+//!
+//! - reads (`get`, `scan`): any failure is `Unavailable`;
+//! - commits: `Unavailable` only when the request certainly did not reach an etcd that could
+//!   apply it (no connection could be made, or the member answered "no leader" before
+//!   proposing it); any other transport error or timeout is `Unknown`;
+//! - malformed or refused requests (`InvalidArgument`, permission errors) are `Invalid`.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn,
+    TxnOp,
+};
+use tonic::Code;
+
+use super::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
+
+/// How long establishing a connection to one endpoint may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one gRPC request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The bound on a whole call, which also covers waiting for any endpoint to become reachable.
+const CALL_TIMEOUT: Duration = Duration::from_millis(3000);
+
+/// A namespace in an etcd cluster.
+pub struct EtcdStore {
+    client: Client,
+    endpoints: Vec<String>,
+    prefix: String,
+    /// `prefix + "/"`, or empty.
+    key_prefix: Vec<u8>,
+}
+
+/// Whether an etcd error certainly means the request was not applied.
+fn not_sent(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_)
+        | etcd_client::Error::InvalidUri(_)
+        | etcd_client::Error::InvalidArgs(_)
+        | etcd_client::Error::EndpointError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> =
+                std::error::Error::source(s);
+            while let Some(err) = source {
+                if err.is::<tonic::ConnectError>() {
+                    return true;
+                }
+                source = err.source();
+            }
+            let m = s.message();
+            s.code() == Code::Unavailable
+                && (m.contains("no leader")
+                    || m.contains("tcp connect error")
+                    || m.contains("Connection refused")
+                    || m.contains("error trying to connect"))
+        }
+        _ => false,
+    }
+}
+
+fn is_invalid(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_) => true,
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::InvalidArgument | Code::PermissionDenied | Code::Unauthenticated
+        ),
+        _ => false,
+    }
+}
+
+impl EtcdStore {
+    /// Connects to an etcd cluster (`host:port` endpoints) and checks that it answers.
+    pub async fn connect(endpoints: Vec<String>, prefix: String) -> Result<Self, StoreError> {
+        if endpoints.is_empty() {
+            return Err(StoreError::Invalid("etcd: no endpoints given".into()));
+        }
+        let prefix = prefix.trim_matches('/').to_string();
+        let options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true)
+            // A member cut off from its leader refuses at once instead of stalling.
+            .with_require_leader(true);
+        let what = format!("etcd {}", endpoints.join(","));
+        let client = match tokio::time::timeout(
+            CALL_TIMEOUT,
+            Client::connect(endpoints.clone(), Some(options)),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) if is_invalid(&e) => {
+                return Err(StoreError::Invalid(format!("{what}: {e}")))
+            }
+            Ok(Err(e)) => return Err(StoreError::Unavailable(format!("{what}: {e}"))),
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "{what}: connect timed out"
+                )))
+            }
+        };
+        let key_prefix = if prefix.is_empty() {
+            Vec::new()
+        } else {
+            format!("{prefix}/").into_bytes()
+        };
+        let store = EtcdStore {
+            client,
+            endpoints,
+            prefix,
+            key_prefix,
+        };
+        // The channel connects lazily: make one read so a wrong address fails here, clearly.
+        store.get(b"\0probe").await?;
+        Ok(store)
+    }
+
+    fn full_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.key_prefix.len() + key.len());
+        k.extend_from_slice(&self.key_prefix);
+        k.extend_from_slice(key);
+        k
+    }
+
+    fn entry(&self, kv: &etcd_client::KeyValue) -> Result<Entry, StoreError> {
+        let key = kv
+            .key()
+            .strip_prefix(self.key_prefix.as_slice())
+            .ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "etcd returned key {:?} outside namespace {:?}",
+                    String::from_utf8_lossy(kv.key()),
+                    self.prefix
+                ))
+            })?;
+        let version = u64::try_from(kv.mod_revision())
+            .ok()
+            .filter(|v| *v != 0)
+            .ok_or_else(|| {
+                StoreError::Invalid(format!("etcd mod_revision {}", kv.mod_revision()))
+            })?;
+        Ok(Entry {
+            key: key.to_vec(),
+            value: kv.value().to_vec(),
+            version,
+        })
+    }
+
+    fn kv(&self) -> KvClient {
+        self.client.kv_client()
+    }
+
+    /// Bounds a read and maps its errors: every failure of a read is `Unavailable`.
+    async fn read<T>(
+        &self,
+        what: &str,
+        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(CALL_TIMEOUT, f).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) if is_invalid(&e) => Err(StoreError::Invalid(format!(
+                "{} {what}: {e}",
+                self.describe()
+            ))),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!(
+                "{} {what}: {e}",
+                self.describe()
+            ))),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{} {what}: timed out after {CALL_TIMEOUT:?}",
+                self.describe()
+            ))),
+        }
+    }
+}
+
+impl KvStore for EtcdStore {
+    fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>> {
+        Box::pin(async move {
+            let mut kv = self.kv();
+            let resp = self.read("get", kv.get(self.full_key(key), None)).await?;
+            resp.kvs().first().map(|kv| self.entry(kv)).transpose()
+        })
+    }
+
+    fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
+        Box::pin(async move {
+            let mut kv = self.kv();
+            // One range read: a consistent snapshot at one revision, sorted by key.
+            let options = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Key, SortOrder::Ascend);
+            let resp = self
+                .read("scan", kv.get(self.full_key(prefix), Some(options)))
+                .await?;
+            resp.kvs().iter().map(|kv| self.entry(kv)).collect()
+        })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        checks: &'a [Check],
+        writes: &'a [Write],
+    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        Box::pin(async move {
+            let compares: Vec<Compare> = checks
+                .iter()
+                .map(|c| {
+                    let key = self.full_key(&c.key);
+                    if c.version == 0 {
+                        Ok(Compare::version(key, CompareOp::Equal, 0))
+                    } else {
+                        let rev = i64::try_from(c.version).map_err(|_| {
+                            StoreError::Invalid(format!("etcd: version {} out of range", c.version))
+                        })?;
+                        Ok(Compare::mod_revision(key, CompareOp::Equal, rev))
+                    }
+                })
+                .collect::<Result<_, StoreError>>()?;
+            let ops: Vec<TxnOp> = writes
+                .iter()
+                .map(|w| match w {
+                    Write::Put { key, value } => {
+                        TxnOp::put(self.full_key(key), value.clone(), None)
+                    }
+                    Write::Delete { key } => TxnOp::delete(self.full_key(key), None),
+                })
+                .collect();
+            let txn = Txn::new().when(compares).and_then(ops);
+            let mut kv = self.kv();
+            let what = self.describe();
+            match tokio::time::timeout(CALL_TIMEOUT, kv.txn(txn)).await {
+                Ok(Ok(resp)) if resp.succeeded() => Ok(Commit::Applied),
+                Ok(Ok(_)) => Ok(Commit::Conflict),
+                Ok(Err(e)) if is_invalid(&e) => {
+                    Err(StoreError::Invalid(format!("{what} commit: {e}")))
+                }
+                Ok(Err(e)) if not_sent(&e) => {
+                    Err(StoreError::Unavailable(format!("{what} commit: {e}")))
+                }
+                Ok(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {e}"))),
+                Err(_) => Err(StoreError::Unknown(format!(
+                    "{what} commit: timed out after {CALL_TIMEOUT:?}"
+                ))),
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("etcd {}/{}", self.endpoints.join(","), self.prefix)
+    }
+}
