@@ -8,7 +8,10 @@
 //!
 //! Every call is bounded: gRPC requests time out after [`REQUEST_TIMEOUT`], and the whole call
 //! (including waiting for a reachable endpoint) after a little more, so an unreachable etcd
-//! fails fast instead of hanging. Errors map to [`StoreError`] as follows:
+//! fails fast instead of hanging. A failure that certainly did not reach etcd (connection
+//! refused, "no leader") is retried for up to [`RETRY_FOR`] (the client balances requests over
+//! the endpoints, so a retry may reach a live member): one dead member of a cluster is invisible
+//! to callers, and a dead cluster is reported after about a second. Errors map to [`StoreError`] as follows:
 //!
 //! - reads (`get`, `scan`): any failure is `Unavailable`;
 //! - commits: `Unavailable` only when the request certainly did not reach an etcd that could
@@ -30,6 +33,10 @@ use super::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one gRPC request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a call keeps retrying requests that certainly did not reach etcd.
+pub const RETRY_FOR: Duration = Duration::from_millis(1000);
+/// The pause between such retries, once every endpoint had a try.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// The bound on a whole call, which also covers waiting for any endpoint to become reachable.
 const CALL_TIMEOUT: Duration = Duration::from_millis(3000);
 
@@ -159,27 +166,52 @@ impl EtcdStore {
         })
     }
 
-    fn kv(&self) -> KvClient {
-        self.client.kv_client()
+    /// Runs `op` on a fresh request, within [`CALL_TIMEOUT`] overall. A failure that certainly
+    /// did not reach etcd (connection refused, "no leader") is retried for up to [`RETRY_FOR`]:
+    /// the client balances over the endpoints, so the next try may reach a live one.
+    /// `None` means the call timed out.
+    async fn call<T, Fut>(
+        &self,
+        op: impl Fn(KvClient) -> Fut,
+    ) -> Option<Result<T, etcd_client::Error>>
+    where
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let start = tokio::time::Instant::now();
+        let attempts = async {
+            let mut tries = 0;
+            loop {
+                match op(self.client.kv_client()).await {
+                    Err(e) if not_sent(&e) && !is_invalid(&e) && start.elapsed() < RETRY_FOR => {
+                        tries += 1;
+                        // A try per endpoint at once, then gently: all may be down.
+                        if tries >= self.endpoints.len() {
+                            tokio::time::sleep(RETRY_PAUSE).await;
+                        }
+                    }
+                    r => return r,
+                }
+            }
+        };
+        tokio::time::timeout(CALL_TIMEOUT, attempts).await.ok()
     }
 
-    /// Bounds a read and maps its errors: every failure of a read is `Unavailable`.
-    async fn read<T>(
-        &self,
-        what: &str,
-        f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, StoreError> {
-        match tokio::time::timeout(CALL_TIMEOUT, f).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) if is_invalid(&e) => Err(StoreError::Invalid(format!(
+    /// A read through [`call`](Self::call): every failure of a read is `Unavailable`.
+    async fn read<T, Fut>(&self, what: &str, op: impl Fn(KvClient) -> Fut) -> Result<T, StoreError>
+    where
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        match self.call(op).await {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(e)) if is_invalid(&e) => Err(StoreError::Invalid(format!(
                 "{} {what}: {e}",
                 self.describe()
             ))),
-            Ok(Err(e)) => Err(StoreError::Unavailable(format!(
+            Some(Err(e)) => Err(StoreError::Unavailable(format!(
                 "{} {what}: {e}",
                 self.describe()
             ))),
-            Err(_) => Err(StoreError::Unavailable(format!(
+            None => Err(StoreError::Unavailable(format!(
                 "{} {what}: timed out after {CALL_TIMEOUT:?}",
                 self.describe()
             ))),
@@ -190,21 +222,29 @@ impl EtcdStore {
 impl KvStore for EtcdStore {
     fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>> {
         Box::pin(async move {
-            let mut kv = self.kv();
-            let resp = self.read("get", kv.get(self.full_key(key), None)).await?;
+            let key = self.full_key(key);
+            let resp = self
+                .read("get", |mut kv| {
+                    let key = key.clone();
+                    async move { kv.get(key, None).await }
+                })
+                .await?;
             resp.kvs().first().map(|kv| self.entry(kv)).transpose()
         })
     }
 
     fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
         Box::pin(async move {
-            let mut kv = self.kv();
             // One range read: a consistent snapshot at one revision, sorted by key.
             let options = GetOptions::new()
                 .with_prefix()
                 .with_sort(SortTarget::Key, SortOrder::Ascend);
+            let prefix = self.full_key(prefix);
             let resp = self
-                .read("scan", kv.get(self.full_key(prefix), Some(options)))
+                .read("scan", |mut kv| {
+                    let (prefix, options) = (prefix.clone(), options.clone());
+                    async move { kv.get(prefix, Some(options)).await }
+                })
                 .await?;
             resp.kvs().iter().map(|kv| self.entry(kv)).collect()
         })
@@ -240,19 +280,26 @@ impl KvStore for EtcdStore {
                 })
                 .collect();
             let txn = Txn::new().when(compares).and_then(ops);
-            let mut kv = self.kv();
             let what = self.describe();
-            match tokio::time::timeout(CALL_TIMEOUT, kv.txn(txn)).await {
-                Ok(Ok(resp)) if resp.succeeded() => Ok(Commit::Applied),
-                Ok(Ok(_)) => Ok(Commit::Conflict),
-                Ok(Err(e)) if is_invalid(&e) => {
+            let result = self
+                .call(|mut kv| {
+                    let txn = txn.clone();
+                    async move { kv.txn(txn).await }
+                })
+                .await;
+            // A timeout may have cut off a retry that followed an unsent attempt, but it may
+            // equally have cut off a sent one: unknown.
+            match result {
+                Some(Ok(resp)) if resp.succeeded() => Ok(Commit::Applied),
+                Some(Ok(_)) => Ok(Commit::Conflict),
+                Some(Err(e)) if is_invalid(&e) => {
                     Err(StoreError::Invalid(format!("{what} commit: {e}")))
                 }
-                Ok(Err(e)) if not_sent(&e) => {
+                Some(Err(e)) if not_sent(&e) => {
                     Err(StoreError::Unavailable(format!("{what} commit: {e}")))
                 }
-                Ok(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {e}"))),
-                Err(_) => Err(StoreError::Unknown(format!(
+                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {e}"))),
+                None => Err(StoreError::Unknown(format!(
                     "{what} commit: timed out after {CALL_TIMEOUT:?}"
                 ))),
             }
