@@ -5,13 +5,19 @@
 //!
 //! - [`layout`]: the bit layout `0 | timestamp | worker | sequence` and the [`layout::Id`] type;
 //! - [`clock`]: the wall and monotonic clocks behind a trait, with a controllable test clock;
-//! - [`generator`]: one shard's generator, fenced by a floor and a lease ceiling.
+//! - [`generator`]: one shard's generator, fenced by a floor and a lease ceiling;
+//! - [`store`]: the transactional key-value trait and its stores (embedded, etcd, FoundationDB);
+//! - [`lease`]: timestamp-fenced worker-ID leases, written once over any store;
+//! - [`config`] and [`server`]: `idgen serve`, thread-per-core.
 //!
 //! Uniqueness never depends on clocks agreeing: a worker range is leased together with an
 //! interval of ID time, and a generator issues only timestamps inside it (see
 //! `docs/ARCHITECTURE.md`).
 
 pub mod clock;
+pub mod config;
 pub mod generator;
 pub mod layout;
+pub mod lease;
+pub mod server;
 pub mod store;

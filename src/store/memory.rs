@@ -50,6 +50,11 @@ impl MemoryStore {
         self.lock().faults.push_back(fault);
     }
 
+    /// Faults queued and not yet consumed.
+    pub fn pending_faults(&self) -> usize {
+        self.lock().faults.len()
+    }
+
     /// Commits applied so far.
     pub fn commits(&self) -> u64 {
         self.lock().commits

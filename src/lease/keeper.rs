@@ -1,0 +1,458 @@
+//! The lease keeper: acquires a node's lease, renews it every TTL/3, and hands the ceiling to
+//! the shards. Runs on the control thread, never on a shard.
+//!
+//! ```text
+//!   acquire ──▶ Active ──renew ok──▶ Active (ceiling raised)
+//!                 │  └─renew failed/unknown──▶ Active, ceiling unchanged: shards serve until
+//!                 │                            they reach it, then answer "unavailable"
+//!                 └─lost (generation changed)──▶ ceiling lowered to 0, view withdrawn,
+//!                                                re-acquire (new range, new floor)
+//! ```
+//!
+//! Shards read the current [`LeaseView`] (worker range, floor, shared [`Ceiling`]) from
+//! [`LeaseShared::current`]; a change of generation means a new range and a new generator.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::{duration_ms, Grant, LeaseConfig, LeaseError, Leases, Owner, Released};
+use crate::clock::Clock;
+use crate::generator::Ceiling;
+use crate::layout::Layout;
+use crate::store::KvStore;
+
+/// The lease a node's shards work under.
+#[derive(Debug)]
+pub struct LeaseView {
+    pub grant: Grant,
+    /// The shards' ceiling (ID-time ms); renewals raise it, loss lowers it to 0.
+    pub ceiling: Arc<Ceiling>,
+}
+
+/// Values for metrics and health, updated by the keeper.
+#[derive(Debug, Default)]
+pub struct LeaseStats {
+    pub renew_ok: AtomicU64,
+    pub renew_failed: AtomicU64,
+    /// Latency of the last renewal attempt, µs.
+    pub renew_latency_us: AtomicU64,
+    /// Sum of renewal latencies, µs (with `renew_ok + renew_failed`, an average).
+    pub renew_latency_us_sum: AtomicU64,
+    /// Generation of the current grant (0 before the first).
+    pub generation: AtomicU64,
+    /// Grants obtained (the first one and every re-acquisition).
+    pub acquisitions: AtomicU64,
+    /// Times the lease was found lost.
+    pub lost: AtomicU64,
+    /// Free worker IDs in the node's search space, as of the last look.
+    pub free_workers: AtomicU64,
+    /// Wall clock (Unix ms) of the last successful renewal or grant.
+    pub last_ok_unix_ms: AtomicU64,
+}
+
+/// State shared between the keeper and everyone who reads it.
+#[derive(Debug)]
+pub struct LeaseShared {
+    view: watch::Sender<Option<Arc<LeaseView>>>,
+    pub stats: LeaseStats,
+    pub layout: Layout,
+}
+
+impl LeaseShared {
+    /// The current lease, if the node holds one.
+    pub fn current(&self) -> Option<Arc<LeaseView>> {
+        self.view.borrow().clone()
+    }
+    /// A receiver that sees every change of lease.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Arc<LeaseView>>> {
+        self.view.subscribe()
+    }
+    /// ID-time ms left before the shards reach their ceiling (0 without a lease).
+    pub fn time_left_ms(&self, now_unix_ms: u64) -> u64 {
+        let now = now_unix_ms.saturating_sub(self.layout.epoch_ms());
+        self.current()
+            .map_or(0, |v| v.ceiling.get().saturating_sub(now))
+    }
+}
+
+/// Timing of the keeper loop.
+#[derive(Clone, Copy, Debug)]
+pub struct KeeperTiming {
+    /// Between successful renewals (default TTL/3).
+    pub renew_every: Duration,
+    /// Between attempts after a failure (default TTL/10, at most 1 s).
+    pub retry_every: Duration,
+    /// Longest a store operation may take before it counts as failed (default TTL/3).
+    pub op_timeout: Duration,
+}
+
+impl KeeperTiming {
+    pub fn for_ttl(ttl: Duration) -> Self {
+        KeeperTiming {
+            renew_every: ttl / 3,
+            retry_every: (ttl / 10).min(Duration::from_secs(1)),
+            op_timeout: ttl / 3,
+        }
+    }
+}
+
+/// The lease keeper of one node.
+pub struct Keeper<C: Clock> {
+    store: Arc<dyn KvStore>,
+    layout: Layout,
+    config: LeaseConfig,
+    owner: Owner,
+    clock: C,
+    timing: KeeperTiming,
+    shared: Arc<LeaseShared>,
+    /// The grant as last committed (its `lease_end` follows successful renewals).
+    grant: Mutex<Option<Grant>>,
+}
+
+impl<C: Clock + Send + Sync + 'static> Keeper<C> {
+    pub fn new(
+        store: Arc<dyn KvStore>,
+        layout: Layout,
+        config: LeaseConfig,
+        owner: Owner,
+        clock: C,
+    ) -> Self {
+        let (view, _) = watch::channel(None);
+        Keeper {
+            store,
+            layout,
+            timing: KeeperTiming::for_ttl(config.ttl),
+            config,
+            owner,
+            clock,
+            shared: Arc::new(LeaseShared {
+                view,
+                stats: LeaseStats::default(),
+                layout,
+            }),
+            grant: Mutex::new(None),
+        }
+    }
+
+    pub fn with_timing(mut self, timing: KeeperTiming) -> Self {
+        self.timing = timing;
+        self
+    }
+
+    pub fn shared(&self) -> Arc<LeaseShared> {
+        Arc::clone(&self.shared)
+    }
+
+    fn leases(&self) -> Leases<'_> {
+        Leases::new(
+            self.store.as_ref(),
+            self.layout,
+            self.config.clone(),
+            self.owner.clone(),
+        )
+    }
+
+    fn grant_slot(&self) -> std::sync::MutexGuard<'_, Option<Grant>> {
+        self.grant.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn timed<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, LeaseError>>,
+    ) -> Result<T, LeaseError> {
+        match tokio::time::timeout(self.timing.op_timeout, f).await {
+            Ok(r) => r,
+            Err(_) => Err(LeaseError::Store(crate::store::StoreError::Unknown(
+                format!("no answer within {:?}", self.timing.op_timeout),
+            ))),
+        }
+    }
+
+    /// Acquires a lease and publishes it. At start-up, the caller treats an error as fatal.
+    pub async fn acquire(&self) -> Result<Arc<LeaseView>, LeaseError> {
+        let now = self.clock.wall_ms();
+        let grant = self.timed(self.leases().acquire(now)).await?;
+        let view = Arc::new(LeaseView {
+            ceiling: Arc::new(Ceiling::new(grant.lease_end)),
+            grant: grant.clone(),
+        });
+        let stats = &self.shared.stats;
+        stats.generation.store(grant.generation, Ordering::Relaxed);
+        stats.acquisitions.fetch_add(1, Ordering::Relaxed);
+        stats.last_ok_unix_ms.store(now, Ordering::Relaxed);
+        tracing::info!(
+            event = "lease_acquired",
+            store = %self.store.describe(),
+            worker_first = grant.first,
+            worker_count = grant.count,
+            generation = grant.generation,
+            floor = grant.floor,
+            lease_end = grant.lease_end,
+            wait_ms = grant.floor.saturating_sub(now.saturating_sub(self.layout.epoch_ms())),
+            "lease acquired"
+        );
+        *self.grant_slot() = Some(grant);
+        self.shared.view.send_replace(Some(Arc::clone(&view)));
+        self.refresh_occupancy().await;
+        Ok(view)
+    }
+
+    async fn refresh_occupancy(&self) {
+        let now = self.clock.wall_ms();
+        if let Ok(Ok(o)) =
+            tokio::time::timeout(self.timing.op_timeout, self.leases().occupancy(now)).await
+        {
+            self.shared
+                .stats
+                .free_workers
+                .store(o.free, Ordering::Relaxed);
+        }
+    }
+
+    /// One renewal attempt. Returns when the next attempt is due.
+    pub async fn renew_once(&self) -> Duration {
+        let Some(view) = self.shared.current() else {
+            return match self.acquire().await {
+                Ok(_) => self.timing.renew_every,
+                Err(e) => {
+                    tracing::warn!(event = "lease_acquire_failed", error = %e, "could not acquire a lease");
+                    self.timing.retry_every
+                }
+            };
+        };
+        let Some(grant) = self.grant_slot().clone() else {
+            return self.timing.retry_every;
+        };
+        let stats = &self.shared.stats;
+        let started = Instant::now();
+        let now = self.clock.wall_ms();
+        let result = self.timed(self.leases().renew(&grant, now)).await;
+        let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        stats.renew_latency_us.store(latency_us, Ordering::Relaxed);
+        stats
+            .renew_latency_us_sum
+            .fetch_add(latency_us, Ordering::Relaxed);
+        match result {
+            Ok(lease_end) => {
+                view.ceiling.raise_to(lease_end);
+                if let Some(g) = self.grant_slot().as_mut() {
+                    g.lease_end = lease_end;
+                }
+                stats.renew_ok.fetch_add(1, Ordering::Relaxed);
+                let last_ok = stats.last_ok_unix_ms.swap(now, Ordering::Relaxed);
+                let since_ms = now.saturating_sub(last_ok);
+                if since_ms > duration_ms(self.config.ttl) / 2 {
+                    tracing::warn!(
+                        event = "lease_renewed_late",
+                        generation = grant.generation,
+                        since_last_ok_ms = since_ms,
+                        lease_end,
+                        "lease renewed late"
+                    );
+                }
+                self.refresh_occupancy().await;
+                self.timing.renew_every
+            }
+            Err(LeaseError::Lost(reason)) => {
+                view.ceiling.lower_to(0);
+                self.shared.view.send_replace(None);
+                *self.grant_slot() = None;
+                stats.lost.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    event = "lease_lost",
+                    generation = grant.generation,
+                    worker_first = grant.first,
+                    worker_count = grant.count,
+                    reason = %reason,
+                    "lease lost: shards stopped; re-acquiring"
+                );
+                Duration::ZERO
+            }
+            Err(e) => {
+                stats.renew_failed.fetch_add(1, Ordering::Relaxed);
+                let now_id = now.saturating_sub(self.layout.epoch_ms());
+                tracing::warn!(
+                    event = "lease_renewal_failed",
+                    generation = grant.generation,
+                    error = %e,
+                    time_left_ms = view.ceiling.get().saturating_sub(now_id),
+                    "lease renewal failed; shards serve until the ceiling"
+                );
+                self.timing.retry_every
+            }
+        }
+    }
+
+    /// Renews until `shutdown` turns true.
+    pub async fn run(&self, mut shutdown: watch::Receiver<bool>) {
+        let mut wait = self.timing.renew_every;
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                changed = shutdown.changed() => {
+                    if changed.is_err() || *shutdown.borrow() {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            wait = self.renew_once().await;
+        }
+    }
+
+    /// Releases the lease after the shards have stopped issuing. `last_issued` is the largest
+    /// timestamp any shard issued under it (`None` if none did).
+    pub async fn release(&self, last_issued: Option<u64>) -> Result<Released, LeaseError> {
+        let Some(grant) = self.grant_slot().clone() else {
+            return Ok(Released::AlreadyLost);
+        };
+        if let Some(view) = self.shared.current() {
+            view.ceiling.lower_to(0);
+        }
+        let now = self.clock.wall_ms();
+        let released = self
+            .timed(self.leases().release(&grant, last_issued, now))
+            .await?;
+        self.shared.view.send_replace(None);
+        *self.grant_slot() = None;
+        tracing::info!(
+            event = "lease_released",
+            generation = grant.generation,
+            worker_first = grant.first,
+            worker_count = grant.count,
+            outcome = ?released,
+            "lease released"
+        );
+        Ok(released)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::lease::{WorkerRecord, WorkerState};
+    use crate::store::memory::MemoryStore;
+    use crate::store::Txn;
+
+    fn keeper(store: Arc<MemoryStore>, ttl_ms: u64, name: &str) -> Keeper<SystemClock> {
+        let mut config = LeaseConfig::new("keeper-test", 2);
+        config.ttl = Duration::from_millis(ttl_ms);
+        config.safety = Duration::from_millis(2 * ttl_ms);
+        Keeper::new(
+            store,
+            Layout::default(),
+            config,
+            Owner::this_process(Some(name.into()), SystemClock::new().wall_ms()),
+            SystemClock::new(),
+        )
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn renews_fails_closed_and_resumes() {
+        let store = Arc::new(MemoryStore::new());
+        let k = keeper(Arc::clone(&store), 300, "a");
+        let view = k.acquire().await.unwrap();
+        let shared = k.shared();
+        let first_end = view.ceiling.get();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(k.renew_once().await, k.timing.renew_every);
+        assert!(view.ceiling.get() > first_end, "renewal raises the ceiling");
+        assert_eq!(shared.stats.renew_ok.load(Ordering::Relaxed), 1);
+
+        store.set_down(true);
+        let before = view.ceiling.get();
+        assert_eq!(k.renew_once().await, k.timing.retry_every);
+        assert_eq!(
+            view.ceiling.get(),
+            before,
+            "a failed renewal leaves the ceiling"
+        );
+        assert_eq!(shared.stats.renew_failed.load(Ordering::Relaxed), 1);
+
+        // An unknown outcome that did apply still does not raise the ceiling.
+        store.set_down(false);
+        store.inject(crate::store::memory::Fault::UnknownApplied);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        k.renew_once().await;
+        assert_eq!(view.ceiling.get(), before);
+        assert_eq!(shared.stats.renew_failed.load(Ordering::Relaxed), 2);
+
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        k.renew_once().await;
+        assert!(
+            view.ceiling.get() > before,
+            "resumes when the store answers"
+        );
+        assert_eq!(shared.current().unwrap().grant.generation, 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn lost_lease_lowers_the_ceiling_and_reacquires_elsewhere() {
+        let store = Arc::new(MemoryStore::new());
+        let k = keeper(Arc::clone(&store), 300, "a");
+        let view = k.acquire().await.unwrap();
+        let first = view.grant.first;
+        // Someone overwrites our records with another generation (as a new holder would).
+        let leases = k.leases();
+        for id in first..first + 2 {
+            let key = leases.worker_key(id);
+            let mut txn = Txn::new(store.as_ref());
+            let raw = txn.get(&key).await.unwrap().unwrap();
+            let mut rec: WorkerRecord = serde_json::from_slice(&raw).unwrap();
+            rec.generation += 100;
+            rec.owner.instance = "someone-else".into();
+            txn.put(key, serde_json::to_vec(&rec).unwrap());
+            txn.commit().await.unwrap();
+        }
+        assert_eq!(k.renew_once().await, Duration::ZERO);
+        assert_eq!(view.ceiling.get(), 0, "shards stop at once");
+        assert!(k.shared().current().is_none());
+        assert_eq!(k.shared().stats.lost.load(Ordering::Relaxed), 1);
+        // The next round re-acquires a different range.
+        k.renew_once().await;
+        let again = k.shared().current().expect("re-acquired");
+        assert_ne!(again.grant.first, first);
+        assert!(again.grant.generation > view.grant.generation);
+        assert_eq!(k.shared().stats.acquisitions.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn run_stops_on_shutdown_and_release_frees_the_range() {
+        let store = Arc::new(MemoryStore::new());
+        let k = Arc::new(keeper(Arc::clone(&store), 60, "a"));
+        let view = k.acquire().await.unwrap();
+        let (tx, rx) = watch::channel(false);
+        let runner = {
+            let k = Arc::clone(&k);
+            tokio::spawn(async move { k.run(rx).await })
+        };
+        let start = view.ceiling.get();
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(view.ceiling.get() > start, "the loop renews on its own");
+        tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(2), runner)
+            .await
+            .expect("run returns on shutdown")
+            .unwrap();
+        let last = view.grant.floor + 1;
+        let released = k.release(Some(last)).await.unwrap();
+        assert_eq!(released, Released::Freed { lease_end: last });
+        assert_eq!(view.ceiling.get(), 0);
+        let recs = k.leases().workers().await.unwrap();
+        assert!(recs
+            .iter()
+            .all(|(_, r)| r.state == WorkerState::Released && r.lease_end == last));
+        // A second keeper gets the same range at once, floored at the true last timestamp.
+        let k2 = keeper(store, 60, "b");
+        let v2 = k2.acquire().await.unwrap();
+        assert_eq!(v2.grant.first, view.grant.first);
+        assert_eq!(v2.grant.floor, last);
+    }
+}
