@@ -202,7 +202,6 @@ pub struct Generator<C: Clock> {
     next: u64,
     /// True once an ID was issued (so `last_ts` is a real timestamp, not the floor).
     started: bool,
-    issued: u64,
     stats: Arc<GeneratorStats>,
 }
 
@@ -212,6 +211,24 @@ impl<C: Clock> Generator<C> {
         config: ShardConfig,
         ceiling: Arc<Ceiling>,
         clock: C,
+    ) -> Result<Self, ConfigError> {
+        Self::with_stats(
+            layout,
+            config,
+            ceiling,
+            clock,
+            Arc::new(GeneratorStats::default()),
+        )
+    }
+
+    /// Like [`new`](Generator::new), counting into existing `stats` (a shard keeps its counters
+    /// across lease changes; `last_timestamp` restarts at the new floor).
+    pub fn with_stats(
+        layout: Layout,
+        config: ShardConfig,
+        ceiling: Arc<Ceiling>,
+        clock: C,
+        stats: Arc<GeneratorStats>,
     ) -> Result<Self, ConfigError> {
         if config.worker_count == 0 {
             return Err(ConfigError::NoWorkers);
@@ -230,7 +247,6 @@ impl<C: Clock> Generator<C> {
                 max: layout.max_timestamp(),
             });
         }
-        let stats = Arc::new(GeneratorStats::default());
         stats.last_timestamp.store(config.floor, Ordering::Relaxed);
         let capacity = config.worker_count << layout.sequence_bits();
         Ok(Generator {
@@ -245,7 +261,6 @@ impl<C: Clock> Generator<C> {
             last_ts: config.floor,
             next: capacity,
             started: false,
-            issued: 0,
             stats,
         })
     }
@@ -327,8 +342,7 @@ impl<C: Clock> Generator<C> {
 
     #[inline]
     fn count(&mut self, n: u64) {
-        self.issued += n;
-        self.stats.issued.store(self.issued, Ordering::Relaxed);
+        bump(&self.stats.issued, n);
     }
 
     fn fill_runs_from(

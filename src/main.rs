@@ -1,10 +1,113 @@
-//! The `idgen` command.
+//! The `idgen` command: `serve` runs a node; the other subcommands help operate one.
 
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use idgen::clock::{Clock, SystemClock};
+use idgen::config::{LogFormat, ServeArgs};
+use idgen::server::Node;
 use mimalloc::MiMalloc;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
 
-fn main() {
-    println!("idgen {}", env!("CARGO_PKG_VERSION"));
+/// idgen: 64-bit, time-ordered, unique IDs, with timestamp-fenced worker leases.
+#[derive(Parser)]
+#[command(name = "idgen", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node: lease worker IDs and answer the ID protocol.
+    Serve(ServeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let config = match args.resolve(SystemClock::new().wall_ms()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("idgen: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        println!("{config}");
+        println!("configuration ok");
+        return ExitCode::SUCCESS;
+    }
+    init_logging(config.log_format);
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("idgen-control")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("idgen: cannot start the control runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let node = match Node::start(config).await {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("idgen: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let view = node.lease().current();
+        println!("listening on {}", node.local_addr());
+        if let Some(v) = view {
+            println!(
+                "worker IDs {}..{} (generation {}), store {}",
+                v.grant.first,
+                v.grant.first + v.grant.count,
+                v.grant.generation,
+                node.config().store
+            );
+        }
+        if let Err(e) = wait_for_signal().await {
+            eprintln!("idgen: cannot wait for signals: {e}");
+        }
+        match node.shutdown().await {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("idgen: shutdown: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!(event = "signal", signal = "SIGTERM", "shutting down"),
+        _ = int.recv() => tracing::info!(event = "signal", signal = "SIGINT", "shutting down"),
+    }
+    Ok(())
 }

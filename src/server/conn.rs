@@ -1,0 +1,306 @@
+//! One connection, served entirely on the shard that accepted it.
+//!
+//! The loop: read what the socket has; decode every complete request in the buffer and encode
+//! its answer into one output buffer (stopping early once `OUTPUT_HIGH_WATER` bytes are pending);
+//! write the whole output in one call (write coalescing); repeat. While a write is blocked on
+//! a client that does not read, nothing more is read from it, so a slow reader costs at most
+//! the high-water mark plus one maximal answer of memory, never more.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use idgen_protocol::{
+    decode_request, encode_error, encode_hello_ok, encode_ids_header, encode_pong, Decoded, Limits,
+    Request, ServerConnState, ServerHello, Status, DEFAULT_MAX_REQUEST_FRAME,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::shard::{IssueError, ShardGen};
+use super::stats::{bump, drop_one, ShardStats};
+use crate::config::ServeConfig;
+use crate::generator::GenError;
+
+/// Stop decoding requests once this much output is waiting to be written.
+const OUTPUT_HIGH_WATER: usize = 256 * 1024;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+
+pub(crate) struct ConnCtx {
+    pub config: ServeConfig,
+    pub gen: Rc<RefCell<ShardGen>>,
+    pub stats: Arc<ShardStats>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// What to do after the buffered requests were handled.
+#[derive(PartialEq, Eq)]
+enum After {
+    /// Read more.
+    Read,
+    /// Requests are still buffered (output high-water mark): write, then handle them.
+    More,
+    /// A closing error was answered: write it, then close.
+    Close,
+}
+
+/// Answers a connection over the limit with OVERLOADED, then closes it.
+pub(crate) async fn refuse_overloaded(mut stream: TcpStream, stats: Arc<ShardStats>) {
+    let mut out = BytesMut::new();
+    encode_error(
+        Status::OVERLOADED,
+        "connection limit reached; try another node",
+        &mut out,
+    );
+    stats.error(Status::OVERLOADED);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let _ = stream.write_all(&out).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+struct Conn {
+    ctx: Rc<ConnCtx>,
+    limits: Limits,
+    state: ServerConnState,
+    inbuf: BytesMut,
+    out: BytesMut,
+    /// Requests answered in `out` since the last write.
+    answered: u64,
+}
+
+pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
+    let stats = Arc::clone(&ctx.stats);
+    bump(&stats.connections_open, 1);
+    let _ = stream.set_nodelay(true);
+    let mut conn = Conn {
+        limits: Limits {
+            max_request_frame: DEFAULT_MAX_REQUEST_FRAME,
+            max_batch: ctx.config.max_batch,
+        },
+        ctx,
+        state: ServerConnState::new(),
+        inbuf: BytesMut::with_capacity(READ_CHUNK),
+        out: BytesMut::with_capacity(READ_CHUNK),
+        answered: 0,
+    };
+    conn.run(&mut stream).await;
+    drop_one(&stats.connections_open);
+}
+
+impl Conn {
+    async fn run(&mut self, stream: &mut TcpStream) {
+        let config = self.ctx.config.clone();
+        let mut shutdown = self.ctx.shutdown.clone();
+        let opened = Instant::now();
+        let mut last_request = opened;
+        let mut read_at = opened;
+        let mut draining = *shutdown.borrow();
+        loop {
+            let before = self.answered;
+            let after = self.handle_buffered();
+            if self.answered > before {
+                last_request = Instant::now();
+            }
+            if !self.flush(stream, read_at).await {
+                return;
+            }
+            match after {
+                After::Close => {
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+                After::More => continue,
+                After::Read => {}
+            }
+            if draining {
+                self.finish_draining(stream).await;
+                return;
+            }
+            let deadline = if self.state.version().is_none() {
+                opened + config.handshake_timeout
+            } else {
+                last_request + config.idle_timeout
+            };
+            if self.inbuf.capacity() - self.inbuf.len() < 1024 {
+                self.inbuf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                biased;
+                changed = shutdown.changed() => {
+                    draining = changed.is_err() || *shutdown.borrow();
+                    if !draining {
+                        continue;
+                    }
+                }
+                read = stream.read_buf(&mut self.inbuf) => match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => read_at = Instant::now(),
+                },
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    // Handshake or idle timeout: close without an ERROR frame (PROTOCOL.md §9).
+                    return;
+                }
+            }
+        }
+    }
+
+    /// On shutdown: everything already read has been answered; answer the next request, if one
+    /// has arrived, with SHUTTING_DOWN, then close.
+    async fn finish_draining(&mut self, stream: &mut TcpStream) {
+        let _ = stream.try_read_buf(&mut self.inbuf);
+        if let Ok(Some(_)) = decode_request(&self.inbuf, &self.limits) {
+            encode_error(
+                Status::SHUTTING_DOWN,
+                "server shutting down; resend unanswered requests to another node",
+                &mut self.out,
+            );
+            self.ctx.stats.error(Status::SHUTTING_DOWN);
+            let _ =
+                tokio::time::timeout(self.ctx.config.write_timeout, stream.write_all(&self.out))
+                    .await;
+        }
+        let _ = stream.shutdown().await;
+    }
+
+    /// Writes the pending output in one call. False if the connection is gone or the client
+    /// stopped reading for longer than the write timeout.
+    async fn flush(&mut self, stream: &mut TcpStream, read_at: Instant) -> bool {
+        if self.out.is_empty() {
+            return true;
+        }
+        let written =
+            tokio::time::timeout(self.ctx.config.write_timeout, stream.write_all(&self.out)).await;
+        if !matches!(written, Ok(Ok(()))) {
+            return false;
+        }
+        self.out.clear();
+        if self.out.capacity() > 4 * OUTPUT_HIGH_WATER {
+            // A huge batch grew the buffer: give the memory back.
+            self.out = BytesMut::with_capacity(READ_CHUNK);
+        }
+        let us = u64::try_from(read_at.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.ctx.stats.latency_n(us, self.answered);
+        self.answered = 0;
+        true
+    }
+
+    /// Decodes and answers every complete request in the input buffer.
+    fn handle_buffered(&mut self) -> After {
+        let stats = Arc::clone(&self.ctx.stats);
+        loop {
+            if self.out.len() >= OUTPUT_HIGH_WATER {
+                return After::More;
+            }
+            let (decoded, used) = match decode_request(&self.inbuf, &self.limits) {
+                Ok(None) => return After::Read,
+                Ok(Some(frame)) => frame,
+                Err(e) => {
+                    encode_error(e.status(), &e.to_string(), &mut self.out);
+                    stats.error(e.status());
+                    bump(&stats.requests, 1);
+                    return After::Close;
+                }
+            };
+            self.inbuf.advance(used);
+            bump(&stats.requests, 1);
+            self.answered += 1;
+            if let Err(e) = self.state.check(&decoded) {
+                encode_error(e.status(), &e.to_string(), &mut self.out);
+                stats.error(e.status());
+                return After::Close;
+            }
+            match decoded {
+                Decoded::Request(Request::Hello { .. }) => self.hello(),
+                Decoded::Request(Request::GetIds { count }) => self.get_ids(count),
+                Decoded::Request(Request::Ping { token }) => encode_pong(token, &mut self.out),
+                Decoded::Reject { status, message } => {
+                    encode_error(status, message, &mut self.out);
+                    stats.error(status);
+                }
+            }
+        }
+    }
+
+    fn hello(&mut self) {
+        let gen = self.ctx.gen.borrow();
+        let (first, count) = gen.range();
+        let layout = self.ctx.config.layout;
+        let hello = ServerHello {
+            version: self
+                .state
+                .version()
+                .unwrap_or(idgen_protocol::PROTOCOL_VERSION),
+            epoch_ms: layout.epoch_ms(),
+            timestamp_bits: layout.timestamp_bits(),
+            worker_bits: layout.worker_bits(),
+            sequence_bits: layout.sequence_bits(),
+            region_bits: layout.region_bits(),
+            max_batch: self.limits.max_batch,
+            max_request_frame: self.limits.max_request_frame,
+            worker_first: u32::try_from(first).unwrap_or(u32::MAX),
+            worker_count: u32::try_from(count).unwrap_or(0),
+            shard: u16::try_from(gen.index()).unwrap_or(u16::MAX),
+        };
+        encode_hello_ok(&hello, &mut self.out);
+    }
+
+    fn get_ids(&mut self, count: u32) {
+        let stats = &self.ctx.stats;
+        let mark = self.out.len();
+        encode_ids_header(count, &mut self.out);
+        let out = &mut self.out;
+        out.reserve(count as usize * 8);
+        let result = self
+            .ctx
+            .gen
+            .borrow_mut()
+            .issue(u64::from(count), |first, n| {
+                put_run(out, first, n);
+            });
+        match result {
+            Ok(()) => {
+                bump(&stats.id_requests, 1);
+                stats.batch(u64::from(count));
+            }
+            Err(e) => {
+                // Never a partial batch: drop whatever was written for this request.
+                self.out.truncate(mark);
+                let (status, message) = status_of(&e);
+                encode_error(status, &message, &mut self.out);
+                stats.error(status);
+            }
+        }
+    }
+}
+
+/// Appends the IDs `first .. first + n` big-endian.
+#[inline]
+fn put_run(out: &mut BytesMut, first: u64, n: u64) {
+    let start = out.len();
+    out.resize(start + n as usize * 8, 0);
+    for (i, chunk) in out[start..].chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(&(first + i as u64).to_be_bytes());
+    }
+}
+
+fn status_of(e: &IssueError) -> (Status, String) {
+    match e {
+        IssueError::NoLease => (
+            Status::UNAVAILABLE_LEASE,
+            "unavailable: this node holds no lease; try another node".to_string(),
+        ),
+        IssueError::Gen(g @ GenError::LeaseCeiling { .. }) => {
+            (Status::UNAVAILABLE_LEASE, g.to_string())
+        }
+        IssueError::Gen(GenError::Exhausted) => {
+            (Status::EXHAUSTED, GenError::Exhausted.to_string())
+        }
+        IssueError::Gen(g) => (Status::UNAVAILABLE_CLOCK, g.to_string()),
+    }
+}

@@ -1,0 +1,228 @@
+//! The idgen node: thread-per-core shards answering the ID protocol, and a control thread.
+//!
+//! ```text
+//!                  ┌──────────────────────── idgen process ───────────────────────────┐
+//!   clients ──TCP──▶ shard 0 thread: current-thread tokio runtime, pinned to core 0     │
+//!     (kernel      │   SO_REUSEPORT listener ─ accept ─ connections (served here only)  │
+//!   SO_REUSEPORT   │   Generator: workers w0..w0+k, floor, ceiling ◀── Arc<Ceiling> ──┐ │
+//!   spreads them)  │ shard 1 thread: … workers w0+k..w0+2k, same floor and ceiling ◀──┤ │
+//!                  │ …                                                               │ │
+//!                  │ control thread (main): tokio runtime                            │ │
+//!                  │   lease keeper: acquire, renew every TTL/3 ───── raises ────────┘ │
+//!                  │   signals: SIGINT/SIGTERM → drain → join shards → release lease  │
+//!                  │   admin HTTP: /metrics, /health (reads shard counters)            │
+//!                  └───────────────────────────────────┬──────────────────────────────┘
+//!                                                      ▼
+//!                                     coordination store (embedded / etcd / FoundationDB)
+//! ```
+//!
+//! What crosses threads: the lease view (worker range, floor, shared ceiling) from the keeper
+//! to the shards, read by a shard once per millisecond of work (the ceiling) or when its lease
+//! changes; shard counters (single-writer atomics) read by the metrics scrape; the shutdown
+//! signal. Nothing else: a connection lives and dies on the shard that accepted it, and the hot
+//! path takes no lock, allocates nothing per request and makes no syscall per ID.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::watch;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::ServeConfig;
+use crate::lease::keeper::{Keeper, LeaseShared};
+use crate::lease::{LeaseConfig, LeaseError, Owner, Released};
+use crate::store::{self, StoreError};
+
+mod conn;
+mod shard;
+pub mod stats;
+
+pub use stats::ShardStats;
+
+/// Why a node could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot open the store {url}: {source}")]
+    Store { url: String, source: StoreError },
+    #[error("cannot acquire a worker-ID lease: {0}")]
+    Lease(#[from] LeaseError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start shard threads: {0}")]
+    Thread(std::io::Error),
+}
+
+/// What a shard reports when it stops: the last timestamp it issued under a lease generation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShardExit {
+    pub last_issued: Option<(u64, u64)>,
+}
+
+/// A running node (shards started, lease held).
+pub struct Node {
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    shards: Vec<JoinHandle<ShardExit>>,
+    keeper: Arc<Keeper<SystemClock>>,
+    keeper_task: tokio::task::JoinHandle<()>,
+    shard_stats: Vec<Arc<ShardStats>>,
+    config: ServeConfig,
+}
+
+impl Node {
+    /// Opens the store, acquires the lease, binds the listeners and starts the shards. Call it
+    /// on the control thread's runtime.
+    pub async fn start(config: ServeConfig) -> Result<Node, ServeError> {
+        let clock = SystemClock::new();
+        let store = store::open(&config.store, &config.data_dir)
+            .await
+            .map_err(|source| ServeError::Store {
+                url: config.store.to_string(),
+                source,
+            })?;
+        let mut lease_config = LeaseConfig::new(
+            config.namespace.clone(),
+            config.shards as u64 * config.workers_per_shard,
+        );
+        lease_config.ttl = config.lease_ttl;
+        lease_config.safety = config.lease_safety;
+        lease_config.region = config.region;
+        let owner = Owner::this_process(config.node_id.clone(), clock.wall_ms());
+        let keeper = Arc::new(Keeper::new(
+            store,
+            config.layout,
+            lease_config,
+            owner,
+            clock,
+        ));
+        let view = keeper.acquire().await?;
+        let lease = keeper.shared();
+
+        let listeners = shard::bind(config.listen, config.shards)?;
+        let addr = listeners[0]
+            .local_addr()
+            .map_err(|source| ServeError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let connections = Arc::new(AtomicUsize::new(0));
+        let mut shards = Vec::with_capacity(config.shards);
+        let mut shard_stats = Vec::with_capacity(config.shards);
+        for (index, listener) in listeners.into_iter().enumerate() {
+            let stats = Arc::new(ShardStats::default());
+            shard_stats.push(Arc::clone(&stats));
+            let ctx = shard::ShardSetup {
+                index,
+                config: config.clone(),
+                lease: Arc::clone(&lease),
+                stats,
+                shutdown: shutdown_rx.clone(),
+                connections: Arc::clone(&connections),
+            };
+            let handle = std::thread::Builder::new()
+                .name(format!("idgen-shard-{index}"))
+                .spawn(move || shard::run(ctx, listener))
+                .map_err(ServeError::Thread)?;
+            shards.push(handle);
+        }
+        let keeper_task = {
+            let keeper = Arc::clone(&keeper);
+            let rx = shutdown_rx.clone();
+            tokio::spawn(async move { keeper.run(rx).await })
+        };
+        tracing::info!(
+            event = "node_started",
+            listen = %addr,
+            shards = config.shards,
+            worker_first = view.grant.first,
+            worker_count = view.grant.count,
+            generation = view.grant.generation,
+            store = %config.store,
+            namespace = %config.namespace,
+            layout = %config.layout,
+            "idgen node started"
+        );
+        Ok(Node {
+            addr,
+            shutdown,
+            shards,
+            keeper,
+            keeper_task,
+            shard_stats,
+            config,
+        })
+    }
+
+    /// Where the ID protocol listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The lease state, for health and metrics.
+    pub fn lease(&self) -> Arc<LeaseShared> {
+        self.keeper.shared()
+    }
+
+    /// Per-shard counters.
+    pub fn shard_stats(&self) -> &[Arc<ShardStats>] {
+        &self.shard_stats
+    }
+
+    pub fn config(&self) -> &ServeConfig {
+        &self.config
+    }
+
+    /// Graceful shutdown: stop accepting, answer what was received, stop the shards, then
+    /// release the lease with the true last-issued timestamp.
+    pub async fn shutdown(self) -> Result<Released, ServeError> {
+        tracing::info!(event = "node_draining", "draining: no new connections");
+        let _ = self.shutdown.send(true);
+        let _ = self.keeper_task.await;
+        let shards = self.shards;
+        let exits = tokio::task::spawn_blocking(move || {
+            shards
+                .into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let generation = self.keeper.shared().current().map(|v| v.grant.generation);
+        let last_issued = exits
+            .iter()
+            .filter_map(|e| e.last_issued)
+            .filter(|(g, _)| Some(*g) == generation)
+            .map(|(_, ts)| ts)
+            .max();
+        let released = self.keeper.release(last_issued).await?;
+        tracing::info!(event = "node_stopped", ?released, "idgen node stopped");
+        Ok(released)
+    }
+}
+
+/// Counts open connections across shards; decrements on drop.
+pub(crate) struct ConnGuard(Arc<AtomicUsize>);
+
+impl ConnGuard {
+    pub(crate) fn try_new(counter: &Arc<AtomicUsize>, max: usize) -> Option<ConnGuard> {
+        let prev = counter.fetch_add(1, Ordering::AcqRel);
+        if prev >= max {
+            counter.fetch_sub(1, Ordering::AcqRel);
+            None
+        } else {
+            Some(ConnGuard(Arc::clone(counter)))
+        }
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
