@@ -200,6 +200,34 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         Ok(view)
     }
 
+    /// Acquires at start-up, retrying what may clear by itself until `within` has passed: the
+    /// store unreachable or contended, or no free range while some held worker IDs have expired
+    /// leases that free up after their safety period (a crashed predecessor). Everything else
+    /// returns at once, including a worker space full of live leases (more nodes than the
+    /// layout allows) and a layout mismatch.
+    pub async fn acquire_patiently(&self, within: Duration) -> Result<Arc<LeaseView>, LeaseError> {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.acquire().await {
+                Ok(view) => return Ok(view),
+                Err(
+                    e @ (LeaseError::NoFreeRange { expiring: 1.., .. }
+                    | LeaseError::Store(_)
+                    | LeaseError::Contention { .. }),
+                ) if Instant::now() + self.timing.retry_every < deadline => {
+                    tracing::warn!(
+                        event = "lease_acquire_failed",
+                        error = %e,
+                        retry_in_ms = duration_ms(self.timing.retry_every),
+                        "no lease yet; retrying"
+                    );
+                    tokio::time::sleep(self.timing.retry_every).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     async fn refresh_occupancy(&self) {
         let now = self.clock.wall_ms();
         if let Ok(Ok(o)) =

@@ -198,11 +198,13 @@ pub struct Grant {
 pub enum LeaseError {
     #[error("layout mismatch: the cluster stores {stored}, this node is configured with {ours}")]
     LayoutMismatch { stored: String, ours: String },
-    #[error("no free range of {wanted} worker IDs{}: {free} free", region_text(*.region))]
+    #[error("no free range of {wanted} worker IDs{}: {free} free{}", region_text(*.region), expiring_text(*.expiring))]
     NoFreeRange {
         wanted: u64,
         region: Option<u64>,
         free: u64,
+        /// Held worker IDs whose lease has expired: they free up after the safety period.
+        expiring: u64,
     },
     #[error("invalid lease request: {0}")]
     BadRequest(String),
@@ -214,6 +216,14 @@ pub enum LeaseError {
     Corrupt { key: String, detail: String },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+fn expiring_text(expiring: u64) -> String {
+    if expiring == 0 {
+        String::new()
+    } else {
+        format!(" ({expiring} more free up when their expired leases pass the safety period)")
+    }
 }
 
 fn region_text(region: Option<u64>) -> String {
@@ -446,11 +456,16 @@ impl<'s> Leases<'s> {
 
             // Snapshot view of the worker space.
             let mut avail = std::collections::BTreeMap::new();
+            let mut expiring = 0;
             for e in txn.scan(&self.workers_prefix()).await? {
                 let id = self.worker_id_of(&e.key)?;
                 if (lo..hi).contains(&id) {
                     let rec = Self::parse_worker(&e.key, &e.value)?;
-                    avail.insert(id, self.avail(&rec, now));
+                    let a = self.avail(&rec, now);
+                    if a == Avail::Blocked && rec.lease_end < now {
+                        expiring += 1;
+                    }
+                    avail.insert(id, a);
                 }
             }
             let Some(first) = choose_range(&avail, lo, hi, wanted) else {
@@ -459,6 +474,7 @@ impl<'s> Leases<'s> {
                     wanted,
                     region: self.config.region,
                     free: (hi - lo) - blocked,
+                    expiring,
                 });
             };
 

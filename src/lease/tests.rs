@@ -117,6 +117,30 @@ async fn an_expired_lease_is_free_only_after_the_safety_period() {
     // Expired (past lease_end) but inside the safety period (2 × TTL): still reserved.
     let expired = NOW + TTL + 2 * TTL; // lease_end + safety, exactly
     assert_eq!(b.acquire(expired).await.unwrap().first, 1);
+    // With a full worker space, the refusal says that one ID is only waiting out its safety.
+    let full = Layout::new(DEFAULT_EPOCH_MS, 52, 1, 10, 0).unwrap(); // 2 workers: 0 and 1
+    let d = Leases::new(&s, full, LeaseConfig::new("t2", 1), owner("d"));
+    d.acquire(NOW).await.unwrap();
+    Leases::new(&s, full, LeaseConfig::new("t2", 1), owner("e"))
+        .acquire(NOW)
+        .await
+        .unwrap();
+    let err = Leases::new(&s, full, LeaseConfig::new("t2", 1), owner("f"))
+        .acquire(NOW + TTL + 1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LeaseError::NoFreeRange {
+                free: 0,
+                expiring: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("2 more free up"), "{err}");
     // One ms past the safety period: worker 0 is free again, floored at its old lease_end.
     let c = leases(&s, "c", 1).acquire(expired + 1).await.unwrap();
     assert_eq!(c.first, 0);
@@ -241,7 +265,11 @@ async fn unknown_outcomes_are_safe() {
     // Nobody else may take them meanwhile.
     assert!(matches!(
         tiny_leases(&s, "b").acquire(NOW + 1).await,
-        Err(LeaseError::NoFreeRange { free: 0, .. })
+        Err(LeaseError::NoFreeRange {
+            free: 0,
+            expiring: 0,
+            ..
+        })
     ));
 
     // A renewal lost on the way leaves the stored lease_end where it was.

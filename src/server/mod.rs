@@ -100,7 +100,11 @@ impl Node {
             owner,
             clock,
         ));
-        let view = keeper.acquire().await?;
+        // Long enough for the lease of a crashed predecessor to expire and pass its safety
+        // period, so a restarted cluster whose worker IDs are all still held comes back.
+        let view = keeper
+            .acquire_patiently(config.lease_ttl + config.lease_safety + config.lease_ttl)
+            .await?;
         let lease = keeper.shared();
 
         let listeners = shard::bind(config.listen, config.shards)?;

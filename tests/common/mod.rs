@@ -1,3 +1,4 @@
 //! Helpers shared by the integration tests (`mod common;`).
 
 pub mod etcd;
+pub mod node;

@@ -1,0 +1,272 @@
+//! A real `idgen serve` process for integration tests, and a minimal blocking protocol client.
+//!
+//! The node runs the binary Cargo built for this package, listening on 127.0.0.1:0; the address
+//! comes from the `listening on …` line it prints. Its stderr (the logs) goes to a file whose
+//! tail is shown when a test fails. Drop kills the process (only the one it started).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use idgen_protocol::{
+    decode_response, encode_request, max_response_frame, Request, Response, ServerHello, Status,
+    DEFAULT_MAX_BATCH,
+};
+
+pub struct NodeProc {
+    child: Child,
+    pub addr: SocketAddr,
+    pub stdout: Vec<String>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Arguments every test node gets unless it overrides them.
+pub const BASE_ARGS: &[&str] = &["--listen", "127.0.0.1:0", "--admin-listen", "off"];
+
+impl NodeProc {
+    /// Starts a node; panics with its log if it does not come up.
+    pub fn start(args: &[&str]) -> NodeProc {
+        Self::try_start(args, &[]).unwrap_or_else(|e| panic!("idgen did not start: {e}"))
+    }
+
+    /// Starts a node with extra environment; `Err` carries its exit status and log.
+    pub fn try_start(args: &[&str], env: &[(&str, &str)]) -> Result<NodeProc, String> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("idgen.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_idgen"));
+        cmd.arg("serve")
+            .args(BASE_ARGS)
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut lines = Vec::new();
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(line) => {
+                    if let Some(a) = line.strip_prefix("listening on ") {
+                        let addr = a.trim().parse().expect("address");
+                        lines.push(line);
+                        // Keep reading the rest of the banner without blocking.
+                        while let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+                            lines.push(l);
+                        }
+                        return Ok(NodeProc {
+                            child,
+                            addr,
+                            stdout: lines,
+                            log,
+                            _dir: dir,
+                        });
+                    }
+                    lines.push(line);
+                }
+                Err(_) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Err(format!(
+                            "exited with {status}; stdout {lines:?}; log:\n{}",
+                            tail(&log)
+                        ));
+                    }
+                    if Instant::now() > deadline {
+                        let _ = child.kill();
+                        return Err(format!(
+                            "no `listening on` line in 30 s; log:\n{}",
+                            tail(&log)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Sends a signal by name (`TERM`, `KILL`, `STOP`, `CONT`) to this node only.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{sig} {}", self.child.id());
+    }
+
+    /// SIGTERM and wait (bounded) for the exit status.
+    pub fn terminate(&mut self, within: Duration) -> ExitStatus {
+        self.signal("TERM");
+        self.wait(within)
+    }
+
+    pub fn wait(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "idgen did not exit within {within:?}; log:\n{}",
+                    tail(&self.log)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// A blocking protocol connection.
+pub struct Conn {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    max_frame: u32,
+    pub hello: Option<ServerHello>,
+}
+
+impl Conn {
+    /// Connects without a handshake.
+    pub fn raw(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        stream.set_nodelay(true).expect("nodelay");
+        Conn {
+            stream,
+            buf: BytesMut::new(),
+            max_frame: max_response_frame(DEFAULT_MAX_BATCH),
+            hello: None,
+        }
+    }
+
+    /// Connects and completes the handshake.
+    pub fn open(addr: SocketAddr) -> Conn {
+        let mut c = Self::raw(addr);
+        c.send(&Request::Hello {
+            min_version: 1,
+            max_version: 1,
+        });
+        match c.recv().expect("HELLO_OK") {
+            Response::HelloOk(h) => {
+                c.max_frame = max_response_frame(h.max_batch);
+                c.hello = Some(h);
+            }
+            other => panic!("expected HELLO_OK, got {other:?}"),
+        }
+        c
+    }
+
+    pub fn send(&mut self, req: &Request) {
+        let mut out = BytesMut::new();
+        encode_request(req, &mut out);
+        self.stream.write_all(&out).expect("write");
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// The next answer; `None` when the server closed the connection.
+    pub fn recv(&mut self) -> Option<Response> {
+        loop {
+            match decode_response(&self.buf, self.max_frame) {
+                Ok(Some((resp, used))) => {
+                    let owned = resp.into_owned();
+                    let _ = self.buf.split_to(used);
+                    return Some(owned);
+                }
+                Ok(None) => {}
+                Err(e) => panic!("server sent a bad frame: {e}"),
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::ConnectionReset
+                        || e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    return None
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// GET_IDS: the IDs, or the error status and message.
+    pub fn get_ids(&mut self, n: u32) -> Result<Vec<u64>, (Status, String)> {
+        self.send(&Request::GetIds { count: n });
+        match self.recv() {
+            Some(Response::Ids(ids)) => Ok(ids),
+            Some(Response::Error { status, message }) => Err((status, message)),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+}
+
+/// Decodes the timestamp field of an ID under a HELLO_OK layout.
+pub fn timestamp_of(hello: &ServerHello, id: u64) -> u64 {
+    id >> (hello.worker_bits + hello.sequence_bits)
+}
+
+/// Decodes the worker field of an ID under a HELLO_OK layout.
+pub fn worker_of(hello: &ServerHello, id: u64) -> u64 {
+    (id >> hello.sequence_bits) & ((1 << hello.worker_bits) - 1)
+}
