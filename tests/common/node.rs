@@ -37,13 +37,24 @@ impl NodeProc {
 
     /// Starts a node with extra environment; `Err` carries its exit status and log.
     pub fn try_start(args: &[&str], env: &[(&str, &str)]) -> Result<NodeProc, String> {
+        Self::try_start_in(None, args, env)
+    }
+
+    /// Starts a node whose embedded store lives in `data_dir` (so a restart finds it again);
+    /// `None`: a fresh temporary directory.
+    pub fn try_start_in(
+        data_dir: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<NodeProc, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("idgen.log");
+        let data = data_dir.map_or_else(|| dir.path().join("data"), Path::to_path_buf);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_idgen"));
         cmd.arg("serve")
             .args(BASE_ARGS)
             .arg("--data-dir")
-            .arg(dir.path().join("data"))
+            .arg(data)
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -102,6 +113,17 @@ impl NodeProc {
                 }
             }
         }
+    }
+
+    /// Resident memory of the process, KiB (from /proc).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,0 +1,520 @@
+//! `idgen serve` as a black box: a real process on 127.0.0.1:0, spoken to over TCP.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use common::node::{timestamp_of, worker_of, Conn, NodeProc};
+use idgen_protocol::{encode_request, Request, Response, Status};
+use serde_json::Value;
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// True if the peer closes within `within` (EOF or reset), reading and discarding anything.
+fn closes_within(stream: &mut TcpStream, within: Duration) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => {}
+        }
+    }
+    false
+}
+
+/// Still usable: a PING is answered with its PONG.
+fn assert_usable(c: &mut Conn, what: &str) {
+    c.send(&Request::Ping { token: 77 });
+    match c.recv() {
+        Some(Response::Pong(77)) => {}
+        other => panic!("{what}: connection not usable afterwards: {other:?}"),
+    }
+}
+
+#[test]
+fn the_shared_request_vectors_hold_against_the_real_server() {
+    let vectors: Vec<Value> =
+        serde_json::from_str(include_str!("../protocol/tests/vectors.json")).expect("vectors");
+    let default = NodeProc::start(&["--store", "memory", "--shards", "1"]);
+    let small = NodeProc::start(&["--store", "memory", "--shards", "1", "--max-batch", "10"]);
+    let mut replayed = 0;
+    for v in vectors.iter().filter(|v| v["direction"] == "request") {
+        let name = v["name"].as_str().unwrap();
+        let limits = &v["limits"];
+        if limits["max_request_frame"] != 64 {
+            continue; // the server's request frame limit is fixed at 64 bytes
+        }
+        let node = match limits["max_batch"].as_u64() {
+            Some(65536) => &default,
+            Some(10) => &small,
+            other => panic!("{name}: vector for max_batch {other:?}"),
+        };
+        let bytes = hex(v["hex"].as_str().unwrap());
+        let mut c = if v["connection"] == "new" {
+            Conn::raw(node.addr)
+        } else {
+            Conn::open(node.addr)
+        };
+        c.send_raw(&bytes).unwrap();
+        if v["incomplete"] == true {
+            // Nothing is answered for an incomplete frame: the server waits for the rest.
+            c.stream
+                .set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let mut b = [0u8; 1];
+            match c.stream.read(&mut b) {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                other => panic!("{name}: an incomplete frame was answered: {other:?}"),
+            }
+            replayed += 1;
+            continue;
+        }
+        let answer = c
+            .recv()
+            .unwrap_or_else(|| panic!("{name}: closed without an answer"));
+        if let Some(err) = v.get("error") {
+            let want = Status(err["status"].as_u64().unwrap() as u16);
+            match answer {
+                Response::Error {
+                    status,
+                    ref message,
+                } => {
+                    assert_eq!(status, want, "{name}: {message}");
+                    assert!(!message.is_empty(), "{name}: empty message");
+                }
+                other => panic!("{name}: expected ERROR {want}, got {other:?}"),
+            }
+            if err["closes"] == true {
+                assert!(
+                    closes_within(&mut c.stream, Duration::from_secs(2)),
+                    "{name}: connection left open after a closing error"
+                );
+            } else {
+                assert_usable(&mut c, name);
+            }
+        } else {
+            let d = &v["decoded"];
+            match (d["op"].as_str().unwrap(), answer) {
+                ("HELLO", Response::HelloOk(h)) => {
+                    assert_eq!(
+                        u64::from(h.version),
+                        v["negotiated_version"].as_u64().unwrap()
+                    );
+                    assert_eq!(
+                        (h.timestamp_bits, h.worker_bits, h.sequence_bits),
+                        (41, 10, 12)
+                    );
+                    assert_eq!(
+                        u64::from(h.max_batch),
+                        limits["max_batch"].as_u64().unwrap()
+                    );
+                }
+                ("GET_IDS", Response::Ids(ids)) => {
+                    assert_eq!(ids.len() as u64, d["count"].as_u64().unwrap(), "{name}");
+                    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{name}");
+                }
+                ("PING", Response::Pong(token)) => {
+                    assert_eq!(token.to_string(), d["token"].as_str().unwrap(), "{name}");
+                }
+                (op, other) => panic!("{name}: {op} answered with {other:?}"),
+            }
+        }
+        replayed += 1;
+    }
+    assert!(replayed >= 30, "only {replayed} request vectors replayed");
+}
+
+#[test]
+fn thousands_of_pipelined_mixed_requests_are_answered_in_order() {
+    let node = NodeProc::start(&["--store", "memory", "--shards", "2"]);
+    let mut c = Conn::open(node.addr);
+    // A deterministic mix: batches of many sizes, pings, and requests that are refused but
+    // keep the connection open.
+    let mut reqs = Vec::new();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for i in 0..6000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        reqs.push(match x % 10 {
+            0 => Request::Ping { token: i },
+            1 => Request::GetIds { count: 0 },
+            2 => Request::GetIds { count: 70_000 },
+            3 => Request::GetIds {
+                count: 1 + (x >> 20) as u32 % 5000,
+            },
+            _ => Request::GetIds {
+                count: 1 + (x >> 20) as u32 % 64,
+            },
+        });
+    }
+    let mut out = BytesMut::new();
+    for r in &reqs {
+        encode_request(r, &mut out);
+    }
+    // Unknown opcodes, raw, in the middle.
+    let writer = {
+        let mut s = c.stream.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for chunk in out.chunks(7919) {
+                s.write_all(chunk).unwrap();
+            }
+            s.write_all(&[0, 0, 0, 1, 0x7f]).unwrap();
+        })
+    };
+    let mut last = 0u64;
+    let mut ids_total = 0usize;
+    for (i, r) in reqs.iter().enumerate() {
+        let answer = c.recv().unwrap_or_else(|| panic!("closed at answer {i}"));
+        match (r, answer) {
+            (Request::Ping { token }, Response::Pong(t)) => assert_eq!(*token, t),
+            (Request::GetIds { count: 0 }, Response::Error { status, .. }) => {
+                assert_eq!(status, Status::INVALID_COUNT)
+            }
+            (Request::GetIds { count: 70_000 }, Response::Error { status, .. }) => {
+                assert_eq!(status, Status::BATCH_TOO_LARGE)
+            }
+            (Request::GetIds { count }, Response::Ids(ids)) => {
+                assert_eq!(ids.len(), *count as usize, "answer {i}");
+                for id in ids {
+                    assert!(id > last, "answer {i}: {id} after {last}");
+                    last = id;
+                }
+                ids_total += *count as usize;
+            }
+            (r, a) => panic!("answer {i}: {r:?} answered with {a:?}"),
+        }
+    }
+    match c.recv() {
+        Some(Response::Error { status, .. }) => assert_eq!(status, Status::UNKNOWN_OPCODE),
+        other => panic!("unknown opcode answered with {other:?}"),
+    }
+    writer.join().unwrap();
+    assert_usable(&mut c, "after the mix");
+    assert!(ids_total > 1_000_000, "{ids_total}");
+}
+
+#[test]
+fn shards_issue_unique_ids_from_their_own_workers() {
+    let node = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "2",
+        "--workers-per-shard",
+        "3",
+    ]);
+    let handles: Vec<_> = (0..24)
+        .map(|_| {
+            let addr = node.addr;
+            std::thread::spawn(move || {
+                let mut c = Conn::open(addr);
+                let hello = c.hello.unwrap();
+                let mut ids = Vec::new();
+                for n in [1, 7, 4096, 20_000, 3, 5000] {
+                    ids.extend(c.get_ids(n).expect("ids"));
+                }
+                (hello, ids)
+            })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    let mut shards = HashSet::new();
+    for h in handles {
+        let (hello, ids) = h.join().unwrap();
+        assert_eq!(hello.worker_count, 3);
+        shards.insert((hello.shard, hello.worker_first));
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "increasing per connection"
+        );
+        for id in ids {
+            let w = worker_of(&hello, id);
+            assert!(
+                (u64::from(hello.worker_first)..u64::from(hello.worker_first + 3)).contains(&w),
+                "worker {w} outside shard {} range",
+                hello.shard
+            );
+            assert!(all.insert(id), "duplicate {id}");
+        }
+    }
+    assert_eq!(all.len(), 24 * (1 + 7 + 4096 + 20_000 + 3 + 5000));
+    // The shards own disjoint ranges (SO_REUSEPORT spreads 24 connections over both).
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    let firsts: HashSet<u32> = shards.iter().map(|(_, f)| *f).collect();
+    assert_eq!(firsts.len(), 2);
+}
+
+#[test]
+fn a_client_that_stops_reading_costs_bounded_memory_and_others_are_served() {
+    let node = NodeProc::start(&["--store", "memory", "--shards", "1"]);
+    let before = node.rss_kib();
+    let mut slow = Conn::open(node.addr);
+    // Ask for 1 GiB of IDs and read none of them.
+    let mut out = BytesMut::new();
+    for _ in 0..2048 {
+        encode_request(&Request::GetIds { count: 65_536 }, &mut out);
+    }
+    let mut s = slow.stream.try_clone().unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let writer = std::thread::spawn(move || {
+        // The server stops reading once its bounded output is stuck: this write stalls.
+        let _ = s.write_all(&out);
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let grown = node.rss_kib().saturating_sub(before);
+    assert!(
+        grown < 64 * 1024,
+        "server memory grew by {grown} KiB for a client that does not read"
+    );
+    // Another connection on the same shard is served promptly meanwhile.
+    let started = Instant::now();
+    let mut other = Conn::open(node.addr);
+    assert_eq!(other.get_ids(100).unwrap().len(), 100);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    writer.join().unwrap();
+    // The slow client can still read what it asked for, in order.
+    let mut last = 0;
+    for _ in 0..3 {
+        match slow.recv() {
+            Some(Response::Ids(ids)) => {
+                assert_eq!(ids.len(), 65_536);
+                assert!(ids[0] > last);
+                last = ids[65_535];
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn hostile_frames_close_only_their_own_connection() {
+    let node = NodeProc::start(&["--store", "memory", "--shards", "1"]);
+    let mut bystander = Conn::open(node.addr);
+    assert_eq!(bystander.get_ids(5).unwrap().len(), 5);
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        ("4 GiB length prefix", vec![0xff, 0xff, 0xff, 0xff], true),
+        ("zero length", vec![0, 0, 0, 0], true),
+        ("wrong length for GET_IDS", b"\x00\x00\x00\x03\x02hel".to_vec(), true),
+        ("garbage", b"\xde\xad\xbe\xef\x02hello world".to_vec(), true),
+        ("http", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), false),
+    ];
+    for (what, bytes, handshake) in cases {
+        let mut c = if handshake {
+            Conn::open(node.addr)
+        } else {
+            Conn::raw(node.addr)
+        };
+        c.send_raw(&bytes).unwrap();
+        match c.recv() {
+            Some(Response::Error { status, .. }) => {
+                assert!(status.closes_connection(), "{what}: {status}")
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        assert!(
+            closes_within(&mut c.stream, Duration::from_secs(2)),
+            "{what}"
+        );
+    }
+    // Truncated frames and abrupt closes.
+    for cut in [1usize, 3, 5, 8] {
+        let mut c = Conn::open(node.addr);
+        let mut out = BytesMut::new();
+        encode_request(&Request::Ping { token: 1 }, &mut out);
+        c.send_raw(&out[..cut]).unwrap();
+        drop(c);
+    }
+    // A byte a second (slowloris) gets nothing until the frame completes, and is served then.
+    let mut slow = Conn::open(node.addr);
+    let mut out = BytesMut::new();
+    encode_request(&Request::GetIds { count: 2 }, &mut out);
+    for b in out.iter() {
+        slow.send_raw(&[*b]).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    match slow.recv() {
+        Some(Response::Ids(ids)) => assert_eq!(ids.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    // The bystander never noticed.
+    let ids = bystander.get_ids(1000).unwrap();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn limits_and_timeouts() {
+    let node = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--max-connections",
+        "3",
+        "--idle-timeout",
+        "400ms",
+        "--handshake-timeout",
+        "300ms",
+    ]);
+    // Connection limit: the fourth is refused with OVERLOADED, the others keep working.
+    let mut held: Vec<Conn> = (0..3).map(|_| Conn::open(node.addr)).collect();
+    let mut over = Conn::raw(node.addr);
+    match over.recv() {
+        Some(Response::Error { status, .. }) => assert_eq!(status, Status::OVERLOADED),
+        other => panic!("{other:?}"),
+    }
+    for c in &mut held {
+        assert_eq!(c.get_ids(1).unwrap().len(), 1);
+    }
+    // Idle connections are closed after the idle timeout, with no ERROR frame.
+    std::thread::sleep(Duration::from_millis(700));
+    for c in &mut held {
+        assert!(c.recv().is_none(), "idle connection still open");
+    }
+    // The slots are free again; a connection that never says HELLO is closed.
+    let mut mute = Conn::raw(node.addr);
+    let t = Instant::now();
+    assert!(mute.recv().is_none());
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let mut fresh = Conn::open(node.addr);
+    assert_eq!(fresh.get_ids(3).unwrap().len(), 3);
+}
+
+#[test]
+fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
+    let data = tempfile::tempdir().unwrap();
+    let args = ["--shards", "2"];
+    let mut node = NodeProc::try_start_in(Some(data.path()), &args, &[]).unwrap();
+    let addr = node.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut c = Conn::open(addr);
+                let hello = c.hello.unwrap();
+                let mut ids = Vec::new();
+                let mut refused = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    c.send(&Request::GetIds { count: 100 });
+                    match c.recv() {
+                        Some(Response::Ids(got)) => ids.extend(got),
+                        Some(Response::Error { status, .. }) => {
+                            assert_eq!(status, Status::SHUTTING_DOWN);
+                            refused += 1;
+                            break;
+                        }
+                        None => break,
+                        Some(other) => panic!("{other:?}"),
+                    }
+                }
+                (hello, ids, refused)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let status = node.terminate(Duration::from_secs(15));
+    assert!(status.success(), "exit status {status}");
+    stop.store(true, Ordering::Relaxed);
+    let log = node.log();
+    assert!(log.contains("lease_released"), "log:\n{log}");
+    let mut seen = HashSet::new();
+    let mut max_ts = 0;
+    let mut hello = None;
+    for c in clients {
+        let (h, ids, _refused) = c.join().unwrap();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        for id in &ids {
+            assert!(seen.insert(*id), "duplicate {id}");
+            max_ts = max_ts.max(timestamp_of(&h, *id));
+        }
+        hello = Some(h);
+    }
+    assert!(seen.len() > 1000, "only {} IDs before shutdown", seen.len());
+    // A restart on the same data directory reuses the released range at once, floored at the
+    // true last timestamp: everything it issues is above everything issued before.
+    let node2 = NodeProc::try_start_in(Some(data.path()), &args, &[]).unwrap();
+    let mut c = Conn::open(node2.addr);
+    let h2 = c.hello.unwrap();
+    assert!(
+        (h2.worker_first..h2.worker_first + h2.worker_count).any(|w| w < 2),
+        "the released range is reused: {h2:?}"
+    );
+    let ids = c.get_ids(50_000).unwrap();
+    let h = hello.unwrap();
+    for id in ids {
+        assert!(!seen.contains(&id), "reissued {id}");
+        assert!(timestamp_of(&h, id) > max_ts || worker_of(&h, id) >= 2);
+    }
+}
+
+#[test]
+fn check_config_and_bad_configuration() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args([
+            "serve",
+            "--check-config",
+            "--shards",
+            "2",
+            "--lease-ttl",
+            "4s",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("lease_ttl         = 4s"), "{text}");
+    assert!(text.contains("configuration ok"));
+    for (args, says) in [
+        (vec!["serve", "--lease-ttl", "soon"], "lease_ttl"),
+        (vec!["serve", "--timestamp-bits", "40"], "sum to 63"),
+        (vec!["serve", "--store", "mysql://db"], "store"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // Environment variables configure too, and flags beat them.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["serve", "--check-config", "--shards", "1"])
+        .env("IDGEN_SHARDS", "3")
+        .env("IDGEN_MAX_BATCH", "1234")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("shards            = 1"), "{text}");
+    assert!(text.contains("max_batch         = 1234"), "{text}");
+}
+
+#[test]
+fn a_second_node_on_the_same_data_directory_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let _first = NodeProc::try_start_in(Some(data.path()), &["--shards", "1"], &[]).unwrap();
+    let err = NodeProc::try_start_in(Some(data.path()), &["--shards", "1"], &[])
+        .err()
+        .expect("second node must not start");
+    assert!(err.contains("in use by another idgen process"), "{err}");
+}
