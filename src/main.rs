@@ -23,13 +23,51 @@ struct Cli {
 enum Command {
     /// Run a node: lease worker IDs and answer the ID protocol.
     Serve(ServeArgs),
+    /// Fetch IDs from a running node and print them, one per line.
+    Get {
+        /// Node address (host:port).
+        #[arg(long, default_value = "127.0.0.1:7420", env = "IDGEN_ADDR")]
+        addr: String,
+        /// How many IDs.
+        #[arg(short = 'n', long = "count", default_value_t = 1)]
+        count: u32,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Get { addr, count } => get(&addr, count),
     }
+}
+
+fn get(addr: &str, count: u32) -> ExitCode {
+    use std::io::Write;
+    let client = match idgen_client::blocking::Client::connect(addr) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("idgen get: cannot connect to {addr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ids = match client.next_ids(count) {
+        Ok(ids) => ids,
+        Err(e) => {
+            eprintln!("idgen get: {addr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for id in ids {
+        if writeln!(out, "{id}").is_err() {
+            return ExitCode::FAILURE;
+        }
+    }
+    if out.flush().is_err() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 fn init_logging(format: LogFormat) {

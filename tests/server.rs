@@ -314,7 +314,11 @@ fn hostile_frames_close_only_their_own_connection() {
     let cases: Vec<(&str, Vec<u8>, bool)> = vec![
         ("4 GiB length prefix", vec![0xff, 0xff, 0xff, 0xff], true),
         ("zero length", vec![0, 0, 0, 0], true),
-        ("wrong length for GET_IDS", b"\x00\x00\x00\x03\x02hel".to_vec(), true),
+        (
+            "wrong length for GET_IDS",
+            b"\x00\x00\x00\x03\x02hel".to_vec(),
+            true,
+        ),
         ("garbage", b"\xde\xad\xbe\xef\x02hello world".to_vec(), true),
         ("http", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), false),
     ];
