@@ -22,7 +22,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node: lease worker IDs and answer the ID protocol.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Fetch IDs from a running node and print them, one per line.
     Get {
         /// Node address (host:port).
@@ -37,7 +37,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Get { addr, count } => get(&addr, count),
     }
 }
