@@ -33,9 +33,13 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After the last send, how long to wait for the outstanding answers.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Open loop: tokio's timers fire up to 1 ms late, so a request is sent when it is due
+/// IDs per chunk of kept IDs (8 MiB).
+pub const ID_CHUNK: usize = 1 << 20;
+/// Least free space in the read buffer before each read.
+const READ_CHUNK: usize = 64 * 1024;
+/// Open loop: tokio's timers fire up to 1-2 ms late (1 ms ticks, rounded up), so a request is sent when it is due
 /// within this margin (and timed from its real send time if that is before its due time).
-const OPEN_LOOP_EARLY: Duration = Duration::from_millis(1);
+const OPEN_LOOP_EARLY: Duration = Duration::from_millis(2);
 
 /// Error-count keys for faults seen by the client (server statuses use their `Status` name).
 pub const MALFORMED: &str = "MALFORMED_RESPONSE";
@@ -156,8 +160,9 @@ pub struct ConnStats {
     pub unanswered: u64,
     /// When the last measured answer arrived.
     pub last_answer: Option<Instant>,
-    /// --verify: every ID received (warmup included), in arrival order.
-    pub id_list: Vec<u64>,
+    /// --verify: every ID received (warmup included), in arrival order, in chunks of
+    /// [`ID_CHUNK`] so that keeping them never copies a large vector mid-run.
+    pub id_chunks: Vec<Vec<u64>>,
     /// --verify: IDs not greater than the previous ID on the same connection.
     pub out_of_order: u64,
     /// IDs with the top bit set (rejected IDS frames count once each).
@@ -221,7 +226,7 @@ pub async fn run(
             reconnects: 0,
             unanswered: 0,
             last_answer: None,
-            id_list: Vec::new(),
+            id_chunks: Vec::new(),
             out_of_order: 0,
             sign_bit: 0,
             wrong_count: 0,
@@ -279,7 +284,7 @@ async fn connect(cfg: &Config, addr: SocketAddr) -> Result<Conn, ConnectError> {
         .map_err(|e| ConnectError::Retry(format!("TCP_NODELAY: {e}")))?;
     let mut conn = Conn {
         stream,
-        rbuf: BytesMut::with_capacity(64 * 1024),
+        rbuf: BytesMut::with_capacity(READ_CHUNK),
         max_frame: 0,
     };
     if cfg.target == Target::Redis {
@@ -495,6 +500,8 @@ impl State<'_> {
             if !self.inflight.is_empty() {
                 deadline = earliest(deadline, last_read + IDLE_TIMEOUT);
             }
+            // Keep a large read window (the space of answers already handled is reused).
+            conn.rbuf.reserve(READ_CHUNK);
             let read = tokio::select! {
                 r = conn.stream.read_buf(&mut conn.rbuf) => Some(r),
                 () = sleep_until_opt(deadline) => None,
@@ -655,9 +662,15 @@ impl State<'_> {
             self.stats.wrong_count += 1;
         }
         if self.cfg.verify {
-            let list = &mut self.stats.id_list;
-            list.reserve(count);
             for id in ids {
+                let chunk = match self.stats.id_chunks.last_mut() {
+                    Some(c) if c.len() < c.capacity() => c,
+                    _ => {
+                        self.stats.id_chunks.push(Vec::with_capacity(ID_CHUNK));
+                        self.stats.id_chunks.last_mut().expect("just pushed")
+                    }
+                };
+                chunk.push(id);
                 if id >> 63 != 0 {
                     self.stats.sign_bit += 1;
                 }
@@ -665,7 +678,6 @@ impl State<'_> {
                     self.stats.out_of_order += 1;
                 }
                 self.prev_id = Some(id);
-                list.push(id);
             }
         }
     }

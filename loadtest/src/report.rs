@@ -120,14 +120,18 @@ pub fn merge(all: Vec<ConnStats>, verify: bool) -> Merged {
         sign_bit: 0,
         wrong_count: 0,
     };
-    let total_ids: usize = all.iter().map(|c| c.id_list.len()).sum();
+    let total_ids: usize = all
+        .iter()
+        .flat_map(|c| &c.id_chunks)
+        .map(|chunk| chunk.len())
+        .sum();
     if total_ids as u64 > VERIFY_WARN_IDS {
         eprintln!(
             "idgen-loadtest: warning: verifying {total_ids} IDs needs about {} MiB",
             (total_ids * 8) >> 20
         );
     }
-    let mut ids: Vec<u64> = Vec::new();
+    let mut ids: Vec<u64> = Vec::with_capacity(total_ids);
     for c in all {
         let _ = m.hist.add(&c.hist);
         m.requests += c.requests;
@@ -141,11 +145,8 @@ pub fn merge(all: Vec<ConnStats>, verify: bool) -> Merged {
         m.out_of_order += c.out_of_order;
         m.sign_bit += c.sign_bit;
         m.wrong_count += c.wrong_count;
-        if ids.is_empty() {
-            ids = c.id_list;
-            ids.reserve(total_ids - ids.len());
-        } else {
-            ids.extend_from_slice(&c.id_list);
+        for chunk in c.id_chunks {
+            ids.extend_from_slice(&chunk);
         }
     }
     if verify {
