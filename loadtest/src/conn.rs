@@ -1,0 +1,684 @@
+//! One load-generating connection: connect, handshake, the pipelined send/receive loop,
+//! reconnects. Everything here is owned by the connection's task; the only things it shares
+//! are the read-only [`Config`], the progress channel (one message per second) and the
+//! once-only error notes (error paths only).
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use hdrhistogram::Histogram;
+use idgen_protocol::{
+    decode_response, encode_request, max_response_frame, FrameError, Request, ResponseRef,
+    ServerHello, MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::cli::Target;
+use crate::redis::{self, Reply};
+
+/// Pause before reconnecting after a closed or broken connection.
+pub const RECONNECT_DELAY: Duration = Duration::from_millis(100);
+/// A connection gives up after this many consecutive failed connects (about 5 s).
+const MAX_CONNECT_FAILURES: u32 = 50;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// With requests outstanding and nothing read for this long, the connection is dropped.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After the last send, how long to wait for the outstanding answers.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// IDs per chunk of kept IDs (8 MiB).
+pub const ID_CHUNK: usize = 1 << 20;
+/// Least free space in the read buffer before each read.
+const READ_CHUNK: usize = 64 * 1024;
+/// Open loop: tokio's timers fire up to 1-2 ms late (1 ms ticks, rounded up), so a request is sent when it is due
+/// within this margin (and timed from its real send time if that is before its due time).
+const OPEN_LOOP_EARLY: Duration = Duration::from_millis(2);
+
+/// Error-count keys for faults seen by the client (server statuses use their `Status` name).
+pub const MALFORMED: &str = "MALFORMED_RESPONSE";
+pub const CONNECTION_LOST: &str = "CONNECTION_LOST";
+pub const CONNECT_FAILED: &str = "CONNECT_FAILED";
+pub const TIMEOUT: &str = "TIMEOUT";
+
+/// Latency histograms record nanoseconds, 1 ns ..= 1 hour, 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// The run's settings, shared read-only by all connections.
+pub struct Config {
+    pub target: Target,
+    pub addrs: Vec<SocketAddr>,
+    pub pipeline: usize,
+    pub batch: u32,
+    pub verify: bool,
+    pub start: Instant,
+    /// Requests sent (closed loop) or scheduled (open loop) before this are not measured.
+    pub warmup_end: Instant,
+    /// No request is sent (scheduled, with --rate) at or after this; `None` with --requests.
+    pub end: Option<Instant>,
+    /// Open loop: time between two requests of one connection.
+    pub interval: Option<Duration>,
+    /// The encoded request (the same for every request of the run).
+    pub request: Vec<u8>,
+    pub progress: Option<UnboundedSender<Interval>>,
+    /// Error messages already printed (so that each kind is printed once).
+    notes: Mutex<HashSet<String>>,
+}
+
+impl Config {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        target: Target,
+        addrs: Vec<SocketAddr>,
+        pipeline: usize,
+        batch: u32,
+        verify: bool,
+        start: Instant,
+        warmup_end: Instant,
+        end: Option<Instant>,
+        interval: Option<Duration>,
+        redis_key: &str,
+        progress: Option<UnboundedSender<Interval>>,
+    ) -> Config {
+        let mut request = Vec::new();
+        match target {
+            Target::Idgen => encode_request(&Request::GetIds { count: batch }, &mut request),
+            Target::Redis => redis::encode_incrby(redis_key, batch, &mut request),
+        }
+        Config {
+            target,
+            addrs,
+            pipeline,
+            batch,
+            verify,
+            start,
+            warmup_end,
+            end,
+            interval,
+            request,
+            progress,
+            notes: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Print `message` on stderr the first time `key` is seen (error paths only).
+    pub fn note(&self, key: &str, message: &str) {
+        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        if notes.len() < 1000 && notes.insert(key.to_owned()) {
+            eprintln!("idgen-loadtest: {message}");
+        }
+    }
+}
+
+/// One second of progress from one connection.
+pub struct Interval {
+    pub hist: Histogram<u64>,
+    pub requests: u64,
+    pub ids: u64,
+    pub errors: u64,
+}
+
+impl Interval {
+    pub fn new() -> Interval {
+        Interval {
+            hist: new_histogram(),
+            requests: 0,
+            ids: 0,
+            errors: 0,
+        }
+    }
+
+    pub fn merge(&mut self, other: &Interval) {
+        // Same bounds on both sides, so `add` cannot fail.
+        let _ = self.hist.add(&other.hist);
+        self.requests += other.requests;
+        self.ids += other.ids;
+        self.errors += other.errors;
+    }
+}
+
+/// What one connection measured; merged by the caller at the end.
+pub struct ConnStats {
+    /// Latency of the measured, successful requests (ns).
+    pub hist: Histogram<u64>,
+    /// Measured requests answered (IDs or an error status).
+    pub requests: u64,
+    /// IDs received by measured requests.
+    pub ids: u64,
+    /// Errors by status name (server statuses) or client fault key; whole run.
+    pub errors: BTreeMap<String, u64>,
+    pub reconnects: u64,
+    /// Requests sent but never answered (connection lost, or still outstanding at the end).
+    pub unanswered: u64,
+    /// When the last measured answer arrived.
+    pub last_answer: Option<Instant>,
+    /// --verify: every ID received (warmup included), in arrival order, in chunks of
+    /// [`ID_CHUNK`] so that keeping them never copies a large vector mid-run.
+    pub id_chunks: Vec<Vec<u64>>,
+    /// --verify: IDs not greater than the previous ID on the same connection.
+    pub out_of_order: u64,
+    /// IDs with the top bit set (rejected IDS frames count once each).
+    pub sign_bit: u64,
+    /// --verify: IDS answers whose count differs from --batch.
+    pub wrong_count: u64,
+}
+
+enum End {
+    /// Nothing more to send and nothing outstanding.
+    Finished,
+    /// Drop this connection and open a new one.
+    Reconnect,
+}
+
+enum ConnectError {
+    /// Stops the whole run (e.g. the server's max_batch is below --batch).
+    Fatal(String),
+    /// Try again later (only the first connect of a connection is fatal).
+    Retry(String),
+}
+
+struct Conn {
+    stream: TcpStream,
+    rbuf: BytesMut,
+    max_frame: u32,
+}
+
+struct State<'a> {
+    cfg: &'a Config,
+    addr: SocketAddr,
+    stats: ConnStats,
+    /// Measured requests still to send (--requests).
+    remaining: Option<u64>,
+    /// Open loop: the intended send time of the next request.
+    next_intended: Option<Instant>,
+    /// Outstanding requests: (send time, or intended send time with --rate; measured?).
+    inflight: VecDeque<(Instant, bool)>,
+    /// Last ID on the current connection (--verify).
+    prev_id: Option<u64>,
+    interval: Interval,
+    interval_index: u64,
+}
+
+/// Run one connection until its share of the work is done. `Err` is fatal for the run.
+pub async fn run(
+    cfg: &Config,
+    index: usize,
+    budget: Option<u64>,
+    first_send: Option<Instant>,
+) -> Result<ConnStats, String> {
+    let addr = cfg.addrs[index % cfg.addrs.len()];
+    let mut st = State {
+        cfg,
+        addr,
+        stats: ConnStats {
+            hist: new_histogram(),
+            requests: 0,
+            ids: 0,
+            errors: BTreeMap::new(),
+            reconnects: 0,
+            unanswered: 0,
+            last_answer: None,
+            id_chunks: Vec::new(),
+            out_of_order: 0,
+            sign_bit: 0,
+            wrong_count: 0,
+        },
+        remaining: budget,
+        next_intended: first_send,
+        inflight: VecDeque::with_capacity(cfg.pipeline),
+        prev_id: None,
+        interval: Interval::new(),
+        interval_index: 0,
+    };
+    let mut first = true;
+    let mut failures = 0u32;
+    while !st.sending_done(Instant::now()) {
+        let conn = match connect(cfg, addr).await {
+            Ok(conn) => conn,
+            Err(ConnectError::Fatal(msg)) => return Err(msg),
+            Err(ConnectError::Retry(msg)) if first => return Err(format!("{addr}: {msg}")),
+            Err(ConnectError::Retry(msg)) => {
+                st.error(CONNECT_FAILED);
+                cfg.note(&format!("connect {addr}"), &format!("{addr}: {msg}"));
+                failures += 1;
+                if failures >= MAX_CONNECT_FAILURES {
+                    cfg.note(
+                        &format!("give up {addr}"),
+                        &format!("{addr}: giving up a connection after {failures} failed connects"),
+                    );
+                    break;
+                }
+                sleep(RECONNECT_DELAY).await;
+                continue;
+            }
+        };
+        first = false;
+        failures = 0;
+        match st.session(conn).await {
+            End::Finished => break,
+            End::Reconnect => {
+                st.stats.reconnects += 1;
+                sleep(RECONNECT_DELAY).await;
+            }
+        }
+    }
+    Ok(st.stats)
+}
+
+async fn connect(cfg: &Config, addr: SocketAddr) -> Result<Conn, ConnectError> {
+    let stream = match timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Err(_) => return Err(ConnectError::Retry("connect timed out".into())),
+        Ok(Err(e)) => return Err(ConnectError::Retry(format!("connect: {e}"))),
+        Ok(Ok(s)) => s,
+    };
+    stream
+        .set_nodelay(true)
+        .map_err(|e| ConnectError::Retry(format!("TCP_NODELAY: {e}")))?;
+    let mut conn = Conn {
+        stream,
+        rbuf: BytesMut::with_capacity(READ_CHUNK),
+        max_frame: 0,
+    };
+    if cfg.target == Target::Redis {
+        return Ok(conn);
+    }
+    let mut hello = Vec::with_capacity(13);
+    encode_request(
+        &Request::Hello {
+            min_version: MIN_SUPPORTED_VERSION,
+            max_version: MAX_SUPPORTED_VERSION,
+        },
+        &mut hello,
+    );
+    conn.stream
+        .write_all(&hello)
+        .await
+        .map_err(|e| ConnectError::Retry(format!("sending HELLO: {e}")))?;
+    let hello = match timeout(HANDSHAKE_TIMEOUT, read_hello(&mut conn)).await {
+        Err(_) => return Err(ConnectError::Retry("no HELLO_OK within 5 s".into())),
+        Ok(r) => r?,
+    };
+    if hello.max_batch < cfg.batch {
+        return Err(ConnectError::Fatal(format!(
+            "{addr}: the server's max_batch is {} but --batch is {}; use --batch {} or less",
+            hello.max_batch, cfg.batch, hello.max_batch
+        )));
+    }
+    conn.max_frame = max_response_frame(hello.max_batch);
+    Ok(conn)
+}
+
+async fn read_hello(conn: &mut Conn) -> Result<ServerHello, ConnectError> {
+    loop {
+        // 258 bytes is enough for HELLO_OK and any ERROR (PROTOCOL.md section 7).
+        match decode_response(&conn.rbuf, max_response_frame(0)) {
+            Ok(Some((ResponseRef::HelloOk(hello), used))) => {
+                conn.rbuf.advance(used);
+                return Ok(hello);
+            }
+            Ok(Some((ResponseRef::Error { status, message }, _))) => {
+                return Err(ConnectError::Retry(format!(
+                    "the server refused the handshake: {status}: {message}"
+                )))
+            }
+            Ok(Some((other, _))) => {
+                return Err(ConnectError::Retry(format!(
+                    "expected HELLO_OK, got {}",
+                    response_name(&other)
+                )))
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Err(ConnectError::Retry(format!(
+                    "malformed handshake answer: {e}; {}",
+                    describe_bytes(&conn.rbuf)
+                )))
+            }
+        }
+        match conn.stream.read_buf(&mut conn.rbuf).await {
+            Ok(0) => {
+                return Err(ConnectError::Retry(
+                    "the server closed the connection during the handshake".into(),
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(ConnectError::Retry(format!("reading HELLO_OK: {e}"))),
+        }
+    }
+}
+
+fn response_name(r: &ResponseRef<'_>) -> &'static str {
+    match r {
+        ResponseRef::HelloOk(_) => "HELLO_OK",
+        ResponseRef::Ids(_) => "IDS",
+        ResponseRef::Pong(_) => "PONG",
+        ResponseRef::Error { .. } => "ERROR",
+    }
+}
+
+/// Up to 32 bytes of `buf` in hex, for error messages.
+pub fn describe_bytes(buf: &[u8]) -> String {
+    let shown: Vec<String> = buf.iter().take(32).map(|b| format!("{b:02x}")).collect();
+    let more = if buf.len() > 32 { " …" } else { "" };
+    format!(
+        "{} byte(s) buffered, starting with [{}{more}]",
+        buf.len(),
+        shown.join(" ")
+    )
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+impl State<'_> {
+    fn sending_done(&self, now: Instant) -> bool {
+        if self.remaining == Some(0) {
+            return true;
+        }
+        match (self.cfg.end, self.next_intended) {
+            (Some(end), Some(next)) => next >= end,
+            (Some(end), None) => now >= end,
+            (None, _) => false,
+        }
+    }
+
+    fn error(&mut self, key: &str) {
+        *self.stats.errors.entry(key.to_owned()).or_insert(0) += 1;
+        self.interval.errors += 1;
+    }
+
+    /// The connection is gone: its outstanding requests will never be answered.
+    fn lost(&mut self, key: &str, why: &str) -> End {
+        self.error(key);
+        self.abandon(key, why)
+    }
+
+    /// Give up the outstanding requests of this connection and reconnect.
+    fn abandon(&mut self, key: &str, why: &str) -> End {
+        self.stats.unanswered += self.inflight.len() as u64;
+        self.inflight.clear();
+        self.cfg.note(
+            &format!("{key} {}", self.addr),
+            &format!("{}: {why}; reconnecting", self.addr),
+        );
+        End::Reconnect
+    }
+
+    fn malformed(&mut self, what: &str, buf: &[u8]) -> End {
+        self.cfg.note(
+            &format!("malformed {what}"),
+            &format!(
+                "malformed response from {}: {what}; {}",
+                self.addr,
+                describe_bytes(buf)
+            ),
+        );
+        self.lost(MALFORMED, "malformed response")
+    }
+
+    /// Queue every request that may be sent now.
+    fn fill(&mut self, now: Instant, wbuf: &mut Vec<u8>) {
+        while self.inflight.len() < self.cfg.pipeline {
+            let (t, due) = match self.next_intended {
+                Some(next) if next > now + OPEN_LOOP_EARLY => break,
+                Some(next) if self.cfg.end.is_some_and(|end| next >= end) => break,
+                // Early (by less than the timer granularity): time it from the real send.
+                // Late: from when it should have been sent (coordinated omission).
+                Some(next) => (next.min(now), next),
+                None => (now, now),
+            };
+            let measured = due >= self.cfg.warmup_end;
+            if measured {
+                match &mut self.remaining {
+                    Some(0) => break,
+                    Some(r) => *r -= 1,
+                    None => {}
+                }
+            }
+            if let (Some(next), Some(step)) = (&mut self.next_intended, self.cfg.interval) {
+                *next += step;
+            }
+            self.inflight.push_back((t, measured));
+            wbuf.extend_from_slice(&self.cfg.request);
+        }
+    }
+
+    async fn session(&mut self, mut conn: Conn) -> End {
+        let mut wbuf = Vec::with_capacity(self.cfg.pipeline * self.cfg.request.len());
+        self.prev_id = None; // order is promised per connection only
+        let mut last_read = Instant::now();
+        let mut drain_deadline = None;
+        loop {
+            let now = Instant::now();
+            let sending = !self.sending_done(now);
+            if sending {
+                self.fill(now, &mut wbuf);
+            }
+            if !wbuf.is_empty() {
+                if self.inflight.len() == wbuf.len() / self.cfg.request.len() {
+                    last_read = now; // the idle clock starts with the first outstanding request
+                }
+                let written = conn.stream.write_all(&wbuf).await;
+                wbuf.clear();
+                if let Err(e) = written {
+                    return self.lost(CONNECTION_LOST, &format!("write: {e}"));
+                }
+            }
+            if !sending && self.inflight.is_empty() {
+                return End::Finished;
+            }
+            let mut deadline = None;
+            if sending {
+                if let Some(next) = self.next_intended {
+                    if self.inflight.len() < self.cfg.pipeline {
+                        deadline =
+                            earliest(deadline, next.checked_sub(OPEN_LOOP_EARLY).unwrap_or(next));
+                    }
+                }
+                if let Some(end) = self.cfg.end {
+                    deadline = earliest(deadline, end);
+                }
+            } else {
+                deadline = earliest(deadline, *drain_deadline.get_or_insert(now + DRAIN_TIMEOUT));
+            }
+            if !self.inflight.is_empty() {
+                deadline = earliest(deadline, last_read + IDLE_TIMEOUT);
+            }
+            // Keep a large read window (the space of answers already handled is reused).
+            conn.rbuf.reserve(READ_CHUNK);
+            let read = tokio::select! {
+                r = conn.stream.read_buf(&mut conn.rbuf) => Some(r),
+                () = sleep_until_opt(deadline) => None,
+            };
+            let now = Instant::now();
+            match read {
+                None => {
+                    if drain_deadline.is_some_and(|d| now >= d) {
+                        let n = self.inflight.len();
+                        self.stats.unanswered += n as u64;
+                        self.cfg.note(
+                            "drain",
+                            &format!(
+                                "{}: {n} request(s) still unanswered {} s after the last send",
+                                self.addr,
+                                DRAIN_TIMEOUT.as_secs()
+                            ),
+                        );
+                        return End::Finished;
+                    }
+                    if !self.inflight.is_empty() && now >= last_read + IDLE_TIMEOUT {
+                        return self.lost(TIMEOUT, "no answer for 10 s");
+                    }
+                    continue;
+                }
+                Some(Ok(0)) => {
+                    return self.lost(CONNECTION_LOST, "the server closed the connection")
+                }
+                Some(Err(e)) => return self.lost(CONNECTION_LOST, &format!("read: {e}")),
+                Some(Ok(_)) => last_read = now,
+            }
+            let end = match self.cfg.target {
+                Target::Idgen => self.parse_idgen(&mut conn, now),
+                Target::Redis => self.parse_redis(&mut conn, now),
+            };
+            if let Some(end) = end {
+                return end;
+            }
+            self.flush_interval(now);
+        }
+    }
+
+    /// Send this connection's progress for the past second(s) to the progress line.
+    fn flush_interval(&mut self, now: Instant) {
+        let index = now.saturating_duration_since(self.cfg.start).as_secs();
+        if index != self.interval_index {
+            self.interval_index = index;
+            let done = std::mem::replace(&mut self.interval, Interval::new());
+            if let Some(tx) = &self.cfg.progress {
+                let _ = tx.send(done);
+            }
+        }
+    }
+
+    fn parse_idgen(&mut self, conn: &mut Conn, now: Instant) -> Option<End> {
+        loop {
+            let (response, used) = match decode_response(&conn.rbuf, conn.max_frame) {
+                Ok(Some(r)) => r,
+                Ok(None) => return None,
+                Err(e) => {
+                    if matches!(e, FrameError::IdTopBitSet { .. }) {
+                        self.stats.sign_bit += 1;
+                    }
+                    return Some(self.malformed(&e.to_string(), &conn.rbuf));
+                }
+            };
+            let Some((sent, measured)) = self.inflight.pop_front() else {
+                return Some(self.malformed("an answer with no request outstanding", &conn.rbuf));
+            };
+            match response {
+                ResponseRef::Ids(ids) => {
+                    self.answer_ids(sent, measured, now, ids.len(), ids.iter())
+                }
+                ResponseRef::Error { status, message } => {
+                    let name = status
+                        .name()
+                        .map_or_else(|| status.to_string(), str::to_owned);
+                    self.error(&name);
+                    self.cfg.note(
+                        &format!("status {}", status.code()),
+                        &format!("{}: server answered {status}: {message}", self.addr),
+                    );
+                    self.answered(measured, now);
+                    if status.closes_connection() {
+                        conn.rbuf.advance(used);
+                        return Some(
+                            self.abandon(&name, &format!("{status} closes the connection")),
+                        );
+                    }
+                }
+                other => {
+                    let what = format!("unexpected {} frame", response_name(&other));
+                    self.inflight.push_front((sent, measured));
+                    return Some(self.malformed(&what, &conn.rbuf));
+                }
+            }
+            conn.rbuf.advance(used);
+        }
+    }
+
+    fn parse_redis(&mut self, conn: &mut Conn, now: Instant) -> Option<End> {
+        loop {
+            let (reply, used) = match redis::parse_reply(&conn.rbuf) {
+                Ok(Some(r)) => r,
+                Ok(None) => return None,
+                Err(e) => return Some(self.malformed(&e, &conn.rbuf)),
+            };
+            let Some((sent, measured)) = self.inflight.pop_front() else {
+                return Some(self.malformed("an answer with no request outstanding", &conn.rbuf));
+            };
+            match reply {
+                Reply::Integer(n) => {
+                    let batch = self.cfg.batch;
+                    let first = n as i128 - batch as i128 + 1;
+                    // Negative values wrap into the sign bit, which --verify reports.
+                    let ids = (0..batch as i128).map(|k| (first + k) as u64);
+                    self.answer_ids(sent, measured, now, batch as usize, ids);
+                }
+                Reply::Error(message) => {
+                    let kind = message.split_whitespace().next().unwrap_or("ERR");
+                    let name = format!("REDIS_{kind}");
+                    self.error(&name);
+                    self.cfg
+                        .note(&name, &format!("{}: redis answered -{message}", self.addr));
+                    self.answered(measured, now);
+                }
+            }
+            conn.rbuf.advance(used);
+        }
+    }
+
+    fn answered(&mut self, measured: bool, now: Instant) {
+        self.interval.requests += 1;
+        if measured {
+            self.stats.requests += 1;
+            self.stats.last_answer = Some(now);
+        }
+    }
+
+    fn answer_ids(
+        &mut self,
+        sent: Instant,
+        measured: bool,
+        now: Instant,
+        count: usize,
+        ids: impl Iterator<Item = u64>,
+    ) {
+        let ns = now.saturating_duration_since(sent).as_nanos();
+        let ns = u64::try_from(ns).unwrap_or(u64::MAX).max(1);
+        self.interval.hist.saturating_record(ns);
+        self.interval.ids += count as u64;
+        self.answered(measured, now);
+        if measured {
+            self.stats.hist.saturating_record(ns);
+            self.stats.ids += count as u64;
+        }
+        if count != self.cfg.batch as usize {
+            self.stats.wrong_count += 1;
+        }
+        if self.cfg.verify {
+            for id in ids {
+                let chunk = match self.stats.id_chunks.last_mut() {
+                    Some(c) if c.len() < c.capacity() => c,
+                    _ => {
+                        self.stats.id_chunks.push(Vec::with_capacity(ID_CHUNK));
+                        self.stats.id_chunks.last_mut().expect("just pushed")
+                    }
+                };
+                chunk.push(id);
+                if id >> 63 != 0 {
+                    self.stats.sign_bit += 1;
+                }
+                if self.prev_id.is_some_and(|prev| id <= prev) {
+                    self.stats.out_of_order += 1;
+                }
+                self.prev_id = Some(id);
+            }
+        }
+    }
+}

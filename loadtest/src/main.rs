@@ -1,0 +1,248 @@
+//! `idgen-loadtest`: a load tester for idgen in the tradition of redis-benchmark, wrk2 and
+//! rpc-perf. It measures throughput and HDR latency percentiles, optionally checks every ID
+//! it received for uniqueness and per-connection order, and can run the same workload
+//! against Redis (`INCRBY key batch`) for a side-by-side comparison. See `README.md`.
+//!
+//! # Design
+//!
+//! * **Runtime.** One multi-thread tokio runtime with one worker per core (`--threads`).
+//!   Each connection is one task that owns its socket, read and write buffers, queue of
+//!   send timestamps, latency histogram and (with `--verify`) its `Vec<u64>` of IDs, so the
+//!   hot path shares nothing: no lock, no shared atomic. Work stealing spreads the
+//!   connections over the cores without the load tester having to guess how busy each one
+//!   will be; a current-thread runtime per OS thread would only pin connections, which buys
+//!   nothing for a client whose per-connection work is a syscall pair per batch.
+//! * **Framing.** idgen frames are encoded and decoded only by `idgen-protocol`
+//!   (`encode_request`, `decode_response`); the load tester never parses idgen bytes itself.
+//! * **Pipelining.** A connection keeps up to `--pipeline` requests outstanding. Every
+//!   request that may be sent now is appended to one buffer and written with one `write`
+//!   (coalescing), and every complete answer in the read buffer is handled before the next
+//!   read. Answers come back in request order, so a FIFO of send timestamps gives latency.
+//! * **Closed loop** (default): a request is sent as soon as an answer frees a slot;
+//!   latency runs from the actual send. **Open loop** (`--rate`): request *k* of a connection
+//!   is due at `start + offset + k × connections / rate`; latency runs from that intended
+//!   time, so a server stall is charged to every request that should have been sent during it
+//!   (coordinated-omission correction, as wrk2), even when the pipeline limit held it back.
+//! * **Reports.** Per-connection histograms (nanoseconds, 3 significant digits) are merged at
+//!   the end. The progress line gets one message per connection per second over a channel.
+//! * **Errors.** ERROR frames are counted by `Status` name; a status that closes the
+//!   connection (or a broken stream, or a malformed frame, described once on stderr) makes
+//!   the connection reconnect after 100 ms; its outstanding requests count as unanswered.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+mod cli;
+mod conn;
+mod redis;
+mod report;
+
+use cli::{Cli, Target};
+use conn::{Config, Interval};
+use report::{Latency, Report};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let threads = cli.threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        |t| t as usize,
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("idgen-loadtest: error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(report_ok) => {
+            if report_ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(msg) => {
+            eprintln!("idgen-loadtest: error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Run the load; `Ok(false)` when --verify failed, `Err` on a fatal error.
+async fn run(cli: Cli) -> Result<bool, String> {
+    let mut addrs = Vec::new();
+    for a in &cli.addrs {
+        let resolved = tokio::net::lookup_host(a.as_str())
+            .await
+            .map_err(|e| format!("--addr {a}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("--addr {a}: no address"))?;
+        addrs.push(resolved);
+    }
+    if cli.target == Target::Redis && cli.redis_key.is_empty() {
+        return Err("--redis-key must not be empty".into());
+    }
+    if cli.verify {
+        if let Some(n) = cli.requests {
+            let ids = n.saturating_mul(cli.batch as u64);
+            if ids > report::VERIFY_WARN_IDS {
+                eprintln!(
+                    "idgen-loadtest: warning: --verify keeps every ID: {ids} IDs need about {} MiB",
+                    ids.saturating_mul(8) >> 20
+                );
+            }
+        }
+    }
+
+    let connections = cli.connections as usize;
+    let start = Instant::now();
+    let warmup_end = start + cli.warmup;
+    let end = match cli.requests {
+        Some(_) => None,
+        None => Some(warmup_end + cli.duration.unwrap_or(DEFAULT_DURATION)),
+    };
+    let interval = cli
+        .rate
+        .map(|r| Duration::from_secs_f64(connections as f64 / r));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let cfg = Arc::new(Config::new(
+        cli.target,
+        addrs.clone(),
+        cli.pipeline as usize,
+        cli.batch,
+        cli.verify,
+        start,
+        warmup_end,
+        end,
+        interval,
+        &cli.redis_key,
+        (!cli.quiet).then_some(tx),
+    ));
+    let progress = (!cli.quiet).then(|| tokio::spawn(progress(start, rx)));
+
+    let mut tasks = JoinSet::new();
+    for i in 0..connections {
+        let budget = cli.requests.map(|n| {
+            let (share, extra) = (n / connections as u64, n % connections as u64);
+            share + u64::from((i as u64) < extra)
+        });
+        if budget == Some(0) {
+            continue;
+        }
+        // Open loop: stagger the connections' schedules evenly over one period.
+        let first_send = cli
+            .rate
+            .map(|r| start + Duration::from_secs_f64(i as f64 / r));
+        let cfg = Arc::clone(&cfg);
+        tasks.spawn(async move { conn::run(&cfg, i, budget, first_send).await });
+    }
+    let mut results = Vec::with_capacity(connections);
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok(stats)) => results.push(stats),
+            Ok(Err(msg)) => {
+                tasks.abort_all();
+                return Err(msg);
+            }
+            Err(e) => {
+                tasks.abort_all();
+                return Err(format!("a connection task failed: {e}"));
+            }
+        }
+    }
+    let finished = Instant::now();
+    if let Some(p) = progress {
+        p.abort();
+    }
+
+    let m = report::merge(results, cli.verify);
+    let stop = m.last_answer.unwrap_or(finished).max(warmup_end);
+    let duration_s = stop.duration_since(warmup_end).as_secs_f64();
+    let per_sec = |n: u64| {
+        if duration_s > 0.0 {
+            (n as f64 / duration_s).round()
+        } else {
+            0.0
+        }
+    };
+    let verify = cli.verify.then_some(());
+    let report = Report {
+        target: cli.target.name(),
+        addrs: addrs.iter().map(|a| a.to_string()).collect(),
+        connections: cli.connections,
+        pipeline: cli.pipeline,
+        batch: cli.batch,
+        rate: cli.rate,
+        warmup_s: cli.warmup.as_secs_f64(),
+        duration_s: (duration_s * 1000.0).round() / 1000.0,
+        requests: m.requests,
+        ids: m.ids,
+        requests_per_sec: per_sec(m.requests),
+        ids_per_sec: per_sec(m.ids),
+        errors: m.errors,
+        reconnects: m.reconnects,
+        unanswered: m.unanswered,
+        latency_us: Latency::from_histogram(&m.hist),
+        verified_ids: verify.map(|()| m.verified_ids),
+        duplicates: verify.map(|()| m.duplicates),
+        out_of_order: verify.map(|()| m.out_of_order),
+        sign_bit: verify.map(|()| m.sign_bit),
+        wrong_count: verify.map(|()| m.wrong_count),
+        verify_ok: verify.map(|()| {
+            m.duplicates == 0 && m.out_of_order == 0 && m.sign_bit == 0 && m.wrong_count == 0
+        }),
+    };
+    if cli.json {
+        let json = serde_json::to_string(&report).map_err(|e| format!("JSON: {e}"))?;
+        println!("{json}");
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(report.ok())
+}
+
+/// Print one line per second on stderr from the connections' per-second messages.
+async fn progress(start: Instant, mut rx: mpsc::UnboundedReceiver<Interval>) {
+    // A little after each second boundary, so the connections have flushed that second.
+    let period = Duration::from_secs(1);
+    let mut tick = tokio::time::interval_at(start + period + Duration::from_millis(20), period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last = start;
+    loop {
+        let now = tick.tick().await;
+        let mut sum = Interval::new();
+        while let Ok(iv) = rx.try_recv() {
+            sum.merge(&iv);
+        }
+        let secs = now.duration_since(last).as_secs_f64().max(1e-3);
+        last = now;
+        let p99 = if sum.hist.is_empty() {
+            0.0
+        } else {
+            report::us(sum.hist.value_at_quantile(0.99) as f64)
+        };
+        eprintln!(
+            "[{:>6.1}s] {:>10.0} req/s {:>12.0} IDs/s  errors {}  p99 {p99} µs",
+            now.duration_since(start).as_secs_f64(),
+            sum.requests as f64 / secs,
+            sum.ids as f64 / secs,
+            sum.errors,
+        );
+    }
+}
