@@ -109,6 +109,17 @@ pub struct ServeArgs {
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "IDGEN_LOG_FORMAT")]
     pub log_format: Option<String>,
+    /// Largest clock difference from peers tolerated: beyond it the node refuses to start, or
+    /// turns not ready while running [default: 1s].
+    #[arg(long, env = "IDGEN_MAX_DRIFT")]
+    pub max_drift: Option<String>,
+    /// On SIGTERM, stay up but not ready this long before draining, so load balancers move
+    /// traffic away first [default: 0s].
+    #[arg(long, env = "IDGEN_DRAIN_DELAY")]
+    pub drain_delay: Option<String>,
+    /// Warn when the layout's timestamp range has less than this left [default: 365days].
+    #[arg(long, env = "IDGEN_RANGE_WARNING")]
+    pub range_warning: Option<String>,
 }
 
 /// The TOML file: the same settings, snake_case, all optional.
@@ -139,6 +150,9 @@ pub struct FileConfig {
     pub write_timeout: Option<String>,
     pub shutdown_timeout: Option<String>,
     pub log_format: Option<String>,
+    pub max_drift: Option<String>,
+    pub drain_delay: Option<String>,
+    pub range_warning: Option<String>,
 }
 
 /// Log output format.
@@ -171,6 +185,9 @@ pub struct ServeConfig {
     pub write_timeout: Duration,
     pub shutdown_timeout: Duration,
     pub log_format: LogFormat,
+    pub max_drift: Duration,
+    pub drain_delay: Duration,
+    pub range_warning: Duration,
 }
 
 /// A configuration error: says which setting and why.
@@ -393,6 +410,13 @@ impl ServeArgs {
                 Duration::from_secs(10),
             )?,
             log_format,
+            max_drift: duration("max_drift", pick!(max_drift), Duration::from_secs(1))?,
+            drain_delay: duration("drain_delay", pick!(drain_delay), Duration::ZERO)?,
+            range_warning: duration(
+                "range_warning",
+                pick!(range_warning),
+                Duration::from_secs(365 * 86_400),
+            )?,
         })
     }
 }
@@ -422,7 +446,10 @@ impl std::fmt::Display for ServeConfig {
         writeln!(f, "idle_timeout      = {}", d(self.idle_timeout))?;
         writeln!(f, "handshake_timeout = {}", d(self.handshake_timeout))?;
         writeln!(f, "write_timeout     = {}", d(self.write_timeout))?;
-        write!(f, "shutdown_timeout  = {}", d(self.shutdown_timeout))
+        writeln!(f, "shutdown_timeout  = {}", d(self.shutdown_timeout))?;
+        writeln!(f, "max_drift         = {}", d(self.max_drift))?;
+        writeln!(f, "drain_delay       = {}", d(self.drain_delay))?;
+        write!(f, "range_warning     = {}", d(self.range_warning))
     }
 }
 

@@ -8,12 +8,16 @@
 //! - [`generator`]: one shard's generator, fenced by a floor and a lease ceiling;
 //! - [`store`]: the transactional key-value trait and its stores (embedded, etcd, FoundationDB);
 //! - [`lease`]: timestamp-fenced worker-ID leases, written once over any store;
-//! - [`config`] and [`server`]: `idgen serve`, thread-per-core.
+//! - [`config`] and [`server`]: `idgen serve`, thread-per-core;
+//! - [`admin`] and [`watch`]: metrics, health, the HTTP API, clock drift and audit events;
+//! - [`cli`]: `idgen decode` and `idgen inspect`.
 //!
 //! Uniqueness never depends on clocks agreeing: a worker range is leased together with an
 //! interval of ID time, and a generator issues only timestamps inside it (see
 //! `docs/ARCHITECTURE.md`).
 
+pub mod admin;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod generator;
@@ -21,3 +25,4 @@ pub mod layout;
 pub mod lease;
 pub mod server;
 pub mod store;
+pub mod watch;

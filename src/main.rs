@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use idgen::cli::LayoutArgs;
 use idgen::clock::{Clock, SystemClock};
 use idgen::config::{LogFormat, ServeArgs};
 use idgen::server::Node;
@@ -23,6 +24,33 @@ struct Cli {
 enum Command {
     /// Run a node: lease worker IDs and answer the ID protocol.
     Serve(Box<ServeArgs>),
+    /// Decode IDs: time (RFC 3339, UTC), region, worker, sequence.
+    Decode {
+        /// IDs in decimal (or the base62 / base32 forms of the clients).
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a cluster from its store: layout, every lease, free worker IDs per region.
+    Inspect {
+        /// The store URL, as for `idgen serve --store`.
+        #[arg(long, env = "IDGEN_STORE", default_value = "embedded")]
+        store: String,
+        /// Directory of the embedded store.
+        #[arg(long, env = "IDGEN_DATA_DIR", default_value = "idgen-data")]
+        data_dir: std::path::PathBuf,
+        #[arg(long, env = "IDGEN_NAMESPACE", default_value = "default")]
+        namespace: String,
+        /// The cluster's lease safety period (counts expired leases as held for this long).
+        #[arg(long, default_value = "20s")]
+        lease_safety: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Fetch IDs from a running node and print them, one per line.
     Get {
         /// Node address (host:port).
@@ -39,6 +67,79 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Get { addr, count } => get(&addr, count),
+        Command::Decode { ids, layout, json } => decode(&ids, &layout, json),
+        Command::Inspect {
+            store,
+            data_dir,
+            namespace,
+            lease_safety,
+            json,
+        } => inspect(&store, &data_dir, &namespace, &lease_safety, json),
+    }
+}
+
+fn decode(ids: &[String], layout: &LayoutArgs, json: bool) -> ExitCode {
+    let layout = match layout.layout() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("idgen decode: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match idgen::cli::decode(&layout, ids, json) {
+        Ok(lines) => {
+            for l in lines {
+                println!("{l}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("idgen decode: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn inspect(
+    store: &str,
+    data_dir: &std::path::Path,
+    namespace: &str,
+    safety: &str,
+    json: bool,
+) -> ExitCode {
+    let url: idgen::store::StoreUrl = match store.parse() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("idgen inspect: store: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let safety = match idgen::config::parse_duration("lease_safety", safety) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("idgen inspect: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("idgen inspect: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(idgen::cli::inspect(&url, data_dir, namespace, safety, json)) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("idgen inspect: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -117,6 +218,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         };
         let view = node.lease().current();
         println!("listening on {}", node.local_addr());
+        if let Some(admin) = node.admin_addr() {
+            println!("admin on http://{admin}");
+        }
         if let Some(v) = view {
             println!(
                 "worker IDs {}..{} (generation {}), store {}",

@@ -22,8 +22,8 @@
 //! signal. Nothing else: a connection lives and dies on the shard that accepted it, and the hot
 //! path takes no lock, allocates nothing per request and makes no syscall per ID.
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -34,6 +34,7 @@ use crate::config::ServeConfig;
 use crate::lease::keeper::{Keeper, LeaseShared};
 use crate::lease::{LeaseConfig, LeaseError, Owner, Released};
 use crate::store::{self, StoreError};
+use crate::watch::{ClockWatch, ClockWatcher};
 
 mod conn;
 mod shard;
@@ -55,6 +56,8 @@ pub enum ServeError {
     },
     #[error("cannot start shard threads: {0}")]
     Thread(std::io::Error),
+    #[error("refusing to start: {0}")]
+    Clock(String),
 }
 
 /// What a shard reports when it stops: the last timestamp it issued under a lease generation.
@@ -70,6 +73,9 @@ pub struct Node {
     shards: Vec<JoinHandle<ShardExit>>,
     keeper: Arc<Keeper<SystemClock>>,
     keeper_task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    admin: Option<(SocketAddr, watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
+    draining: Arc<AtomicBool>,
     shard_stats: Vec<Arc<ShardStats>>,
     config: ServeConfig,
 }
@@ -93,6 +99,24 @@ impl Node {
         lease_config.safety = config.lease_safety;
         lease_config.region = config.region;
         let owner = Owner::this_process(config.node_id.clone(), clock.wall_ms());
+        let clock_watch = ClockWatch::new(config.max_drift);
+        let watcher = ClockWatcher::new(
+            Arc::clone(&store),
+            &config.namespace,
+            owner.clone(),
+            clock,
+            Arc::clone(&clock_watch),
+        );
+        watcher.check_at_start().await.map_err(ServeError::Clock)?;
+        // Bind the admin port before taking a lease, so a busy port fails fast.
+        let admin_listener = match config.admin_listen {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| ServeError::Listen { addr, source })?,
+            ),
+            None => None,
+        };
         let keeper = Arc::new(Keeper::new(
             store,
             config.layout,
@@ -140,6 +164,50 @@ impl Node {
             let rx = shutdown_rx.clone();
             tokio::spawn(async move { keeper.run(rx).await })
         };
+        let mut tasks = Vec::new();
+        {
+            let rx = shutdown_rx.clone();
+            tasks.push(tokio::spawn(async move { watcher.run(rx).await }));
+        }
+        tasks.push(tokio::spawn(crate::watch::observe(
+            shard_stats.clone(),
+            config.layout,
+            config.range_warning,
+            clock,
+            shutdown_rx.clone(),
+        )));
+        let draining = Arc::new(AtomicBool::new(false));
+        let admin = match admin_listener {
+            Some(listener) => {
+                let admin_addr = listener.local_addr().map_err(|source| ServeError::Listen {
+                    addr: config.listen,
+                    source,
+                })?;
+                let state = crate::admin::AdminState::new(
+                    config.clone(),
+                    Arc::clone(&lease),
+                    shard_stats.clone(),
+                    Arc::clone(&draining),
+                    clock_watch,
+                    reachable(addr),
+                );
+                let (stop, mut stop_rx) = watch::channel(false);
+                let task = tokio::spawn(async move {
+                    let stopped = async move {
+                        while !*stop_rx.borrow() {
+                            if stop_rx.changed().await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    if let Err(e) = crate::admin::serve(listener, state, stopped).await {
+                        tracing::error!(event = "admin_failed", error = %e, "admin HTTP server stopped");
+                    }
+                });
+                Some((admin_addr, stop, task))
+            }
+            None => None,
+        };
         tracing::info!(
             event = "node_started",
             listen = %addr,
@@ -158,9 +226,17 @@ impl Node {
             shards,
             keeper,
             keeper_task,
+            tasks,
+            admin,
+            draining,
             shard_stats,
             config,
         })
+    }
+
+    /// Where the admin HTTP server listens, if it runs.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|(a, _, _)| *a)
     }
 
     /// Where the ID protocol listens.
@@ -185,9 +261,21 @@ impl Node {
     /// Graceful shutdown: stop accepting, answer what was received, stop the shards, then
     /// release the lease with the true last-issued timestamp.
     pub async fn shutdown(self) -> Result<Released, ServeError> {
+        self.draining.store(true, Ordering::Relaxed);
+        if !self.config.drain_delay.is_zero() {
+            tracing::info!(
+                event = "node_draining",
+                delay_ms = crate::lease::duration_ms(self.config.drain_delay),
+                "not ready; draining after the delay"
+            );
+            tokio::time::sleep(self.config.drain_delay).await;
+        }
         tracing::info!(event = "node_draining", "draining: no new connections");
         let _ = self.shutdown.send(true);
         let _ = self.keeper_task.await;
+        for t in self.tasks {
+            let _ = t.await;
+        }
         let shards = self.shards;
         let exits = tokio::task::spawn_blocking(move || {
             shards
@@ -204,9 +292,27 @@ impl Node {
             .filter(|(g, _)| Some(*g) == generation)
             .map(|(_, ts)| ts)
             .max();
-        let released = self.keeper.release(last_issued).await?;
+        let released = self.keeper.release(last_issued).await;
+        if let Some((_, stop, task)) = self.admin {
+            let _ = stop.send(true);
+            let _ = task.await;
+        }
+        let released = released?;
         tracing::info!(event = "node_stopped", ?released, "idgen node stopped");
         Ok(released)
+    }
+}
+
+/// The address this process reaches the ID protocol at (loopback for a wildcard listen).
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port())
+        }
+        _ => addr,
     }
 }
 

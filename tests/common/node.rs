@@ -21,6 +21,8 @@ use idgen_protocol::{
 pub struct NodeProc {
     child: Child,
     pub addr: SocketAddr,
+    /// The admin HTTP address, when the node runs one (`--admin-listen 127.0.0.1:0`).
+    pub admin: Option<SocketAddr>,
     pub stdout: Vec<String>,
     log: PathBuf,
     _dir: tempfile::TempDir,
@@ -51,9 +53,14 @@ impl NodeProc {
         let log = dir.path().join("idgen.log");
         let data = data_dir.map_or_else(|| dir.path().join("data"), Path::to_path_buf);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_idgen"));
-        cmd.arg("serve")
-            .args(BASE_ARGS)
-            .arg("--data-dir")
+        cmd.arg("serve");
+        // Base flags the caller does not set itself.
+        for pair in BASE_ARGS.chunks(2) {
+            if !args.contains(&pair[0]) {
+                cmd.args(pair);
+            }
+        }
+        cmd.arg("--data-dir")
             .arg(data)
             .args(args)
             .env("RUST_LOG", "info")
@@ -86,9 +93,14 @@ impl NodeProc {
                         while let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
                             lines.push(l);
                         }
+                        let admin = lines.iter().find_map(|l| {
+                            l.strip_prefix("admin on http://")
+                                .and_then(|a| a.trim().parse().ok())
+                        });
                         return Ok(NodeProc {
                             child,
                             addr,
+                            admin,
                             stdout: lines,
                             log,
                             _dir: dir,
@@ -186,6 +198,49 @@ impl Drop for NodeProc {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A plain HTTP/1.1 request (the admin API); returns (status, body).
+pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect admin");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = body.unwrap_or("");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read HTTP answer");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").expect("HTTP head");
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status code");
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
 }
 
 pub fn tail(path: &Path) -> String {

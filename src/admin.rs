@@ -1,0 +1,698 @@
+//! The admin HTTP server, on the control thread (never on a shard): Prometheus metrics, health
+//! endpoints for load balancers, the seed document's HTTP API, layout and decoding.
+//!
+//! | method and path | answer |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text format 0.0.4 |
+//! | `GET /health/live` | 200 while the process answers |
+//! | `GET /health/ready` | 200 when the node should get traffic, else 503 with the reasons (JSON) |
+//! | `POST /ids` | `{"id": 123, "id_str": "123"}`; with `?format=string`: `{"id": "123"}` |
+//! | `POST /ids/batch` with `{"count": N}` | `{"ids": [..], "ids_str": [..]}`; with `?format=string`: `{"ids": ["..", ..]}` |
+//! | `GET /layout` | the cluster layout, this node's worker range, the timestamp range left |
+//! | `GET /ids/{id}` | the ID decoded (decimal, or base62/base32 forms accepted) |
+//!
+//! IDs above 2^53 lose precision in JavaScript's numbers, so every JSON answer carries them as
+//! strings too (`id_str`, `ids_str`), or only as strings with `?format=string`.
+//!
+//! The HTTP API issues IDs through the node's own ID protocol on loopback (a shard answers), so
+//! it shares the shards' worker IDs and fences instead of needing its own.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::ServeConfig;
+use crate::layout::{Id, Layout};
+use crate::lease::keeper::LeaseShared;
+use crate::server::stats::{BATCH_BUCKETS, LATENCY_BUCKETS_US};
+use crate::server::ShardStats;
+use crate::watch::ClockWatch;
+
+/// What the admin server reads.
+pub struct AdminState {
+    pub config: ServeConfig,
+    pub lease: Arc<LeaseShared>,
+    pub shards: Vec<Arc<ShardStats>>,
+    pub draining: Arc<AtomicBool>,
+    pub clock_watch: Arc<ClockWatch>,
+    /// The node's ID protocol address, as reachable from this process.
+    pub proto_addr: SocketAddr,
+    client: tokio::sync::Mutex<Option<idgen_client::Client>>,
+    registry: Registry,
+}
+
+impl AdminState {
+    pub fn new(
+        config: ServeConfig,
+        lease: Arc<LeaseShared>,
+        shards: Vec<Arc<ShardStats>>,
+        draining: Arc<AtomicBool>,
+        clock_watch: Arc<ClockWatch>,
+        proto_addr: SocketAddr,
+    ) -> Arc<AdminState> {
+        Arc::new_cyclic(|weak: &std::sync::Weak<AdminState>| {
+            let mut registry = Registry::default();
+            registry.register_collector(Box::new(Metrics(weak.clone())));
+            AdminState {
+                config,
+                lease,
+                shards,
+                draining,
+                clock_watch,
+                proto_addr,
+                client: tokio::sync::Mutex::new(None),
+                registry,
+            }
+        })
+    }
+
+    /// Why the node is not ready, if it is not. Ready means: it holds a lease with more than
+    /// half a TTL left (renewals are every third of one, so two have failed when this turns),
+    /// no shard's clock is behind, it is not draining, and its clock agrees with its peers.
+    pub fn not_ready_reasons(&self) -> Vec<String> {
+        let mut reasons = Vec::new();
+        let now = SystemClock::new().wall_ms();
+        if self.draining.load(Ordering::Relaxed) {
+            reasons.push("draining".to_string());
+        }
+        match self.lease.current() {
+            None => reasons.push("no lease".to_string()),
+            Some(_) => {
+                let left = self.lease.time_left_ms(now);
+                let want = crate::lease::duration_ms(self.config.lease_ttl) / 2;
+                if left <= want {
+                    reasons.push(format!(
+                        "lease time left {left} ms is below {want} ms (renewals failing)"
+                    ));
+                }
+            }
+        }
+        // Behind as a shard saw it on its last request, or as the clock reads now against the
+        // last timestamp each shard used (so an idle node is taken out too).
+        let now_id = now.saturating_sub(self.config.layout.epoch_ms());
+        let wait = crate::lease::duration_ms(self.config.max_rollback_wait);
+        let behind: Vec<usize> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.generator.clock_behind.load(Ordering::Relaxed)
+                    || s.generator.last_timestamp.load(Ordering::Relaxed) > now_id + wait
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if !behind.is_empty() {
+            reasons.push(format!(
+                "clock behind the last timestamp used (rolled back) on shard(s) {behind:?}"
+            ));
+        }
+        if let Some(drift) = self.clock_watch.excessive_drift() {
+            reasons.push(drift);
+        }
+        reasons
+    }
+
+    async fn client(&self) -> Result<idgen_client::Client, String> {
+        let mut slot = self.client.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let c = idgen_client::Client::connect_with(
+            self.proto_addr,
+            idgen_client::ClientOptions {
+                connect_timeout: Duration::from_secs(1),
+                request_timeout: Duration::from_secs(2),
+            },
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot reach this node's ID protocol at {}: {e}",
+                self.proto_addr
+            )
+        })?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+}
+
+/// Builds the router.
+pub fn router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/health/live", get(live))
+        .route("/health/ready", get(ready))
+        .route("/ids", post(post_id))
+        .route("/ids/batch", post(post_batch))
+        .route("/ids/{id}", get(decode_id))
+        .route("/layout", get(layout))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Serves the admin API on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AdminState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let message = message.into();
+    (
+        status,
+        Json(json!({"error": message, "status": status.as_u16()})),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no such endpoint: see /metrics, /health/live, /health/ready, POST /ids, POST /ids/batch, GET /ids/{id}, /layout",
+    )
+}
+
+async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
+    let mut body = String::new();
+    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut body, &state.registry)
+    {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        );
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn live() -> Response {
+    Json(json!({"live": true})).into_response()
+}
+
+async fn ready(State(state): State<Arc<AdminState>>) -> Response {
+    let reasons = state.not_ready_reasons();
+    let now = SystemClock::new().wall_ms();
+    let body = json!({
+        "ready": reasons.is_empty(),
+        "reasons": reasons,
+        "lease_time_left_ms": state.lease.time_left_ms(now),
+        "generation": state.lease.current().map(|v| v.grant.generation),
+    });
+    let status = if reasons.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+#[derive(Deserialize, Default)]
+struct FormatQuery {
+    format: Option<String>,
+}
+
+fn strings_only(q: &FormatQuery) -> Result<bool, String> {
+    match q.format.as_deref() {
+        None | Some("number") => Ok(false),
+        Some("string") => Ok(true),
+        Some(other) => Err(format!(
+            "format={other:?}: use format=string or format=number"
+        )),
+    }
+}
+
+fn issue_error(e: idgen_client::Error) -> Response {
+    if e.is_unavailable() {
+        error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    } else if let Some(status) = e.status() {
+        if (200..300).contains(&status.0) {
+            error(StatusCode::BAD_REQUEST, e.to_string())
+        } else {
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    } else {
+        error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    }
+}
+
+async fn post_id(State(state): State<Arc<AdminState>>, Query(q): Query<FormatQuery>) -> Response {
+    let strings = match strings_only(&q) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let client = match state.client().await {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    match client.next_id().await {
+        Ok(id) if strings => Json(json!({"id": id.to_string()})).into_response(),
+        Ok(id) => Json(json!({"id": id, "id_str": id.to_string()})).into_response(),
+        Err(e) => issue_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    count: u64,
+}
+
+async fn post_batch(
+    State(state): State<Arc<AdminState>>,
+    Query(q): Query<FormatQuery>,
+    body: Result<Json<BatchBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let strings = match strings_only(&q) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let Json(body) = match body {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("expected a JSON body {{\"count\": N}}: {}", e.body_text()),
+            )
+        }
+    };
+    let max = u64::from(state.config.max_batch);
+    if body.count == 0 || body.count > max {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("count must be between 1 and {max}, got {}", body.count),
+        );
+    }
+    let client = match state.client().await {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
+    };
+    // count ≤ max_batch ≤ 2^20, so it fits a u32.
+    match client.next_ids(body.count as u32).await {
+        Ok(ids) => {
+            let strs: Vec<String> = ids.iter().map(u64::to_string).collect();
+            if strings {
+                Json(json!({"ids": strs})).into_response()
+            } else {
+                Json(json!({"ids": ids, "ids_str": strs})).into_response()
+            }
+        }
+        Err(e) => issue_error(e),
+    }
+}
+
+/// Parses an ID written in decimal.
+pub fn parse_id(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.is_empty() || t.len() > 19 || !t.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(format!("{t:?}: not a decimal ID"));
+    }
+    t.parse::<u64>()
+        .ok()
+        .filter(|v| *v < 1 << 63)
+        .ok_or_else(|| format!("{t:?}: out of range (IDs are below 2^63)"))
+}
+
+/// The fields of an ID as JSON.
+pub fn decoded_json(layout: &Layout, id: u64) -> Value {
+    let p = layout.decompose(Id(id));
+    let rfc3339 =
+        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(p.unix_ms))
+            .to_string();
+    json!({
+        "id": id,
+        "id_str": id.to_string(),
+        "timestamp_ms": p.timestamp,
+        "unix_ms": p.unix_ms,
+        "time": rfc3339,
+        "region": p.region,
+        "worker": p.worker,
+        "node": p.node,
+        "sequence": p.sequence,
+    })
+}
+
+async fn decode_id(State(state): State<Arc<AdminState>>, Path(text): Path<String>) -> Response {
+    match parse_id(&text) {
+        Ok(id) => Json(decoded_json(&state.config.layout, id)).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+async fn layout(State(state): State<Arc<AdminState>>) -> Response {
+    let l = state.config.layout;
+    let now = SystemClock::new().wall_ms();
+    let left = l.time_left(now);
+    let range = state
+        .lease
+        .current()
+        .map(|v| json!({"first": v.grant.first, "count": v.grant.count, "generation": v.grant.generation}));
+    Json(json!({
+        "epoch_ms": l.epoch_ms(),
+        "epoch": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.epoch_ms())).to_string(),
+        "timestamp_bits": l.timestamp_bits(),
+        "worker_bits": l.worker_bits(),
+        "sequence_bits": l.sequence_bits(),
+        "region_bits": l.region_bits(),
+        "region": state.config.region,
+        "ends_at": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.end_unix_ms())).to_string(),
+        "years_left": left.as_secs_f64() / (365.25 * 86_400.0),
+        "namespace": state.config.namespace,
+        "workers": range,
+        "shards": state.config.shards,
+        "workers_per_shard": state.config.workers_per_shard,
+    }))
+    .into_response()
+}
+
+/// Reads every counter at scrape time.
+#[derive(Debug)]
+struct Metrics(std::sync::Weak<AdminState>);
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let c = ConstCounter::new(value);
+    let m = enc.encode_descriptor(name, help, None, c.metric_type())?;
+    c.encode(m)
+}
+
+fn gauge<N: prometheus_client::encoding::EncodeGaugeValue>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: N,
+) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(value);
+    let m = enc.encode_descriptor(name, help, None, g.metric_type())?;
+    g.encode(m)
+}
+
+fn per_shard_counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: &[u64],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (i, v) in values.iter().enumerate() {
+        let labels = [("shard", i.to_string())];
+        let fam = m.encode_family(&labels)?;
+        ConstCounter::new(*v).encode(fam)?;
+    }
+    Ok(())
+}
+
+fn histogram(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    bounds: &[f64],
+    counts: &[u64],
+    sum: f64,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    // Per-bucket counts: the encoder writes them cumulatively.
+    let buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(counts.iter().copied()).collect();
+    let count = counts.iter().sum();
+    m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+}
+
+impl Collector for Metrics {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(s) = self.0.upgrade() else {
+            return Ok(());
+        };
+        let now = SystemClock::new().wall_ms();
+        let load = |f: &dyn Fn(&ShardStats) -> &std::sync::atomic::AtomicU64| -> Vec<u64> {
+            s.shards
+                .iter()
+                .map(|st| f(st).load(Ordering::Relaxed))
+                .collect()
+        };
+        per_shard_counter(
+            &mut enc,
+            "idgen_ids_issued",
+            "IDs issued, by shard",
+            &load(&|st| &st.generator.issued),
+        )?;
+        per_shard_counter(
+            &mut enc,
+            "idgen_requests",
+            "Protocol requests answered (errors included), by shard",
+            &load(&|st| &st.requests),
+        )?;
+        per_shard_counter(
+            &mut enc,
+            "idgen_sequence_exhaustion_waits",
+            "Times a shard waited for the next millisecond because its sequence space was used up",
+            &load(&|st| &st.generator.exhaustion_waits),
+        )?;
+        per_shard_counter(
+            &mut enc,
+            "idgen_clock_rollback_events",
+            "Clock rollbacks detected (one per episode), by shard",
+            &load(&|st| &st.generator.rollback_events),
+        )?;
+        let largest = load(&|st| &st.generator.largest_rollback_ms)
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        gauge(
+            &mut enc,
+            "idgen_clock_rollback_largest_ms",
+            "Largest clock rollback seen, ms",
+            largest as i64,
+        )?;
+        let behind = s
+            .shards
+            .iter()
+            .any(|st| st.generator.clock_behind.load(Ordering::Relaxed));
+        gauge(
+            &mut enc,
+            "idgen_clock_behind",
+            "1 while a shard's clock is behind the last timestamp it used",
+            i64::from(behind),
+        )?;
+        {
+            let mut m = enc.encode_descriptor(
+                "idgen_errors",
+                "Error answers, by wire status",
+                None,
+                MetricType::Counter,
+            )?;
+            let mut by_status: Vec<(idgen_protocol::Status, u64)> = Vec::new();
+            for st in &s.shards {
+                for (status, n) in st.errors_by_status() {
+                    match by_status.iter_mut().find(|(s2, _)| *s2 == status) {
+                        Some(e) => e.1 += n,
+                        None => by_status.push((status, n)),
+                    }
+                }
+            }
+            for (status, n) in by_status {
+                let labels = [
+                    ("status", status.0.to_string()),
+                    ("name", status.name().unwrap_or("UNKNOWN").to_string()),
+                ];
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let sum_buckets = |f: &dyn Fn(&ShardStats) -> &[std::sync::atomic::AtomicU64; 8]| {
+            let mut out = [0u64; 8];
+            for st in &s.shards {
+                for (o, a) in out.iter_mut().zip(f(st)) {
+                    *o += a.load(Ordering::Relaxed);
+                }
+            }
+            out
+        };
+        let batch_bounds: Vec<f64> = BATCH_BUCKETS
+            .iter()
+            .map(|&b| {
+                if b == u64::MAX {
+                    f64::INFINITY
+                } else {
+                    b as f64
+                }
+            })
+            .collect();
+        let issued: u64 = load(&|st| &st.generator.issued).iter().sum();
+        histogram(
+            &mut enc,
+            "idgen_batch_size",
+            "IDs per GET_IDS request",
+            &batch_bounds,
+            &sum_buckets(&|st| &st.batch_buckets),
+            issued as f64,
+        )?;
+        let latency_bounds: Vec<f64> = LATENCY_BUCKETS_US
+            .iter()
+            .map(|&b| {
+                if b == u64::MAX {
+                    f64::INFINITY
+                } else {
+                    b as f64 / 1e6
+                }
+            })
+            .collect();
+        let latency_sum: u64 = load(&|st| &st.latency_sum_us).iter().sum();
+        histogram(
+            &mut enc,
+            "idgen_request_latency_seconds",
+            "From reading a request to writing its answer",
+            &latency_bounds,
+            &sum_buckets(&|st| &st.latency_buckets),
+            latency_sum as f64 / 1e6,
+        )?;
+        let open: u64 = load(&|st| &st.connections_open).iter().sum();
+        gauge(
+            &mut enc,
+            "idgen_connections_open",
+            "Open protocol connections",
+            open as i64,
+        )?;
+        counter(
+            &mut enc,
+            "idgen_connections",
+            "Protocol connections accepted",
+            load(&|st| &st.connections_total).iter().sum(),
+        )?;
+        counter(
+            &mut enc,
+            "idgen_connections_refused",
+            "Protocol connections refused at the connection limit",
+            load(&|st| &st.connections_refused).iter().sum(),
+        )?;
+
+        let ls = &s.lease.stats;
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        gauge(
+            &mut enc,
+            "idgen_lease_time_remaining_seconds",
+            "Time until the shards reach their lease ceiling",
+            s.lease.time_left_ms(now) as f64 / 1e3,
+        )?;
+        {
+            let mut m = enc.encode_descriptor(
+                "idgen_lease_renewals",
+                "Lease renewal attempts, by result",
+                None,
+                MetricType::Counter,
+            )?;
+            for (result, n) in [("ok", l(&ls.renew_ok)), ("failed", l(&ls.renew_failed))] {
+                let labels = [("result", result.to_string())];
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        gauge(
+            &mut enc,
+            "idgen_lease_renew_latency_seconds",
+            "Latency of the last lease renewal attempt",
+            l(&ls.renew_latency_us) as f64 / 1e6,
+        )?;
+        counter(
+            &mut enc,
+            "idgen_lease_renew_latency_seconds_sum",
+            "Sum of lease renewal latencies, seconds (divide by idgen_lease_renewals)",
+            l(&ls.renew_latency_us_sum) / 1_000_000,
+        )?;
+        gauge(
+            &mut enc,
+            "idgen_lease_generation",
+            "Generation of the lease the node holds (0: none)",
+            s.lease.current().map_or(0, |v| v.grant.generation) as i64,
+        )?;
+        counter(
+            &mut enc,
+            "idgen_lease_acquisitions",
+            "Leases acquired (the first and every re-acquisition)",
+            l(&ls.acquisitions),
+        )?;
+        counter(
+            &mut enc,
+            "idgen_lease_lost",
+            "Leases found lost",
+            l(&ls.lost),
+        )?;
+        gauge(
+            &mut enc,
+            "idgen_worker_ids_free",
+            "Worker IDs free in the node's region (or cluster), as of the last look",
+            l(&ls.free_workers) as i64,
+        )?;
+        let layout = s.config.layout;
+        let space = if s.config.region.is_some() {
+            layout.workers_per_region()
+        } else {
+            layout.worker_count()
+        };
+        gauge(
+            &mut enc,
+            "idgen_worker_ids_total",
+            "Worker IDs in the node's region (or cluster)",
+            space as i64,
+        )?;
+        gauge(
+            &mut enc,
+            "idgen_layout_years_left",
+            "Years until the layout's timestamp range runs out",
+            layout.time_left(now).as_secs_f64() / (365.25 * 86_400.0),
+        )?;
+        let (drift, peers) = s.clock_watch.drift_summary();
+        gauge(
+            &mut enc,
+            "idgen_clock_drift_ms",
+            "This node's clock minus its peers' (median estimate; 0 without peers)",
+            drift,
+        )?;
+        gauge(
+            &mut enc,
+            "idgen_clock_peers",
+            "Peers whose clocks were compared",
+            peers as i64,
+        )?;
+        gauge(
+            &mut enc,
+            "idgen_ready",
+            "1 when /health/ready answers 200",
+            i64::from(s.not_ready_reasons().is_empty()),
+        )?;
+        gauge(
+            &mut enc,
+            "idgen_draining",
+            "1 while the node drains",
+            i64::from(s.draining.load(Ordering::Relaxed)),
+        )?;
+        Ok(())
+    }
+}

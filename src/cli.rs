@@ -1,0 +1,221 @@
+//! Operator commands: `idgen decode` and `idgen inspect`.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{parse_epoch, ConfigError};
+use crate::layout::{
+    Layout, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
+};
+use crate::lease::{LeaseConfig, Leases, Owner, WorkerState};
+use crate::store::StoreUrl;
+
+/// Where a command takes the layout from: a running node, or flags.
+#[derive(Args, Debug, Clone, Default)]
+pub struct LayoutArgs {
+    /// Read the layout from a running node's ID protocol (host:port) instead of flags.
+    #[arg(long, env = "IDGEN_ADDR")]
+    pub addr: Option<String>,
+    /// ID epoch: RFC 3339 or ms since the Unix epoch [default: 2026-01-01T00:00:00Z].
+    #[arg(long)]
+    pub epoch: Option<String>,
+    #[arg(long, default_value_t = DEFAULT_TIMESTAMP_BITS)]
+    pub timestamp_bits: u8,
+    #[arg(long, default_value_t = DEFAULT_WORKER_BITS)]
+    pub worker_bits: u8,
+    #[arg(long, default_value_t = DEFAULT_SEQUENCE_BITS)]
+    pub sequence_bits: u8,
+    #[arg(long, default_value_t = 0)]
+    pub region_bits: u8,
+}
+
+impl LayoutArgs {
+    /// The layout, from the node if `--addr` is given, else from the flags.
+    pub fn layout(&self) -> Result<Layout, String> {
+        if let Some(addr) = &self.addr {
+            let client = idgen_client::blocking::Client::connect(addr.as_str())
+                .map_err(|e| format!("cannot read the layout from {addr}: {e}"))?;
+            let h = client.hello();
+            return Layout::new(
+                h.epoch_ms,
+                h.timestamp_bits,
+                h.worker_bits,
+                h.sequence_bits,
+                h.region_bits,
+            )
+            .map_err(|e| format!("{addr} announced an invalid layout: {e}"));
+        }
+        let epoch = match &self.epoch {
+            Some(e) => parse_epoch(e).map_err(|ConfigError(m)| m)?,
+            None => DEFAULT_EPOCH_MS,
+        };
+        Layout::new(
+            epoch,
+            self.timestamp_bits,
+            self.worker_bits,
+            self.sequence_bits,
+            self.region_bits,
+        )
+        .map_err(|e| format!("layout: {e}"))
+    }
+}
+
+/// `idgen decode ID…`: one line per ID (or one JSON object per line with `--json`).
+pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<String>, String> {
+    let mut out = Vec::with_capacity(ids.len());
+    for text in ids {
+        let id = crate::admin::parse_id(text)?;
+        if id >= 1 << 63 {
+            return Err(format!("{text}: the sign bit is set; not an idgen ID"));
+        }
+        if as_json {
+            out.push(crate::admin::decoded_json(layout, id).to_string());
+        } else {
+            let p = layout.decompose(crate::layout::Id(id));
+            let time = humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + Duration::from_millis(p.unix_ms),
+            );
+            out.push(format!(
+                "{id}  time={time}  region={}  worker={}  sequence={}",
+                p.region, p.worker, p.sequence
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// `idgen inspect --store URL`: the cluster record, every lease, free worker IDs per region.
+pub async fn inspect(
+    url: &StoreUrl,
+    data_dir: &std::path::Path,
+    namespace: &str,
+    safety: Duration,
+    as_json: bool,
+) -> Result<String, String> {
+    let store = crate::store::open(url, data_dir)
+        .await
+        .map_err(|e| format!("cannot open the store {url}: {e}"))?;
+    let now = SystemClock::new().wall_ms();
+    // Leases needs a layout; the cluster record has the real one.
+    let probe = Leases::new(
+        store.as_ref(),
+        Layout::default(),
+        LeaseConfig::new(namespace, 1),
+        Owner::this_process(Some("inspect".into()), now),
+    );
+    let Some(cluster) = probe.cluster().await.map_err(|e| e.to_string())? else {
+        return Err(format!(
+            "no cluster in namespace {namespace:?} of {url}: no node has started there"
+        ));
+    };
+    let layout = Layout::try_from(cluster.layout).map_err(|e| format!("stored layout: {e}"))?;
+    let workers = probe.workers().await.map_err(|e| e.to_string())?;
+    let now_id = now.saturating_sub(layout.epoch_ms());
+    // Group consecutive workers of one grant.
+    let mut leases: Vec<serde_json::Value> = Vec::new();
+    let mut i = 0;
+    while i < workers.len() {
+        let (first, rec) = &workers[i];
+        let mut last = *first;
+        let mut j = i + 1;
+        while j < workers.len()
+            && workers[j].0 == last + 1
+            && workers[j].1.generation == rec.generation
+            && workers[j].1.state == rec.state
+        {
+            last = workers[j].0;
+            j += 1;
+        }
+        let left_ms = rec.lease_end as i64 - now_id as i64;
+        let status = match rec.state {
+            WorkerState::Released => "released".to_string(),
+            WorkerState::Held if left_ms > 0 => "held".to_string(),
+            WorkerState::Held => "expired".to_string(),
+        };
+        leases.push(json!({
+            "workers": format!("{first}..={last}"),
+            "first": first,
+            "count": last - first + 1,
+            "state": status,
+            "generation": rec.generation,
+            "node_id": rec.owner.node_id,
+            "host": rec.owner.host,
+            "pid": rec.owner.pid,
+            "instance": rec.owner.instance,
+            "lease_end": rec.lease_end,
+            "time_left_ms": left_ms,
+        }));
+        i = j;
+    }
+    let mut regions = Vec::new();
+    for r in 0..layout.region_count().min(1024) {
+        let lo = r * layout.workers_per_region();
+        let hi = lo + layout.workers_per_region();
+        let held = workers
+            .iter()
+            .filter(|(id, rec)| {
+                (lo..hi).contains(id)
+                    && rec.state == WorkerState::Held
+                    && rec.lease_end + crate::lease::duration_ms(safety) >= now_id
+            })
+            .count() as u64;
+        regions.push(json!({"region": r, "workers": layout.workers_per_region(), "held": held, "free": layout.workers_per_region() - held}));
+    }
+    if as_json {
+        return Ok(json!({
+            "namespace": namespace,
+            "layout": cluster.layout,
+            "layout_version": cluster.layout_version,
+            "created_unix_ms": cluster.created_unix_ms,
+            "leases": leases,
+            "regions": regions,
+        })
+        .to_string());
+    }
+    let mut s = String::new();
+    s.push_str(&format!("namespace   {namespace} in {url}\n"));
+    s.push_str(&format!("layout      {layout}\n"));
+    s.push_str(&format!(
+        "range ends  {} ({} days left)\n\n",
+        humantime::format_rfc3339(
+            std::time::UNIX_EPOCH + Duration::from_millis(layout.end_unix_ms())
+        ),
+        layout.time_left(now).as_secs() / 86_400
+    ));
+    s.push_str(&format!(
+        "{:<14} {:<9} {:>10} {:<24} {:>12}\n",
+        "workers", "state", "generation", "owner (host/pid)", "time left"
+    ));
+    for l in &leases {
+        let left = l["time_left_ms"].as_i64().unwrap_or(0);
+        let left_text = match l["state"].as_str() {
+            Some("released") => "-".to_string(),
+            _ if left >= 0 => format!("{:.1}s", left as f64 / 1e3),
+            _ => format!("{:.1}s ago", -left as f64 / 1e3),
+        };
+        s.push_str(&format!(
+            "{:<14} {:<9} {:>10} {:<24} {:>12}\n",
+            l["workers"].as_str().unwrap_or(""),
+            l["state"].as_str().unwrap_or(""),
+            l["generation"],
+            format!(
+                "{} ({}/{})",
+                l["node_id"].as_str().unwrap_or(""),
+                l["host"].as_str().unwrap_or(""),
+                l["pid"]
+            ),
+            left_text
+        ));
+    }
+    s.push('\n');
+    for r in &regions {
+        s.push_str(&format!(
+            "region {:<4} {} of {} worker IDs free\n",
+            r["region"], r["free"], r["workers"]
+        ));
+    }
+    Ok(s)
+}

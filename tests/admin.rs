@@ -1,0 +1,486 @@
+//! The admin surface of a real node: metrics, health, the HTTP API, `decode` and `inspect`,
+//! readiness under a lost store (real etcd) and under a clock stepped back (libfaketime).
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::etcd::EtcdCluster;
+use common::node::{http, timestamp_of, worker_of, Conn, NodeProc};
+use idgen_protocol::Status;
+use serde_json::Value;
+
+const ADMIN: &[&str] = &["--admin-listen", "127.0.0.1:0"];
+
+fn start(extra: &[&str]) -> NodeProc {
+    let mut args: Vec<&str> = ADMIN.to_vec();
+    args.extend_from_slice(extra);
+    NodeProc::start(&args)
+}
+
+/// A strict reading of the Prometheus text format 0.0.4: every sample belongs to a family
+/// declared by `# TYPE` before it, names and labels are well-formed, values are numbers.
+fn parse_prometheus(text: &str) -> HashMap<String, f64> {
+    let mut types: HashMap<String, String> = HashMap::new();
+    let mut samples = HashMap::new();
+    for line in text.lines() {
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE line");
+            assert!(
+                ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind),
+                "{line}"
+            );
+            types.insert(name.to_string(), kind.to_string());
+            continue;
+        }
+        if line.starts_with("# HELP ") || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("sample line");
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line:?}")),
+        };
+        let name = series.split('{').next().unwrap();
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad metric name in {line:?}"
+        );
+        if let Some(labels) = series.strip_prefix(name) {
+            if !labels.is_empty() {
+                assert!(labels.starts_with('{') && labels.ends_with('}'), "{line:?}");
+                for pair in labels[1..labels.len() - 1].split(',') {
+                    let (k, v) = pair.split_once('=').expect("label pair");
+                    assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+                    assert!(v.starts_with('"') && v.ends_with('"'), "{line:?}");
+                }
+            }
+        }
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|base| types.get(*base).is_some_and(|t| t == "histogram"))
+            })
+            .unwrap_or(name);
+        assert!(
+            types.contains_key(family),
+            "sample {name} before its # TYPE line"
+        );
+        samples.insert(series.to_string(), value);
+    }
+    samples
+}
+
+fn sum(samples: &HashMap<String, f64>, prefix: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with(prefix) && (k.len() == prefix.len() || k[prefix.len()..].starts_with('{'))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+#[test]
+fn metrics_parse_and_move_with_traffic() {
+    let node = start(&["--store", "memory", "--shards", "2"]);
+    let admin = node.admin.expect("admin address");
+    let (status, text) = http(admin, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    let before = parse_prometheus(&text);
+    for family in [
+        "idgen_ids_issued_total",
+        "idgen_requests_total",
+        "idgen_errors_total",
+        "idgen_batch_size_count",
+        "idgen_request_latency_seconds_count",
+        "idgen_sequence_exhaustion_waits_total",
+        "idgen_clock_rollback_events_total",
+        "idgen_clock_rollback_largest_ms",
+        "idgen_clock_drift_ms",
+        "idgen_lease_time_remaining_seconds",
+        "idgen_lease_renewals_total",
+        "idgen_lease_renew_latency_seconds",
+        "idgen_worker_ids_free",
+        "idgen_connections_open",
+        "idgen_layout_years_left",
+        "idgen_ready",
+    ] {
+        assert!(
+            before.keys().any(|k| k.starts_with(family)),
+            "{family} missing from /metrics"
+        );
+    }
+    assert!(sum(&before, "idgen_lease_time_remaining_seconds") > 0.0);
+    assert!(sum(&before, "idgen_layout_years_left") > 60.0);
+    assert_eq!(sum(&before, "idgen_ready"), 1.0);
+
+    let mut c = Conn::open(node.addr);
+    let mut issued = 0;
+    for n in [1u32, 10, 4096, 7] {
+        issued += c.get_ids(n).unwrap().len();
+    }
+    assert_eq!(c.get_ids(0).unwrap_err().0, Status::INVALID_COUNT);
+    let (_, text) = http(admin, "GET", "/metrics", None);
+    let after = parse_prometheus(&text);
+    let delta = sum(&after, "idgen_ids_issued_total") - sum(&before, "idgen_ids_issued_total");
+    assert_eq!(delta as usize, issued);
+    assert_eq!(
+        after["idgen_errors_total{status=\"200\",name=\"INVALID_COUNT\"}"]
+            - before["idgen_errors_total{status=\"200\",name=\"INVALID_COUNT\"}"],
+        1.0
+    );
+    assert_eq!(
+        sum(&after, "idgen_batch_size_count") - sum(&before, "idgen_batch_size_count"),
+        4.0
+    );
+    assert_eq!(sum(&after, "idgen_connections_open"), 1.0);
+}
+
+#[test]
+fn http_api_answers_the_seed_calls_with_js_safe_ids_and_clear_errors() {
+    let node = start(&["--store", "memory", "--shards", "1", "--max-batch", "100"]);
+    let admin = node.admin.unwrap();
+    let (s, b) = http(admin, "POST", "/ids", None);
+    assert_eq!(s, 200, "{b}");
+    let v = json(&b);
+    let id = v["id"].as_u64().unwrap();
+    assert_eq!(v["id_str"].as_str().unwrap(), id.to_string());
+    let (s, b) = http(admin, "POST", "/ids?format=string", None);
+    assert_eq!(s, 200);
+    let v = json(&b);
+    let id2: u64 = v["id"].as_str().expect("string ID").parse().unwrap();
+    assert!(id2 > id);
+    let (s, b) = http(admin, "POST", "/ids/batch", Some(r#"{"count": 5}"#));
+    assert_eq!(s, 200, "{b}");
+    let v = json(&b);
+    let ids: Vec<u64> = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 5);
+    assert!(ids[0] > id2 && ids.windows(2).all(|w| w[0] < w[1]));
+    let strs: Vec<String> = v["ids_str"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(strs, ids.iter().map(u64::to_string).collect::<Vec<_>>());
+    let (s, b) = http(
+        admin,
+        "POST",
+        "/ids/batch?format=string",
+        Some(r#"{"count": 2}"#),
+    );
+    assert_eq!(s, 200);
+    assert!(json(&b)["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(Value::is_string));
+
+    for (method, path, body, want) in [
+        ("POST", "/ids/batch", Some(r#"{"count": 0}"#), 400),
+        ("POST", "/ids/batch", Some(r#"{"count": 101}"#), 400),
+        ("POST", "/ids/batch", Some(r#"{"count": -1}"#), 400),
+        ("POST", "/ids/batch", Some(r#"{"cnt": 3}"#), 400),
+        ("POST", "/ids/batch", Some("not json"), 400),
+        ("POST", "/ids?format=xml", None, 400),
+        ("GET", "/ids/abc", None, 400),
+        ("GET", "/ids/9223372036854775808", None, 400),
+        ("GET", "/nowhere", None, 404),
+        ("GET", "/ids", None, 405),
+    ] {
+        let (s, b) = http(admin, method, path, body);
+        assert_eq!(s, want, "{method} {path} {body:?}: {b}");
+        if want != 405 {
+            let v = json(&b);
+            assert!(!v["error"].as_str().unwrap().is_empty(), "{b}");
+            assert_eq!(v["status"].as_u64(), Some(u64::from(want)));
+        }
+    }
+
+    // GET /layout and GET /ids/{id}, checked against the layout HELLO_OK announces.
+    let (s, b) = http(admin, "GET", "/layout", None);
+    assert_eq!(s, 200);
+    let layout = json(&b);
+    assert_eq!(layout["timestamp_bits"], 41);
+    let c = Conn::open(node.addr);
+    let hello = c.hello.unwrap();
+    let (s, b) = http(admin, "GET", &format!("/ids/{id}"), None);
+    assert_eq!(s, 200);
+    let d = json(&b);
+    assert_eq!(
+        d["timestamp_ms"].as_u64().unwrap(),
+        timestamp_of(&hello, id)
+    );
+    assert_eq!(d["worker"].as_u64().unwrap(), worker_of(&hello, id));
+    assert_eq!(d["sequence"].as_u64().unwrap(), id & 4095);
+    assert!(d["time"].as_str().unwrap().ends_with('Z'));
+}
+
+#[test]
+fn decode_agrees_with_the_layout_on_live_ids() {
+    let node = start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--workers-per-shard",
+        "3",
+    ]);
+    let mut c = Conn::open(node.addr);
+    let hello = c.hello.unwrap();
+    let ids = c.get_ids(9000).unwrap();
+    let picks = [ids[0], ids[4095], ids[4096], ids[8999]];
+    let args: Vec<String> = picks.iter().map(u64::to_string).collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["decode", "--json", "--addr", &node.addr.to_string()])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(json)
+        .collect();
+    assert_eq!(lines.len(), 4);
+    for (id, d) in picks.iter().zip(&lines) {
+        assert_eq!(
+            d["timestamp_ms"].as_u64().unwrap(),
+            timestamp_of(&hello, *id)
+        );
+        assert_eq!(d["worker"].as_u64().unwrap(), worker_of(&hello, *id));
+        assert_eq!(
+            d["unix_ms"].as_u64().unwrap(),
+            hello.epoch_ms + timestamp_of(&hello, *id)
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert!(d["unix_ms"].as_u64().unwrap().abs_diff(now) < 60_000);
+    }
+    // The text form, from flags rather than a node.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["decode", &picks[1].to_string()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        line.contains(&format!("worker={}", worker_of(&hello, picks[1]))),
+        "{line}"
+    );
+    assert!(line.contains("time=20"), "{line}");
+    // Garbage is refused clearly.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["decode", "12x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("12x"));
+}
+
+#[test]
+fn readiness_turns_false_before_a_node_without_its_store_stops_serving() {
+    let mut etcd = EtcdCluster::start(1);
+    let url = etcd.url("ready");
+    let node = start(&["--store", &url, "--shards", "1", "--lease-ttl", "3s"]);
+    let admin = node.admin.unwrap();
+    assert_eq!(http(admin, "GET", "/health/ready", None).0, 200);
+    let mut c = Conn::open(node.addr);
+    assert!(c.get_ids(1).is_ok());
+
+    etcd.stop_all();
+    let stopped = Instant::now();
+    // Poll both: readiness must turn false while IDs are still being served.
+    let mut not_ready_at = None;
+    let mut failing_at = None;
+    let mut served_while_not_ready = false;
+    while stopped.elapsed() < Duration::from_secs(8) && failing_at.is_none() {
+        let ready = http(admin, "GET", "/health/ready", None).0 == 200;
+        if !ready && not_ready_at.is_none() {
+            not_ready_at = Some(stopped.elapsed());
+        }
+        match c.get_ids(1) {
+            Ok(_) if !ready => served_while_not_ready = true,
+            Ok(_) => {}
+            Err((status, _)) => {
+                assert_eq!(status, Status::UNAVAILABLE_LEASE);
+                failing_at = Some(stopped.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let not_ready_at = not_ready_at.expect("never turned not ready");
+    let failing_at = failing_at.expect("never stopped serving without its store");
+    assert!(
+        not_ready_at < failing_at,
+        "{not_ready_at:?} vs {failing_at:?}"
+    );
+    assert!(served_while_not_ready);
+    assert!(
+        failing_at <= Duration::from_millis(3_000 + 1_500),
+        "{failing_at:?}"
+    );
+    let (s, b) = http(admin, "GET", "/health/ready", None);
+    assert_eq!(s, 503);
+    assert!(b.contains("lease"), "{b}");
+    assert_eq!(http(admin, "GET", "/health/live", None).0, 200);
+
+    etcd.start_all();
+    let back = Instant::now();
+    while http(admin, "GET", "/health/ready", None).0 != 200 {
+        assert!(
+            back.elapsed() < Duration::from_secs(15),
+            "not ready again after etcd returned"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(c.get_ids(10).is_ok());
+}
+
+#[test]
+fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
+    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+    assert!(
+        std::path::Path::new(lib).exists(),
+        "libfaketime is missing: install Debian's `faketime` (scripts/test does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("faketime");
+    std::fs::write(&offset, "+0\n").unwrap();
+    let offset_str = offset.to_str().unwrap().to_string();
+    let mut args: Vec<&str> = ADMIN.to_vec();
+    args.extend_from_slice(&["--store", "memory", "--shards", "1"]);
+    let node = NodeProc::try_start(
+        &args,
+        &[
+            ("LD_PRELOAD", lib),
+            ("FAKETIME_TIMESTAMP_FILE", &offset_str),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("DONT_FAKE_MONOTONIC", "1"),
+        ],
+    )
+    .unwrap();
+    let admin = node.admin.unwrap();
+    let mut c = Conn::open(node.addr);
+    let hello = c.hello.unwrap();
+    let before = c.get_ids(100).unwrap();
+    assert_eq!(http(admin, "GET", "/health/ready", None).0, 200);
+
+    // Ten seconds back: beyond the 10 ms the generator waits out.
+    std::fs::write(&offset, "-10s\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let (status, message) = c.get_ids(1).unwrap_err();
+    assert_eq!(status, Status::UNAVAILABLE_CLOCK);
+    assert!(message.contains("clock moved back"), "{message}");
+    let (s, b) = http(admin, "GET", "/health/ready", None);
+    assert_eq!(s, 503, "{b}");
+    assert!(b.contains("clock"), "{b}");
+    let (_, text) = http(admin, "GET", "/metrics", None);
+    let m = parse_prometheus(&text);
+    assert!(sum(&m, "idgen_clock_rollback_events_total") >= 1.0);
+    assert!(sum(&m, "idgen_clock_rollback_largest_ms") >= 9_000.0);
+
+    // Back to true time: it serves again by itself, above everything issued before.
+    std::fs::write(&offset, "+0\n").unwrap();
+    let t = Instant::now();
+    let after = loop {
+        match c.get_ids(100) {
+            Ok(ids) => break ids,
+            Err(_) if t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("did not recover: {e:?}"),
+        }
+    };
+    assert!(after[0] > *before.last().unwrap());
+    assert!(timestamp_of(&hello, after[0]) >= timestamp_of(&hello, before[99]));
+    let t = Instant::now();
+    while http(admin, "GET", "/health/ready", None).0 != 200 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "not ready after recovery"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The audit events come from the control thread's observer (it polls every 100 ms).
+    let t = Instant::now();
+    while !(node.log().contains("clock_rollback_detected")
+        && node.log().contains("clock_rollback_recovered"))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "no audit events:\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn inspect_shows_the_leases_of_a_live_cluster() {
+    let etcd = EtcdCluster::start(1);
+    let url = etcd.url("inspect");
+    let a = start(&["--store", &url, "--shards", "2", "--node-id", "alpha"]);
+    let b = start(&["--store", &url, "--shards", "1", "--node-id", "beta"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["inspect", "--store", &url, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&String::from_utf8(out.stdout).unwrap());
+    let leases = v["leases"].as_array().unwrap();
+    let nodes: Vec<(&str, u64)> = leases
+        .iter()
+        .map(|l| (l["node_id"].as_str().unwrap(), l["count"].as_u64().unwrap()))
+        .collect();
+    assert!(
+        nodes.contains(&("alpha", 2)) && nodes.contains(&("beta", 1)),
+        "{nodes:?}"
+    );
+    assert!(leases.iter().all(|l| l["state"] == "held"));
+    assert_eq!(v["regions"][0]["free"], 1024 - 3);
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["inspect", "--store", &url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("alpha") && text.contains("1021 of 1024"),
+        "{text}"
+    );
+    drop((a, b));
+    // A namespace nobody started is a clear error.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["inspect", "--store", &url, "--namespace", "nobody"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no cluster"));
+}
