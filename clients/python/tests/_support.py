@@ -155,16 +155,18 @@ class FakeNode:
     """A tiny idgen node: completes the handshake with ``hello`` (a HelloOk), then answers
     every request according to ``mode``:
 
-    * ``"unavailable"``: ERROR 300 UNAVAILABLE_LEASE to every request (connection stays open);
+    * ``"unavailable"``: ERROR ``status`` (default 300 UNAVAILABLE_LEASE) to every request
+      (the connection stays open);
     * ``"garbage"``: bytes that are not a valid response frame;
     * ``"silent"``: nothing at all (the client must time out).
 
     ``requests`` counts the request frames it received after the handshake.
     """
 
-    def __init__(self, hello, mode):
+    def __init__(self, hello, mode, status=300):
         self.hello = hello
         self.mode = mode
+        self.status = status
         self.requests = 0
         self.connections = 0
         self._lock = threading.Lock()
@@ -190,7 +192,7 @@ class FakeNode:
                         with fake._lock:
                             fake.requests += 1
                         if fake.mode == "unavailable":
-                            sock.sendall(error_bytes(300, "fake node: no lease"))
+                            sock.sendall(error_bytes(fake.status, "fake node says no"))
                         elif fake.mode == "garbage":
                             sock.sendall(b"\x00\x00\x00\x09\x84garbage!")
                         # "silent": answer nothing
