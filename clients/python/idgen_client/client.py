@@ -13,8 +13,15 @@ order, PROTOCOL.md section 8), then wakes its caller. So any number of threads h
 in flight on one connection at once, and one caller's split batch is in flight as a whole
 rather than one round trip per part. A lock-step design (one request, wait, next) would
 serialise every thread on the round-trip time; the reader thread costs one OS thread per
-connection and removes that. A caller that gives up (timeout) leaves its slot in the FIFO;
-a late answer is matched to it by position and dropped, so order is never lost.
+connection and removes that. A caller that stops waiting early (one part of its split batch
+failed with a status that keeps the connection open) leaves its other slots in the FIFO;
+their answers are matched by position and dropped, so the order is never lost. A caller
+that gets no answer within ``timeout`` closes the connection instead: a node that stalls
+is treated as down, and every request in flight on it fails over.
+
+Ordering: IDs from one connection are strictly increasing, so while a client stays on one
+node, the IDs each thread receives increase. After a failover they come from another node
+and are unique but not ordered against the earlier ones.
 
 Failover: a node that answers ``3xx`` (except ``304 EXHAUSTED``), does not answer within
 ``timeout``, refuses or drops the connection, or sends a bad frame is marked down for an
