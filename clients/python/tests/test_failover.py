@@ -106,10 +106,10 @@ class Failover(unittest.TestCase):
         silent = _support.FakeNode(_support.default_hello(epoch_ms=epoch), "silent")
         self.addCleanup(silent.close)
         dead = f"127.0.0.1:{_support.unused_port()}"
-        with Client([dead, silent.addr, server.addr], timeout=0.3, backoff_min=5.0) as client:
+        with Client([dead, silent.addr, server.addr], timeout=1.0, backoff_min=5.0) as client:
             start = time.monotonic()
             ids = client.next_ids(10)
-            self.assertLess(time.monotonic() - start, 5.0)
+            self.assertLess(time.monotonic() - start, 10.0)
             self.assertEqual(len(set(ids)), 10)
             self.assertTrue(node_state(client, dead)["down"])
             self.assertTrue(node_state(client, silent.addr)["down"])
@@ -140,15 +140,15 @@ class Failover(unittest.TestCase):
 
     def test_backoff_doubles_and_is_capped(self):
         dead = f"127.0.0.1:{_support.unused_port()}"
-        with Client([dead], backoff_min=0.1, backoff_max=0.3) as client:
-            expected = [0.1, 0.2, 0.3, 0.3]
+        with Client([dead], backoff_min=0.3, backoff_max=0.9) as client:
+            expected = [0.3, 0.6, 0.9, 0.9]
             for k, delay in enumerate(expected):
                 with self.assertRaises(UnavailableError):
                     client.next_id()
                 state = node_state(client, dead)
                 self.assertEqual(state["failures"], k + 1)
                 self.assertLessEqual(state["retry_in"], delay + 0.01)
-                self.assertGreater(state["retry_in"], delay - 0.1)
+                self.assertGreater(state["retry_in"], delay - 0.25)
                 with self.assertRaises(NoNodeAvailable):  # skipped while backing off
                     client.next_id()
                 time.sleep(delay + 0.05)
@@ -156,14 +156,14 @@ class Failover(unittest.TestCase):
     def test_node_recovers_after_backoff(self):
         server = _support.Server(self)
         self.addCleanup(server.stop)
-        with Client([server.addr], backoff_min=0.1) as client:
+        with Client([server.addr], backoff_min=0.5, timeout=5.0) as client:
             client.next_id()
             with client._nodes[0].lock:  # simulate a failure report on the live connection
                 conn = client._nodes[0].conn
             client._mark_down(client._nodes[0], conn, UnavailableError("test", server.addr))
             with self.assertRaises(NoNodeAvailable):
                 client.next_id()
-            time.sleep(0.15)
+            time.sleep(0.6)
             self.assertIsInstance(client.next_id(), int)
             self.assertEqual(node_state(client, server.addr)["failures"], 0)
             self.assertEqual(client.stats()["connects"], 2)

@@ -24,6 +24,7 @@ class RealServer(unittest.TestCase):
             cls.server = None
 
     def client(self, **kw):
+        kw.setdefault("timeout", 5.0)  # generous: CI machines are shared with Rust builds
         c = Client([self.server.addr], **kw)
         self.addCleanup(c.close)
         return c
