@@ -1,0 +1,43 @@
+"""Python client for idgen, the 64-bit time-ordered unique ID service.
+
+Standard library only. Quick start::
+
+    from idgen_client import Client
+
+    with Client(["10.0.0.1:7420", "10.0.0.2:7420"], prefetch=1000) as client:
+        one = client.next_id()
+        many = client.next_ids(10_000)        # increasing, from one node, all or nothing
+        parts = client.decode(one)            # IdParts(unix_ms, timestamp, worker, region, sequence)
+
+String forms and masking live in :mod:`idgen_client.forms`; the frame codec in
+:mod:`idgen_client.protocol`.
+"""
+
+from . import forms, protocol
+from .client import Client, IdParts, Layout
+from .errors import (
+    ClientClosedError,
+    IdgenError,
+    NoNodeAvailable,
+    ProtocolError,
+    ServerError,
+    UnavailableError,
+)
+from .forms import MaskKey
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "IdParts",
+    "Layout",
+    "MaskKey",
+    "IdgenError",
+    "ServerError",
+    "UnavailableError",
+    "NoNodeAvailable",
+    "ProtocolError",
+    "ClientClosedError",
+    "forms",
+    "protocol",
+]

@@ -1,0 +1,757 @@
+"""The idgen client: pipelined connections, failover across nodes, optional prefetch pool.
+
+Design
+======
+
+Pipelining: **a per-connection FIFO of waiting slots plus one reader thread.** A caller
+builds its request frames (a batch above the server's ``max_batch`` becomes several GET_IDS
+frames), and, holding the connection's writer lock, appends one slot per frame to the FIFO
+and writes all the frames with a single ``sendall``. Appending and writing under the same
+lock keeps the FIFO in wire order. The reader thread decodes answers as they arrive and
+hands each one to the slot at the head of the FIFO (the server answers strictly in request
+order, PROTOCOL.md section 8), then wakes its caller. So any number of threads have requests
+in flight on one connection at once, and one caller's split batch is in flight as a whole
+rather than one round trip per part. A lock-step design (one request, wait, next) would
+serialise every thread on the round-trip time; the reader thread costs one OS thread per
+connection and removes that. A caller that stops waiting early (one part of its split batch
+failed with a status that keeps the connection open) leaves its other slots in the FIFO;
+their answers are matched by position and dropped, so the order is never lost. A caller
+that gets no answer within ``timeout`` closes the connection instead: a node that stalls
+is treated as down, and every request in flight on it fails over.
+
+Ordering: IDs from one connection are strictly increasing, so while a client stays on one
+node, the IDs each thread receives increase. After a failover they come from another node
+and are unique but not ordered against the earlier ones.
+
+Failover: a node that answers ``3xx`` (except ``304 EXHAUSTED``), does not answer within
+``timeout``, refuses or drops the connection, or sends a bad frame is marked down for an
+exponential backoff (``backoff_min``, doubling per consecutive failure, capped at
+``backoff_max``), and the WHOLE call is retried on the next node, each node at most once
+per call; nodes backing off are skipped. ``2xx``, ``304`` and the other closing statuses
+(``1xx``, ``5xx``) are raised at once. Retrying cannot duplicate an ID: a server never sends
+an ID twice, so IDs of a failed or abandoned request are only ever lost (a gap).
+
+Errors: when a call tried exactly one node (the only one not backing off), that node's error
+is raised as it is (``UnavailableError``, ``ProtocolError`` or ``ServerError``); when it tried
+several, or none could be tried, it raises ``NoNodeAvailable`` listing each node's last error.
+"""
+
+import collections
+import itertools
+import socket
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from . import protocol
+from .errors import (
+    ClientClosedError,
+    IdgenError,
+    NoNodeAvailable,
+    ProtocolError,
+    ServerError,
+    UnavailableError,
+)
+from .protocol import ErrorFrame, HelloOk, Ids, Pong
+
+__all__ = ["Client", "Layout", "IdParts"]
+
+_RECV_CHUNK = 256 * 1024
+_MAX_IDS_PER_CALL = 1 << 24  # a guard against accidental huge requests (16 Mi IDs)
+
+
+class IdParts(NamedTuple):
+    """An ID taken apart (PROTOCOL.md section 10)."""
+
+    unix_ms: int  #: Unix time in milliseconds of the ID's timestamp
+    timestamp: int  #: milliseconds since the layout's epoch
+    worker: int  #: the full worker field (region bits included)
+    region: int  #: the top ``region_bits`` of the worker field (0 without regions)
+    sequence: int  #: the sequence within the millisecond
+
+
+class Layout(NamedTuple):
+    """The ID layout a cluster announces in HELLO_OK, and the node's ``max_batch``."""
+
+    epoch_ms: int
+    timestamp_bits: int
+    worker_bits: int
+    sequence_bits: int
+    region_bits: int
+    max_batch: int
+
+    @classmethod
+    def from_hello(cls, hello: HelloOk) -> "Layout":
+        return cls(
+            hello.epoch_ms,
+            hello.timestamp_bits,
+            hello.worker_bits,
+            hello.sequence_bits,
+            hello.region_bits,
+            hello.max_batch,
+        )
+
+    def same_ids(self, other: "Layout") -> bool:
+        """Whether both describe the same ID format (``max_batch`` may differ per node)."""
+        return self[:5] == other[:5]
+
+    def decode(self, id_: int) -> IdParts:
+        """Take an ID apart: timestamp, worker, region and sequence."""
+        if isinstance(id_, bool) or not isinstance(id_, int):
+            raise TypeError(f"an ID is an int, not {type(id_).__name__}")
+        if not 0 <= id_ < (1 << 63):
+            raise ValueError(f"ID {id_} is outside 0 .. 2^63")
+        s, w, r = self.sequence_bits, self.worker_bits, self.region_bits
+        sequence = id_ & ((1 << s) - 1)
+        worker = (id_ >> s) & ((1 << w) - 1)
+        region = worker >> (w - r) if r else 0
+        timestamp = id_ >> (w + s)
+        return IdParts(self.epoch_ms + timestamp, timestamp, worker, region, sequence)
+
+
+def _parse_node(node: str) -> Tuple[str, int]:
+    if not isinstance(node, str):
+        raise TypeError(f"a node is a 'host:port' string, not {type(node).__name__}")
+    host, sep, port = node.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"node {node!r} is not 'host:port'")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def _fresh(err: BaseException) -> BaseException:
+    """A copy of an exception shared by several waiting threads, so that each raises its
+    own object (tracebacks are per raise)."""
+    new = type(err).__new__(type(err))
+    new.__dict__.update(err.__dict__)
+    new.args = err.args
+    new.__cause__ = err.__cause__
+    return new
+
+
+class _Slot:
+    """One request frame waiting for its answer."""
+
+    __slots__ = ("event", "kind", "expect", "result", "error")
+
+    def __init__(self, kind: int, expect: int):
+        self.event = threading.Event()
+        self.kind = kind  # protocol.OP_GET_IDS or protocol.OP_PING
+        self.expect = expect  # the count asked for, or the PING token
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+
+    def set(self, result: Any) -> None:
+        self.result = result
+        self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.event.set()
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._c: Dict[str, int] = collections.Counter()
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._c[key] += n
+
+    def snapshot(self) -> Dict[str, int]:
+        keys = (
+            "connects", "requests", "ids", "pings", "node_failures", "failovers",
+            "prefetch_refills", "prefetch_served",
+        )  # fmt: skip
+        with self._lock:
+            return {k: self._c.get(k, 0) for k in keys}
+
+
+class _Connection:
+    """One TCP connection to one node: writer lock, FIFO of slots, reader thread."""
+
+    def __init__(self, node: str, connect_timeout: float, timeout: float, stats: _Stats):
+        self.node = node
+        self._timeout = timeout
+        self._stats = stats
+        self._lock = threading.Lock()  # guards _pending and _error
+        self._write_lock = threading.Lock()
+        self._pending: Deque[_Slot] = collections.deque()
+        self._error: Optional[BaseException] = None
+        self._last_id = -1
+        host, port = _parse_node(node)
+        deadline = time.monotonic() + connect_timeout
+        try:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+        except socket.timeout:
+            raise UnavailableError(f"connect timed out after {connect_timeout}s", node) from None
+        except OSError as e:
+            raise UnavailableError(f"cannot connect: {e}", node) from e
+        self._sock = sock
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.hello, buf = self._handshake(deadline)
+        except BaseException:
+            sock.close()
+            raise
+        self.max_frame = protocol.response_frame_limit(self.hello.max_batch)
+        # Sends wait at most `timeout`; the reader wakes up that often to notice a close.
+        sock.settimeout(max(timeout, 0.05))
+        stats.add("connects")
+        self._reader = threading.Thread(
+            target=self._read_loop, args=(buf,), name=f"idgen-reader-{node}", daemon=True
+        )
+        self._reader.start()
+
+    # -- handshake ------------------------------------------------------------------------
+
+    def _handshake(self, deadline: float) -> Tuple[HelloOk, bytearray]:
+        sock = self._sock
+        try:
+            sock.sendall(protocol.encode_hello())
+            buf = bytearray()
+            while True:
+                decoded = protocol.decode_response(buf, protocol.DEFAULT_MAX_RESPONSE_FRAME)
+                if decoded is not None:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise socket.timeout()
+                sock.settimeout(remaining)
+                data = sock.recv(_RECV_CHUNK)
+                if not data:
+                    raise UnavailableError("connection closed during the handshake", self.node)
+                buf += data
+        except socket.timeout:
+            raise UnavailableError("no HELLO_OK within connect_timeout", self.node) from None
+        except ProtocolError as e:
+            e.node = self.node
+            raise
+        except OSError as e:
+            raise UnavailableError(f"handshake failed: {e}", self.node) from e
+        frame, used = decoded
+        del buf[:used]
+        if isinstance(frame, ErrorFrame):
+            raise ServerError(frame.status, frame.name, frame.message, self.node)
+        if not isinstance(frame, HelloOk):
+            raise ProtocolError(
+                f"expected HELLO_OK, got {type(frame).__name__}", node=self.node
+            )
+        if frame.version != protocol.PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"server picked version {frame.version}, only version 1 was offered",
+                node=self.node,
+            )
+        return frame, buf
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self._error is None
+
+    def fail(self, error: BaseException) -> None:
+        """Mark the connection broken with ``error``: every waiting slot fails with it, later
+        submits fail at once, and the socket is closed (which also stops the reader)."""
+        with self._lock:
+            if self._error is not None:
+                return
+            self._error = error
+            pending, self._pending = self._pending, collections.deque()
+        for slot in pending:
+            slot.fail(error)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    def close(self, join_timeout: float = 1.0) -> None:
+        self.fail(ClientClosedError(f"{self.node}: connection closed by the client"))
+        if threading.current_thread() is not self._reader:
+            self._reader.join(join_timeout)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def submit(self, requests: Sequence[Tuple[int, int]]) -> List[_Slot]:
+        """Send request frames ``(opcode, count-or-token)`` pipelined, in order, as one
+        write. Returns their slots; answers are collected with :meth:`wait`."""
+        slots = []
+        frames = []
+        for op, arg in requests:
+            if op == protocol.OP_GET_IDS:
+                frames.append(protocol.encode_get_ids(arg))
+            else:
+                frames.append(protocol.encode_ping(arg))
+            slots.append(_Slot(op, arg))
+        data = b"".join(frames)
+        with self._write_lock:
+            with self._lock:
+                if self._error is not None:
+                    raise _fresh(self._error)
+                self._pending.extend(slots)
+            try:
+                self._sock.sendall(data)
+            except socket.timeout:
+                err = UnavailableError(f"send blocked longer than {self._timeout}s", self.node)
+                self.fail(err)
+                raise _fresh(err) from None
+            except OSError as e:
+                err = UnavailableError(f"send failed: {e}", self.node)
+                self.fail(err)
+                raise _fresh(err) from e
+        return slots
+
+    def wait(self, slot: _Slot, timeout: float) -> Any:
+        """The answer of one slot (IDs, or the PONG's arrival), or raise its error. No
+        answer within ``timeout`` breaks the connection (the node is stuck or gone)."""
+        if not slot.event.wait(timeout):
+            err = UnavailableError(f"no answer within {timeout}s", self.node)
+            self.fail(err)
+            raise _fresh(err)
+        if slot.error is not None:
+            raise _fresh(slot.error)
+        return slot.result
+
+    # -- reader thread --------------------------------------------------------------------
+
+    def _read_loop(self, buf: bytearray) -> None:
+        sock = self._sock
+        try:
+            while self._error is None:
+                while True:
+                    decoded = protocol.decode_response(buf, self.max_frame)
+                    if decoded is None:
+                        break
+                    frame, used = decoded
+                    del buf[:used]
+                    self._dispatch(frame)
+                try:
+                    data = sock.recv(_RECV_CHUNK)
+                except socket.timeout:
+                    continue
+                if not data:
+                    with self._lock:
+                        idle = not self._pending and not buf
+                    if idle:
+                        # The server closed an idle connection (its idle timeout): not a
+                        # node failure, the next call simply reconnects.
+                        self.fail(UnavailableError("connection closed by the server (idle)", self.node))
+                    else:
+                        self.fail(
+                            UnavailableError(
+                                "connection closed by the server with requests unanswered",
+                                self.node,
+                            )
+                        )
+                    return
+                buf += data
+        except ProtocolError as e:
+            e.node = self.node
+            self.fail(e)
+        except OSError as e:
+            self.fail(UnavailableError(f"receive failed: {e}", self.node))
+        except Exception as e:  # a bug: never leave callers waiting
+            self.fail(ProtocolError(f"reader failed: {e!r}", node=self.node))
+
+    def _dispatch(self, frame: protocol.Response) -> None:
+        with self._lock:
+            slot = self._pending.popleft() if self._pending else None
+        if slot is None:
+            raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
+        if isinstance(frame, ErrorFrame):
+            err = ServerError(frame.status, frame.name, frame.message, self.node)
+            slot.fail(err)
+            if err.closes_connection:
+                self.fail(
+                    UnavailableError(
+                        f"server closed the connection after ERROR {frame.status}"
+                        f" {frame.name or 'UNKNOWN'}",
+                        self.node,
+                    )
+                )
+            return
+        if slot.kind == protocol.OP_GET_IDS:
+            if not isinstance(frame, Ids):
+                err = ProtocolError(f"GET_IDS answered with {type(frame).__name__}")
+            elif len(frame.ids) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} IDs, got {len(frame.ids)}")
+            elif frame.ids[0] <= self._last_id:
+                err = ProtocolError("IDs on one connection are not increasing")
+            else:
+                self._last_id = frame.ids[-1]
+                slot.set(frame.ids)
+                return
+        else:
+            if isinstance(frame, Pong) and frame.token == slot.expect:
+                slot.set(True)
+                return
+            err = ProtocolError(f"PING {slot.expect} answered with {frame!r}")
+        err.node = self.node
+        slot.fail(err)
+        raise err
+
+
+class _Node:
+    def __init__(self, addr: str):
+        _parse_node(addr)
+        self.addr = addr
+        self.lock = threading.Lock()  # serialises connecting
+        self.conn: Optional[_Connection] = None
+        self.failures = 0
+        self.down_until = 0.0
+        self.last_error: Optional[BaseException] = None
+
+
+class Client:
+    """A thread-safe client for a cluster of idgen nodes.
+
+    ``nodes`` are ``"host:port"`` strings, tried in that order (the client sticks to the node
+    that last answered). ``timeout`` bounds the wait for each answer frame (and each send),
+    ``connect_timeout`` the TCP connect plus handshake. ``backoff_min``/``backoff_max`` bound
+    how long a failed node is skipped. ``prefetch=N`` keeps a local pool of up to ``N`` IDs
+    that :meth:`next_id` serves from, refilled by a background thread when it falls below
+    ``low_water`` (default ``N // 4``).
+
+    Prefetching costs: IDs wait in the pool, so an ID's timestamp may be older than the
+    moment :meth:`next_id` returns it (time order across processes gets looser), and IDs
+    still in the pool when the process ends or :meth:`close` is called are never used (a
+    gap). It can never produce a duplicate: the server hands every ID out once.
+
+    See the module docstring for the pipelining and failover design.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        *,
+        timeout: float = 1.0,
+        connect_timeout: float = 1.0,
+        backoff_min: float = 0.2,
+        backoff_max: float = 10.0,
+        prefetch: int = 0,
+        low_water: Optional[int] = None,
+    ):
+        if isinstance(nodes, str):
+            nodes = [nodes]
+        if not nodes:
+            raise ValueError("at least one node is required")
+        if len(set(nodes)) != len(nodes):
+            raise ValueError("nodes must be distinct")
+        if timeout <= 0 or connect_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        if not 0 < backoff_min <= backoff_max:
+            raise ValueError("need 0 < backoff_min <= backoff_max")
+        if prefetch < 0:
+            raise ValueError("prefetch must be >= 0")
+        if low_water is None:
+            low_water = prefetch // 4
+        if prefetch and not 0 <= low_water < prefetch:
+            raise ValueError("low_water must be in 0 .. prefetch - 1")
+        self._nodes = [_Node(n) for n in nodes]
+        self._timeout = float(timeout)
+        self._connect_timeout = float(connect_timeout)
+        self._backoff_min = float(backoff_min)
+        self._backoff_max = float(backoff_max)
+        self._preferred = 0
+        self._layout: Optional[Layout] = None
+        self._layout_lock = threading.Lock()
+        self._stats = _Stats()
+        self._tokens = itertools.count(1)
+        self._closed = False
+        # Prefetch pool.
+        self._prefetch = int(prefetch)
+        self._low_water = int(low_water)
+        self._pool: Deque[int] = collections.deque()
+        self._pool_cond = threading.Condition()
+        self._refill_wanted = False
+        self._refill_gen = 0
+        self._refill_error: Optional[BaseException] = None
+        self._refiller: Optional[threading.Thread] = None
+        if self._prefetch:
+            self._refill_wanted = True
+            self._refiller = threading.Thread(
+                target=self._refill_loop, name="idgen-prefetch", daemon=True
+            )
+            self._refiller.start()
+
+    # -- public API -------------------------------------------------------------------------
+
+    def next_id(self) -> int:
+        """One ID: from the prefetch pool when ``prefetch`` is set, else one GET_IDS."""
+        if self._prefetch:
+            return self._pool_pop()
+        return self.next_ids(1)[0]
+
+    def next_ids(self, n: int) -> List[int]:
+        """``n`` IDs, increasing, from one node (all or nothing). Above the node's
+        ``max_batch`` the request is split into pipelined GET_IDS frames and re-joined.
+        ``n == 0`` is sent as is and the server's ``200 INVALID_COUNT`` raised."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, not {type(n).__name__}")
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if n > _MAX_IDS_PER_CALL:
+            raise ValueError(f"n must be at most {_MAX_IDS_PER_CALL} per call")
+        return self._with_failover(lambda conn: self._fetch(conn, n))
+
+    def ping(self) -> float:
+        """PING a node (with failover); returns the round-trip time in seconds."""
+
+        def run(conn: _Connection) -> float:
+            start = time.monotonic()
+            (slot,) = conn.submit([(protocol.OP_PING, next(self._tokens) & protocol.MAX_U64)])
+            self._stats.add("pings")
+            conn.wait(slot, self._timeout)
+            return time.monotonic() - start
+
+        return self._with_failover(run)
+
+    @property
+    def layout(self) -> Layout:
+        """The cluster's ID layout (from the first HELLO_OK; connects if needed)."""
+        if self._layout is None:
+            self._with_failover(lambda conn: conn.hello)
+        assert self._layout is not None
+        return self._layout
+
+    def decode(self, id_: int) -> IdParts:
+        """Take an ID apart with :attr:`layout`."""
+        return self.layout.decode(id_)
+
+    def stats(self) -> Dict[str, int]:
+        """Counters: ``connects``, ``requests`` (GET_IDS frames sent), ``ids`` (IDs
+        received), ``pings``, ``node_failures`` (a node marked down), ``failovers`` (a call
+        moved on to another node), ``prefetch_refills``, ``prefetch_served``."""
+        return self._stats.snapshot()
+
+    def nodes(self) -> List[Dict[str, Any]]:
+        """Each node's state: ``node``, ``connected``, ``down`` (backing off now),
+        ``retry_in`` (seconds), ``failures`` (consecutive), ``last_error``, ``hello``."""
+        now = time.monotonic()
+        out = []
+        for node in self._nodes:
+            with node.lock:
+                conn = node.conn
+                out.append(
+                    {
+                        "node": node.addr,
+                        "connected": conn is not None and conn.alive,
+                        "down": node.down_until > now,
+                        "retry_in": max(0.0, node.down_until - now),
+                        "failures": node.failures,
+                        "last_error": node.last_error,
+                        "hello": conn.hello if conn is not None else None,
+                    }
+                )
+        return out
+
+    def close(self) -> None:
+        """Close every connection and stop the prefetch thread. IDs still in the pool are
+        dropped (a gap, never a duplicate). Waiting calls fail with ClientClosedError."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._pool_cond:
+            self._pool.clear()
+            self._pool_cond.notify_all()
+        for node in self._nodes:
+            with node.lock:
+                conn, node.conn = node.conn, None
+            if conn is not None:
+                conn.close()
+        if self._refiller is not None and self._refiller is not threading.current_thread():
+            self._refiller.join(self._timeout + self._connect_timeout + 1.0)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({[n.addr for n in self._nodes]!r})"
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _fetch(self, conn: _Connection, n: int) -> List[int]:
+        max_batch = conn.hello.max_batch
+        if n == 0:
+            counts = [0]  # let the server say INVALID_COUNT
+        else:
+            counts = [max_batch] * (n // max_batch)
+            if n % max_batch:
+                counts.append(n % max_batch)
+        slots = conn.submit([(protocol.OP_GET_IDS, c) for c in counts])
+        self._stats.add("requests", len(slots))
+        if len(slots) == 1:
+            ids = conn.wait(slots[0], self._timeout)
+        else:
+            ids = []
+            for slot in slots:  # answers arrive in order; a failed part fails the whole call
+                ids.extend(conn.wait(slot, self._timeout))
+        self._stats.add("ids", len(ids))
+        return ids
+
+    # -- failover -----------------------------------------------------------------------------
+
+    def _with_failover(self, run: Callable[[_Connection], Any]) -> Any:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        count = len(self._nodes)
+        start = self._preferred
+        tried: List[BaseException] = []
+        for k in range(count):
+            index = (start + k) % count
+            node = self._nodes[index]
+            if node.down_until > time.monotonic():
+                continue
+            if tried:
+                self._stats.add("failovers")
+            conn: Optional[_Connection] = None
+            try:
+                conn = self._connection(node)
+                result = run(conn)
+            except ServerError as e:
+                if not e.retry_elsewhere:
+                    if e.closes_connection:
+                        self._drop(node, conn)
+                    raise
+                self._mark_down(node, conn, e)
+                tried.append(e)
+            except (UnavailableError, ProtocolError) as e:
+                if self._closed:
+                    raise ClientClosedError("the client is closed") from e
+                self._mark_down(node, conn, e)
+                tried.append(e)
+            else:
+                if node.failures:
+                    with node.lock:
+                        node.failures = 0
+                self._preferred = index
+                return result
+        if len(tried) == 1:
+            raise _fresh(tried[0])
+        now = time.monotonic()
+        errors = {n.addr: n.last_error for n in self._nodes}
+        retry_in = {n.addr: n.down_until - now for n in self._nodes if n.down_until > now}
+        raise NoNodeAvailable(errors, retry_in) from (tried[-1] if tried else None)
+
+    def _connection(self, node: _Node) -> _Connection:
+        conn = node.conn
+        if conn is not None and conn.alive:
+            return conn
+        with node.lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+            conn = node.conn
+            if conn is not None and conn.alive:
+                return conn
+            if node.down_until > time.monotonic() and node.last_error is not None:
+                # Another thread's connect just failed while this one waited for the lock.
+                raise UnavailableError(f"node is down: {node.last_error}", node.addr)
+            conn = _Connection(node.addr, self._connect_timeout, self._timeout, self._stats)
+            try:
+                self._check_layout(conn)
+            except ProtocolError:
+                conn.close()
+                raise
+            node.conn = conn
+            return conn
+
+    def _check_layout(self, conn: _Connection) -> None:
+        layout = Layout.from_hello(conn.hello)
+        with self._layout_lock:
+            if self._layout is None:
+                self._layout = layout
+            elif not self._layout.same_ids(layout):
+                raise ProtocolError(
+                    f"node's ID layout {layout} differs from the cluster's {self._layout}",
+                    node=conn.node,
+                )
+
+    def _drop(self, node: _Node, conn: Optional[_Connection]) -> None:
+        with node.lock:
+            if conn is not None and node.conn is conn:
+                node.conn = None
+        if conn is not None:
+            conn.fail(UnavailableError("connection dropped", node.addr))
+
+    def _mark_down(self, node: _Node, conn: Optional[_Connection], err: BaseException) -> None:
+        """Back a node off. Only the first report of one failure counts: reports about an
+        older connection, or while the node is already backing off, do not extend it."""
+        now = time.monotonic()
+        with node.lock:
+            stale = conn is not None and node.conn is not conn and node.conn is not None
+            if conn is not None and node.conn is conn:
+                node.conn = None
+            if stale or node.down_until > now:
+                node.last_error = node.last_error or err
+            else:
+                node.failures += 1
+                delay = min(self._backoff_max, self._backoff_min * 2 ** (node.failures - 1))
+                node.down_until = now + delay
+                node.last_error = err
+                self._stats.add("node_failures")
+        if conn is not None:
+            conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
+
+    # -- prefetch pool ------------------------------------------------------------------------
+
+    def _pool_pop(self) -> int:
+        # Bound the wait: a refill tries each node at most once, each within its timeouts.
+        parts = 1 + self._prefetch // protocol.DEFAULT_MAX_BATCH + 1
+        guard = (self._connect_timeout + self._timeout * parts) * len(self._nodes) + 1.0
+        deadline = time.monotonic() + guard
+        with self._pool_cond:
+            seen_gen = self._refill_gen
+            while True:
+                if self._closed:
+                    raise ClientClosedError("the client is closed")
+                if self._pool:
+                    id_ = self._pool.popleft()
+                    if len(self._pool) < self._low_water and not self._refill_wanted:
+                        self._refill_wanted = True
+                        self._pool_cond.notify_all()
+                    self._stats.add("prefetch_served")
+                    return id_
+                if self._refill_gen != seen_gen and self._refill_error is not None:
+                    raise _fresh(self._refill_error)
+                if not self._refill_wanted:
+                    self._refill_wanted = True
+                    self._pool_cond.notify_all()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise UnavailableError(f"prefetch pool stayed empty for {guard:.1f}s")
+                self._pool_cond.wait(remaining)
+
+    def _refill_loop(self) -> None:
+        while True:
+            with self._pool_cond:
+                while not self._refill_wanted and not self._closed:
+                    self._pool_cond.wait(1.0)
+                if self._closed:
+                    return
+                want = self._prefetch - len(self._pool)
+            error: Optional[BaseException] = None
+            ids: List[int] = []
+            if want > 0:
+                try:
+                    ids = self.next_ids(want)
+                except BaseException as e:  # handed to the waiting callers
+                    error = e
+            with self._pool_cond:
+                if self._closed:
+                    return
+                self._pool.extend(ids)
+                self._refill_gen += 1
+                self._refill_error = error
+                self._refill_wanted = False
+                if ids:
+                    self._stats.add("prefetch_refills")
+                self._pool_cond.notify_all()
+            if error is not None and not self._closed:
+                # Do not spin on a cluster that is down: callers retrigger a refill.
+                time.sleep(min(self._backoff_min, 0.2))

@@ -1,0 +1,99 @@
+"""Exceptions raised by the idgen client.
+
+Hierarchy::
+
+    IdgenError
+     +-- ProtocolError        the server sent something that breaks the protocol
+     +-- ServerError          the server answered with an ERROR frame
+     +-- UnavailableError     transport failure: refused, reset, closed, timed out
+     |    +-- NoNodeAvailable every node failed or is backing off
+     +-- ClientClosedError    the client was closed
+
+Retrying a failed request on another node is always safe: a server never sends an ID twice,
+so a request that failed (or timed out) leaves at most a gap, never a duplicate.
+"""
+
+from typing import Dict, Optional
+
+from . import status as _status
+
+__all__ = [
+    "IdgenError",
+    "ProtocolError",
+    "ServerError",
+    "UnavailableError",
+    "NoNodeAvailable",
+    "ClientClosedError",
+]
+
+
+class IdgenError(Exception):
+    """Base class of every error this package raises (except ValueError/TypeError for bad
+    arguments and the ValueError subclasses of :mod:`idgen_client.forms`)."""
+
+
+class ProtocolError(IdgenError):
+    """The server sent a malformed frame, or a well-formed frame that does not answer the
+    request it stands for. The connection is dropped and the node marked down.
+
+    ``status`` is the wire status of a framing fault (100 BAD_FRAME, 101 FRAME_TOO_LARGE),
+    or ``None`` for an answer that does not fit its request.
+    """
+
+    def __init__(self, message: str, status: Optional[int] = None, node: Optional[str] = None):
+        self.status = status
+        self.node = node
+        prefix = f"{node}: " if node else ""
+        super().__init__(f"{prefix}protocol error: {message}")
+        self.detail = message
+
+
+class ServerError(IdgenError):
+    """The server answered with an ERROR frame.
+
+    Act on ``status`` only; ``message`` is for humans. ``name`` is the status name
+    (``None`` for a code this client does not know). ``retry_elsewhere`` is true for
+    ``3xx`` except ``304 EXHAUSTED``; ``closes_connection`` says whether the server closes
+    the connection after it (PROTOCOL.md section 5).
+    """
+
+    def __init__(self, status: int, name: Optional[str], message: str, node: Optional[str] = None):
+        self.status = status
+        self.name = name
+        self.message = message
+        self.node = node
+        self.retry_elsewhere = _status.retry_elsewhere(status)
+        self.closes_connection = _status.closes_connection(status)
+        prefix = f"{node}: " if node else ""
+        super().__init__(f"{prefix}server error {status} {name or 'UNKNOWN'}: {message}")
+
+
+class UnavailableError(IdgenError):
+    """A node could not be reached or stopped answering: connection refused or reset, the
+    server closed the connection with the request unanswered, or no answer in time."""
+
+    def __init__(self, message: str, node: Optional[str] = None):
+        self.node = node
+        prefix = f"{node}: " if node else ""
+        super().__init__(f"{prefix}{message}")
+
+
+class NoNodeAvailable(UnavailableError):
+    """No node could serve the call. ``errors`` maps every node (``"host:port"``) to its last
+    error (an exception, or ``None`` for a node never tried); ``retry_in`` maps a node that is
+    backing off to the seconds left before it is tried again."""
+
+    def __init__(self, errors: Dict[str, Optional[BaseException]], retry_in: Dict[str, float]):
+        self.errors = dict(errors)
+        self.retry_in = dict(retry_in)
+        parts = []
+        for node, err in self.errors.items():
+            text = f"{node}: {err!s}" if err is not None else f"{node}: no error recorded"
+            if node in self.retry_in:
+                text += f" (down, retried in {self.retry_in[node]:.2f}s)"
+            parts.append(text)
+        super().__init__("no idgen node available; " + "; ".join(parts))
+
+
+class ClientClosedError(IdgenError):
+    """The client (or its connection) was closed by the application."""

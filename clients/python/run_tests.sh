@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs the Python client into a throwaway venv (proving `pip install ./clients/python`
+# works) and runs its unittest suite with that venv's python against a real idgen server.
+#
+#   IDGEN_BIN   the server binary [default: <repo>/target/debug/idgen]; the suite FAILS if
+#               it is missing (build it with `cargo build -p idgen`)
+#   PYTHON      the interpreter to make the venv with [default: python3]
+#
+# Exits non-zero on any failure; prints the unittest summary line last.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+export IDGEN_BIN="${IDGEN_BIN:-$repo/target/debug/idgen}"
+python="${PYTHON:-python3}"
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/idgen-pyclient.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
+echo "==> venv in $tmp ($("$python" --version 2>&1))"
+"$python" -m venv "$tmp/venv"
+venv_py="$tmp/venv/bin/python"
+
+echo "==> pip install $here"
+if ! "$venv_py" -m pip install --quiet --disable-pip-version-check "$here" 2>"$tmp/pip.log"; then
+  # No package index reachable for the isolated build's setuptools: build with the venv's.
+  echo "    (isolated build failed, retrying with --no-build-isolation)"
+  "$venv_py" -m pip install --quiet --disable-pip-version-check --no-build-isolation "$here" \
+    || { cat "$tmp/pip.log" >&2; exit 1; }
+fi
+# Run from the temp dir so the tests import the installed copy, not the source tree.
+cd "$tmp"
+where="$("$venv_py" -c 'import idgen_client; print(idgen_client.__file__)')"
+case "$where" in
+  "$tmp"/venv/*) echo "    installed: $where" ;;
+  *) echo "run_tests.sh: idgen_client imported from $where, not from the venv" >&2; exit 1 ;;
+esac
+echo "==> IDGEN_BIN=$IDGEN_BIN"
+
+echo "==> python -m unittest discover -s $here/tests -v"
+set +e
+"$venv_py" -m unittest discover -s "$here/tests" -t "$here/tests" -v 2>&1 | tee "$tmp/unittest.log"
+status=${PIPESTATUS[0]}
+set -e
+
+echo
+summary="$(grep -E '^Ran [0-9]+ tests? in ' "$tmp/unittest.log" | tail -1 || true)"
+result="$(grep -E '^(OK|FAILED)( |$)' "$tmp/unittest.log" | tail -1 || true)"
+echo "python client: ${summary:-no unittest summary} — ${result:-no result}"
+if [ "$status" -ne 0 ] || [ "${result%% *}" != "OK" ]; then
+  echo "python client: tests FAILED" >&2
+  exit 1
+fi

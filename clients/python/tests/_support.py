@@ -1,0 +1,258 @@
+"""Shared test helpers: paths, vectors, a real idgen server, fake nodes.
+
+Every wait here is bounded in time, and tests stop only the processes they started.
+"""
+
+import json
+import os
+import pathlib
+import select
+import signal
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent.parent  # clients/python/tests -> repo root
+
+try:  # the installed package (run_tests.sh), else the source tree next to the tests
+    import idgen_client  # noqa: F401
+except ImportError:  # pragma: no cover
+    sys.path.insert(0, str(HERE.parent))
+    import idgen_client  # noqa: F401
+
+from idgen_client import protocol  # noqa: E402
+
+SERVER_START_TIMEOUT = 30.0
+
+
+def load_json(relative):
+    with open(REPO / relative, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def idgen_bin():
+    return os.environ.get("IDGEN_BIN") or str(REPO / "target" / "debug" / "idgen")
+
+
+def require_idgen_bin(test):
+    """Fail (never skip) when the server binary is missing."""
+    path = idgen_bin()
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        test.fail(
+            f"idgen server binary not found at {path}: build it with "
+            "`cargo build -p idgen` (binary target/debug/idgen) or set IDGEN_BIN"
+        )
+    return path
+
+
+class Server:
+    """A real `idgen serve` on 127.0.0.1:0 with the memory store, stopped by PID."""
+
+    def __init__(self, test, *extra_args):
+        path = require_idgen_bin(test)
+        self.dir = tempfile.TemporaryDirectory(prefix="idgen-pytest-")
+        self.log_path = os.path.join(self.dir.name, "server.log")
+        self._log = open(self.log_path, "wb")
+        args = [
+            path, "serve",
+            "--listen", "127.0.0.1:0",
+            "--admin-listen", "off",
+            "--store", "memory",
+            "--shards", "2",
+            "--data-dir", self.dir.name,
+            *extra_args,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL
+        )
+        self.addr = self._wait_listening(test)
+        # Keep draining stdout so the server never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _wait_listening(self, test):
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        line = b""
+        out = self.proc.stdout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([out], [], [], 0.2)
+            if ready:
+                byte = os.read(out.fileno(), 1)
+                if not byte:
+                    break
+                line += byte
+                if byte == b"\n":
+                    text = line.decode("utf-8", "replace").strip()
+                    line = b""
+                    if text.startswith("listening on "):
+                        return text[len("listening on "):]
+            elif self.proc.poll() is not None:
+                break
+        self.stop()
+        test.fail(f"idgen did not print 'listening on' within {SERVER_START_TIMEOUT}s; log:\n"
+                  + self.log())
+
+    def _drain(self):
+        try:
+            while self.proc.stdout.read(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-4000:].decode("utf-8", "replace")
+        except OSError:
+            return "(no log)"
+
+    def kill(self):
+        """SIGKILL, as a crash."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self.dir.cleanup()
+
+
+def read_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def hello_ok_bytes(hello):
+    body = struct.pack(">HQBBBBIIIIH", *hello)
+    return struct.pack(">IB", 1 + len(body), 0x81) + body
+
+
+def error_bytes(status, message):
+    msg = message.encode()
+    return struct.pack(">IBH", 3 + len(msg), 0xFF, status) + msg
+
+
+class FakeNode:
+    """A tiny idgen node: completes the handshake with ``hello`` (a HelloOk), then answers
+    every request according to ``mode``:
+
+    * ``"unavailable"``: ERROR ``status`` (default 300 UNAVAILABLE_LEASE) to every request
+      (the connection stays open);
+    * ``"garbage"``: bytes that are not a valid response frame;
+    * ``"silent"``: nothing at all (the client must time out).
+
+    ``requests`` counts the request frames it received after the handshake.
+    """
+
+    def __init__(self, hello, mode, status=300):
+        self.hello = hello
+        self.mode = mode
+        self.status = status
+        self.requests = 0
+        self.connections = 0
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                sock = self.request
+                sock.settimeout(10.0)
+                with fake._lock:
+                    fake.connections += 1
+                try:
+                    if read_exact(sock, 13) is None:
+                        return
+                    sock.sendall(hello_ok_bytes(fake.hello))
+                    for _ in range(100000):  # bounded
+                        header = read_exact(sock, 4)
+                        if header is None:
+                            return
+                        (length,) = struct.unpack(">I", header)
+                        if read_exact(sock, length) is None:
+                            return
+                        with fake._lock:
+                            fake.requests += 1
+                        if fake.mode == "unavailable":
+                            sock.sendall(error_bytes(fake.status, "fake node says no"))
+                        elif fake.mode == "garbage":
+                            sock.sendall(b"\x00\x00\x00\x09\x84garbage!")
+                        # "silent": answer nothing
+                except OSError:
+                    return
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        host, port = self._server.server_address[:2]
+        self.addr = f"{host}:{port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def default_hello(**overrides):
+    fields = dict(
+        version=1, epoch_ms=1767225600000, timestamp_bits=41, worker_bits=10, sequence_bits=12,
+        region_bits=0, max_batch=65536, max_request_frame=64, worker_first=0, worker_count=1,
+        shard=0,
+    )  # fmt: skip
+    fields.update(overrides)
+    return protocol.HelloOk(**fields)
+
+
+def unused_port():
+    """A loopback port nothing listens on (bound, then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_threads(n, target, timeout):
+    """Run ``target(i)`` in ``n`` threads; returns results by index; raises the first error."""
+    results = [None] * n
+    errors = []
+
+    def body(i):
+        try:
+            results[i] = target(i)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        raise AssertionError(f"threads still running after {timeout}s")
+    if errors:
+        raise errors[0]
+    return results
