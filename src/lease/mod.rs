@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::layout::{Layout, LayoutError};
 use crate::store::{Commit, KvStore, StoreError, Txn};
 
+pub mod conformance;
 pub mod keeper;
 
 #[cfg(test)]

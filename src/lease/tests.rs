@@ -411,3 +411,17 @@ fn choose_range_prefers_ready_then_least_wait() {
     assert_eq!(choose_range(&waits, 0, 3, 3), Some(0));
     assert_eq!(choose_range(&waits, 0, 4, 4), None);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn memory_store_passes_the_lease_conformance_suite() {
+    conformance::run(&MemoryStore::new(), "conf").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn embedded_store_passes_the_lease_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::embedded::EmbeddedStore::open(dir.path()).unwrap();
+    conformance::run(&store, "conf").await;
+    // Run twice in one store: the namespaces keep the runs apart.
+    conformance::run(&store, "conf2").await;
+}
