@@ -201,10 +201,11 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
     }
 
     /// Acquires at start-up, retrying what may clear by itself until `within` has passed: the
-    /// store unreachable or contended, or no free range while some held worker IDs have expired
-    /// leases that free up after their safety period (a crashed predecessor). Everything else
-    /// returns at once, including a worker space full of live leases (more nodes than the
-    /// layout allows) and a layout mismatch.
+    /// store unreachable or contended, or no free range while some held worker IDs free up by
+    /// themselves after their safety period: expired leases (a crashed predecessor), or live
+    /// ones of this node's previous life (same node ID, restarted at once after a crash).
+    /// Everything else returns at once, including a worker space full of other nodes' live
+    /// leases (more nodes than the layout allows) and a layout mismatch.
     pub async fn acquire_patiently(&self, within: Duration) -> Result<Arc<LeaseView>, LeaseError> {
         let deadline = Instant::now() + within;
         loop {

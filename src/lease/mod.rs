@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::layout::{Layout, LayoutError};
 use crate::store::{Commit, KvStore, StoreError, Txn};
 
+pub mod conformance;
 pub mod keeper;
 
 #[cfg(test)]
@@ -203,7 +204,9 @@ pub enum LeaseError {
         wanted: u64,
         region: Option<u64>,
         free: u64,
-        /// Held worker IDs whose lease has expired: they free up after the safety period.
+        /// Held worker IDs that free up by themselves after the safety period: their lease
+        /// has expired, or an earlier life of this node (same node ID, another instance) holds
+        /// them, whose lease runs out now that it is gone.
         expiring: u64,
     },
     #[error("invalid lease request: {0}")]
@@ -222,7 +225,7 @@ fn expiring_text(expiring: u64) -> String {
     if expiring == 0 {
         String::new()
     } else {
-        format!(" ({expiring} more free up when their expired leases pass the safety period)")
+        format!(" ({expiring} more free up when their leases pass the safety period)")
     }
 }
 
@@ -462,7 +465,9 @@ impl<'s> Leases<'s> {
                 if (lo..hi).contains(&id) {
                     let rec = Self::parse_worker(&e.key, &e.value)?;
                     let a = self.avail(&rec, now);
-                    if a == Avail::Blocked && rec.lease_end < now {
+                    let previous_life = rec.owner.node_id == self.owner.node_id
+                        && rec.owner.instance != self.owner.instance;
+                    if a == Avail::Blocked && (rec.lease_end < now || previous_life) {
                         expiring += 1;
                     }
                     avail.insert(id, a);

@@ -149,6 +149,45 @@ async fn an_expired_lease_is_free_only_after_the_safety_period() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn a_previous_life_of_this_node_counts_as_expiring() {
+    // A node killed and restarted at once finds its worker IDs still held under a live lease by
+    // its previous life (same node ID, another instance): they free up by themselves, so the
+    // refusal says so and start-up keeps trying (`Keeper::acquire_patiently`).
+    let s = MemoryStore::new();
+    let full = Layout::new(DEFAULT_EPOCH_MS, 52, 1, 10, 0).unwrap(); // 2 workers
+    let life = |instance: &str| Owner {
+        instance: instance.into(),
+        ..owner("node")
+    };
+    let first = Leases::new(&s, full, LeaseConfig::new("t", 2), life("node-1"));
+    let g = first.acquire(NOW).await.unwrap();
+    let second = Leases::new(&s, full, LeaseConfig::new("t", 2), life("node-2"));
+    let err = second.acquire(NOW + 100).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LeaseError::NoFreeRange {
+                free: 0,
+                expiring: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("2 more free up"), "{err}");
+    // Another node's live lease is not expiring: that node may well be running.
+    let other = Leases::new(&s, full, LeaseConfig::new("t", 2), owner("other"));
+    assert!(matches!(
+        other.acquire(NOW + 100).await,
+        Err(LeaseError::NoFreeRange { expiring: 0, .. })
+    ));
+    // Only past the safety period does the second life get the range, above the old lease_end.
+    let after = NOW + TTL + 2 * TTL + 1;
+    let g2 = second.acquire(after).await.unwrap();
+    assert_eq!((g2.first, g2.floor), (0, g.lease_end));
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn prefers_ranges_with_nothing_to_wait_for() {
     let s = MemoryStore::new();
     let a = leases(&s, "a", 2);
@@ -410,4 +449,18 @@ fn choose_range_prefers_ready_then_least_wait() {
     assert_eq!(choose_range(&waits, 0, 4, 2), Some(1));
     assert_eq!(choose_range(&waits, 0, 3, 3), Some(0));
     assert_eq!(choose_range(&waits, 0, 4, 4), None);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn memory_store_passes_the_lease_conformance_suite() {
+    conformance::run(&MemoryStore::new(), "conf").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn embedded_store_passes_the_lease_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::embedded::EmbeddedStore::open(dir.path()).unwrap();
+    conformance::run(&store, "conf").await;
+    // Run twice in one store: the namespaces keep the runs apart.
+    conformance::run(&store, "conf2").await;
 }
