@@ -62,7 +62,9 @@
 pub mod blocking;
 mod client;
 mod error;
+pub mod forms;
 mod layout;
+pub mod mask;
 
 pub use client::{Client, ClientOptions};
 pub use error::Error;
