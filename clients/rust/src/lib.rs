@@ -65,8 +65,12 @@ mod error;
 pub mod forms;
 mod layout;
 pub mod mask;
+mod pool;
+mod prefetch;
 
 pub use client::{Client, ClientOptions};
 pub use error::Error;
 pub use idgen_protocol::{FrameError, ServerHello, Status};
 pub use layout::{IdParts, Layout};
+pub use pool::{NodeInfo, Pool, PoolOptions};
+pub use prefetch::{PrefetchOptions, PrefetchPool, PrefetchStats};
