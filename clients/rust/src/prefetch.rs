@@ -165,6 +165,10 @@ impl PrefetchPool {
 
     /// One ID from the buffer (see the type's docs for waiting, errors and ordering).
     pub async fn next_id(&self) -> Result<u64, Error> {
+        // Taking from the buffer never waits; spend task budget so that a caller in a
+        // tight loop still yields now and then, and refills on the same runtime thread
+        // (current-thread runtimes) get to run before the buffer runs dry.
+        tokio::task::coop::consume_budget().await;
         let deadline = tokio::time::Instant::now() + self.inner.pool.options().call_deadline;
         let mut seen_generation = None;
         // Each pass either returns or waits for a refill to complete; the deadline bounds
