@@ -1,15 +1,39 @@
-//! A blocking client for code without an async runtime.
+//! A blocking API for code without an async runtime.
 //!
-//! [`Client`] wraps the async [`crate::Client`] and runs it on a private current-thread
-//! Tokio runtime on a background thread. Calls can be made from any thread (also from
-//! one that is itself inside a Tokio runtime, although blocking there stalls that
-//! runtime's thread); they are pipelined on the one connection like the async client's.
+//! [`Client`], [`Pool`] and [`PrefetchPool`] wrap their async counterparts and run them on
+//! a private current-thread Tokio runtime on a background thread (one per object, shared
+//! by its clones). Calls can be made from any thread (also from one that is itself inside
+//! a Tokio runtime, although blocking there stalls that runtime's thread); calls from
+//! many threads at once are pipelined like the async versions' calls.
 //!
 //! ```no_run
 //! let client = idgen_client::blocking::Client::connect("127.0.0.1:7700")?;
 //! let id = client.next_id()?;
 //! let batch = client.next_ids(100)?;
 //! assert!(batch[0] > id);
+//! # Ok::<(), idgen_client::Error>(())
+//! ```
+//!
+//! Several nodes, with failover and prefetching:
+//!
+//! ```no_run
+//! use idgen_client::{blocking, PoolOptions, PrefetchOptions};
+//!
+//! let nodes = ["10.0.0.1:7700", "10.0.0.2:7700"];
+//! let pool = blocking::Pool::connect(&nodes, PoolOptions::default())?;
+//! let batch = pool.next_ids(1000)?; // exactly 1000, or an error
+//!
+//! let ids = blocking::PrefetchPool::connect(&nodes, PoolOptions::default(), PrefetchOptions::default())?;
+//! let handles: Vec<_> = (0..4)
+//!     .map(|_| {
+//!         let ids = ids.clone();
+//!         std::thread::spawn(move || ids.next_id())
+//!     })
+//!     .collect();
+//! for h in handles {
+//!     println!("{}", h.join().unwrap()?);
+//! }
+//! # let _ = batch;
 //! # Ok::<(), idgen_client::Error>(())
 //! ```
 
@@ -22,26 +46,18 @@ use std::time::Duration;
 use idgen_protocol::ServerHello;
 use tokio::runtime::Handle;
 
-use crate::{ClientOptions, Error, Layout};
+use crate::{ClientOptions, Error, Layout, NodeInfo, PoolOptions, PrefetchOptions, PrefetchStats};
 
-/// A blocking idgen client over one TCP connection.
-///
-/// Cheap to clone; all clones share the connection and the background thread. The thread
-/// and its runtime stop, and the connection closes, when the last clone is dropped.
-#[derive(Debug, Clone)]
-pub struct Client {
-    inner: Arc<Inner>,
-}
-
+/// A current-thread Tokio runtime on its own thread, driving whatever was spawned on it
+/// until this is dropped.
 #[derive(Debug)]
-struct Inner {
-    client: crate::Client,
+struct Background {
     handle: Handle,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Drop for Inner {
+impl Drop for Background {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
@@ -51,16 +67,15 @@ impl Drop for Inner {
     }
 }
 
-impl Client {
-    /// Connect to `addr` with default [`ClientOptions`], and do the HELLO handshake.
-    pub fn connect(addr: impl ToSocketAddrs) -> Result<Client, Error> {
-        Self::connect_with(addr, ClientOptions::default())
-    }
-
-    /// Connect to `addr` with `options`, and do the HELLO handshake. `addr` is resolved
-    /// on the calling thread; each resolved address is tried in turn.
-    pub fn connect_with(addr: impl ToSocketAddrs, options: ClientOptions) -> Result<Client, Error> {
-        let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+impl Background {
+    /// Start the thread and its runtime, and run `init` on it; the runtime then keeps
+    /// running (driving the tasks `init` spawned) until the `Background` is dropped.
+    fn start<T, F, Fut>(init: F) -> Result<(T, Arc<Background>), Error>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, Error>>,
+    {
         let (init_tx, init_rx) = std::sync::mpsc::sync_channel(1);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -77,10 +92,10 @@ impl Client {
                     }
                 };
                 runtime.block_on(async move {
-                    match crate::Client::connect_with(&addrs[..], options).await {
-                        Ok(client) => {
-                            let _ = init_tx.send(Ok((client, Handle::current())));
-                            // Drive the connection's tasks until the last clone drops.
+                    match init().await {
+                        Ok(value) => {
+                            let _ = init_tx.send(Ok((value, Handle::current())));
+                            // Drive the spawned tasks until the owner drops.
                             let _ = stop_rx.await;
                         }
                         Err(e) => {
@@ -89,7 +104,7 @@ impl Client {
                     }
                 });
             })?;
-        let (client, handle) = match init_rx.recv() {
+        let (value, handle) = match init_rx.recv() {
             Ok(Ok(pair)) => pair,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -100,60 +115,180 @@ impl Client {
                 return Err(Error::Closed);
             }
         };
-        Ok(Client {
-            inner: Arc::new(Inner {
-                client,
-                handle,
-                stop: Some(stop_tx),
-                thread: Some(thread),
-            }),
-        })
+        let background = Background {
+            handle,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        };
+        Ok((value, Arc::new(background)))
     }
 
-    /// One ID. See [`crate::Client::next_id`].
-    pub fn next_id(&self) -> Result<u64, Error> {
-        self.run(|c| async move { c.next_id().await })
-    }
-
-    /// `n` IDs, strictly increasing, all or nothing. See [`crate::Client::next_ids`].
-    pub fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
-        self.run(move |c| async move { c.next_ids(n).await })
-    }
-
-    /// Round-trip time of a PING. See [`crate::Client::ping`].
-    pub fn ping(&self) -> Result<Duration, Error> {
-        self.run(|c| async move { c.ping().await })
-    }
-
-    /// The server's HELLO_OK.
-    pub fn hello(&self) -> &ServerHello {
-        self.inner.client.hello()
-    }
-
-    /// The ID layout announced by the server.
-    pub fn layout(&self) -> Layout {
-        self.inner.client.layout()
-    }
-
-    /// Whether the connection has failed.
-    pub fn is_closed(&self) -> bool {
-        self.inner.client.is_closed()
-    }
-
-    /// Run one call of the async client on the background runtime and wait for it. The
-    /// call's own request timeout bounds the wait.
-    fn run<T, F, Fut>(&self, call: F) -> Result<T, Error>
+    /// Run `fut` on the background runtime and wait for it. The async call's own
+    /// timeouts bound the wait.
+    fn run<T, Fut>(&self, fut: Fut) -> Result<T, Error>
     where
         T: Send + 'static,
-        F: FnOnce(crate::Client) -> Fut,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let fut = call(self.inner.client.clone());
-        self.inner.handle.spawn(async move {
+        self.handle.spawn(async move {
             let _ = tx.send(fut.await);
         });
         // A dropped sender means the runtime is gone.
         rx.recv().unwrap_or(Err(Error::Closed))
+    }
+}
+
+/// A blocking idgen client over one TCP connection.
+///
+/// Cheap to clone; all clones share the connection and the background thread. The thread
+/// and its runtime stop, and the connection closes, when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct Client {
+    client: crate::Client,
+    background: Arc<Background>,
+}
+
+impl Client {
+    /// Connect to `addr` with default [`ClientOptions`], and do the HELLO handshake.
+    pub fn connect(addr: impl ToSocketAddrs) -> Result<Client, Error> {
+        Self::connect_with(addr, ClientOptions::default())
+    }
+
+    /// Connect to `addr` with `options`, and do the HELLO handshake. `addr` is resolved
+    /// on the calling thread; each resolved address is tried in turn.
+    pub fn connect_with(addr: impl ToSocketAddrs, options: ClientOptions) -> Result<Client, Error> {
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+        let (client, background) = Background::start(move || async move {
+            crate::Client::connect_with(&addrs[..], options).await
+        })?;
+        Ok(Client { client, background })
+    }
+
+    /// One ID. See [`crate::Client::next_id`].
+    pub fn next_id(&self) -> Result<u64, Error> {
+        let c = self.client.clone();
+        self.background.run(async move { c.next_id().await })
+    }
+
+    /// `n` IDs, strictly increasing, all or nothing. See [`crate::Client::next_ids`].
+    pub fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
+        let c = self.client.clone();
+        self.background.run(async move { c.next_ids(n).await })
+    }
+
+    /// Round-trip time of a PING. See [`crate::Client::ping`].
+    pub fn ping(&self) -> Result<Duration, Error> {
+        let c = self.client.clone();
+        self.background.run(async move { c.ping().await })
+    }
+
+    /// The server's HELLO_OK.
+    pub fn hello(&self) -> &ServerHello {
+        self.client.hello()
+    }
+
+    /// The ID layout announced by the server.
+    pub fn layout(&self) -> Layout {
+        self.client.layout()
+    }
+
+    /// Whether the connection has failed.
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+}
+
+/// A blocking [`crate::Pool`]: several nodes, health tracking, failover, all-or-nothing
+/// batches.
+///
+/// Cheap to clone; clones share the nodes, their connections and one background thread,
+/// which stops when the last clone (and the last [`PrefetchPool`] made from it) is
+/// dropped.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    pool: crate::Pool,
+    background: Arc<Background>,
+}
+
+impl Pool {
+    /// Connect to the nodes; succeeds if at least one answers. See
+    /// [`crate::Pool::connect`].
+    pub fn connect(addrs: &[impl ToString], options: PoolOptions) -> Result<Pool, Error> {
+        let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        let (pool, background) =
+            Background::start(move || async move { crate::Pool::connect(&addrs, options).await })?;
+        Ok(Pool { pool, background })
+    }
+
+    /// One ID, with failover. See [`crate::Pool::next_id`].
+    pub fn next_id(&self) -> Result<u64, Error> {
+        let p = self.pool.clone();
+        self.background.run(async move { p.next_id().await })
+    }
+
+    /// Exactly `n` IDs, strictly increasing, with failover of the whole batch. See
+    /// [`crate::Pool::next_ids`].
+    pub fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
+        let p = self.pool.clone();
+        self.background.run(async move { p.next_ids(n).await })
+    }
+
+    /// The cluster's ID layout.
+    pub fn layout(&self) -> Layout {
+        self.pool.layout()
+    }
+
+    /// Each node's health, in address order.
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        self.pool.nodes()
+    }
+}
+
+/// A blocking [`crate::PrefetchPool`]: IDs from a local buffer refilled in the background.
+///
+/// Read the async type's docs for the ordering guarantees and what prefetching costs
+/// (IDs age in the buffer; a crash leaves gaps, never duplicates). Cheap to clone; clones
+/// share the buffer.
+#[derive(Debug, Clone)]
+pub struct PrefetchPool {
+    prefetch: crate::PrefetchPool,
+    background: Arc<Background>,
+}
+
+impl PrefetchPool {
+    /// Connect a [`Pool`] and prefetch through it. See [`crate::PrefetchPool::connect`].
+    pub fn connect(
+        addrs: &[impl ToString],
+        pool_options: PoolOptions,
+        options: PrefetchOptions,
+    ) -> Result<PrefetchPool, Error> {
+        Ok(Self::new(&Pool::connect(addrs, pool_options)?, options))
+    }
+
+    /// Prefetch through `pool` (sharing its connections and background thread), and
+    /// start filling the buffer at once.
+    pub fn new(pool: &Pool, options: PrefetchOptions) -> PrefetchPool {
+        let _runtime = pool.background.handle.enter();
+        PrefetchPool {
+            prefetch: crate::PrefetchPool::new(pool.pool.clone(), options),
+            background: pool.background.clone(),
+        }
+    }
+
+    /// One ID from the buffer. See [`crate::PrefetchPool::next_id`].
+    pub fn next_id(&self) -> Result<u64, Error> {
+        let p = self.prefetch.clone();
+        self.background.run(async move { p.next_id().await })
+    }
+
+    /// Counters (buffer level, refills, waits).
+    pub fn stats(&self) -> PrefetchStats {
+        self.prefetch.stats()
+    }
+
+    /// The cluster's ID layout.
+    pub fn layout(&self) -> Layout {
+        self.prefetch.layout()
     }
 }

@@ -1,5 +1,68 @@
 //! Rust client for idgen, the 64-bit time-ordered unique ID service.
 //!
+//! What to use:
+//!
+//! | you have | use |
+//! |---|---|
+//! | several nodes (production) | [`Pool`]: health-aware failover, all-or-nothing batches |
+//! | many single IDs per second | [`PrefetchPool`]: a [`Pool`] plus a local buffer refilled in the background |
+//! | one node, full control | [`Client`]: one pipelined connection, no reconnect |
+//! | no async runtime | [`blocking::Pool`], [`blocking::PrefetchPool`], [`blocking::Client`] |
+//! | IDs to print, parse or sort as text | [`forms`]: decimal, base62, Crockford base32 |
+//! | IDs to show the public | [`mask`]: a keyed permutation that hides time and worker |
+//!
+//! # Several nodes
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use idgen_client::{Pool, PoolOptions, PrefetchOptions, PrefetchPool};
+//!
+//! # async fn run() -> Result<(), idgen_client::Error> {
+//! let nodes = ["10.0.0.1:7700", "10.0.0.2:7700", "10.0.0.3:7700"];
+//! let options = PoolOptions {
+//!     call_deadline: Duration::from_millis(500),
+//!     ..PoolOptions::default()
+//! };
+//! // Succeeds if any node answers; the others are retried when needed.
+//! let pool = Pool::connect(&nodes, options).await?;
+//! let id = pool.next_id().await?;
+//! let batch = pool.next_ids(1000).await?; // exactly 1000 IDs, or an error
+//!
+//! // Single IDs without a round trip each.
+//! let ids = PrefetchPool::new(pool.clone(), PrefetchOptions::default());
+//! let fast = ids.next_id().await?;
+//! # let _ = (id, batch, fast);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A [`Pool`] sends every call to one node at a time (sticky) and, when that node answers
+//! "unavailable" (`3xx`), times out, or drops or breaks the connection, marks it down for
+//! an exponential backoff and retries the whole call on the next node, each node at most
+//! once per call, within one deadline. Refusals that another node would repeat (`2xx`,
+//! `EXHAUSTED`) are returned at once. Failover leaves gaps in the ID space, never
+//! duplicates. See [`Pool`] for the exact rules and [`PrefetchPool`] for what prefetching
+//! costs (IDs age in the buffer) and which ordering remains.
+//!
+//! # Text forms and masking
+//!
+//! ```
+//! use idgen_client::{forms, mask::MaskKey};
+//!
+//! let id = 123_456_789_012_345_678;
+//! assert_eq!(forms::to_base62(id).unwrap(), "097Qs0B7n2M");
+//! assert_eq!(forms::parse_base32("03DMV9EK31WTE").unwrap(), id);
+//!
+//! let key = MaskKey::from_hex("000102030405060708090a0b0c0d0e0f").unwrap();
+//! let public = key.mask(id).unwrap();
+//! assert_eq!(public, 1_357_000_447_317_535_509);
+//! assert_eq!(key.unmask(public).unwrap(), id);
+//! ```
+//!
+//! Masked IDs are **not** security tokens: see [`mask`].
+//!
+//! # One connection: `Client`
+//!
 //! A [`Client`] holds one TCP connection to an idgen node and is shared by any number of
 //! callers (it is `Clone + Send + Sync`, and cloning is cheap). Calls are multiplexed and
 //! pipelined on the connection: everything queued at a moment goes out in one write, and
@@ -62,9 +125,15 @@
 pub mod blocking;
 mod client;
 mod error;
+pub mod forms;
 mod layout;
+pub mod mask;
+mod pool;
+mod prefetch;
 
 pub use client::{Client, ClientOptions};
 pub use error::Error;
 pub use idgen_protocol::{FrameError, ServerHello, Status};
 pub use layout::{IdParts, Layout};
+pub use pool::{NodeInfo, Pool, PoolOptions};
+pub use prefetch::{PrefetchOptions, PrefetchPool, PrefetchStats};

@@ -42,6 +42,9 @@ pub struct Config {
     pub hello_raw: Option<Vec<u8>>,
     /// Accept connections but never answer the HELLO.
     pub silent_handshake: bool,
+    /// The first ID's sequence offset: give each fake node of one test its own range
+    /// (e.g. `k << 40`) so that their IDs cannot coincide.
+    pub first_seq: u64,
 }
 
 impl Default for Config {
@@ -50,6 +53,7 @@ impl Default for Config {
             max_batch: 1000,
             hello_raw: None,
             silent_handshake: false,
+            first_seq: 0,
         }
     }
 }
@@ -72,8 +76,25 @@ pub fn hello(max_batch: u32) -> ServerHello {
     }
 }
 
+/// How the server answers GET_IDS when no script step is queued.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Answer normally.
+    #[default]
+    Serve,
+    /// Answer every GET_IDS with this ERROR (closing afterwards if the status says so).
+    Refuse(Status),
+}
+
 #[derive(Debug, Default)]
 pub struct Control {
+    mode: Mutex<Mode>,
+    /// Killed: every open connection is closed, and new ones are closed right after
+    /// accept (before the handshake), until revived.
+    down: std::sync::atomic::AtomicBool,
+    kill: tokio::sync::Notify,
+    /// GET_IDS answered with the `Refuse` mode's ERROR.
+    pub refused: AtomicUsize,
     script: Mutex<VecDeque<Action>>,
     /// The count of every GET_IDS served normally, in order.
     pub get_ids: Mutex<Vec<u32>>,
@@ -86,6 +107,36 @@ pub struct Control {
 impl Control {
     pub fn push(&self, action: Action) {
         self.script.lock().unwrap().push_back(action);
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    /// Close every connection and refuse new ones (as a crashed node would, minus
+    /// the refused connect: a new connection is accepted and closed at once).
+    pub fn kill(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        self.kill.notify_waiters();
+    }
+
+    /// Serve connections again after [`Control::kill`].
+    pub fn revive(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
+
+    /// IDs served normally, summed.
+    pub fn ids_served(&self) -> u64 {
+        self.get_ids
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|&c| u64::from(c))
+            .sum()
     }
 
     pub fn get_ids_counts(&self) -> Vec<u32> {
@@ -120,10 +171,15 @@ impl FakeServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let control = Arc::new(Control::default());
+        control.next.store(config.first_seq, Ordering::Relaxed);
         let ctl = control.clone();
         let task = tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
                 ctl.connections.fetch_add(1, Ordering::Relaxed);
+                if ctl.is_down() {
+                    drop(sock);
+                    continue;
+                }
                 tokio::spawn(serve(sock, ctl.clone(), config.clone()));
             }
         });
@@ -144,7 +200,17 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
     let mut buf = BytesMut::with_capacity(4096);
     let mut out: Vec<u8> = Vec::new();
     loop {
-        match sock.read_buf(&mut buf).await {
+        let killed = ctl.kill.notified();
+        tokio::pin!(killed);
+        killed.as_mut().enable();
+        if ctl.is_down() {
+            return;
+        }
+        let read = tokio::select! {
+            r = sock.read_buf(&mut buf) => r,
+            () = killed => return,
+        };
+        match read {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -183,7 +249,13 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
                 }
                 Decoded::Request(r) => r,
             };
-            let action = ctl.script.lock().unwrap().pop_front();
+            let mut action = ctl.script.lock().unwrap().pop_front();
+            if action.is_none() && matches!(request, Request::GetIds { .. }) {
+                if let Mode::Refuse(status) = *ctl.mode.lock().unwrap() {
+                    ctl.refused.fetch_add(1, Ordering::Relaxed);
+                    action = Some(Action::Error(status, "refused (test mode)"));
+                }
+            }
             if let Some(Action::Delay(d)) = action {
                 tokio::time::sleep(d).await;
             }

@@ -1,0 +1,465 @@
+//! [`Pool`]: one logical client over several idgen nodes, with health tracking and
+//! failover.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use crate::{Client, ClientOptions, Error, Layout, Status};
+
+/// Settings for a [`Pool`].
+///
+/// The defaults suit a service that would rather fail a request quickly than wait for a
+/// sick node: a call gets 3 s in all, and each node 1 s of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// Limit for connecting to one node (TCP connect plus HELLO). Default 500 ms.
+    pub connect_timeout: Duration,
+    /// Limit for one attempt of a call on one node, once connected. Default 1 s.
+    pub request_timeout: Duration,
+    /// Limit for a whole call, over every node it tries (connecting included). Default
+    /// 3 s. A call that runs out of it fails with [`Error::Timeout`].
+    pub call_deadline: Duration,
+    /// How long a node is skipped after its first failure. Doubles with each further
+    /// consecutive failure. Default 200 ms.
+    pub backoff_min: Duration,
+    /// The longest a node is skipped. Default 10 s.
+    pub backoff_max: Duration,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            connect_timeout: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(1),
+            call_deadline: Duration::from_secs(3),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A snapshot of one node's health, from [`Pool::nodes`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeInfo {
+    /// The address as given to [`Pool::connect`].
+    pub addr: String,
+    /// Whether the pool holds an open connection to the node.
+    pub connected: bool,
+    /// How much longer the node is skipped (zero when it is healthy).
+    pub down_for: Duration,
+    /// Consecutive failures (reset by a success).
+    pub failures: u32,
+    /// The error of the last failure, if the node has failed since its last success.
+    pub last_error: Option<Error>,
+    /// Whether calls currently go to this node first.
+    pub current: bool,
+}
+
+/// An async client over several idgen nodes, with health tracking and failover.
+///
+/// # Choosing a node: sticky
+///
+/// Every call goes to the *current* node, the one that answered the last successful call,
+/// and stays there while it keeps answering. Sticky rather than round-robin because
+/// one node easily serves an application's whole demand, all callers then share one
+/// pipelined connection (fewer round trips, coalesced writes), and, as long as there is
+/// no failover, the IDs every caller receives are strictly increasing (a connection's
+/// IDs are). Round-robin would interleave IDs from different nodes on every call and
+/// give up that order for no gain in throughput.
+///
+/// # Failover
+///
+/// When the current node fails a call, the pool marks it down and retries the **whole**
+/// call on the next node in address order, trying each node at most once per call, all
+/// within [`PoolOptions::call_deadline`]; the first node that answers becomes current.
+/// A node counts as failed when it
+///
+/// * answers with a "try another node" status (`3xx` except `EXHAUSTED`, see
+///   [`Error::is_unavailable`]),
+/// * does not answer within [`PoolOptions::request_timeout`] ([`Error::Timeout`]),
+/// * cannot be connected to, or drops or breaks the connection ([`Error::Io`],
+///   [`Error::Closed`], [`Error::Protocol`], [`Error::UnexpectedResponse`]), or
+/// * answers with a status that closes the connection (`1xx`, `5xx`).
+///
+/// A failed node is skipped for a backoff that starts at [`PoolOptions::backoff_min`]
+/// and doubles with every consecutive failure up to [`PoolOptions::backoff_max`]; a
+/// success resets it. Nodes in backoff are still tried, soonest-to-recover first, after
+/// every healthy node has failed within a call, so a blip on every node at once does not
+/// become an outage as long as the backoff. A dropped connection is re-established
+/// lazily by the next call that picks the node. No background task probes nodes.
+///
+/// Errors that another node would repeat are returned at once, without failover and
+/// without marking the node down: `2xx` statuses (the request itself is refused, e.g.
+/// `INVALID_COUNT`) and `EXHAUSTED` (the cluster's timestamp range has run out).
+///
+/// When every node has been tried, the call fails with the last node's error; when the
+/// deadline runs out first, with [`Error::Timeout`].
+///
+/// # Batches are all or nothing
+///
+/// [`next_ids`](Pool::next_ids) returns exactly `n` IDs or an error, never fewer. A batch
+/// that fails part-way on one node (including one split into several requests) is
+/// discarded and asked for again, whole, on the next node. The discarded IDs are never
+/// handed out, so failover leaves gaps in the ID space but can never duplicate an ID.
+///
+/// # Ordering
+///
+/// IDs from one call are strictly increasing. IDs from successive calls are increasing
+/// while they come from one connection; after a failover (or a reconnect) they come from
+/// another worker range and may be lower than earlier ones. They are always unique.
+///
+/// `Pool` is cheap to clone; clones share the nodes and their connections. Connections'
+/// tasks run on the Tokio runtime the pool was created on.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use idgen_client::{Pool, PoolOptions};
+///
+/// # async fn run() -> Result<(), idgen_client::Error> {
+/// let options = PoolOptions {
+///     call_deadline: Duration::from_secs(1),
+///     ..PoolOptions::default()
+/// };
+/// let pool = Pool::connect(&["10.0.0.1:7700", "10.0.0.2:7700", "10.0.0.3:7700"], options).await?;
+/// let id = pool.next_id().await?;
+/// let batch = pool.next_ids(500).await?; // exactly 500, or an error
+/// assert_eq!(batch.len(), 500);
+/// println!("{id} issued at {} ms", pool.layout().decode(id).unix_ms);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    options: PoolOptions,
+    nodes: Vec<Node>,
+    /// Index of the node calls try first.
+    current: AtomicUsize,
+    layout: Layout,
+}
+
+#[derive(Debug)]
+struct Node {
+    addr: String,
+    state: Mutex<NodeState>,
+    /// Held while connecting, so concurrent callers make one connection, not many.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct NodeState {
+    client: Option<Client>,
+    down_until: Option<Instant>,
+    failures: u32,
+    last_error: Option<Error>,
+}
+
+impl Node {
+    fn lock(&self) -> MutexGuard<'_, NodeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Whether `e` says "this node failed; another node may well succeed".
+fn fails_over(e: &Error) -> bool {
+    match e {
+        Error::Server { status, .. } => {
+            !(matches!(status.code(), 200..=299) || *status == Status::EXHAUSTED)
+        }
+        _ => true,
+    }
+}
+
+impl Pool {
+    /// Connect to every node in `addrs` at once (each within
+    /// [`PoolOptions::connect_timeout`]) and return when all have answered or failed.
+    ///
+    /// Succeeds if at least one node completes the handshake; the others are marked down
+    /// and retried lazily, when a call needs them after their backoff. Fails with the
+    /// first node's error if none answers, or with an [`Error::Io`] of kind
+    /// `InvalidInput` if `addrs` is empty. Addresses are `host:port` strings, resolved
+    /// on every (re)connect.
+    ///
+    /// Must be called within a Tokio runtime (I/O and time enabled).
+    pub async fn connect(addrs: &[impl ToString], options: PoolOptions) -> Result<Pool, Error> {
+        if addrs.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a pool needs at least one node address",
+            )
+            .into());
+        }
+        let nodes: Vec<Node> = addrs
+            .iter()
+            .map(|a| Node {
+                addr: a.to_string(),
+                state: Mutex::new(NodeState::default()),
+                connecting: tokio::sync::Mutex::new(()),
+            })
+            .collect();
+        let client_options = client_options(&options);
+        let mut set = JoinSet::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let addr = node.addr.clone();
+            set.spawn(
+                async move { (i, Client::connect_with(addr.as_str(), client_options).await) },
+            );
+        }
+        let mut results: Vec<Option<Result<Client, Error>>> = vec![None; nodes.len()];
+        while let Some(joined) = set.join_next().await {
+            if let Ok((i, r)) = joined {
+                results[i] = Some(r);
+            }
+        }
+        let mut layout = None;
+        let mut first_error = None;
+        for (i, r) in results.into_iter().enumerate() {
+            let r = r.unwrap_or(Err(Error::Closed));
+            match r {
+                Ok(client) => {
+                    layout.get_or_insert_with(|| client.layout());
+                    nodes[i].lock().client = Some(client);
+                }
+                Err(e) => {
+                    mark_down(&nodes[i], &options, e.clone());
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let Some(layout) = layout else {
+            return Err(first_error.unwrap_or(Error::Closed));
+        };
+        let current = nodes
+            .iter()
+            .position(|n| n.lock().client.is_some())
+            .unwrap_or(0);
+        Ok(Pool {
+            inner: Arc::new(Inner {
+                options,
+                nodes,
+                current: AtomicUsize::new(current),
+                layout,
+            }),
+        })
+    }
+
+    /// One ID, with failover (see the type's docs).
+    pub async fn next_id(&self) -> Result<u64, Error> {
+        self.call(|client| async move { client.next_id().await })
+            .await
+    }
+
+    /// Exactly `n` IDs, strictly increasing, all from one node, with failover of the
+    /// whole batch (see the type's docs). `n == 0` returns an empty vector at once.
+    pub async fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        self.call(move |client| async move { client.next_ids(n).await })
+            .await
+    }
+
+    /// The ID layout of the cluster (as announced by the first node that answered
+    /// [`connect`](Pool::connect); every node of a cluster has the same one).
+    pub fn layout(&self) -> Layout {
+        self.inner.layout
+    }
+
+    /// The options this pool was made with.
+    pub fn options(&self) -> &PoolOptions {
+        &self.inner.options
+    }
+
+    /// Each node's health, in address order.
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        let now = Instant::now();
+        let current = self.inner.current.load(Ordering::Relaxed);
+        self.inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let s = node.lock();
+                NodeInfo {
+                    addr: node.addr.clone(),
+                    connected: s.client.as_ref().is_some_and(|c| !c.is_closed()),
+                    down_for: s
+                        .down_until
+                        .map_or(Duration::ZERO, |t| t.saturating_duration_since(now)),
+                    failures: s.failures,
+                    last_error: s.last_error.clone(),
+                    current: i == current,
+                }
+            })
+            .collect()
+    }
+
+    /// The order in which one call tries the nodes: healthy nodes from the current one
+    /// on, in address order; then nodes in backoff, soonest-to-recover first.
+    fn order(&self, now: Instant) -> Vec<usize> {
+        let n = self.inner.nodes.len();
+        let start = self.inner.current.load(Ordering::Relaxed) % n;
+        let mut healthy = Vec::with_capacity(n);
+        let mut down = Vec::new();
+        for k in 0..n {
+            let i = (start + k) % n;
+            match self.inner.nodes[i].lock().down_until {
+                Some(t) if t > now => down.push((t, i)),
+                _ => healthy.push(i),
+            }
+        }
+        down.sort();
+        healthy.extend(down.into_iter().map(|(_, i)| i));
+        healthy
+    }
+
+    /// Run `op` on one node after another until one succeeds, an error that failover
+    /// cannot help comes back, every node has been tried, or the deadline passes.
+    async fn call<T, F, Fut>(&self, op: F) -> Result<T, Error>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        let options = &self.inner.options;
+        let start = Instant::now();
+        let deadline = start + options.call_deadline;
+        let mut last = None;
+        for i in self.order(start) {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout);
+            }
+            let node = &self.inner.nodes[i];
+            let attempt = async {
+                let client = self.client(node).await?;
+                op(client).await
+            };
+            // Connect and request carry their own timeouts; this caps them by the
+            // time left in the call.
+            let outcome = tokio::time::timeout(deadline - now, attempt)
+                .await
+                .unwrap_or(Err(Error::Timeout));
+            match outcome {
+                Ok(v) => {
+                    mark_up(node);
+                    self.inner.current.store(i, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Err(e) if !fails_over(&e) => return Err(e),
+                Err(e) => {
+                    mark_down(node, options, e.clone());
+                    last = Some(e);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout);
+        }
+        Err(last.unwrap_or(Error::Timeout))
+    }
+
+    /// The node's open connection, connecting first if it has none (or a failed one).
+    async fn client(&self, node: &Node) -> Result<Client, Error> {
+        if let Some(c) = open_client(node) {
+            return Ok(c);
+        }
+        let _connecting = node.connecting.lock().await;
+        // Someone else may have connected while we waited.
+        if let Some(c) = open_client(node) {
+            return Ok(c);
+        }
+        let client =
+            Client::connect_with(node.addr.as_str(), client_options(&self.inner.options)).await?;
+        node.lock().client = Some(client.clone());
+        Ok(client)
+    }
+}
+
+fn open_client(node: &Node) -> Option<Client> {
+    let mut s = node.lock();
+    match &s.client {
+        Some(c) if !c.is_closed() => Some(c.clone()),
+        Some(_) => {
+            s.client = None;
+            None
+        }
+        None => None,
+    }
+}
+
+fn client_options(options: &PoolOptions) -> ClientOptions {
+    ClientOptions {
+        connect_timeout: options.connect_timeout,
+        request_timeout: options.request_timeout,
+    }
+}
+
+fn mark_up(node: &Node) {
+    let mut s = node.lock();
+    s.down_until = None;
+    s.failures = 0;
+    s.last_error = None;
+}
+
+fn mark_down(node: &Node, options: &PoolOptions, cause: Error) {
+    let mut s = node.lock();
+    s.failures = s.failures.saturating_add(1);
+    let backoff = backoff(options, s.failures);
+    s.down_until = Some(Instant::now() + backoff);
+    if cause.closes_connection() {
+        // Make the next use reconnect even if the client has not noticed yet.
+        s.client = None;
+    }
+    s.last_error = Some(cause);
+}
+
+/// `backoff_min · 2^(failures-1)`, at most `backoff_max`.
+fn backoff(options: &PoolOptions, failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(30);
+    options
+        .backoff_min
+        .saturating_mul(1u32 << doublings)
+        .min(options.backoff_max)
+        .max(options.backoff_min.min(options.backoff_max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let o = PoolOptions::default();
+        let ms = |f| backoff(&o, f).as_millis();
+        assert_eq!(
+            (1..=8).map(ms).collect::<Vec<_>>(),
+            [200, 400, 800, 1600, 3200, 6400, 10_000, 10_000]
+        );
+        assert_eq!(ms(u32::MAX), 10_000);
+    }
+
+    #[test]
+    fn caller_errors_do_not_fail_over() {
+        let server = |code| Error::Server {
+            status: Status(code),
+            message: String::new(),
+        };
+        for code in [200, 201, 202, 299, 304] {
+            assert!(!fails_over(&server(code)), "{code}");
+        }
+        for code in [100, 300, 301, 302, 303, 399, 500] {
+            assert!(fails_over(&server(code)), "{code}");
+        }
+        assert!(fails_over(&Error::Timeout) && fails_over(&Error::Closed));
+    }
+}
