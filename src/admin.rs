@@ -327,16 +327,23 @@ async fn post_batch(
     }
 }
 
-/// Parses an ID written in decimal.
+/// Parses an ID written in decimal, base62 (11 characters) or Crockford base32 (13), the
+/// forms of the client libraries (`clients/vectors/FORMS.md`).
 pub fn parse_id(text: &str) -> Result<u64, String> {
+    use idgen_client::forms;
     let t = text.trim();
-    if t.is_empty() || t.len() > 19 || !t.bytes().all(|c| c.is_ascii_digit()) {
-        return Err(format!("{t:?}: not a decimal ID"));
-    }
-    t.parse::<u64>()
-        .ok()
-        .filter(|v| *v < 1 << 63)
-        .ok_or_else(|| format!("{t:?}: out of range (IDs are below 2^63)"))
+    let parsed = if !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit()) {
+        forms::parse_decimal(t)
+    } else if t.len() == forms::BASE62_LEN {
+        forms::parse_base62(t)
+    } else if t.len() == forms::BASE32_LEN {
+        forms::parse_base32(t)
+    } else {
+        return Err(format!(
+            "{t:?}: not a decimal, base62 (11 characters) or base32 (13 characters) ID"
+        ));
+    };
+    parsed.map_err(|e| format!("{t:?}: {e}"))
 }
 
 /// The fields of an ID as JSON.

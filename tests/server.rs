@@ -522,3 +522,54 @@ fn a_second_node_on_the_same_data_directory_is_refused() {
         .expect("second node must not start");
     assert!(err.contains("in use by another idgen process"), "{err}");
 }
+
+#[test]
+fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
+    let node = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--workers-per-shard",
+        "2",
+    ]);
+    let mut v2 = Conn::open_version(node.addr, 2);
+    let hello = v2.hello.unwrap();
+    assert_eq!(hello.version, 2);
+    let before = v2.get_ids(5).unwrap();
+    v2.send(&Request::GetRanges { count: 30_000 });
+    let runs = match v2.recv() {
+        Some(Response::Ranges(runs)) => runs,
+        other => panic!("{other:?}"),
+    };
+    // Two workers: 8192 consecutive IDs per millisecond, so 30 000 IDs fit in a few runs.
+    assert!(runs.len() >= 4 && runs.len() <= 6, "{} runs", runs.len());
+    let ids: Vec<u64> = runs
+        .iter()
+        .flat_map(|&(first, count)| first..first + u64::from(count))
+        .collect();
+    assert_eq!(ids.len(), 30_000);
+    assert!(ids[0] > before[4] && ids.windows(2).all(|w| w[0] < w[1]));
+    for id in &ids {
+        let w = worker_of(&hello, *id);
+        assert!((u64::from(hello.worker_first)..u64::from(hello.worker_first) + 2).contains(&w));
+    }
+    let after = v2.get_ids(3).unwrap();
+    assert!(after[0] > ids[29_999]);
+    // The same count rules as GET_IDS, and the connection stays usable.
+    v2.send(&Request::GetRanges { count: 0 });
+    assert!(
+        matches!(v2.recv(), Some(Response::Error { status, .. }) if status == Status::INVALID_COUNT)
+    );
+    assert_usable(&mut v2, "after GET_RANGES 0");
+
+    // A version-1 connection does not know opcode 0x04.
+    let mut v1 = Conn::open(node.addr);
+    assert_eq!(v1.hello.unwrap().version, 1);
+    v1.send(&Request::GetRanges { count: 10 });
+    match v1.recv() {
+        Some(Response::Error { status, .. }) => assert_eq!(status, Status::UNKNOWN_OPCODE),
+        other => panic!("{other:?}"),
+    }
+    assert_usable(&mut v1, "after 0x04 on version 1");
+}

@@ -70,6 +70,11 @@ pub struct Cli {
     #[arg(long)]
     pub verify: bool,
 
+    /// Ask for range answers (GET_RANGES, protocol version 2): the server sends runs of
+    /// consecutive IDs, counted (and with --verify expanded) here. idgen target only.
+    #[arg(long)]
+    pub ranges: bool,
+
     /// Print one JSON object at the end instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -59,6 +59,8 @@ pub struct Config {
     pub pipeline: usize,
     pub batch: u32,
     pub verify: bool,
+    /// GET_RANGES instead of GET_IDS (protocol version 2).
+    pub ranges: bool,
     pub start: Instant,
     /// Requests sent (closed loop) or scheduled (open loop) before this are not measured.
     pub warmup_end: Instant,
@@ -81,6 +83,7 @@ impl Config {
         pipeline: usize,
         batch: u32,
         verify: bool,
+        ranges: bool,
         start: Instant,
         warmup_end: Instant,
         end: Option<Instant>,
@@ -90,6 +93,9 @@ impl Config {
     ) -> Config {
         let mut request = Vec::new();
         match target {
+            Target::Idgen if ranges => {
+                encode_request(&Request::GetRanges { count: batch }, &mut request)
+            }
             Target::Idgen => encode_request(&Request::GetIds { count: batch }, &mut request),
             Target::Redis => redis::encode_incrby(redis_key, batch, &mut request),
         }
@@ -99,6 +105,7 @@ impl Config {
             pipeline,
             batch,
             verify,
+            ranges,
             start,
             warmup_end,
             end,
@@ -312,6 +319,12 @@ async fn connect(cfg: &Config, addr: SocketAddr) -> Result<Conn, ConnectError> {
             hello.max_batch, cfg.batch, hello.max_batch
         )));
     }
+    if cfg.ranges && hello.version < 2 {
+        return Err(ConnectError::Fatal(format!(
+            "{addr}: --ranges needs protocol version 2, the server speaks version {}",
+            hello.version
+        )));
+    }
     conn.max_frame = max_response_frame(hello.max_batch);
     Ok(conn)
 }
@@ -361,6 +374,7 @@ fn response_name(r: &ResponseRef<'_>) -> &'static str {
         ResponseRef::Ids(_) => "IDS",
         ResponseRef::Pong(_) => "PONG",
         ResponseRef::Error { .. } => "ERROR",
+        ResponseRef::Ranges(_) => "RANGES",
     }
 }
 
@@ -572,9 +586,17 @@ impl State<'_> {
                 return Some(self.malformed("an answer with no request outstanding", &conn.rbuf));
             };
             match response {
-                ResponseRef::Ids(ids) => {
+                ResponseRef::Ids(ids) if !self.cfg.ranges => {
                     self.answer_ids(sent, measured, now, ids.len(), ids.iter())
                 }
+                ResponseRef::Ranges(runs) if self.cfg.ranges => self.answer_ids(
+                    sent,
+                    measured,
+                    now,
+                    runs.total() as usize,
+                    runs.iter()
+                        .flat_map(|(first, n)| first..first + u64::from(n)),
+                ),
                 ResponseRef::Error { status, message } => {
                     let name = status
                         .name()

@@ -127,6 +127,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         cli.pipeline as usize,
         cli.batch,
         cli.verify,
+        cli.ranges,
         start,
         warmup_end,
         end,

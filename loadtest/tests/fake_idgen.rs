@@ -125,6 +125,9 @@ fn serve(fake: &Fake, mut stream: TcpStream) {
                     idgen_protocol::encode_pong(token, &mut out);
                     continue;
                 }
+                // The fake announces protocol version 1, which has no GET_RANGES: version-1
+                // decoding reports opcode 0x04 as a Reject, so this arm cannot be reached.
+                Decoded::Request(Request::GetRanges { .. }) => unreachable!(),
                 Decoded::Reject { status, message } => {
                     encode_error(status, message, &mut out);
                     continue;

@@ -12,7 +12,7 @@ use bytes::{Buf, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{
-    decode_request, decode_response, encode_ids, encode_request, max_response_frame, Decoded,
+    decode_request_for, decode_response, encode_ids, encode_request, max_response_frame, Decoded,
     FrameError, Limits, Request, Response, ResponseRef, ServerConnState, Status,
 };
 
@@ -74,7 +74,7 @@ impl Decoder for ServerCodec {
     /// [`ServerCodec::version`]), then GET_IDS/PING requests and `Decoded::Reject`s to be
     /// answered with a non-closing ERROR frame.
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Decoded>, CodecError> {
-        match decode_request(src, &self.limits)? {
+        match decode_request_for(src, &self.limits, self.state.version().unwrap_or(1))? {
             None => Ok(None),
             Some((decoded, consumed)) => {
                 src.advance(consumed);
@@ -226,7 +226,7 @@ mod tests {
             }
         }
         assert!(inbuf.is_empty());
-        assert_eq!(server.version(), Some(1));
+        assert_eq!(server.version(), Some(2), "1..=3 picks version 2");
         assert_eq!(got.len(), 4);
         assert_eq!(got[1], Decoded::Request(Request::GetIds { count: 2 }));
         assert!(

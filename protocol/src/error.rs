@@ -74,6 +74,10 @@ pub enum FrameError {
     /// An ERROR frame whose message is not UTF-8.
     #[error("ERROR frame message is not valid UTF-8")]
     InvalidUtf8,
+    /// A RANGES frame that breaks its rules (runs empty, not increasing, overlapping,
+    /// reaching the sign bit, or not summing to the total).
+    #[error("RANGES frame: {0}")]
+    BadRanges(&'static str),
     /// A HELLO_OK whose layout is impossible (bits do not sum to 63, or region bits exceed
     /// worker bits).
     #[error("HELLO_OK layout is invalid: timestamp {timestamp_bits} + worker {worker_bits} + sequence {sequence_bits} bits (region {region_bits})")]
@@ -105,6 +109,7 @@ impl FrameError {
             | FrameError::IdsCountMismatch { .. }
             | FrameError::IdTopBitSet { .. }
             | FrameError::InvalidUtf8
+            | FrameError::BadRanges(_)
             | FrameError::BadLayout { .. } => Status::BAD_FRAME,
         }
     }

@@ -64,20 +64,21 @@ mod status;
 
 pub use error::FrameError;
 pub use request::{
-    decode_request, encode_request, Decoded, Request, ServerConnState, GET_IDS_LEN, HELLO_LEN,
-    PING_LEN,
+    decode_request, decode_request_for, encode_request, Decoded, Request, ServerConnState,
+    GET_IDS_LEN, GET_RANGES_LEN, HELLO_LEN, PING_LEN,
 };
 pub use response::{
     decode_response, encode_error, encode_hello_ok, encode_ids, encode_ids_header, encode_pong,
-    max_response_frame, truncate_message, IdParts, IdsIter, IdsRef, Response, ResponseRef,
-    ServerHello, HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, PONG_LEN,
+    encode_ranges, max_response_frame, truncate_message, IdParts, IdsIter, IdsRef, RangesIter,
+    RangesRef, Response, ResponseRef, ServerHello, HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE,
+    MAX_IDS_PER_FRAME, PONG_LEN,
 };
 pub use status::{Status, StatusInfo};
 
 /// Magic bytes at the start of the HELLO payload.
 pub const MAGIC: [u8; 4] = *b"IDGN";
-/// The protocol version this crate implements.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The newest protocol version this crate implements (version 2 adds GET_RANGES/RANGES).
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Lowest version this implementation can speak.
 pub const MIN_SUPPORTED_VERSION: u16 = 1;
 /// Highest version this implementation can speak.
@@ -89,15 +90,18 @@ pub const OP_HELLO: u8 = 0x01;
 pub const OP_GET_IDS: u8 = 0x02;
 /// Request opcode `PING`.
 pub const OP_PING: u8 = 0x03;
-/// Reserved request opcode for `GET_RANGES` (a later version). Version 1 decodes it as an
-/// unknown opcode.
-pub const OP_GET_RANGES_RESERVED: u8 = 0x04;
+/// Request opcode `GET_RANGES` (version 2; version 1 decodes it as an unknown opcode).
+pub const OP_GET_RANGES: u8 = 0x04;
+/// The former name of [`OP_GET_RANGES`], from when version 1 only reserved it.
+pub const OP_GET_RANGES_RESERVED: u8 = OP_GET_RANGES;
 /// Response opcode `HELLO_OK`.
 pub const OP_HELLO_OK: u8 = 0x81;
 /// Response opcode `IDS`.
 pub const OP_IDS: u8 = 0x82;
 /// Response opcode `PONG`.
 pub const OP_PONG: u8 = 0x83;
+/// Response opcode `RANGES` (version 2).
+pub const OP_RANGES: u8 = 0x84;
 /// Response opcode `ERROR`.
 pub const OP_ERROR: u8 = 0xFF;
 
@@ -158,9 +162,11 @@ mod tests {
     #[test]
     fn negotiation() {
         assert_eq!(negotiate_version(1, 1), Some(1));
-        assert_eq!(negotiate_version(0, 7), Some(1));
-        assert_eq!(negotiate_version(1, u16::MAX), Some(1));
-        assert_eq!(negotiate_version(2, 7), None);
+        assert_eq!(negotiate_version(0, 7), Some(2));
+        assert_eq!(negotiate_version(1, u16::MAX), Some(2));
+        assert_eq!(negotiate_version(2, 7), Some(2));
+        assert_eq!(negotiate_version(1, 2), Some(2));
+        assert_eq!(negotiate_version(3, 7), None);
         assert_eq!(negotiate_version(0, 0), None);
         assert_eq!(negotiate_version(1, 0), None);
     }

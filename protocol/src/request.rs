@@ -5,7 +5,7 @@ use bytes::BufMut;
 
 use crate::{
     negotiate_version, FrameError, Limits, Status, MAGIC, MAX_SUPPORTED_VERSION,
-    MIN_SUPPORTED_VERSION, OP_GET_IDS, OP_HELLO, OP_PING,
+    MIN_SUPPORTED_VERSION, OP_GET_IDS, OP_GET_RANGES, OP_HELLO, OP_PING,
 };
 
 /// A usable request, as decoded by [`decode_request`].
@@ -27,6 +27,12 @@ pub enum Request {
     Ping {
         /// Opaque token echoed back.
         token: u64,
+    },
+    /// `0x04 GET_RANGES` (version 2): ask for `count` IDs answered as runs of consecutive
+    /// integers (RANGES) instead of one by one.
+    GetRanges {
+        /// Number of IDs requested.
+        count: u32,
     },
 }
 
@@ -53,6 +59,8 @@ pub const HELLO_LEN: u32 = 9;
 pub const GET_IDS_LEN: u32 = 5;
 /// Fixed frame length of PING.
 pub const PING_LEN: u32 = 9;
+/// Fixed frame length of GET_RANGES.
+pub const GET_RANGES_LEN: u32 = 5;
 
 /// Decode one request frame from the start of `buf` (server side).
 ///
@@ -67,8 +75,21 @@ pub const PING_LEN: u32 = 9;
 /// length for a known opcode as soon as the opcode byte is present.
 ///
 /// This function is stateless: the HELLO-first rule is enforced by [`ServerConnState`]
-/// (and by [`ServerCodec`](crate::codec::ServerCodec)). It does not allocate.
+/// (and by [`ServerCodec`](crate::codec::ServerCodec)). It does not allocate. It decodes
+/// version 1 (where 0x04 is an unknown opcode); see [`decode_request_for`] for a connection
+/// that negotiated a later version.
 pub fn decode_request(buf: &[u8], limits: &Limits) -> Result<Option<(Decoded, usize)>, FrameError> {
+    decode_request_for(buf, limits, 1)
+}
+
+/// [`decode_request`] for a connection speaking protocol `version` (the one negotiated by
+/// HELLO; 1 before the handshake). Version 2 adds GET_RANGES.
+pub fn decode_request_for(
+    buf: &[u8],
+    limits: &Limits,
+    version: u16,
+) -> Result<Option<(Decoded, usize)>, FrameError> {
+    let ranges = version >= 2;
     let Some(&[a, b, c, d]) = buf.get(..4) else {
         return Ok(None);
     };
@@ -89,6 +110,7 @@ pub fn decode_request(buf: &[u8], limits: &Limits) -> Result<Option<(Decoded, us
         OP_HELLO => Some((HELLO_LEN, "9")),
         OP_GET_IDS => Some((GET_IDS_LEN, "5")),
         OP_PING => Some((PING_LEN, "9")),
+        OP_GET_RANGES if ranges => Some((GET_RANGES_LEN, "5")),
         _ => None,
     };
     if let Some((want, expected)) = fixed {
@@ -133,6 +155,22 @@ pub fn decode_request(buf: &[u8], limits: &Limits) -> Result<Option<(Decoded, us
                 Decoded::Request(Request::GetIds { count })
             }
         }
+        OP_GET_RANGES if ranges => {
+            let count = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+            if count == 0 {
+                Decoded::Reject {
+                    status: Status::INVALID_COUNT,
+                    message: "GET_RANGES count must be at least 1",
+                }
+            } else if count > limits.max_batch {
+                Decoded::Reject {
+                    status: Status::BATCH_TOO_LARGE,
+                    message: "GET_RANGES count exceeds max_batch",
+                }
+            } else {
+                Decoded::Request(Request::GetRanges { count })
+            }
+        }
         OP_PING => {
             let mut token = [0u8; 8];
             token.copy_from_slice(payload);
@@ -172,6 +210,11 @@ pub fn encode_request<B: BufMut + ?Sized>(request: &Request, buf: &mut B) {
             buf.put_u8(OP_PING);
             buf.put_u64(token);
         }
+        Request::GetRanges { count } => {
+            buf.put_u32(GET_RANGES_LEN);
+            buf.put_u8(OP_GET_RANGES);
+            buf.put_u32(count);
+        }
     }
 }
 
@@ -187,6 +230,7 @@ impl Request {
             Request::Hello { .. } => HELLO_LEN as usize,
             Request::GetIds { .. } => GET_IDS_LEN as usize,
             Request::Ping { .. } => PING_LEN as usize,
+            Request::GetRanges { .. } => GET_RANGES_LEN as usize,
         }
     }
 }
@@ -395,6 +439,45 @@ mod tests {
     }
 
     #[test]
+    fn get_ranges_exists_only_from_version_2() {
+        let mut wire = Vec::new();
+        encode_request(&Request::GetRanges { count: 7 }, &mut wire);
+        assert_eq!(wire, [0, 0, 0, 5, 0x04, 0, 0, 0, 7]);
+        assert_eq!(
+            decode_request_for(&wire, &L, 2),
+            Ok(Some((Decoded::Request(Request::GetRanges { count: 7 }), 9)))
+        );
+        // Version 1: an unknown opcode, skipped, connection kept.
+        assert!(matches!(
+            decode_request(&wire, &L),
+            Ok(Some((
+                Decoded::Reject {
+                    status: Status::UNKNOWN_OPCODE,
+                    ..
+                },
+                9
+            )))
+        ));
+        // Version 2 enforces its length and its count rules like GET_IDS.
+        let long = [0, 0, 0, 6, 0x04, 0, 0, 0, 7, 0];
+        assert!(matches!(
+            decode_request_for(&long, &L, 2),
+            Err(FrameError::WrongLength { .. })
+        ));
+        for (count, status) in [
+            (0u32, Status::INVALID_COUNT),
+            (65_537, Status::BATCH_TOO_LARGE),
+        ] {
+            let mut w = Vec::new();
+            encode_request(&Request::GetRanges { count }, &mut w);
+            assert!(matches!(
+                decode_request_for(&w, &L, 2),
+                Ok(Some((Decoded::Reject { status: s, .. }, 9))) if s == status
+            ));
+        }
+    }
+
+    #[test]
     fn bad_magic() {
         let b = b"\x00\x00\x00\x09\x01IDGX\x00\x01\x00\x01";
         assert_eq!(decode_request(b, &L), Err(FrameError::BadMagic(*b"IDGX")));
@@ -420,7 +503,11 @@ mod tests {
 
         let mut s = ServerConnState::new();
         assert_eq!(s.check(&hello), Ok(()));
-        assert_eq!(s.version(), Some(1));
+        assert_eq!(
+            s.version(),
+            Some(2),
+            "0..=3 picks the highest common version"
+        );
         assert_eq!(s.check(&get), Ok(()));
         assert_eq!(s.check(&reject), Ok(()));
         let e = s.check(&hello).unwrap_err();
@@ -430,7 +517,7 @@ mod tests {
 
     #[test]
     fn conn_state_version_mismatch() {
-        for (min, max) in [(2, 5), (0, 0), (3, 1), (1, 0)] {
+        for (min, max) in [(3, 5), (0, 0), (3, 1), (1, 0)] {
             let mut s = ServerConnState::new();
             let e = s
                 .check(&Decoded::Request(Request::Hello {

@@ -3,7 +3,7 @@
 
 use bytes::BufMut;
 
-use crate::{FrameError, Status, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG};
+use crate::{FrameError, Status, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG, OP_RANGES};
 
 /// Fixed frame length (opcode + payload) of HELLO_OK.
 pub const HELLO_OK_LEN: u32 = 33;
@@ -243,7 +243,64 @@ pub enum ResponseRef<'a> {
         /// Human-readable message (0..=255 bytes of UTF-8).
         message: &'a str,
     },
+    /// `0x84 RANGES` (version 2): the requested IDs as runs of consecutive integers.
+    Ranges(RangesRef<'a>),
 }
+
+/// The runs of a RANGES frame, validated: each run non-empty, runs strictly increasing and
+/// disjoint, no ID with the sign bit, counts summing to the total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RangesRef<'a> {
+    total: u32,
+    bytes: &'a [u8],
+}
+
+impl<'a> RangesRef<'a> {
+    /// Total number of IDs across the runs.
+    pub const fn total(&self) -> u32 {
+        self.total
+    }
+    /// Number of runs.
+    pub const fn runs(&self) -> usize {
+        self.bytes.len() / 12
+    }
+    /// The runs as `(first ID, count)`.
+    pub fn iter(&self) -> RangesIter<'a> {
+        RangesIter {
+            chunks: self.bytes.chunks_exact(12),
+        }
+    }
+    /// Appends every ID of every run to `out`, in order.
+    pub fn expand_into(&self, out: &mut Vec<u64>) {
+        out.reserve(self.total as usize);
+        for (first, count) in self.iter() {
+            out.extend(first..first + u64::from(count));
+        }
+    }
+}
+
+/// Iterator over the `(first, count)` runs of a [`RangesRef`].
+#[derive(Debug, Clone)]
+pub struct RangesIter<'a> {
+    chunks: std::slice::ChunksExact<'a, u8>,
+}
+
+impl Iterator for RangesIter<'_> {
+    type Item = (u64, u32);
+    fn next(&mut self) -> Option<(u64, u32)> {
+        self.chunks.next().map(|c| {
+            (
+                be_u64(&c[..8]),
+                u32::from_be_bytes([c[8], c[9], c[10], c[11]]),
+            )
+        })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.chunks.size_hint()
+    }
+}
+
+impl ExactSizeIterator for RangesIter<'_> {}
 
 impl ResponseRef<'_> {
     /// Copy into an owned [`Response`].
@@ -256,6 +313,7 @@ impl ResponseRef<'_> {
                 status,
                 message: message.to_owned(),
             },
+            ResponseRef::Ranges(r) => Response::Ranges(r.iter().collect()),
         }
     }
 }
@@ -277,6 +335,8 @@ pub enum Response {
         /// Human-readable message.
         message: String,
     },
+    /// `0x84 RANGES` (version 2): `(first ID, count)` runs (non-empty when encoded).
+    Ranges(Vec<(u64, u32)>),
 }
 
 impl Response {
@@ -287,7 +347,26 @@ impl Response {
             Response::Ids(ids) => encode_ids(ids, buf),
             Response::Pong(t) => encode_pong(*t, buf),
             Response::Error { status, message } => encode_error(*status, message, buf),
+            Response::Ranges(runs) => encode_ranges(runs, buf),
         }
+    }
+}
+
+/// Encode a RANGES frame (version 2): `u32 total`, `u32 run count`, then per run
+/// `u64 first` and `u32 count`. Panics if `runs` is empty or a count is 0 (never sent).
+pub fn encode_ranges<B: BufMut + ?Sized>(runs: &[(u64, u32)], buf: &mut B) {
+    assert!(
+        !runs.is_empty() && runs.iter().all(|(_, c)| *c > 0),
+        "RANGES needs at least one non-empty run"
+    );
+    let total: u64 = runs.iter().map(|(_, c)| u64::from(*c)).sum();
+    buf.put_u32(9 + 12 * runs.len() as u32);
+    buf.put_u8(OP_RANGES);
+    buf.put_u32(total as u32);
+    buf.put_u32(runs.len() as u32);
+    for (first, count) in runs {
+        buf.put_u64(*first);
+        buf.put_u32(*count);
     }
 }
 
@@ -406,7 +485,10 @@ pub fn decode_response(
         OP_IDS if length < 13 || (length - 5) % 8 != 0 => {
             return Err(wrong("5 + 8 * count with count >= 1"))
         }
-        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS => {}
+        OP_RANGES if length < 21 || (length - 9) % 12 != 0 => {
+            return Err(wrong("9 + 12 * runs with runs >= 1"))
+        }
+        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS | OP_RANGES => {}
         _ => return Err(FrameError::UnknownResponseOpcode(opcode)),
     }
     if opcode == OP_IDS {
@@ -453,6 +535,37 @@ pub fn decode_response(
             ResponseRef::Ids(IdsRef { bytes })
         }
         OP_PONG => ResponseRef::Pong(be_u64(p)),
+        OP_RANGES => {
+            let total = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+            let runs = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
+            let bytes = &p[8..];
+            if runs as usize != bytes.len() / 12 {
+                return Err(FrameError::BadRanges(
+                    "run count disagrees with the frame length",
+                ));
+            }
+            let r = RangesRef { total, bytes };
+            let mut sum = 0u64;
+            let mut next_free = 0u64; // the first ID a following run may start at
+            for (first, count) in r.iter() {
+                if count == 0 {
+                    return Err(FrameError::BadRanges("a run is empty"));
+                }
+                if first < next_free {
+                    return Err(FrameError::BadRanges("runs overlap or are not increasing"));
+                }
+                let last = first.checked_add(u64::from(count) - 1);
+                match last {
+                    Some(last) if last < 1 << 63 => next_free = last + 1,
+                    _ => return Err(FrameError::BadRanges("a run reaches the sign bit")),
+                }
+                sum += u64::from(count);
+            }
+            if sum != u64::from(total) {
+                return Err(FrameError::BadRanges("run counts do not sum to the total"));
+            }
+            ResponseRef::Ranges(r)
+        }
         _ => {
             let status = Status(u16::from_be_bytes([p[0], p[1]]));
             let message = std::str::from_utf8(&p[2..]).map_err(|_| FrameError::InvalidUtf8)?;
@@ -624,8 +737,91 @@ mod tests {
     }
 
     #[test]
+    fn ranges_round_trip_and_every_rule_is_enforced() {
+        let runs = vec![(100u64, 3u32), (4096, 2), (1 << 40, 1)];
+        let mut buf = Vec::new();
+        encode_ranges(&runs, &mut buf);
+        assert_eq!(buf.len(), 4 + 9 + 12 * 3);
+        let (r, used) = decode_response(&buf, MAX).unwrap().unwrap();
+        assert_eq!(used, buf.len());
+        let ResponseRef::Ranges(r) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!((r.total(), r.runs()), (6, 3));
+        assert_eq!(r.iter().collect::<Vec<_>>(), runs);
+        let mut ids = Vec::new();
+        r.expand_into(&mut ids);
+        assert_eq!(ids, vec![100, 101, 102, 4096, 4097, 1 << 40]);
+        assert_eq!(
+            ResponseRef::Ranges(r).into_owned(),
+            Response::Ranges(runs.clone()),
+            "owned form keeps the runs"
+        );
+        // Every prefix is incomplete, never an error.
+        for cut in 0..buf.len() {
+            assert_eq!(decode_response(&buf[..cut], MAX), Ok(None), "cut {cut}");
+        }
+        let frame = |total: u32, runs: &[(u64, u32)], declared: u32| {
+            let mut b = Vec::new();
+            b.extend_from_slice(&(9 + 12 * runs.len() as u32).to_be_bytes());
+            b.push(0x84);
+            b.extend_from_slice(&total.to_be_bytes());
+            b.extend_from_slice(&declared.to_be_bytes());
+            for (f, c) in runs {
+                b.extend_from_slice(&f.to_be_bytes());
+                b.extend_from_slice(&c.to_be_bytes());
+            }
+            b
+        };
+        let bad = |b: Vec<u8>| match decode_response(&b, MAX) {
+            Err(e) => {
+                assert_eq!(e.status(), Status::BAD_FRAME);
+                e
+            }
+            other => panic!("accepted {other:?}"),
+        };
+        assert!(matches!(
+            bad(frame(3, &[(1, 2)], 1)),
+            FrameError::BadRanges(_)
+        ));
+        assert!(matches!(
+            bad(frame(2, &[(1, 2)], 2)),
+            FrameError::BadRanges(_)
+        ));
+        assert!(matches!(
+            bad(frame(0, &[(1, 0)], 1)),
+            FrameError::BadRanges(_)
+        ));
+        assert!(matches!(
+            bad(frame(4, &[(10, 2), (11, 2)], 2)),
+            FrameError::BadRanges(_)
+        ));
+        assert!(matches!(
+            bad(frame(4, &[(10, 2), (5, 2)], 2)),
+            FrameError::BadRanges(_)
+        ));
+        assert!(matches!(
+            bad(frame(2, &[((1 << 63) - 1, 2)], 1)),
+            FrameError::BadRanges(_)
+        ));
+        assert!(matches!(
+            bad(frame(1, &[(u64::MAX, 1)], 1)),
+            FrameError::BadRanges(_)
+        ));
+        assert!(matches!(
+            bad(vec![0, 0, 0, 9, 0x84, 0, 0, 0, 0, 0, 0, 0, 0]),
+            FrameError::WrongLength { .. }
+        ));
+        // Adjacent runs are fine; the last ID may be 2^63 - 1.
+        let ok = frame(3, &[(10, 2), (12, 1)], 2);
+        assert!(decode_response(&ok, MAX).unwrap().is_some());
+        let ok = frame(1, &[((1 << 63) - 1, 1)], 1);
+        assert!(decode_response(&ok, MAX).unwrap().is_some());
+    }
+
+    #[test]
     fn unknown_response_opcode() {
-        for op in [0x00u8, 0x01, 0x80, 0x84, 0xFE] {
+        for op in [0x00u8, 0x01, 0x80, 0x85, 0xFE] {
             assert_eq!(
                 decode_response(&[0, 0, 0, 1, op], MAX),
                 Err(FrameError::UnknownResponseOpcode(op))

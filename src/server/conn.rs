@@ -13,8 +13,9 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use idgen_protocol::{
-    decode_request, encode_error, encode_hello_ok, encode_ids_header, encode_pong, Decoded, Limits,
-    Request, ServerConnState, ServerHello, Status, DEFAULT_MAX_REQUEST_FRAME,
+    decode_request, decode_request_for, encode_error, encode_hello_ok, encode_ids_header,
+    encode_pong, encode_ranges, Decoded, Limits, Request, ServerConnState, ServerHello, Status,
+    DEFAULT_MAX_REQUEST_FRAME,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -72,6 +73,8 @@ struct Conn {
     out: BytesMut,
     /// Requests answered in `out` since the last write.
     answered: u64,
+    /// Scratch for the runs of a GET_RANGES answer (reused: no allocation per request).
+    runs: Vec<(u64, u32)>,
 }
 
 pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
@@ -88,6 +91,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
         inbuf: BytesMut::with_capacity(READ_CHUNK),
         out: BytesMut::with_capacity(READ_CHUNK),
         answered: 0,
+        runs: Vec::new(),
     };
     conn.run(&mut stream).await;
     drop_one(&stats.connections_open);
@@ -197,7 +201,8 @@ impl Conn {
             if self.out.len() >= OUTPUT_HIGH_WATER {
                 return After::More;
             }
-            let (decoded, used) = match decode_request(&self.inbuf, &self.limits) {
+            let version = self.state.version().unwrap_or(1);
+            let (decoded, used) = match decode_request_for(&self.inbuf, &self.limits, version) {
                 Ok(None) => return After::Read,
                 Ok(Some(frame)) => frame,
                 Err(e) => {
@@ -218,6 +223,7 @@ impl Conn {
             match decoded {
                 Decoded::Request(Request::Hello { .. }) => self.hello(),
                 Decoded::Request(Request::GetIds { count }) => self.get_ids(count),
+                Decoded::Request(Request::GetRanges { count }) => self.get_ranges(count),
                 Decoded::Request(Request::Ping { token }) => encode_pong(token, &mut self.out),
                 Decoded::Reject { status, message } => {
                     encode_error(status, message, &mut self.out);
@@ -271,6 +277,34 @@ impl Conn {
             Err(e) => {
                 // Never a partial batch: drop whatever was written for this request.
                 self.out.truncate(mark);
+                let (status, message) = status_of(&e);
+                encode_error(status, &message, &mut self.out);
+                stats.error(status);
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// GET_RANGES (version 2): the same IDs as GET_IDS, answered as runs of consecutive
+    /// integers, one per millisecond of work.
+    fn get_ranges(&mut self, count: u32) {
+        self.runs.clear();
+        let runs = &mut self.runs;
+        // Each run is part of one request, so its length fits the request's u32 count.
+        let result = self
+            .ctx
+            .gen
+            .borrow_mut()
+            .issue(u64::from(count), |first, n| runs.push((first, n as u32)));
+        let stats = &self.ctx.stats;
+        match result {
+            Ok(()) => {
+                encode_ranges(&self.runs, &mut self.out);
+                bump(&stats.id_requests, 1);
+                stats.batch(u64::from(count));
+            }
+            Err(e) => {
                 let (status, message) = status_of(&e);
                 encode_error(status, &message, &mut self.out);
                 stats.error(status);

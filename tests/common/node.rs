@@ -273,12 +273,17 @@ impl Conn {
         }
     }
 
-    /// Connects and completes the handshake.
+    /// Connects and completes the handshake, speaking protocol version 1.
     pub fn open(addr: SocketAddr) -> Conn {
+        Self::open_version(addr, 1)
+    }
+
+    /// Connects offering versions `1..=max_version`.
+    pub fn open_version(addr: SocketAddr, max_version: u16) -> Conn {
         let mut c = Self::raw(addr);
         c.send(&Request::Hello {
             min_version: 1,
-            max_version: 1,
+            max_version,
         });
         match c.recv().expect("HELLO_OK") {
             Response::HelloOk(h) => {

@@ -187,7 +187,16 @@ impl Client {
             stop_writer: Notify::new(),
         });
         let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
-        tokio::spawn(write_loop(write, rx, conn.clone(), hello.max_batch.max(1)));
+        // Protocol version 2 answers batches as runs of consecutive IDs (RANGES): a few bytes
+        // for thousands of IDs, expanded here.
+        let ranges = hello.version >= 2;
+        tokio::spawn(write_loop(
+            write,
+            rx,
+            conn.clone(),
+            hello.max_batch.max(1),
+            ranges,
+        ));
         tokio::spawn(read_loop(
             read,
             leftover,
@@ -357,6 +366,7 @@ async fn write_loop(
     mut rx: mpsc::Receiver<Command>,
     conn: Arc<Conn>,
     batch: u32,
+    ranges: bool,
 ) {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     loop {
@@ -370,10 +380,10 @@ async fn write_loop(
         buf.clear();
         {
             let mut queue = conn.lock();
-            enqueue(first, &mut queue, &mut buf, batch);
+            enqueue(first, &mut queue, &mut buf, batch, ranges);
             while buf.len() < MAX_COALESCED_WRITE {
                 match rx.try_recv() {
-                    Ok(c) => enqueue(c, &mut queue, &mut buf, batch),
+                    Ok(c) => enqueue(c, &mut queue, &mut buf, batch, ranges),
                     Err(_) => break,
                 }
             }
@@ -397,7 +407,7 @@ async fn write_loop(
 
 /// Append `command`'s frames to `buf` and its entry to the pending queue, or answer it
 /// with `Closed` if the connection has failed.
-fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32) {
+fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, ranges: bool) {
     if queue.closed.is_some() {
         match command {
             Command::Ids { reply, .. } => drop(reply.send(Err(Error::Closed))),
@@ -410,7 +420,12 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32) {
             let mut left = count;
             while left > 0 {
                 let part = left.min(batch);
-                encode_request(&Request::GetIds { count: part }, buf);
+                let request = if ranges {
+                    Request::GetRanges { count: part }
+                } else {
+                    Request::GetIds { count: part }
+                };
+                encode_request(&request, buf);
                 left -= part;
             }
             queue.pending.push_back(Pending::Ids {
@@ -513,6 +528,11 @@ fn answer(queue: &mut Queue, response: ResponseRef<'_>) -> Result<(), Error> {
                     // Skip the copy when the caller has given up (timed out).
                     if failed.is_none() && !reply.is_closed() {
                         ids.extend(got.iter());
+                    }
+                }
+                ResponseRef::Ranges(runs) if runs.total() == part => {
+                    if failed.is_none() && !reply.is_closed() {
+                        runs.expand_into(ids);
                     }
                 }
                 ResponseRef::Error { status, message } => {

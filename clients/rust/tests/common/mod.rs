@@ -269,7 +269,9 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
                         ctl.pings.fetch_add(1, Ordering::Relaxed);
                         encode_pong(token, &mut out);
                     }
-                    Request::Hello { .. } => unreachable!(),
+                    // The fake speaks version 1 (its HELLO_OK says so): version-1 decoding
+                    // never yields GET_RANGES, and HELLO was answered above.
+                    Request::Hello { .. } | Request::GetRanges { .. } => unreachable!(),
                 },
                 Some(Action::Error(status, message)) => {
                     encode_error(status, message, &mut out);
