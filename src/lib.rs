@@ -10,13 +10,15 @@
 //! - [`lease`]: timestamp-fenced worker-ID leases, written once over any store;
 //! - [`config`] and [`server`]: `idgen serve`, thread-per-core;
 //! - [`admin`] and [`watch`]: metrics, health, the HTTP API, clock drift and audit events;
-//! - [`cli`]: `idgen decode` and `idgen inspect`.
+//! - [`cli`]: `idgen decode` and `idgen inspect`;
+//! - [`calc`]: `idgen layout`, the layout calculator.
 //!
 //! Uniqueness never depends on clocks agreeing: a worker range is leased together with an
 //! interval of ID time, and a generator issues only timestamps inside it (see
 //! `docs/ARCHITECTURE.md`).
 
 pub mod admin;
+pub mod calc;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -51,6 +51,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Work out a bit layout for a deployment: nodes, regions, peak rate, years.
+    Layout(idgen::calc::LayoutCalcArgs),
     /// Fetch IDs from a running node and print them, one per line.
     Get {
         /// Node address (host:port).
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Get { addr, count } => get(&addr, count),
+        Command::Layout(args) => layout_calc(&args),
         Command::Decode { ids, layout, json } => decode(&ids, &layout, json),
         Command::Inspect {
             store,
@@ -75,6 +78,19 @@ fn main() -> ExitCode {
             lease_safety,
             json,
         } => inspect(&store, &data_dir, &namespace, &lease_safety, json),
+    }
+}
+
+fn layout_calc(args: &idgen::calc::LayoutCalcArgs) -> ExitCode {
+    match args.needs().and_then(|n| idgen::calc::report(&n)) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("idgen layout: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Cross-file checks of deploy/ that no off-the-shelf validator makes.
+
+Run by scripts/validate-deploy (with a venv that has PyYAML):
+
+    check-deploy.py ROOT METRICS_FILE SERVE_HELP_FILE INVOCATIONS_OUT
+
+ROOT is the repository; METRICS_FILE a scrape of a running node's /metrics; SERVE_HELP_FILE
+the output of `idgen serve --help`. Prints one line per check and exits 1 if any fails.
+Writes to INVOCATIONS_OUT the `idgen serve` command lines the deploy files run, one per line
+as `what<US>VAR=value …<US>args…` (US: the 0x1f unit separator; shell-quoted), for validate-deploy to run each with
+--check-config.
+"""
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+
+FAILURES = []
+
+
+def check(ok, what):
+    print(f"  {'ok  ' if ok else 'FAIL'} {what}")
+    if not ok:
+        FAILURES.append(what)
+
+
+def seconds(text):
+    """A humantime-ish duration ("10s", "500ms", "2m") in seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", str(text))
+    if not m:
+        raise ValueError(f"not a duration: {text!r}")
+    v = float(m.group(1))
+    return v * {"ms": 1e-3, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+
+
+def load_all(path):
+    with open(path, encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def compose(root, name, store, invocations):
+    print(f"{name}:")
+    doc = load_all(root / "deploy" / name)[0]
+    services = doc["services"]
+    nodes = {k: v for k, v in services.items() if re.fullmatch(r"idgen\d+", k)}
+    check(len(nodes) == 3, f"three idgen nodes ({', '.join(sorted(nodes))})")
+    ids = []
+    for k, svc in sorted(nodes.items()):
+        cmd = svc["command"]
+        env = svc.get("environment", {})
+        arg = lambda flag: cmd[cmd.index(flag) + 1] if flag in cmd else None  # noqa: E731
+        ids.append(arg("--node-id"))
+        check(arg("--store") == store, f"{k}: --store {arg('--store')}")
+        check(arg("--listen") == "0.0.0.0:7420", f"{k}: listens on 0.0.0.0:7420")
+        check(arg("--admin-listen") == "0.0.0.0:7421", f"{k}: admin on 0.0.0.0:7421")
+        drain = seconds(env.get("IDGEN_DRAIN_DELAY", "0s"))
+        shut = seconds(env.get("IDGEN_SHUTDOWN_TIMEOUT", "10s"))
+        grace = seconds(svc.get("stop_grace_period", "10s"))
+        check(
+            grace > drain + shut,
+            f"{k}: stop_grace_period {grace:g}s > drain {drain:g}s + shutdown {shut:g}s",
+        )
+        check(svc.get("ports") is None, f"{k}: publishes no ports (HAProxy does)")
+        invocations.append(
+            (f"{name} {k}", {kk: str(vv) for kk, vv in env.items()}, cmd[1:])
+        )
+    check(len(set(ids)) == len(ids) and None not in ids, f"distinct --node-id {ids}")
+    hap = services.get("haproxy", {})
+    check(
+        any("haproxy.cfg" in v for v in hap.get("volumes", [])),
+        "haproxy mounts deploy/haproxy.cfg",
+    )
+    check(
+        all(p.startswith("127.0.0.1:") for p in hap.get("ports", [])),
+        "haproxy publishes on the host's loopback only",
+    )
+    return sorted(nodes)
+
+
+def haproxy(root, node_names):
+    print("haproxy.cfg:")
+    text = (root / "deploy" / "haproxy.cfg").read_text(encoding="utf-8")
+    servers = re.findall(r"^\s*server\s+(\S+)\s+(\S+)", text, re.M)
+    check(
+        [s for s, _ in servers] == node_names,
+        f"servers {[s for s, _ in servers]} are the compose nodes",
+    )
+    check(all(a.endswith(":7420") for _, a in servers), "traffic goes to port 7420")
+    check(re.search(r"^\s*mode tcp", text, re.M) is not None, "mode tcp")
+    check(
+        re.search(r"option httpchk GET /health/ready", text) is not None,
+        "option httpchk GET /health/ready",
+    )
+    check(re.search(r"check port 7421", text) is not None, "check port 7421 (admin)")
+    idle = re.search(r"timeout client (\d+)s", text)
+    check(
+        idle is not None and int(idle.group(1)) > 300,
+        "timeout client above idgen's 300s idle timeout",
+    )
+
+
+def k8s(root, invocations):
+    print("k8s/:")
+    docs = []
+    for p in sorted((root / "deploy" / "k8s").glob("*.yaml")):
+        docs += load_all(p)
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    sts = by_kind["StatefulSet"][0]
+    pod = sts["spec"]["template"]["spec"]
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    check(
+        sts["spec"]["selector"]["matchLabels"].items() <= labels.items(),
+        "StatefulSet selector matches its pods",
+    )
+    (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    envv = {k: e["value"] for k, e in env.items() if "value" in e}
+    check(
+        env["IDGEN_NODE_ID"].get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        == "metadata.name",
+        "IDGEN_NODE_ID from the pod name (fieldRef)",
+    )
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    check(ports == {"idgen": 7420, "admin": 7421}, f"container ports {ports}")
+    rp, lp = c["readinessProbe"]["httpGet"], c["livenessProbe"]["httpGet"]
+    check(
+        rp["path"] == "/health/ready" and ports.get(rp["port"], rp["port"]) == 7421,
+        "readiness: /health/ready on the admin port",
+    )
+    check(
+        lp["path"] == "/health/live" and ports.get(lp["port"], lp["port"]) == 7421,
+        "liveness: /health/live on the admin port",
+    )
+    check("preStop" not in c.get("lifecycle", {}), "no preStop hook (SIGTERM + drain delay)")
+    drain = seconds(envv.get("IDGEN_DRAIN_DELAY", "0s"))
+    shut = seconds(envv.get("IDGEN_SHUTDOWN_TIMEOUT", "10s"))
+    grace = pod["terminationGracePeriodSeconds"]
+    check(
+        grace > drain + shut,
+        f"terminationGracePeriodSeconds {grace} > drain {drain:g}s + shutdown {shut:g}s",
+    )
+    sc, psc = c["securityContext"], pod["securityContext"]
+    check(psc.get("runAsNonRoot") is True, "runAsNonRoot")
+    check(sc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem")
+    check(sc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], "drops all capabilities")
+    res = c["resources"]
+    check(
+        res["requests"].get("cpu") and res["requests"].get("memory") and res.get("limits"),
+        f"resources {res}",
+    )
+    check(
+        str(res["requests"]["cpu"]) == envv.get("IDGEN_SHARDS"),
+        "IDGEN_SHARDS equals the CPU request (one shard per core)",
+    )
+    store = envv.get("IDGEN_STORE", "")
+    check(store.startswith("fdb:"), f"IDGEN_STORE {store}")
+    cluster_path = Path(store[len("fdb:"):])
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    cm_vol = [n for n, v in vols.items() if "configMap" in v]
+    check(len(cm_vol) == 1, "one ConfigMap volume")
+    cm_name = vols[cm_vol[0]]["configMap"]["name"]
+    m = mounts[cm_vol[0]]
+    cms = {d["metadata"]["name"]: d for d in by_kind.get("ConfigMap", [])}
+    check(
+        cm_name in cms and cluster_path.name in cms[cm_name]["data"],
+        f"ConfigMap {cm_name} has key {cluster_path.name}",
+    )
+    check(
+        str(cluster_path.parent) == m["mountPath"] and m.get("readOnly") is True,
+        f"mounted read-only at {m['mountPath']} (the store path's directory)",
+    )
+    svcs = {d["metadata"]["name"]: d for d in by_kind["Service"]}
+    check(sts["spec"]["serviceName"] in svcs, f"serviceName {sts['spec']['serviceName']}")
+    check(
+        svcs[sts["spec"]["serviceName"]]["spec"].get("clusterIP") == "None",
+        "the governing Service is headless",
+    )
+    for name, s in svcs.items():
+        check(s["spec"]["selector"].items() <= labels.items(), f"Service {name} selects the pods")
+        check(
+            any(p["port"] == 7420 and p.get("protocol", "TCP") == "TCP" for p in s["spec"]["ports"]),
+            f"Service {name} has TCP 7420",
+        )
+    (pdb,) = by_kind["PodDisruptionBudget"]
+    check(
+        pdb["spec"]["selector"]["matchLabels"].items() <= labels.items(),
+        "PodDisruptionBudget selects the pods",
+    )
+    run_env = {k: v for k, v in envv.items()}
+    run_env["IDGEN_NODE_ID"] = f"{sts['metadata']['name']}-0"
+    invocations.append(("k8s/statefulset.yaml", run_env, c["args"][1:]))
+
+
+def dockerfile(root):
+    print("Dockerfile:")
+    text = (root / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    froms = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, re.M)
+    check(len(froms) >= 2, f"multi-stage: {[f for f, _ in froms]}")
+    check(froms[0][0].startswith("rust:") and "bookworm" in text, "a rust:*-bookworm builder")
+    check("-slim" in froms[-1][0] or "slim" in text.split("FROM")[-1][:80], "a slim runtime")
+    for pkg in ("protobuf-compiler", "libclang-dev", "clang"):
+        check(re.search(rf"\b{re.escape(pkg)}\b", text) is not None, f"builder installs {pkg}")
+    check(re.search(r'^ARG FEATURES=""', text, re.M) is not None, 'ARG FEATURES="" (or fdb)')
+    check(
+        text.count("foundationdb-clients_${FDB_VERSION}") == 2,
+        "foundationdb-clients installed in both stages when FEATURES=fdb",
+    )
+    check(re.search(r"^USER\s+\d+", text, re.M) is not None, "a numeric non-root USER")
+    check(re.search(r"^EXPOSE 7420 7421$", text, re.M) is not None, "EXPOSE 7420 7421")
+    check(
+        re.search(r"HEALTHCHECK[^\n]*\n[^\n]*/health/ready", text) is not None,
+        "HEALTHCHECK on /health/ready",
+    )
+    check('ENTRYPOINT ["idgen"]' in text, 'ENTRYPOINT ["idgen"]')
+    check(
+        'CMD ["serve", "--listen", "0.0.0.0:7420", "--admin-listen", "0.0.0.0:7421"]' in text,
+        "CMD serve on 0.0.0.0:7420 / 0.0.0.0:7421",
+    )
+
+
+def systemd(root, invocations):
+    print("idgen.service:")
+    text = (root / "deploy" / "idgen.service").read_text(encoding="utf-8")
+    keys = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            keys.setdefault(k.strip(), []).append(v.strip())
+    ex = keys["ExecStart"][0]
+    check(ex == "/usr/local/bin/idgen serve --config /etc/idgen/idgen.toml", f"ExecStart={ex}")
+    for k, v in [
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("NoNewPrivileges", "yes"),
+        ("StateDirectory", "idgen"),
+        ("CapabilityBoundingSet", ""),
+        ("KillSignal", "SIGTERM"),
+        ("Restart", "on-failure"),
+        ("SystemCallFilter", "@system-service"),
+    ]:
+        check(v in keys.get(k, []), f"{k}={v}")
+    check("RestrictAddressFamilies" in keys, "RestrictAddressFamilies")
+    check(
+        "yes" in keys.get("DynamicUser", []) or "User" in keys, "DynamicUser or a dedicated User"
+    )
+    toml = (root / "deploy" / "idgen.toml").read_text(encoding="utf-8")
+    val = lambda k, d: (  # noqa: E731
+        re.search(rf'^{k}\s*=\s*"([^"]+)"', toml, re.M).group(1)
+        if re.search(rf'^{k}\s*=\s*"([^"]+)"', toml, re.M)
+        else d
+    )
+    drain, shut = seconds(val("drain_delay", "0s")), seconds(val("shutdown_timeout", "10s"))
+    stop = seconds(keys["TimeoutStopSec"][0])
+    check(stop > drain + shut, f"TimeoutStopSec {stop:g}s > drain {drain:g}s + shutdown {shut:g}s")
+    args = [str(root / "deploy" / "idgen.toml") if a == "/etc/idgen/idgen.toml" else a
+            for a in shlex.split(ex)[2:]]
+    invocations.append(("idgen.service (config: deploy/idgen.toml)", {}, args))
+
+
+def toml_sample(root, serve_help):
+    print("idgen.toml:")
+    toml = (root / "deploy" / "idgen.toml").read_text(encoding="utf-8")
+    flags = set(re.findall(r"^\s+--([a-z-]+)", serve_help, re.M)) - {"config", "check-config", "help"}
+    for flag in sorted(flags):
+        key = flag.replace("-", "_")
+        check(
+            re.search(rf"^#? ?{key} = ", toml, re.M) is not None,
+            f"setting {key} (--{flag}) is in the sample",
+        )
+
+
+def alerts(root, metrics_text):
+    print("prometheus/alerts.yml:")
+    families = set(re.findall(r"^# TYPE (\S+) ", metrics_text, re.M))
+    check(len(families) > 10, f"{len(families)} metric families scraped from a live node")
+    rules = load_all(root / "deploy" / "prometheus" / "alerts.yml")[0]
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    used = set()
+    for e in exprs:
+        used |= set(re.findall(r"\bidgen_[a-z0-9_]+", e))
+    for name in sorted(used):
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        check(name in families or base in families, f"metric {name} exists on /metrics")
+    names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    tests = load_all(root / "deploy" / "prometheus" / "alerts.test.yml")[0]
+    tested = {
+        t["alertname"] for case in tests["tests"] for t in case.get("alert_rule_test", [])
+    }
+    check(names <= tested, f"every alert has a unit test ({len(tested)}/{len(names)})")
+    series = {
+        re.match(r"[a-z_0-9]+", s["series"]).group(0)
+        for case in tests["tests"]
+        for s in case["input_series"]
+    }
+    for s in sorted(series):
+        check(s in families, f"test series {s} exists on /metrics")
+    wanted = {
+        "idgen_lease_time_remaining_seconds",
+        "idgen_lease_renewals_total",
+        "idgen_clock_rollback_events_total",
+        "idgen_clock_behind",
+        "idgen_clock_drift_ms",
+        "idgen_worker_ids_free",
+        "idgen_worker_ids_total",
+        "idgen_layout_years_left",
+        "idgen_ready",
+    }
+    check(wanted <= used, "the seed's alerts are all covered")
+
+
+def main():
+    root = Path(sys.argv[1]).resolve()
+    metrics_text = Path(sys.argv[2]).read_text(encoding="utf-8")
+    serve_help = Path(sys.argv[3]).read_text(encoding="utf-8")
+    invocations = []
+    nodes = compose(root, "docker-compose.yml", "fdb:/var/fdb/fdb.cluster", invocations)
+    nodes_etcd = compose(
+        root,
+        "docker-compose.etcd.yml",
+        "etcd://etcd1:2379,etcd2:2379,etcd3:2379/idgen",
+        invocations,
+    )
+    check(nodes == nodes_etcd, "both compose files have the same nodes")
+    haproxy(root, nodes)
+    k8s(root, invocations)
+    dockerfile(root)
+    systemd(root, invocations)
+    toml_sample(root, serve_help)
+    alerts(root, metrics_text)
+    with open(sys.argv[4], "w", encoding="utf-8") as out:
+        for what, env, args in invocations:
+            envs = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+            out.write(f"{what}\x1f{envs}\x1f{' '.join(shlex.quote(a) for a in args)}\n")
+    if FAILURES:
+        print(f"check-deploy: {len(FAILURES)} check(s) failed", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
