@@ -72,6 +72,9 @@ struct Conn {
     out: BytesMut,
     /// Requests answered in `out` since the last write.
     answered: u64,
+    /// The worker range announced in HELLO_OK: IDs from any other range (the node's lease
+    /// changed since) are not handed out on this connection (PROTOCOL.md §4.1).
+    announced: (u64, u64),
 }
 
 pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
@@ -88,6 +91,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
         inbuf: BytesMut::with_capacity(READ_CHUNK),
         out: BytesMut::with_capacity(READ_CHUNK),
         answered: 0,
+        announced: (0, 0),
     };
     conn.run(&mut stream).await;
     drop_one(&stats.connections_open);
@@ -228,8 +232,9 @@ impl Conn {
     }
 
     fn hello(&mut self) {
-        let gen = self.ctx.gen.borrow();
+        let mut gen = self.ctx.gen.borrow_mut();
         let (first, count) = gen.range();
+        self.announced = (first, count);
         let layout = self.ctx.config.layout;
         let hello = ServerHello {
             version: self
@@ -256,13 +261,16 @@ impl Conn {
         encode_ids_header(count, &mut self.out);
         let out = &mut self.out;
         out.reserve(count as usize * 8);
-        let result = self
-            .ctx
-            .gen
-            .borrow_mut()
-            .issue(u64::from(count), |first, n| {
-                put_run(out, first, n);
-            });
+        let mut gen = self.ctx.gen.borrow_mut();
+        let mut result = gen.issue(u64::from(count), |first, n| {
+            put_run(out, first, n);
+        });
+        if result.is_ok() && gen.issuing_range() != self.announced {
+            // The lease changed since HELLO: these IDs (now burned) lie outside the range this
+            // connection was told; the client must reconnect to learn the new one.
+            result = Err(IssueError::RangeChanged);
+        }
+        drop(gen);
         match result {
             Ok(()) => {
                 bump(&stats.id_requests, 1);
@@ -298,6 +306,10 @@ fn status_of(e: &IssueError) -> (Status, String) {
         IssueError::Gen(g @ GenError::LeaseCeiling { .. }) => {
             (Status::UNAVAILABLE_LEASE, g.to_string())
         }
+        IssueError::RangeChanged => (
+            Status::UNAVAILABLE_LEASE,
+            "unavailable: this node's lease changed since HELLO; reconnect".to_string(),
+        ),
         IssueError::Gen(GenError::Exhausted) => {
             (Status::EXHAUSTED, GenError::Exhausted.to_string())
         }
