@@ -523,6 +523,180 @@ fn a_second_node_on_the_same_data_directory_is_refused() {
     assert!(err.contains("in use by another idgen process"), "{err}");
 }
 
+/// A client that sends requests and then shuts down its write side is still answered, in
+/// order, and then the server closes; other clients are unaffected.
+#[test]
+fn half_closed_sockets_are_answered_then_closed() {
+    let node = NodeProc::start(&["--store", "memory", "--shards", "1"]);
+    let mut bystander = Conn::open(node.addr);
+    for round in 0..20u32 {
+        let mut c = Conn::raw(node.addr);
+        let mut out = BytesMut::new();
+        encode_request(
+            &Request::Hello {
+                min_version: 1,
+                max_version: 1,
+            },
+            &mut out,
+        );
+        encode_request(&Request::GetIds { count: 3 + round }, &mut out);
+        encode_request(
+            &Request::Ping {
+                token: u64::from(round),
+            },
+            &mut out,
+        );
+        c.send_raw(&out).unwrap();
+        c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+        assert!(
+            matches!(c.recv(), Some(Response::HelloOk(_))),
+            "round {round}"
+        );
+        match c.recv() {
+            Some(Response::Ids(ids)) => assert_eq!(ids.len(), 3 + round as usize),
+            other => panic!("round {round}: {other:?}"),
+        }
+        assert_eq!(c.recv(), Some(Response::Pong(u64::from(round))));
+        assert!(
+            c.recv().is_none(),
+            "round {round}: not closed after the answers"
+        );
+    }
+    assert_usable(&mut bystander, "bystander");
+}
+
+/// Raises this process's open-file limit to its hard limit; returns the soft limit now in force.
+fn raise_fd_limit() -> u64 {
+    // `ulimit -n` in a shell run by this process raises only that shell's limit, so ask
+    // prlimit(1) (util-linux) to raise ours.
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, "--nofile=unlimited:unlimited"])
+        .status();
+    let hard = std::fs::read_to_string("/proc/self/limits")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4).map(str::to_string))
+        .and_then(|h| h.parse::<u64>().ok());
+    if let Some(hard) = hard {
+        let _ = std::process::Command::new("prlimit")
+            .args(["--pid", &pid, &format!("--nofile={hard}:{hard}")])
+            .status();
+    }
+    std::fs::read_to_string("/proc/self/limits")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1024)
+}
+
+/// 10,000 idle connections (or as many as the fd limit allows, said in the output) while
+/// other clients are served promptly and the server stays under 100 MiB.
+#[test]
+fn ten_thousand_idle_connections_cost_little_and_others_are_served() {
+    let soft = raise_fd_limit();
+    // Both ends of each loopback connection live on this host; this process holds one end.
+    let want = 10_000usize.min(soft.saturating_sub(200) as usize);
+    if want < 10_000 {
+        println!("fd limit {soft}: holding {want} idle connections instead of 10,000");
+    }
+    let node = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "2",
+        "--max-connections",
+        "12000",
+    ]);
+    let before = node.rss_kib();
+    let mut idle = Vec::with_capacity(want);
+    let mut served = Conn::open(node.addr);
+    let mut last = 0u64;
+    for i in 0..want {
+        // Half say HELLO and fall silent, half never say anything (closed by the handshake
+        // timeout of 5 s only if the test outlives it; both count while they are open).
+        let c = if i % 2 == 0 {
+            Conn::open(node.addr).stream
+        } else {
+            TcpStream::connect(node.addr).expect("connect")
+        };
+        idle.push(c);
+        if i % 1000 == 999 {
+            let t = Instant::now();
+            let ids = served.get_ids(100).unwrap();
+            assert!(ids[0] > last);
+            last = ids[99];
+            assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "slow with {i} idle connections"
+            );
+        }
+    }
+    let rss = node.rss_kib();
+    println!(
+        "{} idle connections: server RSS {} KiB (was {before} KiB)",
+        idle.len(),
+        rss
+    );
+    assert!(
+        rss < 100 * 1024,
+        "server RSS {rss} KiB with {want} idle connections"
+    );
+    let mut fresh = Conn::open(node.addr);
+    assert_eq!(fresh.get_ids(1000).unwrap().len(), 1000);
+    assert!(served.get_ids(10).unwrap()[0] > last);
+    drop(idle);
+}
+
+/// Random bytes on many connections, each followed by a check that a well-behaved client is
+/// still served correctly; the server never answers garbage with anything but ERROR or a close.
+#[test]
+fn random_bytes_from_many_connections() {
+    let node = NodeProc::start(&["--store", "memory", "--shards", "2"]);
+    let mut state = 0x1234_5678_9abc_def0u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut good = Conn::open(node.addr);
+    let mut last = 0u64;
+    for round in 0..200 {
+        let len = 1 + (next() % 200) as usize;
+        let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        // Half after a valid HELLO, half as the first bytes on the connection.
+        let mut c = if round % 2 == 0 {
+            Conn::open(node.addr)
+        } else {
+            Conn::raw(node.addr)
+        };
+        c.stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let _ = c.send_raw(&bytes);
+        let mut buf = [0u8; 4096];
+        // Whatever comes back must be well-formed frames (Conn::recv panics otherwise) or
+        // nothing: read what arrives within the timeout and drop the connection.
+        match c.stream.read(&mut buf) {
+            Ok(n) if n >= 5 => {
+                let resp = idgen_protocol::decode_response(&buf[..n], 1 << 20);
+                assert!(resp.is_ok(), "round {round}: server sent a bad frame");
+            }
+            _ => {}
+        }
+        drop(c);
+        let ids = good.get_ids(1 + round).unwrap();
+        assert_eq!(ids.len(), 1 + round as usize);
+        assert!(ids[0] > last && ids.windows(2).all(|w| w[0] < w[1]));
+        last = *ids.last().unwrap();
+    }
+    assert_usable(&mut good, "after random bytes");
+}
+
 #[test]
 fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
     let node = NodeProc::start(&[

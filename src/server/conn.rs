@@ -28,8 +28,14 @@ use crate::generator::GenError;
 
 /// Stop decoding requests once this much output is waiting to be written.
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
-/// Read buffer growth step.
-const READ_CHUNK: usize = 16 * 1024;
+/// First capacity of a connection's input buffer. Idle connections keep this little (10,000
+/// of them must fit in well under 100 MiB); a buffer grows, doubling, only when a read fills
+/// it, so busy connections still read in large chunks.
+const INITIAL_INPUT: usize = 512;
+/// Largest read a busy connection grows to.
+const MAX_READ: usize = 64 * 1024;
+/// Output buffers above this are given back once written (after a huge batch).
+const OUTPUT_KEEP: usize = 4 * OUTPUT_HIGH_WATER;
 
 pub(crate) struct ConnCtx {
     pub config: ServeConfig,
@@ -75,6 +81,11 @@ struct Conn {
     answered: u64,
     /// Scratch for the runs of a GET_RANGES answer (reused: no allocation per request).
     runs: Vec<(u64, u32)>,
+    /// Room offered to the next read: doubles (to `MAX_READ`) when a read fills it.
+    read_size: usize,
+    /// The worker range announced in HELLO_OK: IDs from any other range (the node's lease
+    /// changed since) are not handed out on this connection (PROTOCOL.md §4.1).
+    announced: (u64, u64),
 }
 
 pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
@@ -88,10 +99,13 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
         },
         ctx,
         state: ServerConnState::new(),
-        inbuf: BytesMut::with_capacity(READ_CHUNK),
-        out: BytesMut::with_capacity(READ_CHUNK),
+        inbuf: BytesMut::with_capacity(INITIAL_INPUT),
+        // Allocated by the first answer, sized by what it needs.
+        out: BytesMut::new(),
         answered: 0,
         runs: Vec::new(),
+        read_size: INITIAL_INPUT,
+        announced: (0, 0),
     };
     conn.run(&mut stream).await;
     drop_one(&stats.connections_open);
@@ -132,9 +146,8 @@ impl Conn {
             } else {
                 last_request + config.idle_timeout
             };
-            if self.inbuf.capacity() - self.inbuf.len() < 1024 {
-                self.inbuf.reserve(READ_CHUNK);
-            }
+            self.inbuf.reserve(self.read_size);
+            let offered = self.inbuf.capacity() - self.inbuf.len();
             tokio::select! {
                 biased;
                 changed = shutdown.changed() => {
@@ -145,7 +158,13 @@ impl Conn {
                 }
                 read = stream.read_buf(&mut self.inbuf) => match read {
                     Ok(0) | Err(_) => return,
-                    Ok(_) => read_at = Instant::now(),
+                    Ok(n) => {
+                        read_at = Instant::now();
+                        if n == offered {
+                            // A busy connection: offer more room next time.
+                            self.read_size = (self.read_size * 2).min(MAX_READ);
+                        }
+                    }
                 },
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     // Handshake or idle timeout: close without an ERROR frame (PROTOCOL.md §9).
@@ -185,9 +204,9 @@ impl Conn {
             return false;
         }
         self.out.clear();
-        if self.out.capacity() > 4 * OUTPUT_HIGH_WATER {
+        if self.out.capacity() > OUTPUT_KEEP {
             // A huge batch grew the buffer: give the memory back.
-            self.out = BytesMut::with_capacity(READ_CHUNK);
+            self.out = BytesMut::new();
         }
         let us = u64::try_from(read_at.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.ctx.stats.latency_n(us, self.answered);
@@ -237,8 +256,9 @@ impl Conn {
     }
 
     fn hello(&mut self) {
-        let gen = self.ctx.gen.borrow();
+        let mut gen = self.ctx.gen.borrow_mut();
         let (first, count) = gen.range();
+        self.announced = (first, count);
         let layout = self.ctx.config.layout;
         let hello = ServerHello {
             version: self
@@ -265,13 +285,16 @@ impl Conn {
         encode_ids_header(count, &mut self.out);
         let out = &mut self.out;
         out.reserve(count as usize * 8);
-        let result = self
-            .ctx
-            .gen
-            .borrow_mut()
-            .issue(u64::from(count), |first, n| {
-                put_run(out, first, n);
-            });
+        let mut gen = self.ctx.gen.borrow_mut();
+        let mut result = gen.issue(u64::from(count), |first, n| {
+            put_run(out, first, n);
+        });
+        if result.is_ok() && gen.issuing_range() != self.announced {
+            // The lease changed since HELLO: these IDs (now burned) lie outside the range this
+            // connection was told; the client must reconnect to learn the new one.
+            result = Err(IssueError::RangeChanged);
+        }
+        drop(gen);
         match result {
             Ok(()) => {
                 bump(&stats.id_requests, 1);
@@ -294,12 +317,14 @@ impl Conn {
     fn get_ranges(&mut self, count: u32) {
         self.runs.clear();
         let runs = &mut self.runs;
+        let mut gen = self.ctx.gen.borrow_mut();
         // Each run is part of one request, so its length fits the request's u32 count.
-        let result = self
-            .ctx
-            .gen
-            .borrow_mut()
-            .issue(u64::from(count), |first, n| runs.push((first, n as u32)));
+        let mut result = gen.issue(u64::from(count), |first, n| runs.push((first, n as u32)));
+        if result.is_ok() && gen.issuing_range() != self.announced {
+            // As for GET_IDS: never IDs outside the range HELLO_OK announced.
+            result = Err(IssueError::RangeChanged);
+        }
+        drop(gen);
         let stats = &self.ctx.stats;
         match result {
             Ok(()) => {
@@ -344,6 +369,10 @@ fn status_of(e: &IssueError) -> (Status, String) {
         IssueError::Gen(g @ GenError::LeaseCeiling { .. }) => {
             (Status::UNAVAILABLE_LEASE, g.to_string())
         }
+        IssueError::RangeChanged => (
+            Status::UNAVAILABLE_LEASE,
+            "unavailable: this node's lease changed since HELLO; reconnect".to_string(),
+        ),
         IssueError::Gen(GenError::Exhausted) => {
             (Status::EXHAUSTED, GenError::Exhausted.to_string())
         }

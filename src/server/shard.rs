@@ -61,12 +61,16 @@ pub(crate) struct ShardGen {
     lease: Arc<LeaseShared>,
     stats: Arc<ShardStats>,
     current: Option<(u64, Generator<SystemClock>)>,
+    /// The worker sub-range `(first, count)` of `current`'s generator; `(0, 0)` without one.
+    current_range: (u64, u64),
 }
 
 /// Why a request for IDs could not be served.
 pub(crate) enum IssueError {
     Gen(GenError),
     NoLease,
+    /// Issued from another worker range than the connection's HELLO_OK announced.
+    RangeChanged,
 }
 
 impl ShardGen {
@@ -82,6 +86,7 @@ impl ShardGen {
             lease,
             stats,
             current: None,
+            current_range: (0, 0),
         };
         g.refresh();
         g
@@ -128,6 +133,7 @@ impl ShardGen {
                     "shard generator ready"
                 );
                 self.current = Some((view.grant.generation, g));
+                self.current_range = (shard_config.worker_first, shard_config.worker_count);
                 true
             }
             Err(e) => {
@@ -137,15 +143,17 @@ impl ShardGen {
         }
     }
 
-    /// The worker sub-range of the current generator: (first, count).
-    pub(crate) fn range(&self) -> (u64, u64) {
-        match self.lease.current() {
-            Some(v) => (
-                v.grant.first + self.index as u64 * self.config.workers_per_shard,
-                self.config.workers_per_shard,
-            ),
-            None => (0, 0),
-        }
+    /// The worker sub-range `(first, count)` of the generator that issues now, after picking up
+    /// a new lease if the node holds one; `(0, 0)` while the shard has none. A connection
+    /// announces this in HELLO_OK and is served only while it stays the same.
+    pub(crate) fn range(&mut self) -> (u64, u64) {
+        self.refresh();
+        self.current_range
+    }
+
+    /// The worker sub-range of the generator that issued last (no refresh).
+    pub(crate) fn issuing_range(&self) -> (u64, u64) {
+        self.current_range
     }
 
     pub(crate) fn index(&self) -> usize {
