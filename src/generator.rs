@@ -463,11 +463,12 @@ impl<C: Clock> Generator<C> {
             self.stats.clock_behind.store(true, Ordering::Relaxed);
             bump(&self.stats.rollback_events, 1);
         }
-        if by_ms > self.stats.largest_rollback_ms.load(Ordering::Relaxed) {
-            self.stats
-                .largest_rollback_ms
-                .store(by_ms, Ordering::Relaxed);
-        }
+        // `max`, not a comparison: a `>` here would have an equivalent `>=` mutant.
+        let largest = &self.stats.largest_rollback_ms;
+        largest.store(
+            largest.load(Ordering::Relaxed).max(by_ms),
+            Ordering::Relaxed,
+        );
     }
 }
 
