@@ -167,8 +167,10 @@ pub struct GeneratorStats {
     pub last_timestamp: AtomicU64,
 }
 
+/// Adds `by` to a counter that only one thread writes (the shard's), so other threads can read
+/// it: a load and a store, no locked instruction on the hot path.
 #[inline]
-fn bump(counter: &AtomicU64, by: u64) {
+pub(crate) fn bump(counter: &AtomicU64, by: u64) {
     // Single writer: a load and a store, no locked instruction on the hot path.
     counter.store(
         counter.load(Ordering::Relaxed).wrapping_add(by),

@@ -280,65 +280,70 @@ impl Conn {
     }
 
     fn get_ids(&mut self, count: u32) {
-        let stats = &self.ctx.stats;
         let mark = self.out.len();
         encode_ids_header(count, &mut self.out);
         let out = &mut self.out;
         out.reserve(count as usize * 8);
-        let mut gen = self.ctx.gen.borrow_mut();
-        let mut result = gen.issue(u64::from(count), |first, n| {
+        let result = issue_announced(&self.ctx.gen, self.announced, count, |first, n| {
             put_run(out, first, n);
         });
-        if result.is_ok() && gen.issuing_range() != self.announced {
-            // The lease changed since HELLO: these IDs (now burned) lie outside the range this
-            // connection was told; the client must reconnect to learn the new one.
-            result = Err(IssueError::RangeChanged);
-        }
-        drop(gen);
         match result {
-            Ok(()) => {
-                bump(&stats.id_requests, 1);
-                stats.batch(u64::from(count));
-            }
+            Ok(()) => self.served(count),
             Err(e) => {
                 // Never a partial batch: drop whatever was written for this request.
                 self.out.truncate(mark);
-                let (status, message) = status_of(&e);
-                encode_error(status, &message, &mut self.out);
-                stats.error(status);
+                self.refuse(&e);
             }
         }
     }
-}
 
-impl Conn {
     /// GET_RANGES (version 2): the same IDs as GET_IDS, answered as runs of consecutive
     /// integers, one per millisecond of work.
     fn get_ranges(&mut self, count: u32) {
         self.runs.clear();
         let runs = &mut self.runs;
-        let mut gen = self.ctx.gen.borrow_mut();
         // Each run is part of one request, so its length fits the request's u32 count.
-        let mut result = gen.issue(u64::from(count), |first, n| runs.push((first, n as u32)));
-        if result.is_ok() && gen.issuing_range() != self.announced {
-            // As for GET_IDS: never IDs outside the range HELLO_OK announced.
-            result = Err(IssueError::RangeChanged);
-        }
-        drop(gen);
-        let stats = &self.ctx.stats;
+        let result = issue_announced(&self.ctx.gen, self.announced, count, |first, n| {
+            runs.push((first, n as u32))
+        });
         match result {
             Ok(()) => {
                 encode_ranges(&self.runs, &mut self.out);
-                bump(&stats.id_requests, 1);
-                stats.batch(u64::from(count));
+                self.served(count);
             }
-            Err(e) => {
-                let (status, message) = status_of(&e);
-                encode_error(status, &message, &mut self.out);
-                stats.error(status);
-            }
+            Err(e) => self.refuse(&e),
         }
     }
+
+    /// Counts a request answered with `count` IDs.
+    fn served(&self, count: u32) {
+        bump(&self.ctx.stats.id_requests, 1);
+        self.ctx.stats.batch(u64::from(count));
+    }
+
+    /// Answers a request that got no IDs with its ERROR frame.
+    fn refuse(&mut self, e: &IssueError) {
+        let (status, message) = status_of(e);
+        encode_error(status, &message, &mut self.out);
+        self.ctx.stats.error(status);
+    }
+}
+
+/// Issues `count` IDs from the worker range this connection's HELLO_OK announced. If the lease
+/// changed since, the IDs (now burned) lie outside that range: the request fails with
+/// `RangeChanged` and the client reconnects to learn the new range.
+fn issue_announced(
+    gen: &RefCell<ShardGen>,
+    announced: (u64, u64),
+    count: u32,
+    emit: impl FnMut(u64, u64),
+) -> Result<(), IssueError> {
+    let mut gen = gen.borrow_mut();
+    gen.issue(u64::from(count), emit)?;
+    if gen.issuing_range() != announced {
+        return Err(IssueError::RangeChanged);
+    }
+    Ok(())
 }
 
 /// Appends the IDs `first .. first + n` big-endian, written straight into the buffer's spare

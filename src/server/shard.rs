@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -300,6 +300,5 @@ async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit 
         while tasks.join_next().await.is_some() {}
     }
     let exit = gen.borrow().exit();
-    let _ = connections.load(Ordering::Relaxed);
     exit
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use idgen_protocol::Status;
 
+pub(crate) use crate::generator::bump;
 use crate::generator::GeneratorStats;
 
 /// Upper bounds (inclusive) of the batch-size histogram buckets.
@@ -41,14 +42,6 @@ pub struct ShardStats {
 
 /// Upper bounds (inclusive) of the request-latency histogram buckets, in µs.
 pub const LATENCY_BUCKETS_US: [u64; 8] = [10, 50, 100, 500, 1_000, 5_000, 20_000, u64::MAX];
-
-#[inline]
-pub(crate) fn bump(counter: &AtomicU64, by: u64) {
-    counter.store(
-        counter.load(Ordering::Relaxed).wrapping_add(by),
-        Ordering::Relaxed,
-    );
-}
 
 #[inline]
 pub(crate) fn drop_one(counter: &AtomicU64) {
