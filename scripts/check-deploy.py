@@ -206,9 +206,10 @@ def dockerfile(root):
     check(len(froms) >= 2, f"multi-stage: {[f for f, _ in froms]}")
     check(froms[0][0].startswith("rust:") and "bookworm" in text, "a rust:*-bookworm builder")
     check("-slim" in froms[-1][0] or "slim" in text.split("FROM")[-1][:80], "a slim runtime")
-    for pkg in ("protobuf-compiler", "libclang-dev", "clang"):
+    for pkg in ("protobuf-compiler", "libprotobuf-dev", "libclang-dev", "clang"):
         check(re.search(rf"\b{re.escape(pkg)}\b", text) is not None, f"builder installs {pkg}")
-    check(re.search(r'^ARG FEATURES=""', text, re.M) is not None, 'ARG FEATURES="" (or fdb)')
+    check(re.search(r'^ARG FEATURES="etcd"', text, re.M) is not None, 'ARG FEATURES="etcd" (or "etcd fdb")')
+    check("IDGEN_BUILD_REVISION=\"$REVISION\"" in text, "the build records REVISION for idgen --version")
     check(
         text.count("foundationdb-clients_${FDB_VERSION}") == 2,
         "foundationdb-clients installed in both stages when FEATURES=fdb",

@@ -11,13 +11,15 @@
 //! - [`config`] and [`server`]: `idgen serve`, thread-per-core;
 //! - [`admin`] and [`watch`]: metrics, health, the HTTP API, clock drift and audit events;
 //! - [`cli`]: `idgen decode` and `idgen inspect`;
-//! - [`calc`]: `idgen layout`, the layout calculator.
+//! - [`calc`]: `idgen layout`, the layout calculator;
+//! - [`build_info`]: version, git revision and features, for `idgen --version`.
 //!
 //! Uniqueness never depends on clocks agreeing: a worker range is leased together with an
 //! interval of ID time, and a generator issues only timestamps inside it (see
 //! `docs/ARCHITECTURE.md`).
 
 pub mod admin;
+pub mod build_info;
 pub mod calc;
 pub mod cli;
 pub mod clock;
@@ -28,3 +30,8 @@ pub mod lease;
 pub mod server;
 pub mod store;
 pub mod watch;
+
+/// The examples of `README.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -14,7 +14,7 @@ static GLOBAL: MiMalloc = MiMalloc;
 
 /// idgen: 64-bit, time-ordered, unique IDs, with timestamp-fenced worker leases.
 #[derive(Parser)]
-#[command(name = "idgen", version, about, long_about = None)]
+#[command(name = "idgen", version = idgen::build_info::VERSION_LINE.as_str(), about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

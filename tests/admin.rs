@@ -6,6 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "etcd")]
 use common::etcd::EtcdCluster;
 use common::node::{http, timestamp_of, worker_of, Conn, NodeProc};
 use idgen_protocol::Status;
@@ -302,6 +303,7 @@ fn decode_agrees_with_the_layout_on_live_ids() {
 }
 
 #[test]
+#[cfg(feature = "etcd")]
 fn readiness_turns_false_before_a_node_without_its_store_stops_serving() {
     let mut etcd = EtcdCluster::start(1);
     let url = etcd.url("ready");
@@ -440,6 +442,7 @@ fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
 }
 
 #[test]
+#[cfg(feature = "etcd")]
 fn inspect_shows_the_leases_of_a_live_cluster() {
     let etcd = EtcdCluster::start(1);
     let url = etcd.url("inspect");

@@ -179,3 +179,8 @@ mod tests {
         assert_eq!(l.max_response_frame(), 5 + 8 * 65536);
     }
 }
+
+/// The examples of `README.md`, compiled (and, where they need no server, run) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -6,7 +6,7 @@
 //! | store | module | URL | transactions |
 //! |---|---|---|---|
 //! | embedded (default) | [`embedded`] | `embedded` or `embedded:/path/to/dir` | one redb write transaction, fsynced |
-//! | etcd | [`etcd`] | `etcd://host:port[,host:port…][/namespace]` | `Txn` comparing `mod_revision` / `version = 0`, then writes |
+//! | etcd (feature `etcd`) | `etcd` | `etcd://host:port[,host:port…][/namespace]` | `Txn` comparing `mod_revision` / `version = 0`, then writes |
 //! | FoundationDB (feature `fdb`) | `fdb` | `fdb:/etc/foundationdb/fdb.cluster` | one FDB transaction re-reading the checked keys (`db.run`, which retries) |
 //! | in memory (tests) | [`memory`] | `memory` | a mutex |
 //!
@@ -30,6 +30,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub mod embedded;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "fdb")]
 pub mod fdb;
@@ -275,8 +276,13 @@ pub async fn open(
             let dir = dir.as_deref().unwrap_or(data_dir);
             Ok(Arc::new(embedded::EmbeddedStore::open(dir)?))
         }
+        #[cfg(feature = "etcd")]
         StoreUrl::Etcd { endpoints, prefix } => Ok(Arc::new(
             etcd::EtcdStore::connect(endpoints.clone(), prefix.clone()).await?,
+        )),
+        #[cfg(not(feature = "etcd"))]
+        StoreUrl::Etcd { .. } => Err(StoreError::Invalid(
+            "this idgen was built without etcd support: rebuild with `--features etcd` (needs protoc: Debian `protobuf-compiler libprotobuf-dev`)".into(),
         )),
         #[cfg(feature = "fdb")]
         StoreUrl::Fdb { cluster_file } => Ok(Arc::new(fdb::FdbStore::open(

@@ -7,7 +7,7 @@
 //! many threads at once are pipelined like the async versions' calls.
 //!
 //! ```no_run
-//! let client = idgen_client::blocking::Client::connect("127.0.0.1:7700")?;
+//! let client = idgen_client::blocking::Client::connect("127.0.0.1:7420")?;
 //! let id = client.next_id()?;
 //! let batch = client.next_ids(100)?;
 //! assert!(batch[0] > id);
@@ -19,7 +19,7 @@
 //! ```no_run
 //! use idgen_client::{blocking, PoolOptions, PrefetchOptions};
 //!
-//! let nodes = ["10.0.0.1:7700", "10.0.0.2:7700"];
+//! let nodes = ["10.0.0.1:7420", "10.0.0.2:7420"];
 //! let pool = blocking::Pool::connect(&nodes, PoolOptions::default())?;
 //! let batch = pool.next_ids(1000)?; // exactly 1000, or an error
 //!

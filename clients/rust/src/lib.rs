@@ -18,7 +18,7 @@
 //! use idgen_client::{Pool, PoolOptions, PrefetchOptions, PrefetchPool};
 //!
 //! # async fn run() -> Result<(), idgen_client::Error> {
-//! let nodes = ["10.0.0.1:7700", "10.0.0.2:7700", "10.0.0.3:7700"];
+//! let nodes = ["10.0.0.1:7420", "10.0.0.2:7420", "10.0.0.3:7420"];
 //! let options = PoolOptions {
 //!     call_deadline: Duration::from_millis(500),
 //!     ..PoolOptions::default()
@@ -86,7 +86,7 @@
 //!     request_timeout: Duration::from_secs(2),
 //!     ..ClientOptions::default()
 //! };
-//! let client = Client::connect_with("127.0.0.1:7700", options).await?;
+//! let client = Client::connect_with("127.0.0.1:7420", options).await?;
 //! println!("max batch {}", client.hello().max_batch);
 //!
 //! let id = client.next_id().await?;
@@ -137,3 +137,8 @@ pub use idgen_protocol::{FrameError, ServerHello, Status};
 pub use layout::{IdParts, Layout};
 pub use pool::{NodeInfo, Pool, PoolOptions};
 pub use prefetch::{PrefetchOptions, PrefetchPool, PrefetchStats};
+
+/// The examples of `README.md`, compiled (and, where they need no server, run) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -126,7 +126,7 @@ pub struct NodeInfo {
 ///     call_deadline: Duration::from_secs(1),
 ///     ..PoolOptions::default()
 /// };
-/// let pool = Pool::connect(&["10.0.0.1:7700", "10.0.0.2:7700", "10.0.0.3:7700"], options).await?;
+/// let pool = Pool::connect(&["10.0.0.1:7420", "10.0.0.2:7420", "10.0.0.3:7420"], options).await?;
 /// let id = pool.next_id().await?;
 /// let batch = pool.next_ids(500).await?; // exactly 500, or an error
 /// assert_eq!(batch.len(), 500);

@@ -92,7 +92,7 @@ pub struct PrefetchStats {
 ///
 /// # async fn run() -> Result<(), idgen_client::Error> {
 /// let ids = PrefetchPool::connect(
-///     &["10.0.0.1:7700", "10.0.0.2:7700"],
+///     &["10.0.0.1:7420", "10.0.0.2:7420"],
 ///     PoolOptions::default(),
 ///     PrefetchOptions { low_water: 500, high_water: 2000 },
 /// )

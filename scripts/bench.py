@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: idgen against the loopback limit, Redis INCRBY and PostgreSQL
+nextval, plus the in-process generator against the uuid crate's v7. One run, one machine,
+loopback only, every load bounded in time.
+
+    scripts/bench [--seconds 5] [--out docs/bench] [--skip-build] [--quick]
+
+Prints a table (each row with its ratio to the best peer and to the limit), writes
+<out>/latest.json and <out>/chart.svg (throughput and latency percentiles per system).
+Needs iperf3, redis-server and postgresql: run it through scripts/bench, which installs them
+(scripts/deps bench) and then runs this file.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")).resolve()
+procs = []
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd, **kw):
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, **kw)
+    procs.append(p)
+    return p
+
+
+def stop(p, sig=signal.SIGTERM):
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def wait_port(port, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def loopback_limit(seconds):
+    port = free_port()
+    # No probe connection: iperf3 would take it for a test client.
+    server = start(["iperf3", "-s", "-B", "127.0.0.1", "-p", str(port)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    result = {}
+    for _ in range(20):
+        time.sleep(0.25)
+        out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds),
+                              "-J"], capture_output=True, text=True)
+        result = json.loads(out.stdout or "{}")
+        if "sum_received" in result.get("end", {}):
+            break
+    stop(server)
+    if "sum_received" not in result.get("end", {}):
+        raise SystemExit(f"iperf3 failed: {result.get('error', out.stderr)}")
+    bps = result["end"]["sum_received"]["bits_per_second"]
+    return {"system": "loopback limit (iperf3, 1 stream)", "workload": "bytes",
+            "ids_per_sec": bps / 64, "bytes_per_sec": bps / 8}
+
+
+def loadtest(args, seconds, label, workload):
+    cmd = [str(TARGET / "release" / "idgen-loadtest"), *args, "--duration", f"{seconds}s",
+           "--warmup", "1s", "--json", "--quiet", "--threads", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    if out.returncode != 0:
+        raise SystemExit(f"{label}: idgen-loadtest failed ({out.returncode}): {out.stderr[-2000:]}")
+    r = json.loads(out.stdout)
+    errors = sum(r.get("errors", {}).values()) if isinstance(r.get("errors"), dict) else r.get("errors")
+    return {"system": label, "workload": workload, "ids_per_sec": r["ids_per_sec"],
+            "requests_per_sec": r["requests_per_sec"], "latency_us": r["latency_us"],
+            "errors": errors}
+
+
+WORKLOADS = [
+    ("big batches", ["--batch", "4096", "--pipeline", "8", "--connections", "2"]),
+    ("1 ID/request, pipelined", ["--batch", "1", "--pipeline", "32", "--connections", "32"]),
+    ("1 request in flight", ["--batch", "1", "--pipeline", "1", "--connections", "1"]),
+]
+
+
+def idgen_runs(seconds, shards, workers=64, only_ranges=False):
+    rows = []
+    data = tempfile.mkdtemp(prefix="idgen-bench-")
+    server = start([str(TARGET / "release" / "idgen"), "serve", "--listen", "127.0.0.1:0",
+                    "--admin-listen", "off", "--store", "memory", "--shards", str(shards),
+                    "--workers-per-shard", str(workers), "--data-dir", data],
+                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = server.stdout.readline()
+    m = re.match(r"listening on (\S+)", line)
+    if not m:
+        raise SystemExit(f"idgen did not start: {line!r}")
+    addr = m.group(1)
+    label = f"idgen ({shards} shard{'s' if shards > 1 else ''})"
+    if workers != 64:
+        label = f"idgen ({shards} shard, {workers} worker IDs)"
+    for name, args in ([] if only_ranges else WORKLOADS):
+        rows.append(loadtest(["--addr", addr, *args], seconds, label, name))
+    # Range answers (protocol version 2): the big-batch workload, IDs sent as runs.
+    rows.append(loadtest(["--addr", addr, "--ranges", *WORKLOADS[0][1]], seconds, label,
+                         "big batches, range answers"))
+    stop(server)
+    shutil.rmtree(data, ignore_errors=True)
+    return rows
+
+
+def idle_connections_rss(count=10_000):
+    """Server resident memory with `count` idle connections that completed the handshake."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, count + 1024)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # children inherit it
+    data = tempfile.mkdtemp(prefix="idgen-bench-")
+    server = start([str(TARGET / "release" / "idgen"), "serve", "--listen", "127.0.0.1:0",
+                    "--admin-listen", "off", "--store", "memory", "--shards", "2",
+                    "--data-dir", data],
+                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    host, port = re.match(r"listening on (\S+)", server.stdout.readline()).group(1).rsplit(":", 1)
+    def rss_kib():
+        for line in open(f"/proc/{server.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+    before = rss_kib()
+    hello = bytes.fromhex("00000009014944474e00010001")
+    socks = []
+    for _ in range(min(count, want - 64)):
+        s = socket.create_connection((host, int(port)))
+        s.sendall(hello)
+        socks.append(s)
+    for s in socks:
+        s.settimeout(5)
+        s.recv(64)  # HELLO_OK
+    time.sleep(1)
+    after = rss_kib()
+    for s in socks:
+        s.close()
+    stop(server)
+    shutil.rmtree(data, ignore_errors=True)
+    return {"connections": len(socks), "rss_mib_before": before / 1024, "rss_mib": after / 1024}
+
+
+def redis_runs(seconds):
+    port = free_port()
+    server = start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    wait_port(port)
+    rows = [loadtest(["--target", "redis", "--addr", f"127.0.0.1:{port}", *args], seconds,
+                     "Redis INCRBY", name) for name, args in WORKLOADS]
+    stop(server)
+    return rows
+
+
+def pg_bin():
+    dirs = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+    if not dirs:
+        raise SystemExit("PostgreSQL binaries not found under /usr/lib/postgresql")
+    return dirs[-1]
+
+
+def postgres_runs(seconds):
+    """nextval() through pgbench: batches as nextval over generate_series, per transaction."""
+    bindir = pg_bin()
+    data = Path(tempfile.mkdtemp(prefix="idgen-bench-pg-"))
+    shutil.chown(data, "postgres", "postgres")
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(as_pg + [str(bindir / "initdb"), "-D", str(data / "db"), "-A", "trust"],
+                   check=True, capture_output=True)
+    port = free_port()
+    server = start(as_pg + [str(bindir / "postgres"), "-D", str(data / "db"), "-p", str(port),
+                            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                            "-c", "synchronous_commit=off", "-k", str(data), "-c", "max_connections=100"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    psql = as_pg + [str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-q"]
+    for _ in range(50):
+        if subprocess.run(psql + ["-c", "CREATE SEQUENCE IF NOT EXISTS s"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.2)
+    rows = []
+    for i, (name, batch, clients) in enumerate([("big batches", 4096, 2),
+                                                ("1 ID/request, pipelined", 1, 32),
+                                                ("1 request in flight", 1, 1)]):
+        script = data / f"b{batch}.sql"
+        script.write_text("SELECT nextval('s') FROM generate_series(1, %d);\n" % batch
+                          if batch > 1 else "SELECT nextval('s');\n")
+        shutil.chown(script, "postgres", "postgres")
+        logdir = data / f"log{i}"
+        logdir.mkdir()
+        shutil.chown(logdir, "postgres", "postgres")
+        cmd = as_pg + [str(bindir / "pgbench"), "-n", "-M", "prepared", "-h", "127.0.0.1",
+                       "-p", str(port), "-U", "postgres", "-c", str(clients), "-j", "1",
+                       "-T", str(seconds), "-f", str(script), "-l",
+                       "--log-prefix", str(logdir / "tx"), "postgres"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+        m = re.search(r"tps = ([\d.]+)", out.stdout)
+        if out.returncode != 0 or not m:
+            raise SystemExit(f"pgbench failed: {out.stdout[-1000:]} {out.stderr[-1000:]}")
+        tps = float(m.group(1))
+        lat = []
+        for f in logdir.iterdir():
+            for line in f.read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 3:
+                    lat.append(int(parts[2]))
+        lat.sort()
+        pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0)
+        rows.append({"system": "PostgreSQL nextval (pgbench)", "workload": name,
+                     "ids_per_sec": tps * batch, "requests_per_sec": tps,
+                     "latency_us": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
+                                    "p999": pct(0.999), "max": lat[-1] if lat else 0}})
+    stop(server)
+    shutil.rmtree(data, ignore_errors=True)
+    return rows
+
+
+def in_process(quick):
+    """Criterion: one ID (system clock) and uuid v7; batch fill and the bare loop."""
+    args = ["cargo", "bench", "-p", "idgen-benches", "--bench", "generator", "--",
+            "--warm-up-time", "1", "--measurement-time", "2" if quick else "4"]
+    subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def ns(name):
+        est = TARGET / "criterion" / "generator" / name / "new" / "estimates.json"
+        return json.loads(est.read_text())["median"]["point_estimate"]
+    return {
+        "next_id_ns": ns("next_id"),
+        "uuid_v7_ns": ns("uuid_v7"),
+        "wall_clock_read_ns": ns("wall_clock_read"),
+        "batch_4096_ns": ns("batch_4096_workers_1024"),
+        "bare_loop_4096_ns": ns("batch_4096_bare_shift_or_loop"),
+    }
+
+
+def svg_chart(rows, path):
+    """Two panels: IDs/s per system and workload (log scale), and latency percentiles."""
+    import math
+    workloads = [w for w, _ in WORKLOADS] + ["big batches, range answers"]
+    systems = []
+    for r in rows:
+        if r["system"] not in systems and r["workload"] in workloads:
+            systems.append(r["system"])
+    colors = ["#1f77b4", "#2ca02c", "#ff7f0e", "#d62728", "#9467bd", "#8c564b"]
+    limit = next((r for r in rows if r["workload"] == "bytes"), None)
+    W, H, pad = 980, 730, 70
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           '<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{W/2}" y="24" text-anchor="middle" font-size="16">IDs per second (log scale), one run on this machine</text>']
+    top, bottom = 40, 330
+    vals = [r["ids_per_sec"] for r in rows if r["ids_per_sec"] > 0]
+    lo, hi = 10 ** math.floor(math.log10(min(vals))), 10 ** math.ceil(math.log10(max(vals)))
+    y = lambda v: bottom - (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * (bottom - top)
+    e = lo
+    while e <= hi:
+        out.append(f'<line x1="{pad}" x2="{W-20}" y1="{y(e):.1f}" y2="{y(e):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{pad-6}" y="{y(e)+4:.1f}" text-anchor="end">{e:.0e}</text>')
+        e *= 10
+    gw = (W - pad - 20) / len(workloads)
+    bw = gw * 0.8 / max(1, len(systems))
+    for wi, w in enumerate(workloads):
+        x0 = pad + wi * gw + gw * 0.1
+        out.append(f'<text x="{pad + wi*gw + gw/2:.1f}" y="{bottom+18}" text-anchor="middle">{w}</text>')
+        for si, s in enumerate(systems):
+            r = next((r for r in rows if r["system"] == s and r["workload"] == w), None)
+            if not r:
+                continue
+            x = x0 + si * bw
+            out.append(f'<rect x="{x:.1f}" y="{y(r["ids_per_sec"]):.1f}" width="{bw-2:.1f}" height="{bottom-y(r["ids_per_sec"]):.1f}" fill="{colors[si % len(colors)]}"/>')
+    if limit:
+        ly = y(limit["ids_per_sec"])
+        out.append(f'<line x1="{pad}" x2="{W-20}" y1="{ly:.1f}" y2="{ly:.1f}" stroke="black" stroke-dasharray="6,4"/>')
+        out.append(f'<text x="{pad+4}" y="{ly-5:.1f}" style="paint-order:stroke" stroke="white" stroke-width="3">loopback limit (8-byte IDs)</text>')
+    lx, lrow = pad, 0
+    for si, s in enumerate(systems):
+        width = 24 + 7 * len(s)
+        if lx + width > W - 20:
+            lx, lrow = pad, lrow + 1
+        ly0 = bottom + 30 + 18 * lrow
+        out.append(f'<rect x="{lx}" y="{ly0}" width="12" height="12" fill="{colors[si % len(colors)]}"/>')
+        out.append(f'<text x="{lx + 16}" y="{ly0 + 11}">{s}</text>')
+        lx += width
+    # Latency panel: one request in flight, p50/p90/p99/p99.9 per system.
+    ltop, lbottom = 440, 690
+    out.append(f'<text x="{W/2}" y="{ltop-14}" text-anchor="middle" font-size="16">Latency, one request in flight (µs, log scale)</text>')
+    lat_rows = [r for r in rows if r["workload"] == "1 request in flight" and "latency_us" in r]
+    pcts = ["p50", "p90", "p99", "p999"]
+    lvals = [r["latency_us"][p] for r in lat_rows for p in pcts if r["latency_us"].get(p)]
+    if lvals:
+        llo = 10 ** math.floor(math.log10(max(1, min(lvals))))
+        lhi = 10 ** math.ceil(math.log10(max(lvals) * 1.01))
+        ly = lambda v: lbottom - (math.log10(max(v, llo)) - math.log10(llo)) / (math.log10(lhi) - math.log10(llo)) * (lbottom - ltop)
+        e = llo
+        while e <= lhi:
+            out.append(f'<line x1="{pad}" x2="{W-20}" y1="{ly(e):.1f}" y2="{ly(e):.1f}" stroke="#ddd"/>')
+            out.append(f'<text x="{pad-6}" y="{ly(e)+4:.1f}" text-anchor="end">{e:g}</text>')
+            e *= 10
+        gw = (W - pad - 20) / len(pcts)
+        bw = gw * 0.8 / max(1, len(lat_rows))
+        for pi, p in enumerate(pcts):
+            out.append(f'<text x="{pad + pi*gw + gw/2:.1f}" y="{lbottom+18}" text-anchor="middle">{p}</text>')
+            for ri, r in enumerate(lat_rows):
+                v = r["latency_us"].get(p) or 0
+                x = pad + pi * gw + gw * 0.1 + ri * bw
+                color = colors[systems.index(r["system"]) % len(colors)] if r["system"] in systems else "#999"
+                out.append(f'<rect x="{x:.1f}" y="{ly(v):.1f}" width="{bw-2:.1f}" height="{lbottom-ly(v):.1f}" fill="{color}"/>')
+    out.append("</svg>")
+    path.write_text("\n".join(out))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=5, help="measurement time of each run")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
+    ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="2 s runs, shorter criterion")
+    ap.add_argument("--no-postgres", action="store_true")
+    a = ap.parse_args()
+    seconds = 2 if a.quick else a.seconds
+    if not a.skip_build:
+        log("building release binaries")
+        subprocess.run(["cargo", "build", "--release", "-p", "idgen", "-p", "idgen-loadtest"],
+                       cwd=ROOT, check=True)
+    rows = []
+    try:
+        log("loopback limit (iperf3)")
+        rows.append(loopback_limit(seconds))
+        for shards in (1, 2):
+            log(f"idgen, {shards} shard(s)")
+            rows += idgen_runs(seconds, shards)
+        # 64 worker IDs cap one shard at 64 × 4096 IDs per ms (262 M/s), which range answers
+        # reach: show them with a worker range that does not bind.
+        log("idgen, 1 shard, 256 worker IDs, range answers")
+        rows += idgen_runs(seconds, 1, workers=256, only_ranges=True)
+        log("Redis INCRBY")
+        rows += redis_runs(seconds)
+        if not a.no_postgres:
+            log("PostgreSQL nextval")
+            rows += postgres_runs(seconds)
+        log("10,000 idle connections")
+        idle = idle_connections_rss()
+        log("in-process (criterion)")
+        inproc = in_process(a.quick)
+    finally:
+        for p in procs:
+            stop(p, signal.SIGKILL)
+    limit = rows[0]["ids_per_sec"]
+    peers = [r for r in rows if not r["system"].startswith("idgen") and r["workload"] != "bytes"]
+    for r in peers:
+        if r["workload"] == "big batches":
+            # Range answers compete with the same peers as big batches.
+            peers = peers + [{**r, "workload": "big batches, range answers"}]
+    print(f"{'system':<32} {'workload':<26} {'IDs/s':>14} {'req/s':>12} {'p50 µs':>8} {'p99 µs':>8} {'× best peer':>11} {'× limit':>8}")
+    for r in rows:
+        best = max((p["ids_per_sec"] for p in peers if p["workload"] == r["workload"]), default=0)
+        lat = r.get("latency_us", {})
+        r["ratio_to_best_peer"] = r["ids_per_sec"] / best if best else None
+        r["ratio_to_limit"] = r["ids_per_sec"] / limit
+        print(f"{r['system']:<32} {r['workload']:<26} {r['ids_per_sec']:>14,.0f} "
+              f"{r.get('requests_per_sec', 0):>12,.0f} {lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} "
+              f"{(r['ratio_to_best_peer'] or 0):>11.2f} {r['ratio_to_limit']:>8.3f}")
+    print()
+    print(f"idle connections: {idle['connections']} open, server RSS {idle['rss_mib']:.1f} MiB "
+          f"(idle server {idle['rss_mib_before']:.1f} MiB)")
+    print(f"in-process: next_id {inproc['next_id_ns']:.1f} ns (wall clock read alone {inproc['wall_clock_read_ns']:.1f} ns), "
+          f"uuid v7 {inproc['uuid_v7_ns']:.1f} ns → {inproc['uuid_v7_ns']/inproc['next_id_ns']:.1f}× ; "
+          f"batch of 4096 {4096/inproc['batch_4096_ns']:.2f} G IDs/s vs bare loop {4096/inproc['bare_loop_4096_ns']:.2f} G/s "
+          f"→ {inproc['bare_loop_4096_ns']/inproc['batch_4096_ns']:.2f}×")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    machine = {"cpus": os.cpu_count(), "kernel": os.uname().release,
+               "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
+               "load_average_at_end": os.getloadavg()}
+    (out / "latest.json").write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                                 "seconds_per_run": seconds, "machine": machine,
+                                                 "rows": rows, "in_process": inproc,
+                                                 "idle_connections": idle}, indent=1))
+    svg_chart(rows, out / "chart.svg")
+    log(f"wrote {out/'latest.json'} and {out/'chart.svg'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,389 @@
+//! The docs work as written: every `idgen …` command line in the READMEs, `docs/`, the crate
+//! docs and the Python client uses subcommands and flags that `--help` lists; every address
+//! uses a port that is a real default (or a well-known port of another service); every
+//! `IDGEN_*` variable exists; the defaults stated in the README's flag table and in `--help`
+//! are the ones a node really resolves; `idgen --version` says what was built.
+//! (`loadtest/tests/docs.rs` does the same for `idgen-loadtest`.)
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+use common::docs::{self, Invocation};
+
+const IDGEN: &str = env!("CARGO_BIN_EXE_idgen");
+
+/// The subcommands `idgen --help` lists.
+fn subcommands() -> BTreeSet<String> {
+    let help = docs::help(Path::new(IDGEN), &[]);
+    let commands = help
+        .split("Commands:")
+        .nth(1)
+        .expect("`idgen --help` lists its commands")
+        .split("Options:")
+        .next()
+        .unwrap();
+    commands
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(String::from)
+        .collect()
+}
+
+/// What `idgen serve --check-config` resolves with no flags, file or environment: key → value.
+fn resolved_defaults() -> BTreeMap<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(IDGEN);
+    cmd.args(["serve", "--check-config"])
+        .current_dir(dir.path());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("IDGEN_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "idgen serve --check-config: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut map: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once(" = "))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    // "epoch … ms, timestamp/worker/sequence bits 41/10/12, region bits 0"
+    let layout = map
+        .get("layout")
+        .cloned()
+        .expect("--check-config prints the layout");
+    let bits = layout
+        .split("bits ")
+        .nth(1)
+        .and_then(|b| b.split(',').next())
+        .expect("layout bits");
+    for (name, v) in ["timestamp_bits", "worker_bits", "sequence_bits"]
+        .iter()
+        .zip(bits.split('/'))
+    {
+        map.insert(name.to_string(), v.to_string());
+    }
+    let region = layout.rsplit("region bits ").next().unwrap().trim();
+    map.insert("region_bits".into(), region.to_string());
+    assert!(
+        map.contains_key("listen") && map.contains_key("admin_listen"),
+        "{text}"
+    );
+    map
+}
+
+/// Two spellings of one default are equal: durations by value, paths without `./`.
+fn same_value(doc: &str, real: &str) -> bool {
+    if doc == real {
+        return true;
+    }
+    if let (Ok(a), Ok(b)) = (
+        humantime::parse_duration(doc),
+        humantime::parse_duration(real),
+    ) {
+        return a == b;
+    }
+    doc.trim_start_matches("./") == real.trim_start_matches("./")
+}
+
+fn port_of(addr: &str) -> u16 {
+    addr.rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or_else(|| panic!("{addr:?} is not host:port"))
+}
+
+fn idgen_invocations() -> Vec<Invocation> {
+    let root = docs::repo_root();
+    let found = docs::invocations(&docs::all_snippets(&root), "idgen");
+    // The docs are full of commands: finding few means the reader above broke, not that the
+    // docs are right.
+    assert!(
+        found.len() >= 30,
+        "only {} idgen commands found",
+        found.len()
+    );
+    found
+}
+
+#[test]
+fn every_idgen_command_in_the_docs_uses_real_subcommands_and_flags() {
+    let subs = subcommands();
+    let top = docs::help_flags(&docs::help(Path::new(IDGEN), &[]));
+    let mut sub_flags = BTreeMap::new();
+    for s in &subs {
+        sub_flags.insert(
+            s.clone(),
+            docs::help_flags(&docs::help(Path::new(IDGEN), &[s])),
+        );
+    }
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for inv in idgen_invocations() {
+        let Some(first) = inv.words.first() else {
+            continue;
+        };
+        let (known, what) = if first.starts_with('-') {
+            (&top, "idgen".to_string())
+        } else if let Some(flags) = sub_flags.get(first) {
+            (flags, format!("idgen {first}"))
+        } else {
+            if inv.shell && first.chars().all(|c| c.is_ascii_lowercase() || c == '-') {
+                bad.push(format!(
+                    "{}: `{}`: no subcommand {first:?}",
+                    inv.place, inv.text
+                ));
+            }
+            continue;
+        };
+        checked += 1;
+        for flag in inv.flags() {
+            if !known.contains(&flag) {
+                bad.push(format!(
+                    "{}: `{}`: {what} has no option {flag} (see `{what} --help`)",
+                    inv.place, inv.text
+                ));
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} commands checked");
+    assert!(
+        bad.is_empty(),
+        "commands in the docs that fail:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn every_address_in_the_docs_uses_a_real_default_port() {
+    let real = resolved_defaults();
+    let listen = port_of(&real["listen"]);
+    let admin = port_of(&real["admin_listen"]);
+    // `idgen get` and `idgen decode --addr` reach a node at its default listen address.
+    let get_help = docs::help(Path::new(IDGEN), &["get"]);
+    assert!(
+        get_help.contains(&format!("[default: {}]", real["listen"])),
+        "`idgen get --addr` defaults to another address than `serve --listen` ({}):\n{get_help}",
+        real["listen"]
+    );
+    // Other services' own well-known ports, as the docs use them.
+    let others: BTreeMap<u16, &str> = [
+        (0, "any free port"),
+        (2379, "etcd clients"),
+        (2380, "etcd peers"),
+        (4500, "FoundationDB"),
+        (5432, "PostgreSQL"),
+        (6379, "Redis"),
+        (9090, "Prometheus"),
+    ]
+    .into();
+    let mut bad = Vec::new();
+    let mut seen = 0;
+    for line in docs::all_lines(&docs::repo_root()) {
+        for (host, port) in docs::addresses(&line.text) {
+            seen += 1;
+            if port != listen && port != admin && !others.contains_key(&port) {
+                bad.push(format!(
+                    "{}: {host}:{port}: a node listens on {listen} (ID protocol) and {admin} (admin) by default: {}",
+                    line.place,
+                    line.text.trim()
+                ));
+            }
+        }
+    }
+    assert!(seen >= 20, "only {seen} addresses found");
+    assert!(
+        bad.is_empty(),
+        "addresses in the docs that reach nothing:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn every_idgen_variable_in_the_docs_exists() {
+    let root = docs::repo_root();
+    // Variables the command line reads: `[env: IDGEN_X=]` in some --help.
+    let mut known = BTreeSet::new();
+    for args in std::iter::once(vec![]).chain(subcommands().into_iter().map(|s| vec![s])) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        for line in docs::help(Path::new(IDGEN), &args).lines() {
+            known.extend(docs::env_vars(line));
+        }
+    }
+    // Variables scripts, tests, the build or clients read: named in code (not in comments).
+    let mut code = String::new();
+    for dir in [
+        "src", "tests", "scripts", "clients", "loadtest", "protocol", "deploy", ".ci",
+    ] {
+        collect_code(&root.join(dir), &mut code);
+    }
+    collect_code(&root.join("build.rs"), &mut code);
+    let mut bad = Vec::new();
+    let mut seen = 0;
+    for line in docs::all_lines(&root) {
+        for var in docs::env_vars(&line.text) {
+            seen += 1;
+            if !known.contains(&var) && !code.contains(&var) {
+                bad.push(format!("{}: {var} is read by nothing", line.place));
+            }
+        }
+    }
+    assert!(seen >= 5, "only {seen} variables found");
+    assert!(
+        bad.is_empty(),
+        "variables in the docs that do nothing:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// Appends the non-comment lines of the sources under `path` (not Markdown).
+fn collect_code(path: &Path, out: &mut String) {
+    if path.is_dir() {
+        for e in std::fs::read_dir(path).unwrap().flatten() {
+            let p = e.path();
+            if p.file_name()
+                .is_some_and(|n| n == "target" || n == "corpus")
+            {
+                continue;
+            }
+            collect_code(&p, out);
+        }
+        return;
+    }
+    if path.extension().is_some_and(|x| x == "md") {
+        return;
+    }
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    for line in text.lines() {
+        let t = line.trim_start();
+        if !(t.starts_with("//") || t.starts_with('#') || t.starts_with('*')) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+}
+
+#[test]
+fn defaults_in_the_readme_and_in_help_are_the_resolved_ones() {
+    let real = resolved_defaults();
+    let mut claims = Vec::new(); // (where, flag, stated default)
+                                 // The README's flag table: | `--flag` | `default` | meaning |
+    let readme = std::fs::read_to_string(docs::repo_root().join("README.md")).unwrap();
+    for (i, line) in readme.lines().enumerate() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 4 {
+            continue;
+        }
+        let (flag, default) = (cells[1], cells[2]);
+        let one_flag = flag.starts_with("`--") && flag.ends_with('`') && !flag.contains(',');
+        let default = default.trim_matches('`');
+        let literal = !default.is_empty() && !default.contains(' ');
+        if one_flag && literal {
+            claims.push((
+                format!("README.md:{}", i + 1),
+                flag.trim_matches('`').to_string(),
+                default.to_string(),
+            ));
+        }
+    }
+    assert!(claims.len() >= 5, "README flag table not found: {claims:?}");
+    // `idgen serve --help`: "--flag <X>\n   text [default: value]".
+    let help = docs::help(Path::new(IDGEN), &["serve"]);
+    let mut flag = None;
+    for line in help.lines() {
+        let t = line.trim_start();
+        if t.starts_with("--") {
+            flag = t.split_whitespace().next().map(String::from);
+        } else if let (Some(f), Some(d)) = (&flag, t.split("[default: ").nth(1)) {
+            let d = d.split(']').next().unwrap();
+            claims.push(("idgen serve --help".into(), f.clone(), d.to_string()));
+        }
+    }
+    let mut bad = Vec::new();
+    let mut compared = 0;
+    for (place, flag, stated) in claims {
+        let key = flag.trim_start_matches("--").replace('-', "_");
+        let Some(value) = real.get(&key) else {
+            continue;
+        };
+        // Defaults in words ("number of CPUs", "2 × lease TTL") are not literal values.
+        if stated.contains(' ') && humantime::parse_duration(&stated).is_err() {
+            continue;
+        }
+        compared += 1;
+        if !same_value(&stated, value) {
+            bad.push(format!(
+                "{place}: {flag} says {stated:?}, a node resolves {value:?}"
+            ));
+        }
+    }
+    assert!(compared >= 15, "only {compared} defaults compared");
+    assert!(
+        bad.is_empty(),
+        "defaults stated wrongly:\n{}",
+        bad.join("\n")
+    );
+    // The words too: the safety period is 2 × the TTL.
+    let ttl = humantime::parse_duration(&real["lease_ttl"]).unwrap();
+    let safety = humantime::parse_duration(&real["lease_safety"]).unwrap();
+    assert_eq!(safety, ttl * 2);
+    assert_eq!(
+        real["shards"].parse::<usize>().unwrap(),
+        std::thread::available_parallelism().unwrap().get(),
+        "--shards defaults to the number of CPUs"
+    );
+}
+
+#[test]
+fn version_names_the_revision_and_the_features() {
+    let out = Command::new(IDGEN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let line = String::from_utf8(out.stdout).unwrap();
+    let line = line.trim();
+    let rest = line
+        .strip_prefix(&format!("idgen {} (git ", env!("CARGO_PKG_VERSION")))
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let (revision, features) = rest.split_once(", features: ").expect(line);
+    let mut want = Vec::new();
+    if cfg!(feature = "etcd") {
+        want.push("etcd");
+    }
+    if cfg!(feature = "fdb") {
+        want.push("fdb");
+    }
+    let want = if want.is_empty() {
+        "none".to_string()
+    } else {
+        want.join(", ")
+    };
+    assert_eq!(features, format!("{want})"), "{line}");
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(docs::repo_root())
+        .output();
+    match head {
+        Ok(h) if h.status.success() => {
+            assert_eq!(
+                revision,
+                String::from_utf8_lossy(&h.stdout).trim(),
+                "{line}"
+            )
+        }
+        // Built outside a git checkout (a crate package): the revision is still well formed.
+        _ => assert!(
+            revision == "unknown"
+                || revision.len() == 12 && revision.chars().all(|c| c.is_ascii_hexdigit()),
+            "{line}"
+        ),
+    }
+}
