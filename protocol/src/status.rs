@@ -83,6 +83,7 @@ status_table! {
     302 SHUTTING_DOWN       closes=true  retry=true  "The server is shutting down; it closes after answering the requests it has read.";
     303 OVERLOADED          closes=true  retry=true  "Connection limit reached.";
     304 EXHAUSTED           closes=false retry=false "The layout's timestamp range has run out; no node of this cluster can help.";
+    305 RANGE_CHANGED       closes=true  retry=true  "The node's worker range changed after this connection's HELLO_OK; it closes: reconnect to learn the new range, or try another node.";
     500 INTERNAL            closes=true  retry=false "Internal server error.";
 }
 
@@ -222,9 +223,10 @@ mod tests {
             if (200..300).contains(&code) {
                 assert!(!info.closes_connection, "{}", info.status);
             }
+            // Every 3xx but EXHAUSTED is "try another node".
             assert_eq!(
                 info.retry_elsewhere,
-                (300..=303).contains(&code),
+                (300..400).contains(&code) && info.status != Status::EXHAUSTED,
                 "{}",
                 info.status
             );
@@ -249,6 +251,8 @@ mod tests {
         assert!(!Status::EXHAUSTED.retry_elsewhere());
         assert!(!Status::EXHAUSTED.closes_connection());
         assert_eq!(u16::from(Status::from(201)), 201);
-        assert_eq!(Status::TABLE.len(), 13);
+        assert!(Status::RANGE_CHANGED.closes_connection());
+        assert!(Status::RANGE_CHANGED.retry_elsewhere());
+        assert_eq!(Status::TABLE.len(), 14);
     }
 }

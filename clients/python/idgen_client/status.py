@@ -28,6 +28,7 @@ STATUSES: Dict[int, StatusInfo] = {
         StatusInfo(302, "SHUTTING_DOWN", True, True),
         StatusInfo(303, "OVERLOADED", True, True),
         StatusInfo(304, "EXHAUSTED", False, False),
+        StatusInfo(305, "RANGE_CHANGED", True, True),
         StatusInfo(500, "INTERNAL", True, False),
     )
 }
