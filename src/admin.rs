@@ -128,6 +128,28 @@ impl AdminState {
         reasons
     }
 
+    /// `count` IDs from this node's shards. When the node's worker range changed since the
+    /// cached connection's HELLO_OK, the node closes it with RANGE_CHANGED: connect again and
+    /// ask once more, so an HTTP caller never sees a lease change.
+    async fn ids(&self, count: u32) -> Result<Vec<u64>, Response> {
+        let mut retried = false;
+        loop {
+            let client = self
+                .client()
+                .await
+                .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e))?;
+            match client.next_ids(count).await {
+                Ok(ids) => return Ok(ids),
+                Err(idgen_client::Error::Server { status, .. })
+                    if status == idgen_protocol::Status::RANGE_CHANGED && !retried =>
+                {
+                    retried = true;
+                }
+                Err(e) => return Err(issue_error(e)),
+            }
+        }
+    }
+
     async fn client(&self) -> Result<idgen_client::Client, String> {
         let mut slot = self.client.lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
@@ -267,14 +289,10 @@ async fn post_id(State(state): State<Arc<AdminState>>, Query(q): Query<FormatQue
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let client = match state.client().await {
-        Ok(c) => c,
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
-    };
-    match client.next_id().await {
+    match state.ids(1).await.map(|ids| ids[0]) {
         Ok(id) if strings => Json(json!({"id": id.to_string()})).into_response(),
         Ok(id) => Json(json!({"id": id, "id_str": id.to_string()})).into_response(),
-        Err(e) => issue_error(e),
+        Err(e) => e,
     }
 }
 
@@ -309,12 +327,8 @@ async fn post_batch(
             format!("count must be between 1 and {max}, got {}", body.count),
         );
     }
-    let client = match state.client().await {
-        Ok(c) => c,
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
-    };
     // count ≤ max_batch ≤ 2^20, so it fits a u32.
-    match client.next_ids(body.count as u32).await {
+    match state.ids(body.count as u32).await {
         Ok(ids) => {
             let strs: Vec<String> = ids.iter().map(u64::to_string).collect();
             if strings {
@@ -323,7 +337,7 @@ async fn post_batch(
                 Json(json!({"ids": ids, "ids_str": strs})).into_response()
             }
         }
-        Err(e) => issue_error(e),
+        Err(e) => e,
     }
 }
 

@@ -314,3 +314,148 @@ fn node_fails_closed_without_etcd_and_serves_again_when_it_returns() {
         back.elapsed()
     );
 }
+
+/// Takes the worker records of `first..first + count` away from their holder, as a rival with
+/// a newer generation would: the holder's next renewal finds them lost.
+fn steal(cluster: &EtcdCluster, prefix: &str, first: u64, count: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        use idgen::lease::WorkerState;
+        use idgen::store::{KvStore, Write};
+        let store = EtcdStore::connect(cluster.endpoints(), prefix.to_string())
+            .await
+            .expect("connect to etcd");
+        let thief = Owner::this_process(Some("thief".into()), wall_ms());
+        let layout = Layout::default();
+        let writes: Vec<Write> = (first..first + count)
+            .map(|id| Write::Put {
+                key: format!("idgen/default/workers/{id:05}").into_bytes(),
+                value: serde_json::to_vec(&WorkerRecord {
+                    state: WorkerState::Held,
+                    owner: thief.clone(),
+                    generation: 1_000_000 + id,
+                    lease_end: wall_ms() - layout.epoch_ms() + 120_000,
+                    layout_version: idgen::lease::LAYOUT_VERSION,
+                    written_unix_ms: wall_ms(),
+                })
+                .unwrap(),
+            })
+            .collect();
+        store.commit(&[], &writes).await.expect("steal the records");
+    })
+}
+
+/// A node loses its lease (a rival takes its records) and re-acquires a different worker range.
+/// Every connection opened before answers its next request with RANGE_CHANGED and is closed,
+/// without issuing an ID from the old range; a new connection, the client `Pool`, the
+/// `PrefetchPool` and the HTTP API are all served again within a few seconds, from the new
+/// range only.
+#[test]
+fn a_lease_change_closes_old_connections_and_every_client_recovers() {
+    let cluster = EtcdCluster::start(1);
+    let mut node = start(
+        &cluster,
+        "change",
+        "alpha",
+        &["--shards", "1", "--admin-listen", "127.0.0.1:0"],
+    );
+    let admin = node.admin.expect("admin address");
+    let (mut old, hello) = connections(&node, 1).pop().unwrap();
+    let old_range =
+        u64::from(hello.worker_first)..u64::from(hello.worker_first + hello.worker_count);
+    assert!(old.get_ids(10).is_ok());
+    let options = idgen_client::PoolOptions {
+        call_deadline: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let addr = node.addr.to_string();
+    let pool = idgen_client::blocking::Pool::connect(&[addr.as_str()], options).unwrap();
+    let prefetch = idgen_client::blocking::PrefetchPool::new(
+        &pool,
+        idgen_client::PrefetchOptions {
+            low_water: 10,
+            high_water: 50,
+        },
+    );
+    assert_eq!(pool.next_ids(5).unwrap().len(), 5);
+    assert!(prefetch.next_id().is_ok());
+    assert_eq!(common::node::http(admin, "POST", "/ids", None).0, 200);
+
+    steal(
+        &cluster,
+        "change",
+        old_range.start,
+        old_range.end - old_range.start,
+    );
+    // The node notices at its next renewal (TTL/3) and takes another range.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let new_hello = loop {
+        let c = Conn::open(node.addr);
+        let h = c.hello.expect("HELLO_OK");
+        if h.worker_count > 0 && !old_range.contains(&u64::from(h.worker_first)) {
+            break h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new range within 10 s:\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let changed_at = Instant::now();
+
+    // The old connection: RANGE_CHANGED, then closed; no ID from the old range.
+    match old.get_ids(10) {
+        Err((status, _)) => assert_eq!(status, Status::RANGE_CHANGED),
+        Ok(ids) => panic!(
+            "served {} IDs on a connection whose range changed",
+            ids.len()
+        ),
+    }
+    assert!(
+        old.recv().is_none(),
+        "the connection is closed after RANGE_CHANGED"
+    );
+
+    let in_new = |id: u64| {
+        let w = worker_of(&new_hello, id);
+        u64::from(new_hello.worker_first) <= w
+            && w < u64::from(new_hello.worker_first + new_hello.worker_count)
+    };
+    // Every client recovers within a few seconds, served from the new range.
+    let ids = pool.next_ids(100).expect("the pool recovers");
+    assert!(
+        ids.iter().all(|&id| in_new(id)),
+        "pool IDs outside the new range"
+    );
+    let mut seen = HashSet::new();
+    for _ in 0..200 {
+        // The buffer may still hold IDs from before the change (issued legitimately under
+        // the old lease); new refills come from the new range.
+        let id = prefetch.next_id().expect("the prefetch pool recovers");
+        assert!(seen.insert(id), "duplicate {id}");
+    }
+    let (code, body) = common::node::http(admin, "POST", "/ids/batch", Some(r#"{"count": 10}"#));
+    assert_eq!(
+        code, 200,
+        "the HTTP API recovers at its first request: {body}"
+    );
+    let recovered = changed_at.elapsed();
+    assert!(
+        recovered < Duration::from_secs(5),
+        "recovery took {recovered:?}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for id in v["ids"].as_array().unwrap() {
+        assert!(
+            in_new(id.as_u64().unwrap()),
+            "HTTP ID outside the new range: {body}"
+        );
+    }
+    drop(prefetch);
+    drop(pool);
+    node.terminate(Duration::from_secs(10));
+}

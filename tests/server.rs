@@ -258,7 +258,7 @@ fn shards_issue_unique_ids_from_their_own_workers() {
         }
     }
     assert_eq!(all.len(), 24 * (1 + 7 + 4096 + 20_000 + 3 + 5000));
-    // The shards own disjoint ranges (SO_REUSEPORT spreads 24 connections over both).
+    // The shards own disjoint ranges (both accept from the one listening socket).
     assert_eq!(shards.len(), 2, "{shards:?}");
     let firsts: HashSet<u32> = shards.iter().map(|(_, f)| *f).collect();
     assert_eq!(firsts.len(), 2);
@@ -521,6 +521,112 @@ fn a_second_node_on_the_same_data_directory_is_refused() {
         .err()
         .expect("second node must not start");
     assert!(err.contains("in use by another idgen process"), "{err}");
+}
+
+/// One address, one node: a second `idgen serve` on an address a node already serves refuses to
+/// start with a clear error, whatever its store, namespace or data directory, before it takes
+/// a lease; so does a node whose address a foreign process holds with `SO_REUSEPORT` (which
+/// would otherwise let the kernel split connections between two uncoordinated ID spaces).
+/// The first node keeps serving all along.
+#[test]
+fn a_second_node_on_a_served_address_refuses_to_start() {
+    let first = NodeProc::start(&["--store", "memory", "--shards", "2"]);
+    let addr = first.addr.to_string();
+    let second_tries: [&[&str]; 3] = [
+        &["--listen", &addr, "--store", "memory"],
+        &[
+            "--listen",
+            &addr,
+            "--store",
+            "memory",
+            "--namespace",
+            "other",
+        ],
+        &["--listen", &addr, "--shards", "1"], // embedded, in its own data directory
+    ];
+    for args in second_tries {
+        let started = Instant::now();
+        let err = NodeProc::try_start(args, &[])
+            .err()
+            .unwrap_or_else(|| panic!("a second node started on {addr} with {args:?}"));
+        assert!(
+            err.contains("already serves this address"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(&addr), "the error names the address: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "refused only after {:?}",
+            started.elapsed()
+        );
+        let mut c = Conn::open(first.addr);
+        assert!(c.get_ids(10).is_ok(), "the first node still serves");
+    }
+    // A wildcard listen on the same port conflicts too.
+    let port = first.addr.port();
+    let err = NodeProc::try_start(
+        &["--listen", &format!("0.0.0.0:{port}"), "--store", "memory"],
+        &[],
+    )
+    .err()
+    .expect("a wildcard listen on a served port must not start");
+    assert!(err.contains("already serves this address"), "{err}");
+
+    // A foreign process listening with SO_REUSEPORT on a free port.
+    let foreign = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    foreign.set_reuse_port(true).unwrap();
+    foreign.set_reuse_address(true).unwrap();
+    foreign
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    foreign.listen(16).unwrap();
+    let taken = foreign
+        .local_addr()
+        .unwrap()
+        .as_socket()
+        .unwrap()
+        .to_string();
+    let err = NodeProc::try_start(&["--listen", &taken, "--store", "memory"], &[])
+        .err()
+        .expect("a node must not share a port with a SO_REUSEPORT listener");
+    assert!(err.contains("already serves this address"), "{err}");
+}
+
+/// Connections opened one after another are dealt over the shards in turn, although they all
+/// arrive on one listening socket (which the kernel tends to hand to the same shard).
+#[test]
+fn connections_opened_one_by_one_spread_over_every_shard() {
+    let node = NodeProc::start(&["--store", "memory", "--shards", "3"]);
+    let mut per_shard = std::collections::BTreeMap::new();
+    let mut conns = Vec::new();
+    for _ in 0..30 {
+        let mut c = Conn::open(node.addr);
+        let shard = c.hello.as_ref().unwrap().shard;
+        assert!(c.get_ids(5).is_ok());
+        *per_shard.entry(shard).or_insert(0) += 1;
+        conns.push(c);
+    }
+    assert_eq!(per_shard.len(), 3, "{per_shard:?}");
+    assert!(per_shard.values().all(|&n| n >= 8), "uneven: {per_shard:?}");
+}
+
+/// The admin (HTTP) address is one node's too.
+#[test]
+fn a_second_node_on_a_served_admin_address_refuses_to_start() {
+    let first = NodeProc::start(&["--store", "memory", "--admin-listen", "127.0.0.1:0"]);
+    let admin = first.admin.expect("admin").to_string();
+    let err = NodeProc::try_start(&["--store", "memory", "--admin-listen", &admin], &[])
+        .err()
+        .expect("a second node must not share the admin address");
+    assert!(
+        err.contains("already serves this address") && err.contains(&admin),
+        "{err}"
+    );
 }
 
 /// A client that sends requests and then shuts down its write side is still answered, in

@@ -78,6 +78,23 @@ impl LeaseShared {
     }
 }
 
+#[cfg(test)]
+impl LeaseShared {
+    /// A lease view published by hand, for tests of its readers.
+    pub(crate) fn for_test(layout: Layout, view: Option<Arc<LeaseView>>) -> Arc<LeaseShared> {
+        Arc::new(LeaseShared {
+            view: watch::Sender::new(view),
+            stats: LeaseStats::default(),
+            layout,
+        })
+    }
+
+    /// Replaces the published view, as the keeper does on a grant or a loss.
+    pub(crate) fn publish_for_test(&self, view: Option<Arc<LeaseView>>) {
+        self.view.send_replace(view);
+    }
+}
+
 /// Timing of the keeper loop.
 #[derive(Clone, Copy, Debug)]
 pub struct KeeperTiming {

@@ -86,6 +86,8 @@ struct Conn {
     /// The worker range announced in HELLO_OK: IDs from any other range (the node's lease
     /// changed since) are not handed out on this connection (PROTOCOL.md §4.1).
     announced: (u64, u64),
+    /// A closing status was answered: close once it is written.
+    closing: bool,
 }
 
 pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
@@ -106,6 +108,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
         runs: Vec::new(),
         read_size: INITIAL_INPUT,
         announced: (0, 0),
+        closing: false,
     };
     conn.run(&mut stream).await;
     drop_one(&stats.connections_open);
@@ -252,6 +255,10 @@ impl Conn {
                     stats.error(status);
                 }
             }
+            if self.closing {
+                // Nothing is answered after a closing status (PROTOCOL.md §8).
+                return After::Close;
+            }
         }
     }
 
@@ -321,29 +328,28 @@ impl Conn {
         self.ctx.stats.batch(u64::from(count));
     }
 
-    /// Answers a request that got no IDs with its ERROR frame.
+    /// Answers a request that got no IDs with its ERROR frame; a status that closes the
+    /// connection (RANGE_CHANGED) ends it after this answer.
     fn refuse(&mut self, e: &IssueError) {
         let (status, message) = status_of(e);
         encode_error(status, &message, &mut self.out);
         self.ctx.stats.error(status);
+        if status.closes_connection() {
+            self.closing = true;
+        }
     }
 }
 
 /// Issues `count` IDs from the worker range this connection's HELLO_OK announced. If the lease
-/// changed since, the IDs (now burned) lie outside that range: the request fails with
-/// `RangeChanged` and the client reconnects to learn the new range.
+/// changed since, no ID is drawn: the request fails with `RangeChanged`, the connection closes
+/// and the client reconnects to learn the new range.
 fn issue_announced(
     gen: &RefCell<ShardGen>,
     announced: (u64, u64),
     count: u32,
     emit: impl FnMut(u64, u64),
 ) -> Result<(), IssueError> {
-    let mut gen = gen.borrow_mut();
-    gen.issue(u64::from(count), emit)?;
-    if gen.issuing_range() != announced {
-        return Err(IssueError::RangeChanged);
-    }
-    Ok(())
+    gen.borrow_mut().issue(announced, u64::from(count), emit)
 }
 
 /// Appends the IDs `first .. first + n` big-endian, written straight into the buffer's spare
@@ -375,8 +381,9 @@ fn status_of(e: &IssueError) -> (Status, String) {
             (Status::UNAVAILABLE_LEASE, g.to_string())
         }
         IssueError::RangeChanged => (
-            Status::UNAVAILABLE_LEASE,
-            "unavailable: this node's lease changed since HELLO; reconnect".to_string(),
+            Status::RANGE_CHANGED,
+            "this node's worker range changed since HELLO_OK; reconnect to learn the new one"
+                .to_string(),
         ),
         IssueError::Gen(GenError::Exhausted) => {
             (Status::EXHAUSTED, GenError::Exhausted.to_string())

@@ -2,10 +2,13 @@
 //!
 //! ```text
 //!                  ┌──────────────────────── idgen process ───────────────────────────┐
-//!   clients ──TCP──▶ shard 0 thread: current-thread tokio runtime, pinned to core 0     │
-//!     (kernel      │   SO_REUSEPORT listener ─ accept ─ connections (served here only)  │
-//!   SO_REUSEPORT   │   Generator: workers w0..w0+k, floor, ceiling ◀── Arc<Ceiling> ──┐ │
-//!   spreads them)  │ shard 1 thread: … workers w0+k..w0+2k, same floor and ceiling ◀──┤ │
+//!   clients ──TCP──▶ one listening socket (no SO_REUSEPORT: no other process can bind │
+//!                  │   its address); every shard accepts from it and deals           │
+//!                  │   connections round-robin over the shards' handoff queues       │
+//!                  │ shard 0 thread: current-thread tokio runtime, pinned to core 0    │
+//!                  │   connections (served here only)                                 │
+//!                  │   Generator: workers w0..w0+k, floor, ceiling ◀── Arc<Ceiling> ──┐ │
+//!                  │ shard 1 thread: … workers w0+k..w0+2k, same floor and ceiling ◀──┤ │
 //!                  │ …                                                               │ │
 //!                  │ control thread (main): tokio runtime                            │ │
 //!                  │   lease keeper: acquire, renew every TTL/3 ───── raises ────────┘ │
@@ -16,10 +19,15 @@
 //!                                     coordination store (embedded / etcd / FoundationDB)
 //! ```
 //!
+//! One address is served by one node: the ID and admin addresses are bound before the lease
+//! is taken, without `SO_REUSEPORT`, so a second process on either fails at once (two
+//! processes behind one port would be two uncoordinated ID spaces).
+//!
 //! What crosses threads: the lease view (worker range, floor, shared ceiling) from the keeper
 //! to the shards, read by a shard once per millisecond of work (the ceiling) or when its lease
 //! changes; shard counters (single-writer atomics) read by the metrics scrape; the shutdown
-//! signal. Nothing else: a connection lives and dies on the shard that accepted it, and the hot
+//! signal; an accepted connection, once, through the handoff queue of the shard that will serve
+//! it. Nothing else: a connection lives and dies on the shard that serves it, and the hot
 //! path takes no lock, allocates nothing per request and makes no syscall per ID.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -49,7 +57,7 @@ pub enum ServeError {
     Store { url: String, source: StoreError },
     #[error("cannot acquire a worker-ID lease: {0}")]
     Lease(#[from] LeaseError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {source}{}", in_use_hint(source))]
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
@@ -58,6 +66,16 @@ pub enum ServeError {
     Thread(std::io::Error),
     #[error("refusing to start: {0}")]
     Clock(String),
+}
+
+/// One address is served by one node: say so when the address is taken.
+fn in_use_hint(e: &std::io::Error) -> &'static str {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        " (another process, perhaps another idgen node, already serves this address; one \
+         address must be served by one node, or two uncoordinated ID spaces would share it)"
+    } else {
+        ""
+    }
 }
 
 /// What a shard reports when it stops: the last timestamp it issued under a lease generation.
@@ -108,7 +126,9 @@ impl Node {
             Arc::clone(&clock_watch),
         );
         watcher.check_at_start().await.map_err(ServeError::Clock)?;
-        // Bind the admin port before taking a lease, so a busy port fails fast.
+        // Bind the ID and admin ports before taking a lease, so a busy port fails fast, before
+        // the store is touched.
+        let reserved = shard::reserve(config.listen)?;
         let admin_listener = match config.admin_listen {
             Some(addr) => Some(
                 tokio::net::TcpListener::bind(addr)
@@ -131,7 +151,18 @@ impl Node {
             .await?;
         let lease = keeper.shared();
 
-        let listeners = shard::bind(config.listen, config.shards)?;
+        let listeners = match shard::listen(reserved, config.shards) {
+            Ok(listeners) => listeners,
+            Err(e) => {
+                // Another process took the address while the lease was acquired: give the
+                // worker IDs back at once rather than leaving them blocked for TTL + safety.
+                // No shard has started: nothing was issued under it.
+                if let Err(release) = keeper.release(None).await {
+                    tracing::warn!(event = "lease_release_failed", error = %release, "could not release the unused lease");
+                }
+                return Err(e);
+            }
+        };
         let addr = listeners[0]
             .local_addr()
             .map_err(|source| ServeError::Listen {
@@ -142,7 +173,8 @@ impl Node {
         let connections = Arc::new(AtomicUsize::new(0));
         let mut shards = Vec::with_capacity(config.shards);
         let mut shard_stats = Vec::with_capacity(config.shards);
-        for (index, listener) in listeners.into_iter().enumerate() {
+        let handoffs = shard::Handoff::for_shards(config.shards);
+        for (index, (listener, handoff)) in listeners.into_iter().zip(handoffs).enumerate() {
             let stats = Arc::new(ShardStats::default());
             shard_stats.push(Arc::clone(&stats));
             let ctx = shard::ShardSetup {
@@ -152,6 +184,7 @@ impl Node {
                 stats,
                 shutdown: shutdown_rx.clone(),
                 connections: Arc::clone(&connections),
+                handoff,
             };
             let handle = std::thread::Builder::new()
                 .name(format!("idgen-shard-{index}"))
@@ -277,21 +310,19 @@ impl Node {
             let _ = t.await;
         }
         let shards = self.shards;
+        // A shard that panicked reports nothing: `None`, its last timestamp unknown.
         let exits = tokio::task::spawn_blocking(move || {
             shards
                 .into_iter()
-                .map(|h| h.join().unwrap_or_default())
+                .map(|h| h.join().ok())
                 .collect::<Vec<_>>()
         })
         .await
         .unwrap_or_default();
-        let generation = self.keeper.shared().current().map(|v| v.grant.generation);
-        let last_issued = exits
-            .iter()
-            .filter_map(|e| e.last_issued)
-            .filter(|(g, _)| Some(*g) == generation)
-            .map(|(_, ts)| ts)
-            .max();
+        let current = self.keeper.shared().current();
+        let generation = current.as_ref().map(|v| v.grant.generation);
+        let ceiling = current.as_ref().map_or(0, |v| v.ceiling.get());
+        let last_issued = release_point(&exits, generation, ceiling);
         let released = self.keeper.release(last_issued).await;
         if let Some((_, stop, task)) = self.admin {
             let _ = stop.send(true);
@@ -301,6 +332,30 @@ impl Node {
         tracing::info!(event = "node_stopped", ?released, "idgen node stopped");
         Ok(released)
     }
+}
+
+/// The timestamp a release may lower the lease end to: the largest one any shard issued under
+/// the current generation. If a shard's end is unknown (it panicked), the ceiling the shards
+/// obeyed, which bounds everything they issued (never lower than what was issued).
+fn release_point(
+    exits: &[Option<ShardExit>],
+    generation: Option<u64>,
+    ceiling: u64,
+) -> Option<u64> {
+    if exits.iter().any(Option::is_none) {
+        tracing::warn!(
+            event = "shard_end_unknown",
+            "a shard stopped without reporting its last timestamp; releasing at the ceiling"
+        );
+        return Some(ceiling);
+    }
+    exits
+        .iter()
+        .flatten()
+        .filter_map(|e| e.last_issued)
+        .filter(|(g, _)| Some(*g) == generation)
+        .map(|(_, ts)| ts)
+        .max()
 }
 
 /// The address this process reaches the ID protocol at (loopback for a wildcard listen).
@@ -334,5 +389,42 @@ impl ConnGuard {
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit(generation: u64, ts: u64) -> Option<ShardExit> {
+        Some(ShardExit {
+            last_issued: Some((generation, ts)),
+        })
+    }
+
+    #[test]
+    fn release_point_is_the_last_timestamp_of_the_current_generation() {
+        let idle = Some(ShardExit::default());
+        assert_eq!(
+            release_point(&[exit(7, 100), exit(7, 120), idle], Some(7), 500),
+            Some(120)
+        );
+        // A shard's timestamps under an earlier generation do not count.
+        assert_eq!(
+            release_point(&[exit(6, 900), exit(7, 120)], Some(7), 500),
+            Some(120)
+        );
+        assert_eq!(release_point(&[idle, idle], Some(7), 500), None);
+    }
+
+    #[test]
+    fn a_shard_that_panicked_keeps_the_lease_end_at_the_ceiling() {
+        // Shard 1 panicked after issuing up to some unknown timestamp below the ceiling: the
+        // release must not lower the lease end to shard 0's last timestamp.
+        assert_eq!(
+            release_point(&[exit(7, 100), None], Some(7), 500),
+            Some(500)
+        );
+        assert_eq!(release_point(&[None], Some(7), 500), Some(500));
     }
 }

@@ -340,15 +340,28 @@ impl Pool {
                 return Err(Error::Timeout);
             }
             let node = &self.inner.nodes[i];
-            let attempt = async {
+            let attempt = || async {
                 let client = self.client(node).await?;
                 op(client).await
             };
             // Connect and request carry their own timeouts; this caps them by the
             // time left in the call.
-            let outcome = tokio::time::timeout(deadline - now, attempt)
+            let mut outcome = tokio::time::timeout(deadline - now, attempt())
                 .await
                 .unwrap_or(Err(Error::Timeout));
+            if matches!(&outcome, Err(Error::Server { status, .. }) if *status == Status::RANGE_CHANGED)
+            {
+                // The node took another worker range since this connection's HELLO_OK and
+                // closed it: it is healthy, and a new connection learns the new range. Ask it
+                // again at once, once.
+                forget_client(node);
+                let now = Instant::now();
+                if now < deadline {
+                    outcome = tokio::time::timeout(deadline - now, attempt())
+                        .await
+                        .unwrap_or(Err(Error::Timeout));
+                }
+            }
             match outcome {
                 Ok(v) => {
                     mark_up(node);
@@ -395,6 +408,10 @@ fn open_client(node: &Node) -> Option<Client> {
         }
         None => None,
     }
+}
+
+fn forget_client(node: &Node) {
+    node.lock().client = None;
 }
 
 fn client_options(options: &PoolOptions) -> ClientOptions {

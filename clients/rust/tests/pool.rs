@@ -159,7 +159,8 @@ async fn failover_skips_dropped_and_unavailable_nodes_and_returns_to_them_once_h
         // Phase 3: A and B heal; after their backoff, C dies: A is reconnected and used.
         a.revive();
         b.set_mode(Mode::Serve);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Well past backoff_max (400 ms): on a loaded machine 500 ms was seen to be too close.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
         c.kill();
         let ids = pool.next_ids(10).await.unwrap();
         assert!(ids.iter().all(|&id| node_of(id) == 0), "A used again");
@@ -280,4 +281,37 @@ async fn the_call_deadline_bounds_a_call_over_hanging_nodes() {
         assert!(took < Duration::from_millis(800), "{took:?}");
     })
     .await
+}
+
+#[tokio::test]
+async fn a_node_whose_range_changed_is_asked_again_at_once_on_a_new_connection() {
+    bounded(async {
+        // One node: the lease change closes the connection with RANGE_CHANGED; the same
+        // call reconnects (a new HELLO_OK names the new range) and is served, with no
+        // backoff and no error seen by the caller.
+        let servers = nodes(1, 1000).await;
+        let pool = Pool::connect(&addrs(&servers), fast()).await.unwrap();
+        assert_eq!(pool.next_ids(3).await.unwrap().len(), 3);
+        servers[0]
+            .control
+            .push(Action::Error(Status::RANGE_CHANGED, "worker range changed"));
+        let started = Instant::now();
+        let ids = pool.next_ids(5).await.expect("served after one reconnect");
+        assert_eq!(ids.len(), 5);
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(
+            servers[0]
+                .control
+                .connections
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        assert!(
+            pool.nodes()[0].last_error.is_none(),
+            "the node is not counted as failed"
+        );
+        // And the next call is served normally too.
+        assert_eq!(pool.next_ids(2).await.unwrap().len(), 2);
+    })
+    .await;
 }
