@@ -150,15 +150,25 @@ impl NodeProc {
         &self.log
     }
 
-    /// Sends a signal by name (`TERM`, `KILL`, `STOP`, `CONT`) to this node only.
+    /// Sends a signal by name (`TERM`, `KILL`, `STOP`, `CONT`, `INT`) to this node only.
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        assert!(ok, "kill -{sig} {}", self.child.id());
+        let signo = match sig {
+            "TERM" => libc::SIGTERM,
+            "KILL" => libc::SIGKILL,
+            "STOP" => libc::SIGSTOP,
+            "CONT" => libc::SIGCONT,
+            "INT" => libc::SIGINT,
+            other => panic!("no signal {other:?}"),
+        };
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) with our own child's pid and a valid signal number.
+        let rc = unsafe { libc::kill(pid, signo) };
+        assert_eq!(
+            rc,
+            0,
+            "kill -{sig} {pid}: {}",
+            std::io::Error::last_os_error()
+        );
     }
 
     /// SIGTERM and wait (bounded) for the exit status.
