@@ -401,7 +401,7 @@ async fn layout(State(state): State<Arc<AdminState>>) -> Response {
         "worker_bits": l.worker_bits(),
         "sequence_bits": l.sequence_bits(),
         "region_bits": l.region_bits(),
-        "region": state.config.region,
+        "region": state.config.region.region(),
         "ends_at": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.end_unix_ms())).to_string(),
         "years_left": left.as_secs_f64() / (365.25 * 86_400.0),
         "namespace": state.config.namespace,
@@ -672,7 +672,7 @@ impl Collector for Metrics {
             l(&ls.free_workers) as i64,
         )?;
         let layout = s.config.layout;
-        let space = if s.config.region.is_some() {
+        let space = if s.config.region.region().is_some() {
             layout.workers_per_region()
         } else {
             layout.worker_count()

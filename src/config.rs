@@ -17,7 +17,7 @@ use crate::generator::DEFAULT_MAX_ROLLBACK_WAIT;
 use crate::layout::{
     Layout, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
 };
-use crate::lease::DEFAULT_TTL;
+use crate::lease::{RegionScope, DEFAULT_TTL};
 use crate::store::StoreUrl;
 
 /// The largest batch a server may be configured to accept (8 MiB of IDs per answer).
@@ -74,9 +74,10 @@ pub struct ServeArgs {
     /// Region bits, taken from the top of the worker field [default: 0].
     #[arg(long, env = "IDGEN_REGION_BITS")]
     pub region_bits: Option<u8>,
-    /// This node's region (needs region bits).
+    /// This node's region, 0 .. 2^region_bits: required with region bits. `global`: one worker
+    /// space over every region, in one shared store (see docs/OPERATIONS.md).
     #[arg(long, env = "IDGEN_REGION")]
-    pub region: Option<u64>,
+    pub region: Option<String>,
 
     /// Lease TTL: how far ahead each renewal moves the lease end [default: 10s].
     #[arg(long, env = "IDGEN_LEASE_TTL")]
@@ -139,7 +140,8 @@ pub struct FileConfig {
     pub worker_bits: Option<u8>,
     pub sequence_bits: Option<u8>,
     pub region_bits: Option<u8>,
-    pub region: Option<u64>,
+    /// A region number, or the string "global".
+    pub region: Option<toml::Value>,
     pub lease_ttl: Option<String>,
     pub lease_safety: Option<String>,
     pub max_rollback_wait: Option<String>,
@@ -174,7 +176,9 @@ pub struct ServeConfig {
     pub namespace: String,
     pub node_id: Option<String>,
     pub layout: Layout,
-    pub region: Option<u64>,
+    /// One region's worker IDs, or the whole worker space (also every layout without region
+    /// bits).
+    pub region: RegionScope,
     pub lease_ttl: Duration,
     pub lease_safety: Duration,
     pub max_rollback_wait: Duration,
@@ -277,21 +281,49 @@ impl ServeArgs {
             .check_epoch(now_unix_ms)
             .map_err(|e| err(format!("layout: {e}")))?;
 
-        let region = pick!(region);
-        if let Some(r) = region {
-            if layout.region_bits() == 0 {
+        let region_text = match (&self.region, &file.region) {
+            (Some(t), _) => Some(t.trim().to_string()),
+            (None, Some(toml::Value::Integer(i))) => Some(i.to_string()),
+            (None, Some(toml::Value::String(t))) => Some(t.trim().to_string()),
+            (None, Some(other)) => {
                 return Err(err(format!(
-                    "region {r} is set but the layout has no region bits (set --region-bits)"
-                )));
+                    "region: {other} is neither a region number nor \"global\""
+                )))
             }
-            if r >= layout.region_count() {
+            (None, None) => None,
+        };
+        let region = match region_text.as_deref() {
+            None if layout.region_bits() > 0 => {
                 return Err(err(format!(
-                    "region {r} does not fit {} region bits (0..{})",
+                    "region: the layout has {} region bits, so every node needs --region: its \
+                     region (0..{}), with one store (or namespace) per region; or \
+                     `--region global` for one worker space over all regions in one shared store",
                     layout.region_bits(),
                     layout.region_count()
-                )));
+                )))
             }
-        }
+            None | Some("global") => RegionScope::Global,
+            Some(t) => {
+                let r: u64 = t.parse().map_err(|_| {
+                    err(format!(
+                        "region: {t:?} is neither a region number nor `global`"
+                    ))
+                })?;
+                if layout.region_bits() == 0 {
+                    return Err(err(format!(
+                        "region {r} is set but the layout has no region bits (set --region-bits)"
+                    )));
+                }
+                if r >= layout.region_count() {
+                    return Err(err(format!(
+                        "region {r} does not fit {} region bits (0..{})",
+                        layout.region_bits(),
+                        layout.region_count()
+                    )));
+                }
+                RegionScope::Region(r)
+            }
+        };
 
         let shards = match pick!(shards) {
             Some(n) => n,
@@ -301,7 +333,7 @@ impl ServeArgs {
             return Err(err(format!("shards: {shards} is not in 1..=1024")));
         }
         let workers_per_shard = pick!(workers_per_shard).unwrap_or(1);
-        let space = if region.is_some() {
+        let space = if region.region().is_some() {
             layout.workers_per_region()
         } else {
             layout.worker_count()
@@ -310,7 +342,7 @@ impl ServeArgs {
         if workers_per_shard == 0 || wanted.is_none_or(|w| w > space) {
             return Err(err(format!(
                 "{shards} shards × {workers_per_shard} worker IDs do not fit the {space} worker IDs the layout offers{}",
-                if region.is_some() { " per region" } else { "" }
+                if region.region().is_some() { " per region" } else { "" }
             )));
         }
 
@@ -435,8 +467,12 @@ impl std::fmt::Display for ServeConfig {
         writeln!(f, "store             = {}", self.store)?;
         writeln!(f, "namespace         = {}", self.namespace)?;
         writeln!(f, "layout            = {}", self.layout)?;
-        if let Some(r) = self.region {
-            writeln!(f, "region            = {r}")?;
+        match self.region {
+            RegionScope::Region(r) => writeln!(f, "region            = {r}")?,
+            RegionScope::Global if self.layout.region_bits() > 0 => {
+                writeln!(f, "region            = global")?
+            }
+            RegionScope::Global => {}
         }
         writeln!(f, "lease_ttl         = {}", d(self.lease_ttl))?;
         writeln!(f, "lease_safety      = {}", d(self.lease_safety))?;
@@ -540,7 +576,7 @@ mod tests {
         })
         .starts_with("store:"));
         assert!(bad(ServeArgs {
-            region: Some(1),
+            region: Some("1".into()),
             ..base()
         })
         .contains("no region bits"));
@@ -581,24 +617,34 @@ mod tests {
 
     #[test]
     fn regions_and_admin_off() {
-        let c = ServeArgs {
+        let with_region = |region: Option<&str>| ServeArgs {
             region_bits: Some(3),
-            region: Some(5),
+            region: region.map(String::from),
             admin_listen: Some("off".into()),
             epoch: Some(DEFAULT_EPOCH_MS.to_string()),
             shards: Some(2),
             ..ServeArgs::default()
-        }
-        .resolve(NOW)
-        .unwrap();
-        assert_eq!(c.region, Some(5));
+        };
+        let c = with_region(Some("5")).resolve(NOW).unwrap();
+        assert_eq!(c.region, RegionScope::Region(5));
         assert_eq!(c.admin_listen, None);
-        assert!(ServeArgs {
-            region_bits: Some(3),
-            region: Some(8),
-            ..ServeArgs::default()
-        }
-        .resolve(NOW)
-        .is_err());
+        assert!(c.to_string().contains("region            = 5"));
+        assert!(with_region(Some("8")).resolve(NOW).is_err());
+        assert!(with_region(Some("west")).resolve(NOW).is_err());
+        // Region bits without a region would lease region 0's worker IDs in every region's
+        // store: refused, with both ways out named.
+        let e = with_region(None).resolve(NOW).unwrap_err().to_string();
+        assert!(
+            e.contains("needs --region") && e.contains("--region global"),
+            "{e}"
+        );
+        // The documented opt-in: one worker space over all regions.
+        let g = with_region(Some("global")).resolve(NOW).unwrap();
+        assert_eq!(g.region, RegionScope::Global);
+        assert!(g.to_string().contains("region            = global"));
+        // Without region bits, the scope is the whole space; `global` says so explicitly.
+        let plain = ServeArgs::default().resolve(NOW).unwrap();
+        assert_eq!(plain.region, RegionScope::Global);
+        assert!(!plain.to_string().contains("region            ="));
     }
 }

@@ -615,6 +615,66 @@ fn connections_opened_one_by_one_spread_over_every_shard() {
     assert!(per_shard.values().all(|&n| n >= 8), "uneven: {per_shard:?}");
 }
 
+/// Regions: region bits without a region are refused (they would lease region 0's worker IDs
+/// in every region's store); a store records the region its namespace serves, and a node of
+/// another region, or of the global pool, is refused by it; `--region global` is the explicit
+/// opt-in for one worker space over all regions.
+#[test]
+fn region_bits_need_a_region_and_the_store_keeps_to_its_region() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args([
+            "serve",
+            "--region-bits",
+            "2",
+            "--store",
+            "memory",
+            "--check-config",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs --region") && err.contains("--region global"),
+        "{err}"
+    );
+
+    let data = tempfile::tempdir().unwrap();
+    fn region(r: &str) -> Vec<&str> {
+        vec!["--region-bits", "2", "--region", r, "--shards", "1"]
+    }
+    let mut first = NodeProc::try_start_in(Some(data.path()), &region("1"), &[]).unwrap();
+    let ids = Conn::open(first.addr).get_ids(5).unwrap();
+    let hello = Conn::open(first.addr).hello.unwrap();
+    // Region 1 of 4 with 10 worker bits: worker IDs 256..512.
+    assert!(ids
+        .iter()
+        .all(|&id| (256..512).contains(&worker_of(&hello, id))));
+    assert!(first.terminate(Duration::from_secs(10)).success());
+    for other in ["2", "global"] {
+        let err = NodeProc::try_start_in(Some(data.path()), &region(other), &[])
+            .err()
+            .unwrap_or_else(|| panic!("a node of {other} started on region 1's store"));
+        assert!(
+            err.contains("region mismatch") && err.contains("serves region 1"),
+            "{err}"
+        );
+    }
+    // The same region comes back.
+    let again = NodeProc::try_start_in(Some(data.path()), &region("1"), &[]).unwrap();
+    assert!(Conn::open(again.addr).get_ids(1).is_ok());
+
+    // A global pool with region bits takes worker IDs anywhere, and keeps them global.
+    let global = tempfile::tempdir().unwrap();
+    let g = NodeProc::try_start_in(Some(global.path()), &region("global"), &[]).unwrap();
+    assert!(Conn::open(g.addr).get_ids(1).is_ok());
+    drop(g);
+    let err = NodeProc::try_start_in(Some(global.path()), &region("0"), &[])
+        .err()
+        .expect("a region node on a global store");
+    assert!(err.contains("region mismatch"), "{err}");
+}
+
 /// The admin (HTTP) address is one node's too.
 #[test]
 fn a_second_node_on_a_served_admin_address_refuses_to_start() {

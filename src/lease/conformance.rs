@@ -12,8 +12,8 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use super::{
-    Grant, LayoutRecord, LeaseConfig, LeaseError, Leases, Owner, Released, WorkerRecord,
-    WorkerState,
+    Grant, LayoutRecord, LeaseConfig, LeaseError, Leases, Owner, RegionScope, Released,
+    WorkerRecord, WorkerState,
 };
 use crate::layout::{Layout, DEFAULT_EPOCH_MS};
 use crate::store::KvStore;
@@ -160,11 +160,12 @@ async fn a_different_layout_is_refused_naming_both(store: &dyn KvStore, ns: &str
 async fn nodes_get_disjoint_ranges_and_a_clear_error_when_full(store: &dyn KvStore, ns: &str) {
     let ctx = format!("{} [{ns}]", store.describe());
     let layout = Layout::new(DEFAULT_EPOCH_MS, 49, 2, 12, 1).unwrap(); // 4 workers, 2 regions
-    let mk = |name: &str, n: u64, region: Option<u64>| {
+    let mk_in = |ns: &str, name: &str, n: u64, region: Option<u64>| {
         let mut c = LeaseConfig::new(ns, n);
-        c.region = region;
+        c.region = region.map_or(RegionScope::Global, RegionScope::Region);
         Leases::new(store, layout, c, owner(name))
     };
+    let mk = |name: &str, n: u64, region: Option<u64>| mk_in(ns, name, n, region);
     let a = mk("a", 1, Some(1)).acquire(NOW).await.unwrap();
     assert_eq!(
         (a.first, a.count),
@@ -180,49 +181,67 @@ async fn nodes_get_disjoint_ranges_and_a_clear_error_when_full(store: &dyn KvSto
         "no free range of 1 worker IDs in region 1: 0 free",
         "{ctx}"
     );
-    let err = mk("d", 3, None).acquire(NOW).await.unwrap_err();
+    // The namespace serves region 1: a node of region 0, or of the global pool, is refused
+    // (it would lease worker IDs that another region's store hands out too).
+    for (name, region) in [("r0", Some(0)), ("global", None)] {
+        let err = mk(name, 1, region).acquire(NOW).await.unwrap_err();
+        assert_eq!(
+            err,
+            LeaseError::RegionMismatch {
+                stored: RegionScope::Region(1),
+                ours: region.map_or(RegionScope::Global, RegionScope::Region),
+            },
+            "{ctx}"
+        );
+        assert!(err.to_string().contains("serves region 1"), "{ctx}: {err}");
+    }
+    // A global pool, in another namespace of the same store.
+    let global = format!("{ns}.global");
+    let err = mk_in(&global, "d", 5, None).acquire(NOW).await.unwrap_err();
+    assert!(matches!(err, LeaseError::BadRequest(_)), "{ctx}: {err:?}");
+    let whole = mk_in(&global, "e", 3, None).acquire(NOW).await.unwrap();
+    assert_eq!((whole.first, whole.count), (0, 3), "{ctx}");
+    let err = mk_in(&global, "f", 2, None).acquire(NOW).await.unwrap_err();
     assert_eq!(
         err,
         LeaseError::NoFreeRange {
-            wanted: 3,
+            wanted: 2,
             region: None,
-            free: 2,
+            free: 1,
             expiring: 0
         },
         "{ctx}"
     );
     assert_eq!(
         err.to_string(),
-        "no free range of 3 worker IDs: 2 free",
+        "no free range of 2 worker IDs: 1 free",
         "{ctx}"
     );
-    let whole = mk("e", 2, None).acquire(NOW).await.unwrap();
-    assert_eq!(whole.first, 0, "{ctx}");
-    let err = mk("f", 1, None).acquire(NOW).await.unwrap_err();
-    assert!(
-        matches!(err, LeaseError::NoFreeRange { free: 0, .. }),
-        "{ctx}: {err:?}"
-    );
-    let occ = mk("x", 1, None).occupancy(NOW).await.unwrap();
-    assert_eq!((occ.free, occ.held, occ.total), (0, 4, 4), "{ctx}");
+    assert!(matches!(
+        mk_in(&global, "g", 1, Some(1)).acquire(NOW).await,
+        Err(LeaseError::RegionMismatch { .. })
+    ));
+    let occ = mk("x", 1, Some(1)).occupancy(NOW).await.unwrap();
+    assert_eq!((occ.free, occ.held, occ.total), (0, 2, 2), "{ctx}");
     // Every worker ID is held by exactly the node it was granted to.
-    let owners: Vec<(u64, String)> = records(&mk("x", 1, None))
+    let owners: Vec<(u64, String)> = records(&mk("x", 1, Some(1)))
+        .await
+        .into_iter()
+        .map(|(id, r)| (id, r.owner.node_id))
+        .collect();
+    assert_eq!(owners, vec![(2, "a".into()), (3, "b".into())], "{ctx}");
+    let owners: Vec<(u64, String)> = records(&mk_in(&global, "x", 1, None))
         .await
         .into_iter()
         .map(|(id, r)| (id, r.owner.node_id))
         .collect();
     assert_eq!(
         owners,
-        vec![
-            (0, "e".into()),
-            (1, "e".into()),
-            (2, "a".into()),
-            (3, "b".into())
-        ],
+        vec![(0, "e".into()), (1, "e".into()), (2, "e".into())],
         "{ctx}"
     );
     assert!(matches!(
-        mk("g", 0, None).acquire(NOW).await,
+        mk("g", 0, Some(1)).acquire(NOW).await,
         Err(LeaseError::BadRequest(_))
     ));
     assert!(matches!(

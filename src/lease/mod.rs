@@ -56,8 +56,10 @@ pub struct LeaseConfig {
     pub safety: Duration,
     /// Worker IDs the node asks for (shards × per-shard).
     pub workers: u64,
-    /// Take the range inside this region (the top worker bits), if set.
-    pub region: Option<u64>,
+    /// Which part of the worker space to lease from: one region's worker IDs (the top worker
+    /// bits), or the whole space. Recorded in the cluster record: every node of a namespace
+    /// must agree.
+    pub region: RegionScope,
     /// Transaction attempts on contention.
     pub max_attempts: u32,
 }
@@ -69,8 +71,40 @@ impl LeaseConfig {
             ttl: DEFAULT_TTL,
             safety: 2 * DEFAULT_TTL,
             workers,
-            region: None,
+            region: RegionScope::Global,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+}
+
+/// The part of the worker space a namespace's nodes lease from. A store (or namespace) per
+/// region records the region it serves, so a node configured for another region, or for none,
+/// is refused instead of leasing the same worker IDs as that region's own store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegionScope {
+    /// The whole worker space: a layout without region bits, or one global pool over all
+    /// regions in one store (`--region global`).
+    Global,
+    /// The worker IDs of one region.
+    Region(u64),
+}
+
+impl RegionScope {
+    /// The region, if the scope is one.
+    pub fn region(self) -> Option<u64> {
+        match self {
+            RegionScope::Global => None,
+            RegionScope::Region(r) => Some(r),
+        }
+    }
+}
+
+impl std::fmt::Display for RegionScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegionScope::Global => f.write_str("the whole worker space (global)"),
+            RegionScope::Region(r) => write!(f, "region {r}"),
         }
     }
 }
@@ -155,6 +189,10 @@ pub struct ClusterRecord {
     pub layout_version: u32,
     pub created_unix_ms: u64,
     pub created_by: String,
+    /// The part of the worker space this namespace serves. Absent in records written before it
+    /// existed: the next node to check the record writes its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region_scope: Option<RegionScope>,
 }
 
 /// Whether a worker ID is held.
@@ -199,6 +237,11 @@ pub struct Grant {
 pub enum LeaseError {
     #[error("layout mismatch: the cluster stores {stored}, this node is configured with {ours}")]
     LayoutMismatch { stored: String, ours: String },
+    #[error("region mismatch: this store's namespace serves {stored}, this node is configured for {ours}; every node of a namespace leases from one part of the worker space (a store per region, each with its own --region; or --region global everywhere with one store)")]
+    RegionMismatch {
+        stored: RegionScope,
+        ours: RegionScope,
+    },
     #[error("no free range of {wanted} worker IDs{}: {free} free{}", region_text(*.region), expiring_text(*.expiring))]
     NoFreeRange {
         wanted: u64,
@@ -319,7 +362,7 @@ impl<'s> Leases<'s> {
     /// The worker IDs a grant may come from: the node's region, or the whole space.
     fn search_space(&self) -> Result<(u64, u64), LeaseError> {
         match self.config.region {
-            Some(r) => {
+            RegionScope::Region(r) => {
                 if r >= self.layout.region_count() {
                     return Err(LeaseError::BadRequest(format!(
                         "region {r} does not exist: the layout has {} region bits ({} regions)",
@@ -330,7 +373,7 @@ impl<'s> Leases<'s> {
                 let size = self.layout.workers_per_region();
                 Ok((r * size, (r + 1) * size))
             }
-            None => Ok((0, self.layout.worker_count())),
+            RegionScope::Global => Ok((0, self.layout.worker_count())),
         }
     }
 
@@ -373,13 +416,15 @@ impl<'s> Leases<'s> {
         }
     }
 
-    /// Checks the cluster record, creating it if this is the first node. Runs inside `txn`.
+    /// Checks the cluster record (layout and region scope), creating it if this is the first
+    /// node. Runs inside `txn`.
     async fn check_cluster(&self, txn: &mut Txn<'_>, now_unix_ms: u64) -> Result<(), LeaseError> {
         let key = self.key("cluster");
         let ours = LayoutRecord::from(self.layout);
+        let scope = self.config.region;
         match txn.get(&key).await? {
             Some(raw) => {
-                let rec: ClusterRecord =
+                let mut rec: ClusterRecord =
                     serde_json::from_slice(&raw).map_err(|e| Self::corrupt(&key, e))?;
                 if rec.layout != ours || rec.layout_version != LAYOUT_VERSION {
                     let stored = match Layout::try_from(rec.layout) {
@@ -391,6 +436,21 @@ impl<'s> Leases<'s> {
                         ours: format!("{} (layout version {LAYOUT_VERSION})", self.layout),
                     });
                 }
+                match rec.region_scope {
+                    Some(stored) if stored != scope => {
+                        return Err(LeaseError::RegionMismatch {
+                            stored,
+                            ours: scope,
+                        })
+                    }
+                    Some(_) => {}
+                    None => {
+                        // A record from before scopes were recorded: record ours (the read
+                        // above is checked, so concurrent nodes agree or one retries).
+                        rec.region_scope = Some(scope);
+                        txn.put(key, to_json(&rec));
+                    }
+                }
             }
             None => {
                 let rec = ClusterRecord {
@@ -398,6 +458,7 @@ impl<'s> Leases<'s> {
                     layout_version: LAYOUT_VERSION,
                     created_unix_ms: now_unix_ms,
                     created_by: self.owner.instance.clone(),
+                    region_scope: Some(scope),
                 };
                 txn.put(key, to_json(&rec));
             }
@@ -443,7 +504,7 @@ impl<'s> Leases<'s> {
         if wanted == 0 || wanted > hi - lo {
             return Err(LeaseError::BadRequest(format!(
                 "asked for {wanted} worker IDs; the {} has {}",
-                if self.config.region.is_some() {
+                if self.config.region.region().is_some() {
                     "region"
                 } else {
                     "layout"
@@ -477,7 +538,7 @@ impl<'s> Leases<'s> {
                 let blocked = avail.values().filter(|a| **a == Avail::Blocked).count() as u64;
                 return Err(LeaseError::NoFreeRange {
                     wanted,
-                    region: self.config.region,
+                    region: self.config.region.region(),
                     free: (hi - lo) - blocked,
                     expiring,
                 });

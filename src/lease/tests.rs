@@ -72,42 +72,9 @@ async fn a_different_layout_is_refused_naming_both() {
     assert_eq!(c.acquire(NOW).await.unwrap().first, 0);
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn nodes_get_disjoint_ranges_and_a_clear_error_when_full() {
-    let s = MemoryStore::new();
-    let layout = Layout::new(DEFAULT_EPOCH_MS, 49, 2, 12, 1).unwrap(); // 4 workers, 2 regions
-    let mk = |name: &str, n: u64, region: Option<u64>| {
-        let mut c = LeaseConfig::new("t", n);
-        c.region = region;
-        Leases::new(&s, layout, c, owner(name))
-    };
-    let a = mk("a", 1, Some(1)).acquire(NOW).await.unwrap();
-    assert_eq!((a.first, a.count), (2, 1), "region 1 is workers 2..4");
-    let b = mk("b", 1, Some(1)).acquire(NOW).await.unwrap();
-    assert_eq!(b.first, 3);
-    assert_eq!(b.generation, a.generation + 1);
-    let err = mk("c", 1, Some(1)).acquire(NOW).await.unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "no free range of 1 worker IDs in region 1: 0 free"
-    );
-    let err = mk("d", 3, None).acquire(NOW).await.unwrap_err();
-    assert_eq!(err.to_string(), "no free range of 3 worker IDs: 2 free");
-    let whole = mk("e", 2, None).acquire(NOW).await.unwrap();
-    assert_eq!(whole.first, 0);
-    assert!(matches!(
-        mk("f", 1, Some(2)).acquire(NOW).await,
-        Err(LeaseError::BadRequest(_))
-    ));
-    assert!(matches!(
-        mk("g", 0, None).acquire(NOW).await,
-        Err(LeaseError::BadRequest(_))
-    ));
-    assert!(matches!(
-        mk("h", 3, Some(0)).acquire(NOW).await,
-        Err(LeaseError::BadRequest(_))
-    ));
-}
+// Disjoint ranges, regions and a clear error when full: the conformance suite's
+// `nodes_get_disjoint_ranges_and_a_clear_error_when_full`, run on the memory store by
+// `memory_store_passes_the_lease_conformance_suite` (and on the embedded store and etcd).
 
 #[tokio::test(flavor = "current_thread")]
 async fn an_expired_lease_is_free_only_after_the_safety_period() {
