@@ -706,7 +706,9 @@ class Client:
                     if e.closes_connection:
                         self._drop(node, conn)
                     raise
-                self._mark_down(node, conn, e)
+                # A 3xx that keeps the connection open (300, 301, an unknown 3xx): back
+                # the node off but keep the connection for when it is tried again.
+                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
                 tried.append(e)
             except (UnavailableError, ProtocolError) as e:
                 if self._closed:
@@ -766,13 +768,20 @@ class Client:
         if conn is not None:
             conn.fail(UnavailableError("connection dropped", node.addr))
 
-    def _mark_down(self, node: _Node, conn: Optional[_Connection], err: BaseException) -> None:
+    def _mark_down(
+        self,
+        node: _Node,
+        conn: Optional[_Connection],
+        err: BaseException,
+        keep_connection: bool = False,
+    ) -> None:
         """Back a node off. Only the first report of one failure counts: reports about an
-        older connection, or while the node is already backing off, do not extend it."""
+        older connection, or while the node is already backing off, do not extend it.
+        ``keep_connection``: the node answered with a status that leaves ``conn`` usable."""
         now = time.monotonic()
         with node.lock:
             stale = conn is not None and node.conn is not conn and node.conn is not None
-            if conn is not None and node.conn is conn:
+            if conn is not None and node.conn is conn and not keep_connection:
                 node.conn = None
             if stale or node.down_until > now:
                 node.last_error = node.last_error or err
@@ -782,7 +791,7 @@ class Client:
                 node.down_until = now + delay
                 node.last_error = err
                 self._stats.add("node_failures")
-        if conn is not None:
+        if conn is not None and not keep_connection:
             conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
 
     # -- prefetch pool ------------------------------------------------------------------------

@@ -169,6 +169,34 @@ class Failover(unittest.TestCase):
             self.assertEqual(client.stats()["connects"], 2)
 
 
+class ServerStatuses(unittest.TestCase):
+    """How 3xx statuses that keep the connection open are handled."""
+
+    def test_300_keeps_the_connection_and_fails_over(self):
+        server = _support.Server(self)
+        self.addCleanup(server.stop)
+        with Client([server.addr]) as probe:
+            epoch = probe.layout.epoch_ms
+        fake = _support.FakeNode(_support.default_hello(epoch_ms=epoch), "unavailable", 300)
+        self.addCleanup(fake.close)
+        with Client([fake.addr, server.addr], backoff_min=0.3) as client:
+            self.assertEqual(len(client.next_ids(5)), 5)  # failed over to the real node
+            state = node_state(client, fake.addr)
+            self.assertTrue(state["down"])
+            self.assertTrue(state["connected"], "300 does not close: keep the connection")
+            self.assertEqual(state["last_error"].status, 300)
+        with Client([fake.addr], backoff_min=0.2, backoff_max=0.2) as client:
+            before = fake.connections
+            for _ in range(3):
+                with self.assertRaises(ServerError) as cm:
+                    client.next_id()
+                self.assertEqual(cm.exception.status, 300)
+                self.assertTrue(node_state(client, fake.addr)["connected"])
+                time.sleep(0.25)  # past the backoff: the same connection is used again
+            self.assertEqual(fake.connections - before, 1)
+            self.assertEqual(client.stats()["connects"], 1)
+
+
 class BadInput(unittest.TestCase):
     def test_count_0_raises_200_without_failover(self):
         server = _support.Server(self)
