@@ -27,7 +27,10 @@ Failover: a node that answers ``3xx`` (except ``304 EXHAUSTED``), does not answe
 ``timeout``, refuses or drops the connection, or sends a bad frame is marked down for an
 exponential backoff (``backoff_min``, doubling per consecutive failure, capped at
 ``backoff_max``), and the WHOLE call is retried on the next node, each node at most once
-per call; nodes backing off are skipped. ``2xx``, ``304`` and the other closing statuses
+per call; nodes backing off are skipped. A ``3xx`` that keeps the connection open keeps
+it for the next try. ``305 RANGE_CHANGED`` is not a node failure: the connection is
+dropped and the call retried at once on a new connection to the same node (once per call;
+then the next node). ``2xx``, ``304`` and the other closing statuses
 (``1xx``, ``5xx``) are raised at once. Retrying cannot duplicate an ID: a server never sends
 an ID twice, so IDs of a failed or abandoned request are only ever lost (a gap).
 
@@ -56,6 +59,7 @@ import weakref
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import protocol
+from . import status as _status
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -323,11 +327,13 @@ class _Connection:
             except socket.timeout:
                 err = UnavailableError(f"send blocked longer than {self._timeout}s", self.node)
                 self.fail(err)
-                raise _fresh(err) from None
+                raise _fresh(self._error or err) from None
             except OSError as e:
+                # The reader may have failed the connection first (a closing ERROR): that
+                # error, not the send's, says what happened.
                 err = UnavailableError(f"send failed: {e}", self.node)
                 self.fail(err)
-                raise _fresh(err) from e
+                raise _fresh(self._error or err) from e
         return slots
 
     def wait(self, slot: _Slot, timeout: float) -> Any:
@@ -390,7 +396,12 @@ class _Connection:
         if isinstance(frame, ErrorFrame):
             err = ServerError(frame.status, frame.name, frame.message, self.node)
             slot.fail(err)
-            if err.closes_connection:
+            if err.status == _status.RANGE_CHANGED:
+                # Every request still in flight (and every later submit) gets the 305 too:
+                # this connection is dead, the node is not, so they reconnect rather than
+                # count the node as down.
+                self.fail(err)
+            elif err.closes_connection:
                 self.fail(
                     UnavailableError(
                         f"server closed the connection after ERROR {frame.status}"
@@ -690,18 +701,28 @@ class Client:
         count = len(self._nodes)
         start = self._preferred
         tried: List[BaseException] = []
-        for k in range(count):
-            index = (start + k) % count
+        order = collections.deque((start + k) % count for k in range(count))
+        reconnected: "set[int]" = set()  # nodes already reconnected to after a 305
+        while order:
+            index = order.popleft()
             node = self._nodes[index]
             if node.down_until > time.monotonic():
                 continue
-            if tried:
+            if tried and index not in reconnected:
                 self._stats.add("failovers")
             conn: Optional[_Connection] = None
             try:
                 conn = self._connection(node)
                 result = run(conn)
             except ServerError as e:
+                if e.status == _status.RANGE_CHANGED and index not in reconnected:
+                    # The node took another worker range and closed this connection. The
+                    # node is fine: reconnect at once (the new HELLO_OK announces the new
+                    # range) and retry the whole call there, once; then the next node.
+                    reconnected.add(index)
+                    self._drop(node, conn)
+                    order.appendleft(index)
+                    continue
                 if not e.retry_elsewhere:
                     if e.closes_connection:
                         self._drop(node, conn)
