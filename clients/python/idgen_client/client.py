@@ -329,8 +329,11 @@ class _Connection:
                 self.fail(err)
                 raise _fresh(self._error or err) from None
             except OSError as e:
-                # The reader may have failed the connection first (a closing ERROR): that
-                # error, not the send's, says what happened.
+                # The peer closed or reset the connection. If it closed it after a closing
+                # ERROR (a 305, say), that frame is in the socket or already read: let the
+                # reader report it (it stops once the connection fails, at most `timeout`),
+                # since it, not the send's error, says what happened.
+                self._reader.join(self._timeout)
                 err = UnavailableError(f"send failed: {e}", self.node)
                 self.fail(err)
                 raise _fresh(self._error or err) from e

@@ -193,6 +193,7 @@ class FakeNode:
             def handle(self):
                 sock = self.request
                 sock.settimeout(10.0)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as idgen does
                 with fake._lock:
                     index = fake.connections
                     fake.connections += 1
