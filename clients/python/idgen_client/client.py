@@ -27,9 +27,22 @@ Failover: a node that answers ``3xx`` (except ``304 EXHAUSTED``), does not answe
 ``timeout``, refuses or drops the connection, or sends a bad frame is marked down for an
 exponential backoff (``backoff_min``, doubling per consecutive failure, capped at
 ``backoff_max``), and the WHOLE call is retried on the next node, each node at most once
-per call; nodes backing off are skipped. ``2xx``, ``304`` and the other closing statuses
+per call; nodes backing off are skipped. A ``3xx`` that keeps the connection open keeps
+it for the next try. ``305 RANGE_CHANGED`` is not a node failure: the connection is
+dropped and the call retried at once on a new connection to the same node (once per call;
+then the next node). ``2xx``, ``304`` and the other closing statuses
 (``1xx``, ``5xx``) are raised at once. Retrying cannot duplicate an ID: a server never sends
 an ID twice, so IDs of a failed or abandoned request are only ever lost (a gap).
+
+Fork: a client inherited by a forked child (gunicorn ``--preload``, Celery prefork,
+``multiprocessing`` with the fork start method) must not use what it inherited: the parent's
+prefetch pool holds IDs the parent hands out too, and its sockets are the parent's (the
+child has no reader thread, and its answers would reach the parent's FIFO). So the child
+forgets every inherited pool, connection, lock and thread, from an ``os.register_at_fork``
+hook and, as a fallback, from a pid check at the start of every public call, and starts
+afresh: new connections on first use, its own refill thread started lazily. It never sends
+on, nor ``shutdown()``s, an inherited socket; it only closes its own copy of the descriptor,
+which leaves the parent's connection untouched.
 
 Errors: when a call tried exactly one node (the only one not backing off), that node's error
 is raised as it is (``UnavailableError``, ``ProtocolError`` or ``ServerError``); when it tried
@@ -38,12 +51,15 @@ several, or none could be tried, it raises ``NoNodeAvailable`` listing each node
 
 import collections
 import itertools
+import os
 import socket
 import threading
 import time
+import weakref
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import protocol
+from . import status as _status
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -273,6 +289,20 @@ class _Connection:
         if threading.current_thread() is not self._reader:
             self._reader.join(join_timeout)
 
+    def forget(self) -> None:
+        """In a forked child: stop using this inherited connection without touching what it
+        shares with the parent. Nothing is sent and there is no ``shutdown()`` (that would
+        cut the parent's connection too); only this process's copy of the descriptor is
+        closed. Its locks may have been held by threads that do not exist here: replaced."""
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pending = collections.deque()
+        self._error = ClientClosedError(f"{self.node}: connection inherited across fork()")
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
     # -- requests -------------------------------------------------------------------------
 
     def submit(self, requests: Sequence[Tuple[int, int]]) -> List[_Slot]:
@@ -297,11 +327,16 @@ class _Connection:
             except socket.timeout:
                 err = UnavailableError(f"send blocked longer than {self._timeout}s", self.node)
                 self.fail(err)
-                raise _fresh(err) from None
+                raise _fresh(self._error or err) from None
             except OSError as e:
+                # The peer closed or reset the connection. If it closed it after a closing
+                # ERROR (a 305, say), that frame is in the socket or already read: let the
+                # reader report it (it stops once the connection fails, at most `timeout`),
+                # since it, not the send's error, says what happened.
+                self._reader.join(self._timeout)
                 err = UnavailableError(f"send failed: {e}", self.node)
                 self.fail(err)
-                raise _fresh(err) from e
+                raise _fresh(self._error or err) from e
         return slots
 
     def wait(self, slot: _Slot, timeout: float) -> Any:
@@ -364,7 +399,12 @@ class _Connection:
         if isinstance(frame, ErrorFrame):
             err = ServerError(frame.status, frame.name, frame.message, self.node)
             slot.fail(err)
-            if err.closes_connection:
+            if err.status == _status.RANGE_CHANGED:
+                # Every request still in flight (and every later submit) gets the 305 too:
+                # this connection is dead, the node is not, so they reconnect rather than
+                # count the node as down.
+                self.fail(err)
+            elif err.closes_connection:
                 self.fail(
                     UnavailableError(
                         f"server closed the connection after ERROR {frame.status}"
@@ -392,6 +432,25 @@ class _Connection:
         err.node = self.node
         slot.fail(err)
         raise err
+
+
+# Fork safety: every live Client, so that the at-fork hook can reset them in a child.
+_CLIENTS: "weakref.WeakSet[Client]" = weakref.WeakSet()
+_FORK_LOCK = threading.Lock()  # serialises the pid-check reset (re-created in a child)
+
+
+def _after_fork_in_child() -> None:
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()
+    for client in list(_CLIENTS):
+        try:
+            client._forget_parent()
+        except Exception:  # pragma: no cover - the pid check on its next call retries
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Node:
@@ -450,6 +509,7 @@ class Client:
             low_water = prefetch // 4
         if prefetch and not 0 <= low_water < prefetch:
             raise ValueError("low_water must be in 0 .. prefetch - 1")
+        self._pid = os.getpid()  # a different pid at a public call: we are a forked child
         self._nodes = [_Node(n) for n in nodes]
         self._timeout = float(timeout)
         self._connect_timeout = float(connect_timeout)
@@ -472,15 +532,14 @@ class Client:
         self._refiller: Optional[threading.Thread] = None
         if self._prefetch:
             self._refill_wanted = True
-            self._refiller = threading.Thread(
-                target=self._refill_loop, name="idgen-prefetch", daemon=True
-            )
-            self._refiller.start()
+            self._start_refiller()
+        _CLIENTS.add(self)
 
     # -- public API -------------------------------------------------------------------------
 
     def next_id(self) -> int:
         """One ID: from the prefetch pool when ``prefetch`` is set, else one GET_IDS."""
+        self._check_fork()
         if self._prefetch:
             return self._pool_pop()
         return self.next_ids(1)[0]
@@ -489,6 +548,7 @@ class Client:
         """``n`` IDs, increasing, from one node (all or nothing). Above the node's
         ``max_batch`` the request is split into pipelined GET_IDS frames and re-joined.
         ``n == 0`` is sent as is and the server's ``200 INVALID_COUNT`` raised."""
+        self._check_fork()
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int, not {type(n).__name__}")
         if n < 0:
@@ -499,6 +559,7 @@ class Client:
 
     def ping(self) -> float:
         """PING a node (with failover); returns the round-trip time in seconds."""
+        self._check_fork()
 
         def run(conn: _Connection) -> float:
             start = time.monotonic()
@@ -512,6 +573,7 @@ class Client:
     @property
     def layout(self) -> Layout:
         """The cluster's ID layout (from the first HELLO_OK; connects if needed)."""
+        self._check_fork()
         if self._layout is None:
             self._with_failover(lambda conn: conn.hello)
         assert self._layout is not None
@@ -524,12 +586,15 @@ class Client:
     def stats(self) -> Dict[str, int]:
         """Counters: ``connects``, ``requests`` (GET_IDS frames sent), ``ids`` (IDs
         received), ``pings``, ``node_failures`` (a node marked down), ``failovers`` (a call
-        moved on to another node), ``prefetch_refills``, ``prefetch_served``."""
+        moved on to another node), ``prefetch_refills``, ``prefetch_served``. A forked
+        child starts from zero."""
+        self._check_fork()
         return self._stats.snapshot()
 
     def nodes(self) -> List[Dict[str, Any]]:
         """Each node's state: ``node``, ``connected``, ``down`` (backing off now),
         ``retry_in`` (seconds), ``failures`` (consecutive), ``last_error``, ``hello``."""
+        self._check_fork()
         now = time.monotonic()
         out = []
         for node in self._nodes:
@@ -550,7 +615,9 @@ class Client:
 
     def close(self) -> None:
         """Close every connection and stop the prefetch thread. IDs still in the pool are
-        dropped (a gap, never a duplicate). Waiting calls fail with ClientClosedError."""
+        dropped (a gap, never a duplicate). Waiting calls fail with ClientClosedError.
+        In a forked child it closes only the child's own connections."""
+        self._check_fork()
         if self._closed:
             return
         self._closed = True
@@ -573,6 +640,40 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({[n.addr for n in self._nodes]!r})"
+
+    # -- fork -------------------------------------------------------------------------------
+
+    def _check_fork(self) -> None:
+        """The fallback (and belt-and-braces) for the at-fork hook: a public call in a
+        process other than the one that created (or last reset) the client resets it."""
+        if self._pid != os.getpid():
+            with _FORK_LOCK:
+                if self._pid != os.getpid():
+                    self._forget_parent()
+
+    def _forget_parent(self) -> None:
+        """In a forked child: drop everything inherited from the parent and start afresh.
+
+        The pool's IDs are the parent's too (handing them out here would duplicate them);
+        the connections are the parent's sockets (forgotten without sending anything or
+        shutting them down, see :meth:`_Connection.forget`); locks may have been held by
+        threads that did not survive the fork, and the refill thread did not survive it
+        either (the first :meth:`next_id` starts a new one). Node backoff and the layout
+        are kept: they describe the cluster, not this process."""
+        for node in self._nodes:
+            conn, node.conn = node.conn, None
+            node.lock = threading.Lock()
+            if conn is not None:
+                conn.forget()
+        self._layout_lock = threading.Lock()
+        self._stats = _Stats()
+        self._pool = collections.deque()
+        self._pool_cond = threading.Condition()
+        self._refill_wanted = bool(self._prefetch)
+        self._refill_gen = 0
+        self._refill_error = None
+        self._refiller = None
+        self._pid = os.getpid()  # last: a reset cut short is redone by the pid check
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -603,23 +704,35 @@ class Client:
         count = len(self._nodes)
         start = self._preferred
         tried: List[BaseException] = []
-        for k in range(count):
-            index = (start + k) % count
+        order = collections.deque((start + k) % count for k in range(count))
+        reconnected: "set[int]" = set()  # nodes already reconnected to after a 305
+        while order:
+            index = order.popleft()
             node = self._nodes[index]
             if node.down_until > time.monotonic():
                 continue
-            if tried:
+            if tried and index not in reconnected:
                 self._stats.add("failovers")
             conn: Optional[_Connection] = None
             try:
                 conn = self._connection(node)
                 result = run(conn)
             except ServerError as e:
+                if e.status == _status.RANGE_CHANGED and index not in reconnected:
+                    # The node took another worker range and closed this connection. The
+                    # node is fine: reconnect at once (the new HELLO_OK announces the new
+                    # range) and retry the whole call there, once; then the next node.
+                    reconnected.add(index)
+                    self._drop(node, conn)
+                    order.appendleft(index)
+                    continue
                 if not e.retry_elsewhere:
                     if e.closes_connection:
                         self._drop(node, conn)
                     raise
-                self._mark_down(node, conn, e)
+                # A 3xx that keeps the connection open (300, 301, an unknown 3xx): back
+                # the node off but keep the connection for when it is tried again.
+                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
                 tried.append(e)
             except (UnavailableError, ProtocolError) as e:
                 if self._closed:
@@ -679,13 +792,20 @@ class Client:
         if conn is not None:
             conn.fail(UnavailableError("connection dropped", node.addr))
 
-    def _mark_down(self, node: _Node, conn: Optional[_Connection], err: BaseException) -> None:
+    def _mark_down(
+        self,
+        node: _Node,
+        conn: Optional[_Connection],
+        err: BaseException,
+        keep_connection: bool = False,
+    ) -> None:
         """Back a node off. Only the first report of one failure counts: reports about an
-        older connection, or while the node is already backing off, do not extend it."""
+        older connection, or while the node is already backing off, do not extend it.
+        ``keep_connection``: the node answered with a status that leaves ``conn`` usable."""
         now = time.monotonic()
         with node.lock:
             stale = conn is not None and node.conn is not conn and node.conn is not None
-            if conn is not None and node.conn is conn:
+            if conn is not None and node.conn is conn and not keep_connection:
                 node.conn = None
             if stale or node.down_until > now:
                 node.last_error = node.last_error or err
@@ -695,7 +815,7 @@ class Client:
                 node.down_until = now + delay
                 node.last_error = err
                 self._stats.add("node_failures")
-        if conn is not None:
+        if conn is not None and not keep_connection:
             conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
 
     # -- prefetch pool ------------------------------------------------------------------------
@@ -706,6 +826,8 @@ class Client:
         guard = (self._connect_timeout + self._timeout * parts) * len(self._nodes) + 1.0
         deadline = time.monotonic() + guard
         with self._pool_cond:
+            if self._refiller is None and not self._closed:
+                self._start_refiller()  # in a forked child: the parent's did not survive
             seen_gen = self._refill_gen
             while True:
                 if self._closed:
@@ -726,6 +848,12 @@ class Client:
                 if remaining <= 0:
                     raise UnavailableError(f"prefetch pool stayed empty for {guard:.1f}s")
                 self._pool_cond.wait(remaining)
+
+    def _start_refiller(self) -> None:
+        self._refiller = threading.Thread(
+            target=self._refill_loop, name="idgen-prefetch", daemon=True
+        )
+        self._refiller.start()
 
     def _refill_loop(self) -> None:
         while True:

@@ -35,6 +35,7 @@ STATUSES: Dict[int, StatusInfo] = {
 
 BAD_FRAME = 100
 FRAME_TOO_LARGE = 101
+RANGE_CHANGED = 305
 
 
 def name(code: int) -> Optional[str]:

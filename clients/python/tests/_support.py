@@ -151,24 +151,41 @@ def error_bytes(status, message):
     return struct.pack(">IBH", 3 + len(msg), 0xFF, status) + msg
 
 
+def ids_bytes(ids):
+    return struct.pack(f">IBI{len(ids)}Q", 5 + 8 * len(ids), 0x82, len(ids), *ids)
+
+
+def pong_bytes(token):
+    return struct.pack(">IBQ", 9, 0x83, token)
+
+
 class FakeNode:
     """A tiny idgen node: completes the handshake with ``hello`` (a HelloOk), then answers
     every request according to ``mode``:
 
-    * ``"unavailable"``: ERROR ``status`` (default 300 UNAVAILABLE_LEASE) to every request
-      (the connection stays open);
+    * ``"unavailable"``: ERROR ``status`` (default 300 UNAVAILABLE_LEASE) to every request;
+      the connection stays open, unless the status closes it (then the fake closes it);
     * ``"garbage"``: bytes that are not a valid response frame;
-    * ``"silent"``: nothing at all (the client must time out).
+    * ``"silent"``: nothing at all (the client must time out);
+    * ``"range_changed"``: on the first connection, serves ``serve_before`` requests, then
+      answers the next one with ERROR 305 RANGE_CHANGED and closes; every later connection
+      is greeted with ``hello_after`` (default ``hello``) and served.
 
-    ``requests`` counts the request frames it received after the handshake.
+    Serving answers GET_IDS with IDS (from one counter shared by all connections, so IDs
+    never repeat) and PING with PONG. ``requests`` counts the request frames received after
+    the handshake; ``ids_by_connection[i]`` lists the IDs sent on the ``i``-th connection.
     """
 
-    def __init__(self, hello, mode, status=300):
+    def __init__(self, hello, mode, status=300, serve_before=0, hello_after=None):
         self.hello = hello
+        self.hello_after = hello_after or hello
         self.mode = mode
         self.status = status
+        self.serve_before = serve_before
         self.requests = 0
         self.connections = 0
+        self.ids_by_connection = []
+        self._next_id = 1 << 40
         self._lock = threading.Lock()
         fake = self
 
@@ -176,25 +193,40 @@ class FakeNode:
             def handle(self):
                 sock = self.request
                 sock.settimeout(10.0)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as idgen does
                 with fake._lock:
+                    index = fake.connections
                     fake.connections += 1
+                    sent = []
+                    fake.ids_by_connection.append(sent)
+                mode = fake.mode
+                if mode == "range_changed" and index > 0:
+                    mode = "serve"
                 try:
                     if read_exact(sock, 13) is None:
                         return
-                    sock.sendall(hello_ok_bytes(fake.hello))
-                    for _ in range(100000):  # bounded
+                    sock.sendall(hello_ok_bytes(fake.hello if index == 0 else fake.hello_after))
+                    for k in range(100000):  # bounded
                         header = read_exact(sock, 4)
                         if header is None:
                             return
                         (length,) = struct.unpack(">I", header)
-                        if read_exact(sock, length) is None:
+                        body = read_exact(sock, length)
+                        if body is None:
                             return
                         with fake._lock:
                             fake.requests += 1
-                        if fake.mode == "unavailable":
+                        if mode == "unavailable":
                             sock.sendall(error_bytes(fake.status, "fake node says no"))
-                        elif fake.mode == "garbage":
+                            if protocol.ErrorFrame(fake.status, "").closes:
+                                return
+                        elif mode == "garbage":
                             sock.sendall(b"\x00\x00\x00\x09\x84garbage!")
+                        elif mode == "range_changed" and k >= fake.serve_before:
+                            sock.sendall(error_bytes(305, "worker range changed"))
+                            return  # and close
+                        elif mode in ("serve", "range_changed"):
+                            sock.sendall(fake._answer(body, sent))
                         # "silent": answer nothing
                 except OSError:
                     return
@@ -208,6 +240,20 @@ class FakeNode:
         self.addr = f"{host}:{port}"
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
+
+    def _answer(self, body, sent):
+        if body[0] == protocol.OP_PING:
+            return pong_bytes(struct.unpack(">Q", body[1:9])[0])
+        (count,) = struct.unpack(">I", body[1:5])
+        if count == 0:
+            return error_bytes(200, "count 0")
+        if count > self.hello.max_batch:
+            return error_bytes(201, "batch too large")
+        with self._lock:
+            ids = list(range(self._next_id, self._next_id + count))
+            self._next_id += count
+        sent.extend(ids)
+        return ids_bytes(ids)
 
     def close(self):
         self._server.shutdown()

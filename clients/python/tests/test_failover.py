@@ -169,6 +169,101 @@ class Failover(unittest.TestCase):
             self.assertEqual(client.stats()["connects"], 2)
 
 
+class ServerStatuses(unittest.TestCase):
+    """How 3xx statuses that keep the connection open and 305 (which closes it) are handled."""
+
+    def test_300_keeps_the_connection_and_fails_over(self):
+        server = _support.Server(self)
+        self.addCleanup(server.stop)
+        with Client([server.addr]) as probe:
+            epoch = probe.layout.epoch_ms
+        fake = _support.FakeNode(_support.default_hello(epoch_ms=epoch), "unavailable", 300)
+        self.addCleanup(fake.close)
+        with Client([fake.addr, server.addr], backoff_min=0.3) as client:
+            self.assertEqual(len(client.next_ids(5)), 5)  # failed over to the real node
+            state = node_state(client, fake.addr)
+            self.assertTrue(state["down"])
+            self.assertTrue(state["connected"], "300 does not close: keep the connection")
+            self.assertEqual(state["last_error"].status, 300)
+        with Client([fake.addr], backoff_min=0.2, backoff_max=0.2) as client:
+            before = fake.connections
+            for _ in range(3):
+                with self.assertRaises(ServerError) as cm:
+                    client.next_id()
+                self.assertEqual(cm.exception.status, 300)
+                self.assertTrue(node_state(client, fake.addr)["connected"])
+                time.sleep(0.25)  # past the backoff: the same connection is used again
+            self.assertEqual(fake.connections - before, 1)
+            self.assertEqual(client.stats()["connects"], 1)
+
+    def test_305_reconnects_and_the_call_succeeds_at_once(self):
+        fake = _support.FakeNode(
+            _support.default_hello(worker_first=5), "range_changed", serve_before=1,
+            hello_after=_support.default_hello(worker_first=9),
+        )  # fmt: skip
+        self.addCleanup(fake.close)
+        # A long backoff: a client that counted the node as broken would fail the next call.
+        with Client([fake.addr], backoff_min=5.0, timeout=2.0) as client:
+            first = client.next_ids(3)
+            self.assertEqual(node_state(client, fake.addr)["hello"].worker_first, 5)
+            start = time.monotonic()
+            second = client.next_ids(3)  # answered with 305 and a close, then retried
+            self.assertLess(time.monotonic() - start, 3.0)
+            self.assertEqual(fake.connections, 2)
+            self.assertEqual(fake.ids_by_connection, [first, second])
+            state = node_state(client, fake.addr)
+            self.assertFalse(state["down"])
+            self.assertEqual(state["failures"], 0)
+            self.assertEqual(state["hello"].worker_first, 9, "the new HELLO_OK's range")
+            self.assertEqual(len(client.next_ids(4)), 4)
+            client.ping()
+            stats = client.stats()
+            self.assertEqual((stats["connects"], stats["node_failures"]), (2, 0), stats)
+
+    def test_305_in_a_split_batch_never_hands_out_the_answered_part(self):
+        fake = _support.FakeNode(
+            _support.default_hello(max_batch=10), "range_changed", serve_before=1
+        )
+        self.addCleanup(fake.close)
+        with Client([fake.addr], backoff_min=5.0, timeout=2.0) as client:
+            ids = client.next_ids(25)  # 10 + 10 + 5: the first part answered, then 305
+            partial = fake.ids_by_connection[0]
+            self.assertEqual(len(partial), 10, "the fake answered the first part")
+            self.assertEqual(len(ids), 25)
+            self.assertTrue(all(a < b for a, b in zip(ids, ids[1:])))
+            self.assertFalse(set(ids) & set(partial), "IDs of the partly answered batch")
+            self.assertEqual(ids, fake.ids_by_connection[1])
+
+    def test_305_with_requests_in_flight_from_several_threads(self):
+        fake = _support.FakeNode(_support.default_hello(), "range_changed", serve_before=10)
+        self.addCleanup(fake.close)
+        with Client([fake.addr], backoff_min=5.0, timeout=2.0) as client:
+            start = time.monotonic()
+            results = _support.run_threads(
+                4, lambda i: [i for _ in range(25) for i in client.next_ids(2)], timeout=30
+            )
+            self.assertLess(time.monotonic() - start, 10.0)
+            all_ids = [i for r in results for i in r]
+            self.assertEqual(len(all_ids), 200)
+            self.assertEqual(len(set(all_ids)), 200)
+            self.assertEqual(fake.connections, 2)
+            self.assertEqual(client.stats()["node_failures"], 0)
+
+    def test_305_again_after_the_reconnect_moves_on_to_the_next_node(self):
+        server = _support.Server(self)
+        self.addCleanup(server.stop)
+        with Client([server.addr]) as probe:
+            epoch = probe.layout.epoch_ms
+        fake = _support.FakeNode(_support.default_hello(epoch_ms=epoch), "unavailable", 305)
+        self.addCleanup(fake.close)
+        with Client([fake.addr, server.addr], backoff_min=5.0) as client:
+            self.assertEqual(len(client.next_ids(5)), 5)
+            self.assertEqual(fake.connections, 2, "one reconnect, then the next node")
+            state = node_state(client, fake.addr)
+            self.assertTrue(state["down"])
+            self.assertEqual(state["last_error"].status, 305)
+
+
 class BadInput(unittest.TestCase):
     def test_count_0_raises_200_without_failover(self):
         server = _support.Server(self)
