@@ -132,6 +132,11 @@ pub enum GenError {
     ClockStalled { waited_ms: u64 },
     #[error("unavailable: lease ceiling (timestamp {timestamp} ms, ceiling {ceiling} ms)")]
     LeaseCeiling { timestamp: u64, ceiling: u64 },
+    /// This node's clock reads past the layout's last timestamp while timestamps below it are
+    /// still unused here: a fault of this node's clock as far as it can tell (another node may
+    /// serve), so clients try elsewhere.
+    #[error("unavailable: this node's clock reads past the layout's last timestamp ({max_timestamp} ms after the epoch); if every node says so, the timestamp range has run out")]
+    ClockPastEnd { max_timestamp: u64 },
     #[error("exhausted: the layout's timestamp range has run out")]
     Exhausted,
 }
@@ -145,6 +150,7 @@ impl GenError {
                 | GenError::ClockBehindFloor { .. }
                 | GenError::BeforeEpoch
                 | GenError::ClockStalled { .. }
+                | GenError::ClockPastEnd { .. }
         )
     }
 }
@@ -417,7 +423,15 @@ impl<C: Clock> Generator<C> {
         }
         if now > self.last_ts {
             if now > self.max_timestamp {
-                return Err(Err(GenError::Exhausted));
+                // Exhausted only when this range has used the last timestamp (or its floor is
+                // there): then no clock can help. Otherwise the clock is past the end.
+                return Err(Err(if self.last_ts >= self.max_timestamp {
+                    GenError::Exhausted
+                } else {
+                    GenError::ClockPastEnd {
+                        max_timestamp: self.max_timestamp,
+                    }
+                }));
             }
             let ceiling = self.ceiling.get();
             if now >= ceiling {

@@ -266,6 +266,34 @@ fn layout_range_end_is_exhausted() {
 }
 
 #[test]
+fn a_clock_past_the_layout_end_is_a_clock_fault_while_timestamps_are_left() {
+    // This node's clock jumped past the end, but the range has never issued near it: another
+    // node (with a sane clock) can serve, so this is "unavailable: clock", not "exhausted".
+    let layout = Layout::default();
+    let clock = TestClock::new(DEFAULT_EPOCH_MS + START);
+    let mut g = Generator::new(
+        layout,
+        ShardConfig::default(),
+        Arc::new(Ceiling::new(u64::MAX)),
+        clock.clone(),
+    )
+    .unwrap();
+    assert!(g.next_id().is_ok());
+    clock.set_wall_ms(DEFAULT_EPOCH_MS + layout.max_timestamp() + 5);
+    let e = g.next_id().unwrap_err();
+    assert_eq!(
+        e,
+        GenError::ClockPastEnd {
+            max_timestamp: layout.max_timestamp()
+        }
+    );
+    assert!(e.is_clock());
+    // And back: served again.
+    clock.set_wall_ms(DEFAULT_EPOCH_MS + START + 10);
+    assert!(g.next_id().is_ok());
+}
+
+#[test]
 fn clock_before_epoch_is_unavailable() {
     let clock = TestClock::new(DEFAULT_EPOCH_MS - 1);
     let mut g = Generator::new(
@@ -448,7 +476,7 @@ proptest! {
                     prop_assert!(frozen, "stalled with a running clock");
                     prop_assert!(waited_ms >= 12);
                 }
-                Err(e @ (GenError::Exhausted | GenError::BeforeEpoch)) => prop_assert!(false, "unexpected {e}"),
+                Err(e @ (GenError::Exhausted | GenError::BeforeEpoch | GenError::ClockPastEnd { .. })) => prop_assert!(false, "unexpected {e}"),
             }
         }
         prop_assert_eq!(stat(&r.g.stats().issued), issued);

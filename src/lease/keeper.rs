@@ -127,6 +127,9 @@ pub struct Keeper<C: Clock> {
     shared: Arc<LeaseShared>,
     /// The grant as last committed (its `lease_end` follows successful renewals).
     grant: Mutex<Option<Grant>>,
+    /// The time (wall ms) the last successful grant or renewal used, and the monotonic clock
+    /// (ns) when it began: bounds how far the next one may move the lease end.
+    anchor: Mutex<Option<(u64, u64)>>,
 }
 
 impl<C: Clock + Send + Sync + 'static> Keeper<C> {
@@ -151,6 +154,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 layout,
             }),
             grant: Mutex::new(None),
+            anchor: Mutex::new(None),
         }
     }
 
@@ -176,6 +180,38 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         self.grant.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The wall-clock time a lease operation uses, bounded by the monotonic clock: at most the
+    /// previous grant's or renewal's time plus the monotonic time elapsed since, plus one TTL.
+    /// A wall clock that jumps ahead (by an hour, or by years) then moves the lease end at most
+    /// one TTL per renewal beyond the time that really passed, instead of burning the range up
+    /// to the jumped clock; while it is ahead the shards meet their ceiling and refuse (fail
+    /// closed), and a correct clock that was stepped forward is caught up with in bounded
+    /// steps. Returns the time and the monotonic reading it was taken at.
+    fn lease_now(&self) -> (u64, u64) {
+        let wall = self.clock.wall_ms();
+        let mono = self.clock.mono_ns();
+        let anchor = *self.anchor.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((then_ms, then_mono)) = anchor else {
+            return (wall, mono);
+        };
+        let elapsed_ms = mono.saturating_sub(then_mono) / 1_000_000;
+        let bound = then_ms
+            .saturating_add(elapsed_ms)
+            .saturating_add(duration_ms(self.config.ttl));
+        if wall > bound {
+            tracing::warn!(
+                event = "clock_jumped_ahead",
+                ahead_ms = wall - bound,
+                "the wall clock is ahead of the time that passed on the monotonic clock; the lease advances by the monotonic clock"
+            );
+        }
+        (wall.min(bound), mono)
+    }
+
+    fn set_anchor(&self, now_ms: u64, mono: u64) {
+        *self.anchor.lock().unwrap_or_else(|e| e.into_inner()) = Some((now_ms, mono));
+    }
+
     async fn timed<T>(
         &self,
         f: impl std::future::Future<Output = Result<T, LeaseError>>,
@@ -190,8 +226,9 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
 
     /// Acquires a lease and publishes it. At start-up, the caller treats an error as fatal.
     pub async fn acquire(&self) -> Result<Arc<LeaseView>, LeaseError> {
-        let now = self.clock.wall_ms();
+        let (now, mono) = self.lease_now();
         let grant = self.timed(self.leases().acquire(now)).await?;
+        self.set_anchor(now, mono);
         let view = Arc::new(LeaseView {
             ceiling: Arc::new(Ceiling::new(grant.lease_end)),
             grant: grant.clone(),
@@ -274,7 +311,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         };
         let stats = &self.shared.stats;
         let started = Instant::now();
-        let now = self.clock.wall_ms();
+        let (now, mono) = self.lease_now();
         let result = self.timed(self.leases().renew(&grant, now)).await;
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         stats.renew_latency_us.store(latency_us, Ordering::Relaxed);
@@ -283,6 +320,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             .fetch_add(latency_us, Ordering::Relaxed);
         match result {
             Ok(lease_end) => {
+                self.set_anchor(now, mono);
                 view.ceiling.raise_to(lease_end);
                 if let Some(g) = self.grant_slot().as_mut() {
                     g.lease_end = lease_end;
@@ -398,6 +436,49 @@ mod tests {
             Owner::this_process(Some(name.into()), SystemClock::new().wall_ms()),
             SystemClock::new(),
         )
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_clock_jump_ahead_moves_the_lease_end_only_by_the_time_that_passed_plus_a_ttl() {
+        let store = Arc::new(MemoryStore::new());
+        let clock = crate::clock::TestClock::new(SystemClock::new().wall_ms());
+        let ttl_ms = 1_000;
+        let mut config = LeaseConfig::new("keeper-jump", 1);
+        config.ttl = Duration::from_millis(ttl_ms);
+        config.safety = Duration::from_millis(2 * ttl_ms);
+        let layout = Layout::default();
+        let k = Keeper::new(
+            store,
+            layout,
+            config,
+            Owner::this_process(Some("jumper".into()), clock.wall_ms()),
+            clock.clone(),
+        );
+        let start_id = clock.wall_ms() - layout.epoch_ms();
+        let view = k.acquire().await.unwrap();
+        assert_eq!(view.ceiling.get(), start_id + ttl_ms);
+        // The wall clock jumps an hour ahead; 300 ms really pass.
+        clock.step_wall(3_600_000);
+        clock.advance(Duration::from_millis(300));
+        k.renew_once().await;
+        let bound = start_id + 300 + 2 * ttl_ms;
+        assert_eq!(view.ceiling.get(), bound, "not an hour ahead");
+        // Each renewal gains at most one TTL over the time that passed.
+        clock.advance(Duration::from_millis(300));
+        k.renew_once().await;
+        assert_eq!(view.ceiling.get(), bound + 300 + ttl_ms);
+        // The clock comes back: the lease end never moves backwards, and renewals go on from
+        // the real time.
+        clock.step_wall(-3_600_000);
+        clock.advance(Duration::from_millis(300));
+        k.renew_once().await;
+        assert_eq!(view.ceiling.get(), bound + 300 + ttl_ms);
+        clock.advance(Duration::from_millis(5 * ttl_ms));
+        k.renew_once().await;
+        assert_eq!(
+            view.ceiling.get(),
+            clock.wall_ms() - layout.epoch_ms() + ttl_ms
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]
