@@ -212,23 +212,37 @@ impl Drop for NodeProc {
 
 /// A plain HTTP/1.1 request (the admin API); returns (status, body).
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect admin");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    try_http(addr, method, path, body, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
+}
+
+/// One HTTP/1.1 request; `Err` on a refused connection, a timeout or a garbled answer.
+pub fn try_http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
     let body = body.unwrap_or("");
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(req.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read HTTP answer");
+    s.read_to_end(&mut raw).map_err(|e| format!("read: {e}"))?;
     let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").expect("HTTP head");
+    let (head, rest) = text.split_once("\r\n\r\n").ok_or("no HTTP head")?;
     let status: u16 = head
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .expect("status code");
+        .ok_or("no status code")?;
     let body = if head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
@@ -237,7 +251,7 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (
     } else {
         rest.to_string()
     };
-    (status, body)
+    Ok((status, body))
 }
 
 fn dechunk(mut s: &str) -> String {
