@@ -26,6 +26,9 @@ struct Member {
     data_dir: PathBuf,
     log: PathBuf,
     child: Option<Child>,
+    /// Run the member as this user (and group) ID instead of the test's own: packet filters
+    /// can then tell its traffic apart (`nft … meta skuid`), for partition tests.
+    uid: Option<u32>,
 }
 
 /// A running (or partly stopped) etcd cluster.
@@ -96,13 +99,19 @@ fn healthy(port: u16) -> bool {
 impl EtcdCluster {
     /// Starts `members` (1 or 3) members and waits until every one is healthy.
     pub fn start(members: usize) -> EtcdCluster {
+        Self::start_as(members, &[])
+    }
+
+    /// As [`start`](Self::start), with members `(index, uid)` run as another user ID (root
+    /// only).
+    pub fn start_as(members: usize, uids: &[(usize, u32)]) -> EtcdCluster {
         assert!(members == 1 || members == 3, "1 or 3 members");
         let bin = etcd_binary();
         // Ports picked by binding port 0 can be taken by someone else before etcd binds them:
         // retry a couple of times with new ports.
         let mut last_err = String::new();
         for _ in 0..3 {
-            match Self::try_start(&bin, members) {
+            match Self::try_start(&bin, members, uids) {
                 Ok(c) => return c,
                 Err(e) if e.contains("address already in use") => last_err = e,
                 Err(e) => panic!("etcd cluster did not start: {e}"),
@@ -111,7 +120,7 @@ impl EtcdCluster {
         panic!("etcd cluster did not start: {last_err}");
     }
 
-    fn try_start(bin: &Path, n: usize) -> Result<EtcdCluster, String> {
+    fn try_start(bin: &Path, n: usize, uids: &[(usize, u32)]) -> Result<EtcdCluster, String> {
         static CLUSTERS: AtomicU32 = AtomicU32::new(0);
         let dir = tempfile::Builder::new()
             .prefix("idgen-etcd-")
@@ -130,8 +139,18 @@ impl EtcdCluster {
                 data_dir: dir.path().join(format!("m{i}.etcd")),
                 log: dir.path().join(format!("m{i}.log")),
                 child: None,
+                uid: uids.iter().find(|(m, _)| *m == i).map(|(_, u)| *u),
             })
             .collect();
+        for m in members.iter().filter(|m| m.uid.is_some()) {
+            // The member writes its own data directory.
+            std::fs::create_dir_all(&m.data_dir).expect("member data dir");
+            let uid = m.uid.unwrap();
+            std::os::unix::fs::chown(&m.data_dir, Some(uid), Some(uid)).expect("chown (root?)");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&m.data_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         let initial_cluster = members
             .iter()
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
@@ -183,6 +202,10 @@ impl EtcdCluster {
             // etcd 3.4 refuses other architectures unless told otherwise.
             cmd.env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH);
         }
+        if let Some(uid) = m.uid {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(uid);
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.display()));
@@ -222,6 +245,19 @@ impl EtcdCluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Each member's client and peer port.
+    pub fn ports(&self) -> Vec<(u16, u16)> {
+        self.members
+            .iter()
+            .map(|m| (m.client_port, m.peer_port))
+            .collect()
+    }
+
+    /// Whether member `i` answers `/health` with a leader.
+    pub fn member_healthy(&self, i: usize) -> bool {
+        healthy(self.members[i].client_port)
     }
 
     /// Client endpoints, `127.0.0.1:port`, one per member.

@@ -49,6 +49,17 @@ impl NodeProc {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<NodeProc, String> {
+        Self::try_start_as(None, data_dir, args, env)
+    }
+
+    /// As [`try_start_in`](Self::try_start_in), as user (and group) `uid` when set (root only):
+    /// packet filters can then tell the node's traffic apart, for partition tests.
+    pub fn try_start_as(
+        uid: Option<u32>,
+        data_dir: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<NodeProc, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("idgen.log");
         let data = data_dir.map_or_else(|| dir.path().join("data"), Path::to_path_buf);
@@ -69,6 +80,16 @@ impl NodeProc {
             .stderr(std::fs::File::create(&log).expect("log file"));
         for (k, v) in env {
             cmd.env(k, v);
+        }
+        if let Some(uid) = uid {
+            use std::os::unix::process::CommandExt;
+            let data = data_dir.map_or_else(|| dir.path().join("data"), Path::to_path_buf);
+            std::fs::create_dir_all(&data).expect("data dir");
+            std::os::unix::fs::chown(&data, Some(uid), Some(uid)).expect("chown (root?)");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+            cmd.uid(uid).gid(uid).current_dir(&data);
         }
         let mut child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
         let stdout = child.stdout.take().expect("stdout");
