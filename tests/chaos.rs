@@ -75,15 +75,100 @@ fn ms(d: Duration) -> u64 {
 
 // ---------------------------------------------------------------- the recorded history
 
-/// One client connection's history.
+/// One client connection's history, kept compact: IDs arrive in runs of consecutive integers
+/// (one shard, one millisecond), so a run `(first, count)` is recorded, not every ID. Order
+/// per connection and the announced range are checked as answers arrive; duplicates are
+/// checked at the end as overlaps of runs. Memory grows with the number of runs, not IDs.
 struct ConnLog {
     node: usize,
     conn: u64,
     hello: ServerHello,
-    /// Every ID received on this connection, in order.
-    ids: Vec<u64>,
-    /// (receive time, number of IDs) per IDS frame, in order.
+    /// Runs of consecutive IDs, in the order received.
+    runs: Vec<(u64, u32)>,
+    /// Per IDS frame: receive time and the index of its first run.
     batches: Vec<(Instant, u32)>,
+    /// IDs received.
+    ids: u64,
+    /// The last ID received (order check).
+    last: Option<u64>,
+    not_increasing: u64,
+    outside: u64,
+    /// The first few order and range violations, described.
+    examples: Vec<String>,
+}
+
+impl ConnLog {
+    fn new(node: usize, conn: u64, hello: ServerHello) -> ConnLog {
+        ConnLog {
+            node,
+            conn,
+            hello,
+            runs: Vec::new(),
+            batches: Vec::new(),
+            ids: 0,
+            last: None,
+            not_increasing: 0,
+            outside: 0,
+            examples: Vec::new(),
+        }
+    }
+
+    /// Records one IDS frame's IDs (given in the order received), checking them on the way.
+    fn push(&mut self, at: Instant, ids: impl IntoIterator<Item = u64>) {
+        let h = self.hello;
+        let (lo, hi) = (
+            u64::from(h.worker_first),
+            u64::from(h.worker_first) + u64::from(h.worker_count),
+        );
+        self.batches.push((at, self.runs.len() as u32));
+        let mut current: Option<(u64, u32)> = None;
+        for id in ids {
+            self.ids += 1;
+            if self.last.is_some_and(|l| id <= l) {
+                self.not_increasing += 1;
+                if self.examples.len() < 5 {
+                    self.examples.push(format!(
+                        "node {} conn {}: {id} after {} (not increasing)",
+                        self.node,
+                        self.conn,
+                        self.last.unwrap()
+                    ));
+                }
+            }
+            self.last = Some(id);
+            let worker = h.decompose(id).worker;
+            if !(lo..hi).contains(&worker) || id >> 63 != 0 {
+                self.outside += 1;
+                if self.examples.len() < 5 {
+                    self.examples.push(format!(
+                        "node {} conn {}: ID {id} has worker {worker} outside its HELLO range {lo}..{hi}",
+                        self.node, self.conn
+                    ));
+                }
+            }
+            current = match current {
+                Some((first, n)) if first + u64::from(n) == id && n < u32::MAX => {
+                    Some((first, n + 1))
+                }
+                Some(run) => {
+                    self.runs.push(run);
+                    Some((id, 1))
+                }
+                None => Some((id, 1)),
+            };
+        }
+        self.runs.extend(current);
+    }
+
+    /// The runs of batch `b`.
+    fn batch_runs(&self, b: usize) -> &[(u64, u32)] {
+        let start = self.batches[b].1 as usize;
+        let end = self
+            .batches
+            .get(b + 1)
+            .map_or(self.runs.len(), |n| n.1 as usize);
+        &self.runs[start..end]
+    }
 }
 
 /// A request that failed: an ERROR frame, a timeout, or a connection that could not be made.
@@ -213,13 +298,7 @@ fn client_thread(shared: Arc<Shared>, node: usize, seed: u64) -> History {
                 continue;
             }
         };
-        let mut log = ConnLog {
-            node,
-            conn: shared.conn_ids.fetch_add(1, Ordering::Relaxed),
-            hello,
-            ids: Vec::new(),
-            batches: Vec::new(),
-        };
+        let mut log = ConnLog::new(node, shared.conn_ids.fetch_add(1, Ordering::Relaxed), hello);
         while !shared.stop.load(Ordering::Relaxed) {
             let n = 1 + rng.below(shared.max_batch) as u32;
             match c.get_ids(n) {
@@ -228,8 +307,7 @@ fn client_thread(shared: Arc<Shared>, node: usize, seed: u64) -> History {
                     if ids.len() != n as usize {
                         err(&mut h, format!("asked {n} IDs, got {}", ids.len()));
                     }
-                    log.batches.push((at, ids.len() as u32));
-                    log.ids.extend_from_slice(&ids);
+                    log.push(at, ids);
                 }
                 Ok(Answer::Error(status, message)) => {
                     err(&mut h, format!("{status}: {message}"));
@@ -247,7 +325,7 @@ fn client_thread(shared: Arc<Shared>, node: usize, seed: u64) -> History {
                 std::thread::sleep(Duration::from_micros(rng.below(shared.pause_us)));
             }
         }
-        if !log.ids.is_empty() || !log.batches.is_empty() {
+        if log.ids > 0 || !log.batches.is_empty() {
             h.conns.push(log);
         }
     }
@@ -581,7 +659,10 @@ impl Chaos {
             t,
             vec![
                 format!("drift alarm after {} ms: {}", ms(after), body.trim()),
-                format!("serving again {} ms after the clock came back", ms(recovered)),
+                format!(
+                    "serving again {} ms after the clock came back",
+                    ms(recovered)
+                ),
             ],
         );
     }
@@ -864,83 +945,77 @@ fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
 
 // ---------------------------------------------------------------- the checks
 
-fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
-    let seed = ch.seed;
-    let mut violations: Vec<String> = Vec::new();
-    let total: usize = hist.conns.iter().map(|c| c.ids.len()).sum();
+/// What the safety checks found over a whole history.
+#[derive(Debug, Default)]
+struct Safety {
+    ids: u64,
+    runs: usize,
+    dups: u64,
+    not_increasing: u64,
+    outside: u64,
+    violations: Vec<String>,
+    stop_lines: Vec<String>,
+}
 
-    // 1. Duplicates, over everything every client received.
-    let mut all: Vec<(u64, u32)> = Vec::with_capacity(total);
+/// The safety checks, over everything every client received: no ID twice (as overlaps of
+/// runs, sorted per first ID), strictly increasing per connection and inside the connection's
+/// HELLO range (counted as the answers arrived), and the paused nodes' ceiling bounds.
+fn check_safety(hist: &History, stop_checks: &[StopCheck]) -> Safety {
+    let mut out = Safety::default();
+    // 1. Duplicates: runs of every connection, sorted by first ID; a run that starts below
+    //    the end of the runs before it overlaps them.
+    let mut all: Vec<(u64, u32, u32)> = Vec::new();
     for (k, c) in hist.conns.iter().enumerate() {
-        all.extend(c.ids.iter().map(|&id| (id, k as u32)));
+        out.ids += c.ids;
+        all.extend(c.runs.iter().map(|&(first, n)| (first, n, k as u32)));
     }
+    out.runs = all.len();
     all.sort_unstable();
-    let mut dups = 0usize;
-    for w in all.windows(2) {
-        if w[0].0 == w[1].0 {
-            dups += 1;
-            if dups <= 5 {
-                let (a, b) = (&hist.conns[w[0].1 as usize], &hist.conns[w[1].1 as usize]);
-                violations.push(format!(
-                    "duplicate ID {} on node {} conn {} (workers {}+{}) and node {} conn {} (workers {}+{})",
-                    w[0].0, a.node, a.conn, a.hello.worker_first, a.hello.worker_count,
-                    b.node, b.conn, b.hello.worker_first, b.hello.worker_count
-                ));
+    let mut reach: Option<(u64, u32)> = None; // (end of the runs so far, the run reaching it)
+    for &(first, n, k) in &all {
+        let end = first + u64::from(n);
+        if let Some((prev_end, pk)) = reach {
+            if first < prev_end {
+                let overlap = prev_end.min(end) - first;
+                out.dups += overlap;
+                if out.violations.len() < 5 {
+                    let (a, b) = (&hist.conns[pk as usize], &hist.conns[k as usize]);
+                    out.violations.push(format!(
+                        "duplicate IDs {first}..{} ({overlap}) on node {} conn {} (workers {}+{}) and node {} conn {} (workers {}+{})",
+                        first + overlap,
+                        a.node, a.conn, a.hello.worker_first, a.hello.worker_count,
+                        b.node, b.conn, b.hello.worker_first, b.hello.worker_count
+                    ));
+                }
             }
+        }
+        if reach.is_none_or(|(prev_end, _)| end > prev_end) {
+            reach = Some((end, k));
         }
     }
     drop(all);
 
     // 2. Strictly increasing per connection; 3. worker inside the connection's HELLO range.
-    let (mut not_increasing, mut outside) = (0usize, 0usize);
     for c in &hist.conns {
-        let h = &c.hello;
-        for w in c.ids.windows(2) {
-            if w[1] <= w[0] {
-                not_increasing += 1;
-                if not_increasing <= 5 {
-                    violations.push(format!(
-                        "node {} conn {}: {} after {} (not increasing)",
-                        c.node, c.conn, w[1], w[0]
-                    ));
-                }
-            }
-        }
-        let (lo, hi) = (
-            u64::from(h.worker_first),
-            u64::from(h.worker_first) + u64::from(h.worker_count),
-        );
-        for &id in &c.ids {
-            let p = h.decompose(id);
-            if !(lo..hi).contains(&p.worker) || id >> 63 != 0 {
-                outside += 1;
-                if outside <= 5 {
-                    violations.push(format!(
-                        "node {} conn {}: ID {id} has worker {} outside its HELLO range {lo}..{hi}",
-                        c.node, c.conn, p.worker
-                    ));
-                }
-            }
-        }
+        out.not_increasing += c.not_increasing;
+        out.outside += c.outside;
+        out.violations.extend(c.examples.iter().take(5).cloned());
     }
 
     // 4. The paused node, after SIGCONT: nothing at or beyond its old ceiling bound until the
-    //    successors released the space (only then can it hold a lease again).
-    let mut stop_lines = Vec::new();
-    for s in &ch.stop_checks {
-        let (mut after, mut beyond) = (0usize, 0usize);
+    //    successors released the space (only then can it hold a lease again). A run lies in
+    //    one millisecond: its first ID's timestamp is every one's.
+    for s in stop_checks {
+        let (mut after, mut beyond) = (0u64, 0u64);
         for c in hist.conns.iter().filter(|c| c.node == s.node) {
-            let mut idx = 0usize;
-            for &(at, n) in &c.batches {
-                let ids = &c.ids[idx..idx + n as usize];
-                idx += n as usize;
+            for (b, &(at, _)) in c.batches.iter().enumerate() {
                 if at < s.cont || at >= s.released {
                     continue;
                 }
-                after += ids.len();
-                for &id in ids {
-                    if c.hello.decompose(id).ms_since_epoch >= s.bound_ms {
-                        beyond += 1;
+                for &(first, n) in c.batch_runs(b) {
+                    after += u64::from(n);
+                    if c.hello.decompose(first).ms_since_epoch >= s.bound_ms {
+                        beyond += u64::from(n);
                     }
                 }
             }
@@ -950,10 +1025,34 @@ fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
             s.node, s.old_range.0, s.old_range.0 + s.old_range.1, s.taken_by_successor
         );
         if s.taken_by_successor && beyond > 0 {
-            violations.push(line.clone());
+            out.violations.push(line.clone());
         }
-        stop_lines.push(line);
+        out.stop_lines.push(line);
     }
+    out
+}
+
+/// Peak resident memory of this process (the clients and the checker), MiB.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
+    let seed = ch.seed;
+    let checking = Instant::now();
+    let safety = check_safety(hist, &ch.stop_checks);
+    let check_time = checking.elapsed();
+    let mut violations = safety.violations.clone();
+    let stop_lines = &safety.stop_lines;
+    let total = safety.ids;
+    let (dups, not_increasing, outside) = (safety.dups, safety.not_increasing, safety.outside);
 
     // Per fault: how long clients saw errors.
     println!("\nchaos[{seed}]: per fault (times from injection; recovery from the last error)");
@@ -1042,15 +1141,18 @@ fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
             println!("    {n} × {k}");
         }
     }
-    for l in &stop_lines {
+    for l in stop_lines {
         println!("{l}");
     }
     println!(
-        "\nchaos[{seed}]: {} faults, {} connections, {total} IDs checked, {dups} duplicates, {not_increasing} not increasing, {outside} outside their HELLO range, {} client errors, {:.1} s",
+        "\nchaos[{seed}]: {} faults, {} connections, {total} IDs checked in {} runs, {dups} duplicates, {not_increasing} not increasing, {outside} outside their HELLO range, {} client errors, {:.1} s; check {:.2} s, peak memory {:.0} MiB",
         ch.faults.len() - 1,
         hist.conns.len(),
+        safety.runs,
         hist.errors.len(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        check_time.as_secs_f64(),
+        peak_rss_mib()
     );
     assert!(
         violations.is_empty(),
@@ -1060,7 +1162,7 @@ fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
     );
     assert!(total > 10_000, "seed {seed}: only {total} IDs issued");
     Summary {
-        ids: total,
+        ids: total as usize,
         faults: ch.faults.len() - 1,
     }
 }
@@ -1092,4 +1194,153 @@ fn chaos_long() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(300);
     run(seed(), Duration::from_secs(secs), true);
+}
+
+// ---------------------------------------------------------------- the checker's own tests
+
+/// A recorded history the checker must pass, built like the clients build theirs: `conns`
+/// connections, each on its own two worker IDs, answering random batches of consecutive IDs
+/// (one shard walking its workers within a millisecond), timestamps increasing.
+fn synthetic_history(seed: u64, conns: usize) -> History {
+    let mut rng = Rng(seed);
+    let mut h = History::default();
+    let t0 = Instant::now();
+    for k in 0..conns {
+        let hello = ServerHello {
+            version: 1,
+            epoch_ms: 1_767_225_600_000,
+            timestamp_bits: 41,
+            worker_bits: 3,
+            sequence_bits: 19,
+            region_bits: 0,
+            max_batch: 65_536,
+            max_request_frame: 64,
+            worker_first: (2 * (k % 4)) as u32,
+            worker_count: 2,
+            shard: 0,
+        };
+        let mut log = ConnLog::new(k % 3, k as u64, hello);
+        // Connections on the same workers use disjoint timestamps (successive holders).
+        let mut ts = 1_000_000 + (k as u64 / 4) * 10_000_000;
+        for b in 0..200 {
+            ts += 1 + rng.below(3);
+            let n = 1 + rng.below(400);
+            let base = (ts << 22) | (u64::from(hello.worker_first) << 19);
+            log.push(t0 + Duration::from_micros(b), base..base + n);
+        }
+        h.conns.push(log);
+    }
+    h
+}
+
+#[test]
+fn the_checker_passes_a_clean_history_and_counts_it_in_runs() {
+    let h = synthetic_history(7, 12);
+    let s = check_safety(&h, &[]);
+    assert!(s.violations.is_empty(), "{:?}", s.violations);
+    assert_eq!((s.dups, s.not_increasing, s.outside), (0, 0, 0));
+    assert_eq!(s.runs, 12 * 200, "one run per batch: {s:?}");
+    assert!(s.ids > 12 * 200 * 100);
+}
+
+#[test]
+fn the_checker_finds_a_planted_duplicate() {
+    for seed in 1..=20u64 {
+        let mut h = synthetic_history(seed, 8);
+        let mut rng = Rng(seed);
+        // An ID some connection received, received again by another connection (later).
+        let from = rng.below(8) as usize;
+        let mut to = rng.below(8) as usize;
+        if to == from {
+            to = (to + 1) % 8;
+        }
+        let (first, n) = h.conns[from].runs[rng.below(200) as usize];
+        let dup = first + rng.below(u64::from(n));
+        // Keep the receiving connection's own order and range plausible: give it a copy of
+        // the source's HELLO, as if it were the same shard after a reconnect.
+        h.conns[to].hello = h.conns[from].hello;
+        h.conns[to].last = None;
+        h.conns[to].push(Instant::now(), [dup]);
+        let s = check_safety(&h, &[]);
+        assert_eq!(s.dups, 1, "seed {seed}: {s:?}");
+        assert!(
+            s.violations.iter().any(|v| v.contains("duplicate")),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn the_checker_finds_an_overlap_of_whole_runs() {
+    let mut h = synthetic_history(3, 4);
+    let (first, n) = h.conns[0].runs[50];
+    let hello = h.conns[0].hello;
+    h.conns[1].hello = hello;
+    h.conns[1].last = None;
+    // Half the run again, shifted: an overlap of n / 2 IDs.
+    let half = u64::from(n / 2).max(1);
+    h.conns[1].push(
+        Instant::now(),
+        first + u64::from(n) - half..first + u64::from(n) + 10,
+    );
+    let s = check_safety(&h, &[]);
+    assert_eq!(s.dups, half, "{s:?}");
+}
+
+#[test]
+fn the_checker_finds_an_id_out_of_order_and_one_outside_its_range() {
+    for seed in 1..=20u64 {
+        let mut h = synthetic_history(seed, 6);
+        let mut rng = Rng(seed);
+        let k = rng.below(6) as usize;
+        let last = h.conns[k].last.unwrap();
+        // Below the connection's last ID, but no duplicate: a fresh timestamp far below.
+        let back = last - (50_000 << 22);
+        h.conns[k].push(Instant::now(), [back]);
+        let s = check_safety(&h, &[]);
+        assert_eq!(s.not_increasing, 1, "seed {seed}: {s:?}");
+        assert_eq!(s.dups, 0, "seed {seed}");
+        assert!(s.violations.iter().any(|v| v.contains("not increasing")));
+
+        let mut h = synthetic_history(seed, 6);
+        let c = &mut h.conns[k];
+        let last = c.last.unwrap();
+        // The next millisecond, on a worker outside the connection's two.
+        let ts = (last >> 22) + 1;
+        let w = (u64::from(c.hello.worker_first) + 2) % 8;
+        c.push(Instant::now(), [(ts << 22) | (w << 19)]);
+        let s = check_safety(&h, &[]);
+        assert_eq!(s.outside, 1, "seed {seed}: {s:?}");
+        assert!(s
+            .violations
+            .iter()
+            .any(|v| v.contains("outside its HELLO range")));
+    }
+}
+
+#[test]
+fn the_checker_finds_a_paused_node_issuing_beyond_its_old_ceiling() {
+    let mut h = synthetic_history(5, 3);
+    let cont = Instant::now();
+    let node = h.conns[0].node;
+    let last = h.conns[0].last.unwrap();
+    let bound_ms = (last >> 22) + 5;
+    let w = u64::from(h.conns[0].hello.worker_first);
+    h.conns[0].push(
+        cont + Duration::from_millis(1),
+        [(bound_ms << 22) | (w << 19)],
+    );
+    let check = StopCheck {
+        node,
+        cont,
+        released: cont + Duration::from_secs(1),
+        bound_ms,
+        old_range: (0, 2),
+        taken_by_successor: true,
+    };
+    let s = check_safety(&h, &[check]);
+    assert!(
+        s.violations.iter().any(|v| v.contains("1 at or beyond")),
+        "{s:?}"
+    );
 }
