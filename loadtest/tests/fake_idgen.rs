@@ -356,6 +356,24 @@ fn closing_status_reconnects() {
 }
 
 #[test]
+fn range_changed_reconnects_and_the_run_goes_on() {
+    // A node whose worker range changed closes the connection with RANGE_CHANGED: the load
+    // tester reconnects (a new HELLO_OK) and finishes the run.
+    let addr = start_fake(
+        65536,
+        Ids::Global,
+        &[(7, Action::Error(Status::RANGE_CHANGED))],
+    );
+    let r = run(&addr, &["--requests", "50", "--pipeline", "4", "--verify"]);
+    assert_eq!(r.code, 0, "stderr: {}", r.stderr);
+    let v = r.json();
+    assert_eq!(v["errors"], serde_json::json!({"RANGE_CHANGED": 1}));
+    assert_eq!(n(&v, "reconnects"), 1);
+    assert_eq!(n(&v, "requests") + n(&v, "unanswered"), 50);
+    assert_eq!(n(&v, "duplicates"), 0);
+}
+
+#[test]
 fn malformed_frame_is_described_once_and_reconnects() {
     let addr = start_fake(65536, Ids::Global, &[(3, Action::Malformed)]);
     let r = run(&addr, &["--requests", "20", "--verify"]);
