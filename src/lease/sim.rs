@@ -8,7 +8,8 @@
 //! ## What runs
 //!
 //! Each simulated process is the deployed code on simulated time (a [`TestClock`] per
-//! process): the real [`Keeper`] (`acquire`, `renew_once`, `release`), two real shard
+//! process, whose monotonic clock follows true time and whose wall clock is true time plus an
+//! offset that jumps and drifts): the real [`Keeper`] (`acquire`, `renew_once`, `release`), two real shard
 //! generators ([`ShardGen`], rebuilt from the keeper's [`LeaseView`] on a new generation, with
 //! the shared ceiling) that clients ask for IDs through the range their connection announced,
 //! and the real shutdown path ([`release_after_shards`]: stop the shards, release at the
@@ -562,10 +563,22 @@ impl Sim {
             .set_wall_ms(self.now.saturating_add_signed(proc_.offset));
     }
 
+    /// True time passes: every monotonic clock moves by `ms`, every wall clock to true time
+    /// plus its offset (which drifts).
     fn advance(&mut self, ms: u64) {
+        self.advance_but(ms, None);
+    }
+
+    /// Like [`advance`](Self::advance), where process `credit.0`'s clocks already moved
+    /// `credit.1` ns of it (its generator slept).
+    fn advance_but(&mut self, ms: u64, credit: Option<(usize, u64)>) {
         self.now += ms;
         for p in 0..self.processes.len() {
             let proc_ = &mut self.processes[p];
+            let done_ns = credit.filter(|(c, _)| *c == p).map_or(0, |(_, ns)| ns);
+            proc_.clock.advance(Duration::from_nanos(
+                (ms * 1_000_000).saturating_sub(done_ns),
+            ));
             proc_.offset += proc_.drift_per_s * ms as i64 / 1000;
             self.sync_clock(p);
         }
@@ -916,13 +929,13 @@ impl Sim {
         }
         let generation = shard.stats.generation.load(Ordering::Relaxed);
         // The generator may have slept on the process's clock: that much time passed.
-        let waited_ms = (proc_.clock.mono_ns() - mono_before).div_ceil(1_000_000);
+        let waited_ns = proc_.clock.mono_ns() - mono_before;
         self.totals.issue_calls += 1;
         for (first, count) in runs {
             self.record_run(p, generation, first, count);
         }
-        if waited_ms > 0 {
-            self.advance(waited_ms);
+        if waited_ns > 0 {
+            self.advance_but(waited_ns.div_ceil(1_000_000), Some((p, waited_ns)));
         }
     }
 
