@@ -1,65 +1,109 @@
-//! Deterministic simulation of many nodes leasing worker IDs from one store, with crashes,
-//! restarts, zombies (an old process that keeps running after its replacement started),
-//! partitions, clocks that run fast, slow and jump, and a store that fails or answers
-//! "unknown". Time and the order of every operation are under the test's control (a seeded
-//! PRNG), so a failure names a seed that reproduces it exactly.
+//! Deterministic simulation of many nodes leasing worker IDs from one store and issuing IDs
+//! under their leases, with crashes, restarts, zombies (an old process that keeps running after
+//! its replacement started), partitions, clocks that run fast, slow and jump, a store that fails
+//! or answers "unknown", and **interleaved transactions**. Time and the order of every
+//! operation are under the test's control (a seeded PRNG), so a failure names a seed (and the
+//! step) that reproduces it exactly.
 //!
-//! Checked across all of it, for every worker ID:
-//! - two grants (generations) never issue the same timestamp, and a newer grant's
-//!   timestamps are all above an older grant's (disjoint, ordered intervals);
-//! - a new grant's floor is at or above every timestamp ever issued for the worker IDs it
-//!   covers (no interval starts at or below the previous holder's `lease_end`).
+//! ## What runs
+//!
+//! Each simulated process is the deployed code on simulated time (a [`TestClock`] per
+//! process, whose monotonic clock follows true time and whose wall clock is true time plus an
+//! offset that jumps and drifts): the real [`Keeper`] (`acquire`, `renew_once`, `release`), two real shard
+//! generators ([`ShardGen`], rebuilt from the keeper's [`LeaseView`] on a new generation, with
+//! the shared ceiling) that clients ask for IDs through the range their connection announced,
+//! and the real shutdown path ([`release_after_shards`]: stop the shards, release at the
+//! largest timestamp they issued under the current generation, or at the ceiling if a shard
+//! "panicked"). The simulation only talks to the public lease API and looks at issued IDs, so
+//! it does not depend on the store's record format.
+//!
+//! ## Interleaving
+//!
+//! Every process reaches the store through its own [`Link`]. A keeper operation runs as a
+//! future that the simulation polls by hand. After any read (`get` or `scan`) and before any
+//! commit, the link may (seeded PRNG, [`Sched`]) suspend the operation: the future returns
+//! `Pending` with its reads done and its commit not yet sent. The simulation then usually runs
+//! a *rival* operation of another process (acquire, renew or shutdown-release, chosen by the
+//! PRNG), which may itself be suspended and run rivals (up to three deep), and resumes the
+//! suspended one now or at a later step; meanwhile time passes, clocks jump, shards issue,
+//! processes crash. A read that is not conflict-checked at commit is therefore exposed to
+//! every write that can land between it and the commit.
+//!
+//! ## What is checked, over the whole history
+//!
+//! - no ID is issued twice (the runs every shard emitted, as integer intervals, are disjoint);
+//! - every ID lies inside its holder's grant: its worker in the granted range, its timestamp
+//!   strictly above the grant's floor and strictly below the highest ceiling the keeper ever
+//!   published for it;
+//! - per worker ID, grants use disjoint, ordered timestamp intervals: every timestamp of an
+//!   older generation is below every timestamp of a newer one, and at or below the newer
+//!   grant's floor (checked both when a grant appears and at every issue).
+//!
+//! ## Mutants
+//!
+//! [`Mutant`] breaks one fence at a time inside the simulation (at the link or the shutdown
+//! path, not in `lease/mod.rs`), and a test per mutant asserts that some seed fails; a further
+//! test asserts that, without interleaving, the two conflict-check mutants go unseen. The same
+//! three bugs written into `lease/mod.rs` (renewal reading through snapshot reads, the
+//! acquisition's re-read not checked, release at `last_issued - 1`) fail the default run too:
+//!
+//! - in `Leases::renew`, `let recs = { let mut snapshot = Txn::new(self.store);
+//!   self.read_own(&mut snapshot, grant).await? };` (the checks go with the discarded
+//!   transaction): seed 1, step 482, a zombie's renewal overwrites a newer grant and its
+//!   IDs rise above that grant's floor;
+//! - in `Leases::acquire`, the re-read `txn.get(&key)` as `self.store.get(&key)`: seed 12,
+//!   step 933, a grant whose floor is below what the renewing holder then issued;
+//! - in `Leases::release`, `t.saturating_sub(1).max(grant.floor)`: seed 0, step 59.
+//!
+//! (Seeds and steps as of the commit that added this; any change to the simulation moves
+//! them.) The simulation before interleaving passed the first two over 2000 seeds.
+//!
+//! `IDGEN_SIM_SEEDS=N` runs seeds `0..N` (default 200), `IDGEN_SIM_STEPS` the steps per seed
+//! (default 1000), `IDGEN_SIM_SUSPEND` the chance (percent, default 25) that a read or commit
+//! suspends its operation, `IDGEN_SIM_SEED=S` one seed only, and `IDGEN_SIM_MUTANT=renew-unchecked`
+//! (`acquire-reread-unchecked`, `release-below-last-issued`) runs the main test with a mutant.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
+use super::keeper::{Keeper, KeeperTiming, LeaseView};
 use super::*;
-use crate::layout::DEFAULT_EPOCH_MS;
+use crate::clock::{Clock, TestClock};
+use crate::config::ServeConfig;
+use crate::layout::{Id, DEFAULT_EPOCH_MS};
+use crate::server::shard::{IssueError, ShardGen};
+use crate::server::{release_after_shards, ShardExit, ShardStats};
 use crate::store::memory::{Fault, MemoryStore};
 use crate::store::{BoxFuture, Check, Entry, Write};
 
-/// A node's path to the shared store; can be cut (a partition).
-struct Link {
-    store: Arc<MemoryStore>,
-    cut: AtomicBool,
+/// One fence broken on purpose, to show the simulation notices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mutant {
+    None,
+    /// A renewal commits without the checks of the records it read (as if it read them with
+    /// snapshot reads instead of `Txn::get`).
+    RenewUnchecked,
+    /// An acquisition commits without checks on the keys it re-read under a prefix it scanned
+    /// (the chosen records), keeping the others (cluster record, generation counter).
+    AcquireRereadUnchecked,
+    /// Shutdown releases one millisecond below the true last-issued timestamp.
+    ReleaseBelowLastIssued,
 }
 
-impl Link {
-    fn check(&self) -> Result<(), StoreError> {
-        if self.cut.load(Ordering::Relaxed) {
-            Err(StoreError::Unavailable("partitioned".into()))
-        } else {
-            Ok(())
+impl Mutant {
+    fn from_env() -> Mutant {
+        match std::env::var("IDGEN_SIM_MUTANT").as_deref() {
+            Err(_) | Ok("") | Ok("none") => Mutant::None,
+            Ok("renew-unchecked") => Mutant::RenewUnchecked,
+            Ok("acquire-reread-unchecked") => Mutant::AcquireRereadUnchecked,
+            Ok("release-below-last-issued") => Mutant::ReleaseBelowLastIssued,
+            Ok(other) => panic!("IDGEN_SIM_MUTANT={other}: not a mutant"),
         }
-    }
-}
-
-impl KvStore for Link {
-    fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>> {
-        match self.check() {
-            Ok(()) => self.store.get(key),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
-    }
-    fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
-        match self.check() {
-            Ok(()) => self.store.scan(prefix),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
-    }
-    fn commit<'a>(
-        &'a self,
-        checks: &'a [Check],
-        writes: &'a [Write],
-    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
-        match self.check() {
-            Ok(()) => self.store.commit(checks, writes),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
-    }
-    fn describe(&self) -> String {
-        "sim link".into()
     }
 }
 
@@ -67,6 +111,12 @@ impl KvStore for Link {
 struct Rng(u64);
 
 impl Rng {
+    fn new(seed: u64, stream: u64) -> Rng {
+        Rng(
+            (seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                | 1,
+        )
+    }
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -79,60 +129,351 @@ impl Rng {
     fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
+    fn pick<T: Copy>(&mut self, items: &[T]) -> Option<T> {
+        (!items.is_empty()).then(|| items[self.below(items.len() as u64) as usize])
+    }
+}
+
+/// Decides where store operations are suspended; shared by every link of one simulation.
+struct Sched {
+    rng: Mutex<Rng>,
+    /// Chance (percent) that a read or a commit suspends its operation.
+    suspend_percent: AtomicU64,
+    /// Suspensions, by the kind of operation suspended ([`OpKind`] as index).
+    suspensions: [AtomicU64; 4],
+    conflicts: AtomicU64,
+}
+
+impl Sched {
+    fn suspend_here(&self, op: OpKind) -> bool {
+        let percent = self.suspend_percent.load(Ordering::Relaxed);
+        let yes = percent > 0 && self.rng.lock().unwrap().chance(percent);
+        if yes {
+            self.suspensions[op as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        yes
+    }
+}
+
+/// Returns `Pending` once: the point where a rival may run.
+struct Suspend(bool);
+
+impl Future for Suspend {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
+}
+
+/// Runs a future that must be ready at once (the memory store answers synchronously).
+fn ready<T>(f: impl Future<Output = T>) -> T {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("a memory store operation did not complete at once"),
+    }
+}
+
+/// The keeper operation a process has in flight, as its link sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum OpKind {
+    Idle = 0,
+    Acquire = 1,
+    Renew = 2,
+    Release = 3,
+}
+
+impl OpKind {
+    fn from_u8(v: u8) -> OpKind {
+        match v {
+            1 => OpKind::Acquire,
+            2 => OpKind::Renew,
+            3 => OpKind::Release,
+            _ => OpKind::Idle,
+        }
+    }
+}
+
+/// A process's path to the shared store: can be cut (a partition), suspends operations between
+/// their reads and their commit, and applies a mutant to the commits.
+struct Link {
+    store: Arc<MemoryStore>,
+    sched: Arc<Sched>,
+    mutant: Mutant,
+    cut: AtomicBool,
+    op: AtomicU8,
+    /// Prefixes scanned by the transaction in progress.
+    scanned: Mutex<Vec<Vec<u8>>>,
+    /// Where the operation was last suspended, for the trace.
+    suspended_at: Mutex<&'static str>,
+}
+
+impl Link {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.cut.load(Ordering::Relaxed) {
+            Err(StoreError::Unavailable("partitioned".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn suspend_here(&self, at: &'static str) -> bool {
+        let yes = self.sched.suspend_here(self.op());
+        if yes {
+            *self.suspended_at.lock().unwrap() = at;
+        }
+        yes
+    }
+
+    fn op(&self) -> OpKind {
+        OpKind::from_u8(self.op.load(Ordering::Relaxed))
+    }
+
+    fn start_op(&self, kind: OpKind) {
+        self.op.store(kind as u8, Ordering::Relaxed);
+        self.scanned.lock().unwrap().clear();
+    }
+
+    /// The checks a commit is sent with: all of them, unless a mutant drops some. A commit
+    /// ends the transaction.
+    fn checks_for_commit(&self, checks: &[Check]) -> Vec<Check> {
+        let op = self.op();
+        let mut scanned = self.scanned.lock().unwrap();
+        let sent = match (self.mutant, op) {
+            (Mutant::RenewUnchecked, OpKind::Renew) => Vec::new(),
+            (Mutant::AcquireRereadUnchecked, OpKind::Acquire) => checks
+                .iter()
+                .filter(|c| !scanned.iter().any(|p| c.key.starts_with(p)))
+                .cloned()
+                .collect(),
+            _ => checks.to_vec(),
+        };
+        scanned.clear();
+        sent
+    }
+}
+
+impl KvStore for Link {
+    fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>> {
+        // The read happens now; the answer may arrive after a rival ran.
+        let read = self.check().and_then(|()| ready(self.store.get(key)));
+        let suspend = read.is_ok() && self.suspend_here("after a get");
+        Box::pin(async move {
+            if suspend {
+                Suspend(false).await;
+            }
+            read
+        })
+    }
+    fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
+        let read = self.check().and_then(|()| ready(self.store.scan(prefix)));
+        if read.is_ok() {
+            self.scanned.lock().unwrap().push(prefix.to_vec());
+        }
+        let suspend = read.is_ok() && self.suspend_here("after a scan");
+        Box::pin(async move {
+            if suspend {
+                Suspend(false).await;
+            }
+            read
+        })
+    }
+    fn commit<'a>(
+        &'a self,
+        checks: &'a [Check],
+        writes: &'a [Write],
+    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        let suspend = self.suspend_here("before its commit");
+        Box::pin(async move {
+            if suspend {
+                Suspend(false).await;
+            }
+            // The commit is sent now, after whatever ran while it was suspended.
+            self.check()?;
+            let checks = self.checks_for_commit(checks);
+            let outcome = self.store.commit(&checks, writes).await;
+            if outcome == Ok(Commit::Conflict) {
+                self.sched.conflicts.fetch_add(1, Ordering::Relaxed);
+            }
+            outcome
+        })
+    }
+    fn describe(&self) -> String {
+        "sim link".into()
+    }
+}
+
+/// What a finished keeper operation returned.
+enum Outcome {
+    Acquired(Result<Arc<LeaseView>, LeaseError>),
+    Renewed,
+    Released(Result<Released, LeaseError>),
+}
+
+/// A keeper operation in flight.
+struct InFlight {
+    kind: OpKind,
+    fut: Pin<Box<dyn Future<Output = Outcome>>>,
+}
+
+/// One shard and the connection a client keeps to it.
+struct Shard {
+    gen: ShardGen<TestClock>,
+    stats: Arc<ShardStats>,
+    /// The range the connection's HELLO_OK announced; `None`: reconnect first.
+    announced: Option<(u64, u64)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Running,
+    /// Shards stopped; the release is in flight.
+    Stopping,
+    Gone,
 }
 
 struct Process {
     name: usize,
     instance: u32,
     link: Arc<Link>,
+    clock: TestClock,
     /// Clock offset from true time, ms (changes by jumps and by drift).
     offset: i64,
     /// Extra ms the clock gains (or loses) per second of true time.
     drift_per_s: i64,
-    grant: Option<Grant>,
+    keeper: Arc<Keeper<TestClock>>,
+    shards: Vec<Shard>,
+    op: Option<InFlight>,
     /// Steps until a cut link heals.
     cut_for: u32,
-    /// The ceiling as the process knows it: the last lease_end it saw committed.
-    ceiling: u64,
-    /// Last timestamp issued under the current grant (the generator never goes back).
-    last_issued: Option<u64>,
+    state: State,
+}
+
+impl Process {
+    fn label(&self) -> String {
+        format!("node{}#{}", self.name, self.instance)
+    }
+    fn holds(&self) -> bool {
+        self.state == State::Running && self.keeper.shared().current().is_some()
+    }
+}
+
+/// A grant as the simulation saw its keeper publish it.
+struct GrantSeen {
+    first: u64,
+    count: u64,
+    floor: u64,
+    /// The highest ceiling the keeper published for it.
+    ceiling_max: u64,
+    holder: String,
 }
 
 const TTL_MS: u64 = 3_000;
-const WORKERS_PER_NODE: u64 = 2;
+const SHARDS: u64 = 2;
+const WORKERS_PER_SHARD: u64 = 1;
+const MAX_RUNNING: usize = 8;
+const TRACE_LEN: usize = 40;
+
+/// Counters over one run, to show the simulation exercised what it claims.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+struct Totals {
+    grants: u64,
+    issue_calls: u64,
+    ids: u64,
+    /// Suspended operations and rivals run, by [`OpKind`] (idle, acquire, renew, release).
+    suspensions: [u64; 4],
+    rivals: [u64; 4],
+    conflicts: u64,
+    lost: u64,
+    releases: u64,
+}
+
+impl std::ops::AddAssign for Totals {
+    fn add_assign(&mut self, o: Totals) {
+        self.grants += o.grants;
+        self.issue_calls += o.issue_calls;
+        self.ids += o.ids;
+        for k in 0..4 {
+            self.suspensions[k] += o.suspensions[k];
+            self.rivals[k] += o.rivals[k];
+        }
+        self.conflicts += o.conflicts;
+        self.lost += o.lost;
+        self.releases += o.releases;
+    }
+}
 
 struct Sim {
     rng: Rng,
+    sched: Arc<Sched>,
     store: Arc<MemoryStore>,
     layout: Layout,
+    serve: ServeConfig,
+    mutant: Mutant,
+    rt: tokio::runtime::Runtime,
     processes: Vec<Process>,
     /// True time, Unix ms.
     now: u64,
-    /// worker → generation → (min ts, max ts) issued.
-    issued: HashMap<u64, BTreeMap<u64, (u64, u64)>>,
-    total_issued: u64,
-    grants: u64,
-    acquire_errors: HashMap<&'static str, u64>,
+    step_no: u64,
     /// Steps until the store comes back.
     down_for: u32,
+    /// generation → the grant.
+    grants: BTreeMap<u64, GrantSeen>,
+    /// worker → generation → (min ts, max ts) issued.
+    issued: HashMap<u64, BTreeMap<u64, (u64, u64)>>,
+    /// Issued ID runs: first → end (exclusive).
+    ids: BTreeMap<u64, u64>,
+    totals: Totals,
+    trace: VecDeque<String>,
 }
 
 impl Sim {
-    fn new(seed: u64) -> Self {
-        // 8 worker IDs: small enough that nodes contend and ranges get reused.
+    fn new(seed: u64, mutant: Mutant) -> Self {
+        // 8 worker IDs, 2 per node: small enough that nodes contend and ranges get reused.
         let layout = Layout::new(DEFAULT_EPOCH_MS, 48, 3, 12, 0).unwrap();
-        let store = Arc::new(MemoryStore::new());
+        let now = DEFAULT_EPOCH_MS + 10_000_000;
+        let mut serve = crate::config::ServeArgs {
+            store: Some("memory".into()),
+            shards: Some(SHARDS as usize),
+            ..Default::default()
+        }
+        .resolve(now)
+        .unwrap();
+        serve.layout = layout;
+        serve.workers_per_shard = WORKERS_PER_SHARD;
+        serve.max_rollback_wait = Duration::from_millis(10);
+        let sched = Arc::new(Sched {
+            rng: Mutex::new(Rng::new(seed, 2)),
+            suspend_percent: AtomicU64::new(25),
+            suspensions: Default::default(),
+            conflicts: AtomicU64::new(0),
+        });
         let mut sim = Sim {
-            rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
-            store,
+            rng: Rng::new(seed, 1),
+            sched,
+            store: Arc::new(MemoryStore::new()),
             layout,
+            serve,
+            mutant,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap(),
             processes: Vec::new(),
-            now: DEFAULT_EPOCH_MS + 10_000_000,
-            issued: HashMap::new(),
-            total_issued: 0,
-            grants: 0,
-            acquire_errors: HashMap::new(),
+            now,
+            step_no: 0,
             down_for: 0,
+            grants: BTreeMap::new(),
+            issued: HashMap::new(),
+            ids: BTreeMap::new(),
+            totals: Totals::default(),
+            trace: VecDeque::new(),
         };
         for name in 0..3 {
             sim.spawn(name, 0);
@@ -140,173 +481,465 @@ impl Sim {
         sim
     }
 
+    fn note(&mut self, event: impl FnOnce() -> String) {
+        if self.trace.len() == TRACE_LEN {
+            self.trace.pop_front();
+        }
+        let line = format!("step {}: {}", self.step_no, event());
+        self.trace.push_back(line);
+    }
+
     fn spawn(&mut self, name: usize, offset: i64) {
         let instance = self.processes.iter().filter(|p| p.name == name).count() as u32;
+        let clock = TestClock::new(self.now.saturating_add_signed(offset));
+        let link = Arc::new(Link {
+            store: Arc::clone(&self.store),
+            sched: Arc::clone(&self.sched),
+            mutant: self.mutant,
+            cut: AtomicBool::new(false),
+            op: AtomicU8::new(0),
+            scanned: Mutex::new(Vec::new()),
+            suspended_at: Mutex::new(""),
+        });
+        let mut config = LeaseConfig::new("sim", SHARDS * WORKERS_PER_SHARD);
+        config.ttl = Duration::from_millis(TTL_MS);
+        config.safety = Duration::from_millis(2 * TTL_MS);
+        config.max_attempts = 3;
+        let owner = Owner {
+            node_id: format!("node{name}"),
+            host: "sim".into(),
+            pid: instance,
+            started_unix_ms: 0,
+            instance: format!("node{name}#{instance}"),
+        };
+        let store: Arc<dyn KvStore> = Arc::clone(&link) as Arc<dyn KvStore>;
+        let keeper = Arc::new(
+            Keeper::new(store, self.layout, config, owner, clock.clone()).with_timing(
+                KeeperTiming {
+                    renew_every: Duration::from_millis(TTL_MS / 3),
+                    retry_every: Duration::from_millis(TTL_MS / 10),
+                    // Never: the simulation decides when a suspended operation resumes.
+                    op_timeout: Duration::from_secs(86_400),
+                },
+            ),
+        );
+        let shards = (0..SHARDS as usize)
+            .map(|index| {
+                let stats = Arc::new(ShardStats::default());
+                Shard {
+                    gen: ShardGen::with_clock(
+                        index,
+                        self.serve.clone(),
+                        keeper.shared(),
+                        Arc::clone(&stats),
+                        clock.clone(),
+                    ),
+                    stats,
+                    announced: None,
+                }
+            })
+            .collect();
         self.processes.push(Process {
             name,
             instance,
-            link: Arc::new(Link {
-                store: Arc::clone(&self.store),
-                cut: AtomicBool::new(false),
-            }),
+            link,
+            clock,
             offset,
             drift_per_s: 0,
-            grant: None,
+            keeper,
+            shards,
+            op: None,
             cut_for: 0,
-            ceiling: 0,
-            last_issued: None,
+            state: State::Running,
         });
+        let p = self.processes.len() - 1;
+        self.note(|| format!("spawn p{p} node{name}#{instance}"));
     }
 
-    fn clock(&self, p: usize) -> u64 {
-        self.now.saturating_add_signed(self.processes[p].offset)
-    }
-
-    fn leases(&self, p: usize) -> Leases<'_> {
+    fn sync_clock(&self, p: usize) {
         let proc_ = &self.processes[p];
-        let mut config = LeaseConfig::new("sim", WORKERS_PER_NODE);
-        config.ttl = std::time::Duration::from_millis(TTL_MS);
-        config.safety = std::time::Duration::from_millis(2 * TTL_MS);
-        config.max_attempts = 3;
-        let owner = Owner {
-            node_id: format!("node{}", proc_.name),
-            host: "sim".into(),
-            pid: proc_.instance,
-            started_unix_ms: 0,
-            instance: format!("node{}#{}", proc_.name, proc_.instance),
-        };
-        Leases::new(proc_.link.as_ref(), self.layout, config, owner)
+        proc_
+            .clock
+            .set_wall_ms(self.now.saturating_add_signed(proc_.offset));
     }
 
-    fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        // The memory store answers synchronously, so every lease future completes on its first
-        // poll; anything else would be a bug in the simulation.
-        let mut f = std::pin::pin!(f);
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match f.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(v) => v,
-            std::task::Poll::Pending => panic!("a simulated store operation did not complete"),
+    /// True time passes: every monotonic clock moves by `ms`, every wall clock to true time
+    /// plus its offset (which drifts).
+    fn advance(&mut self, ms: u64) {
+        self.advance_but(ms, None);
+    }
+
+    /// Like [`advance`](Self::advance), where process `credit.0`'s clocks already moved
+    /// `credit.1` ns of it (its generator slept).
+    fn advance_but(&mut self, ms: u64, credit: Option<(usize, u64)>) {
+        self.now += ms;
+        for p in 0..self.processes.len() {
+            let proc_ = &mut self.processes[p];
+            let done_ns = credit.filter(|(c, _)| *c == p).map_or(0, |(_, ns)| ns);
+            proc_.clock.advance(Duration::from_nanos(
+                (ms * 1_000_000).saturating_sub(done_ns),
+            ));
+            proc_.offset += proc_.drift_per_s * ms as i64 / 1000;
+            self.sync_clock(p);
         }
     }
 
-    fn acquire(&mut self, p: usize) {
-        if self.processes[p].grant.is_some() {
+    fn alive(&self) -> Vec<usize> {
+        (0..self.processes.len())
+            .filter(|&p| self.processes[p].state != State::Gone)
+            .collect()
+    }
+
+    fn running(&self) -> usize {
+        self.processes
+            .iter()
+            .filter(|p| p.state == State::Running)
+            .count()
+    }
+
+    // ---- the oracle ----
+
+    /// Registers the process's current grant (checking its floor) and its ceiling.
+    fn observe(&mut self, p: usize) {
+        let Some(view) = self.processes[p].keeper.shared().current() else {
             return;
-        }
-        let now = self.clock(p);
-        let result = Self::block_on(self.leases(p).acquire(now));
-        if let Err(e) = &result {
-            let kind = match e {
-                LeaseError::NoFreeRange { .. } => "nofree",
-                LeaseError::Store(StoreError::Unavailable(m)) if m == "partitioned" => {
-                    "partitioned"
-                }
-                LeaseError::Store(StoreError::Unavailable(m)) if m.contains("down") => "down",
-                LeaseError::Store(_) => "store-injected",
-                LeaseError::Contention { .. } => "contention",
-                _ => "other",
-            };
-            *self.acquire_errors.entry(kind).or_default() += 1;
-        }
-        if let Ok(g) = result {
-            // Invariant: the floor is at or above everything ever issued for these workers.
+        };
+        let g = &view.grant;
+        if !self.grants.contains_key(&g.generation) {
             for w in g.first..g.first + g.count {
                 if let Some(gens) = self.issued.get(&w) {
-                    let max = gens.values().map(|(_, hi)| *hi).max().unwrap_or(0);
+                    for (&older, &(_, hi)) in gens.range(..g.generation) {
+                        assert!(
+                            g.floor >= hi,
+                            "grant {g:?} to {} floor below ts {hi} already issued for worker {w} under generation {older}",
+                            self.processes[p].label()
+                        );
+                    }
+                }
+            }
+            self.totals.grants += 1;
+            let holder = self.processes[p].label();
+            self.note(|| format!("{holder} granted {g:?}"));
+            self.grants.insert(
+                g.generation,
+                GrantSeen {
+                    first: g.first,
+                    count: g.count,
+                    floor: g.floor,
+                    ceiling_max: 0,
+                    holder,
+                },
+            );
+        }
+        let seen = self.grants.get_mut(&g.generation).expect("registered");
+        seen.ceiling_max = seen.ceiling_max.max(view.ceiling.get());
+    }
+
+    /// Checks and records one run of IDs a shard emitted under `generation`.
+    fn record_run(&mut self, p: usize, generation: u64, first: u64, count: u64) {
+        let who = self.processes[p].label();
+        let Some(grant) = self.grants.get(&generation) else {
+            panic!("{who} issued IDs under generation {generation}, which no keeper published");
+        };
+        let a = self.layout.decompose(Id(first));
+        let b = self.layout.decompose(Id(first + count - 1));
+        assert_eq!(a.timestamp, b.timestamp, "a run spans milliseconds");
+        let ts = a.timestamp;
+        assert!(
+            ts > grant.floor && ts < grant.ceiling_max,
+            "{who} issued ts {ts} outside generation {generation}'s fences ({}, {}) (grant to {})",
+            grant.floor,
+            grant.ceiling_max,
+            grant.holder
+        );
+        if let Some((&lo, &hi)) = self.ids.range(..first + count).next_back() {
+            assert!(
+                hi <= first,
+                "duplicate IDs: {who}'s run {first}..{} (ts {ts}, generation {generation}) overlaps the issued run {lo}..{hi}",
+                first + count
+            );
+        }
+        self.ids.insert(first, first + count);
+        self.totals.ids += count;
+        for w in a.worker..=b.worker {
+            assert!(
+                (grant.first..grant.first + grant.count).contains(&w),
+                "{who} issued for worker {w} outside generation {generation}'s range {}+{}",
+                grant.first,
+                grant.count
+            );
+            for (&newer, seen) in self.grants.range(generation + 1..) {
+                if (seen.first..seen.first + seen.count).contains(&w) {
                     assert!(
-                        g.floor >= max,
-                        "grant {g:?} floor below ts {max} already issued for worker {w}"
+                        ts <= seen.floor,
+                        "worker {w}: {who} issued ts {ts} under generation {generation}, above the floor {} of newer generation {newer} (held by {})",
+                        seen.floor,
+                        seen.holder
                     );
                 }
             }
-            self.grants += 1;
-            let proc_ = &mut self.processes[p];
-            proc_.ceiling = g.lease_end;
-            proc_.grant = Some(g);
-            proc_.last_issued = None;
-        }
-    }
-
-    fn renew(&mut self, p: usize) {
-        let Some(grant) = self.processes[p].grant.clone() else {
-            return;
-        };
-        let now = self.clock(p);
-        match Self::block_on(self.leases(p).renew(&grant, now)) {
-            Ok(end) => {
-                let proc_ = &mut self.processes[p];
-                proc_.ceiling = proc_.ceiling.max(end);
-                if let Some(g) = proc_.grant.as_mut() {
-                    g.lease_end = end;
-                }
-            }
-            Err(LeaseError::Lost(_)) => {
-                let proc_ = &mut self.processes[p];
-                proc_.grant = None;
-                proc_.ceiling = 0;
-            }
-            Err(_) => {} // fail closed: the ceiling stays where it was
-        }
-    }
-
-    fn release(&mut self, p: usize) {
-        let Some(grant) = self.processes[p].grant.clone() else {
-            return;
-        };
-        let now = self.clock(p);
-        let last = self.processes[p].last_issued;
-        // Shards stop before the release is attempted, whatever its outcome: the process no
-        // longer issues under this grant (it exits).
-        let proc_ = &mut self.processes[p];
-        proc_.grant = None;
-        proc_.ceiling = 0;
-        let _ = Self::block_on(self.leases(p).release(&grant, last, now));
-    }
-
-    /// The process issues IDs at its clock, as its generator would.
-    fn issue(&mut self, p: usize) {
-        let id_now = self.clock(p).saturating_sub(self.layout.epoch_ms());
-        let proc_ = &mut self.processes[p];
-        let Some(g) = proc_.grant.clone() else {
-            return;
-        };
-        if id_now <= g.floor || id_now >= proc_.ceiling {
-            return; // below the floor (waits) or at the ceiling (unavailable)
-        }
-        if proc_.last_issued.is_some_and(|last| id_now < last) {
-            return; // clock behind its last timestamp: the generator waits or refuses
-        }
-        proc_.last_issued = Some(id_now);
-        self.total_issued += 1;
-        for w in g.first..g.first + g.count {
             let gens = self.issued.entry(w).or_default();
             for (&gen, &(lo, hi)) in gens.iter() {
-                if gen < g.generation {
+                if gen < generation {
                     assert!(
-                        hi < id_now,
-                        "worker {w}: generation {} issued ts {id_now} at or below ts {hi} of older generation {gen}",
-                        g.generation
+                        hi < ts,
+                        "worker {w}: {who} issued ts {ts} under generation {generation}, at or below ts {hi} of older generation {gen}"
                     );
-                } else if gen > g.generation {
+                } else if gen > generation {
                     assert!(
-                        lo > id_now,
-                        "worker {w}: generation {} issued ts {id_now} at or above ts {lo} of newer generation {gen}",
-                        g.generation
+                        lo > ts,
+                        "worker {w}: {who} issued ts {ts} under generation {generation}, at or above ts {lo} of newer generation {gen}"
                     );
                 }
             }
-            let e = gens.entry(g.generation).or_insert((id_now, id_now));
-            e.0 = e.0.min(id_now);
-            e.1 = e.1.max(id_now);
+            let e = gens.entry(generation).or_insert((ts, ts));
+            e.0 = e.0.min(ts);
+            e.1 = e.1.max(ts);
         }
     }
 
-    fn advance(&mut self, ms: u64) {
-        self.now += ms;
-        for proc_ in &mut self.processes {
-            proc_.offset += proc_.drift_per_s * ms as i64 / 1000;
+    // ---- keeper operations ----
+
+    /// Starts a keeper operation of `p` (which must have none in flight).
+    fn start_op(&mut self, p: usize, kind: OpKind) {
+        let proc_ = &mut self.processes[p];
+        debug_assert!(proc_.op.is_none() && proc_.state == State::Running);
+        let keeper = Arc::clone(&proc_.keeper);
+        let fut: Pin<Box<dyn Future<Output = Outcome>>> = match kind {
+            OpKind::Acquire => Box::pin(async move { Outcome::Acquired(keeper.acquire().await) }),
+            OpKind::Renew | OpKind::Idle => Box::pin(async move {
+                keeper.renew_once().await;
+                Outcome::Renewed
+            }),
+            OpKind::Release => {
+                // Node::shutdown: the shards stop, then the lease is released at what they
+                // issued. Now and then a shard "panicked" and reports nothing.
+                let mut exits: Vec<Option<ShardExit>> =
+                    proc_.shards.iter().map(|s| Some(s.gen.exit())).collect();
+                if self.rng.chance(5) {
+                    exits[0] = None;
+                }
+                if self.mutant == Mutant::ReleaseBelowLastIssued {
+                    for e in exits.iter_mut().flatten() {
+                        if let Some((_, ts)) = e.last_issued.as_mut() {
+                            *ts = ts.saturating_sub(1);
+                        }
+                    }
+                }
+                proc_.shards.clear();
+                proc_.state = State::Stopping;
+                Box::pin(
+                    async move { Outcome::Released(release_after_shards(&keeper, &exits).await) },
+                )
+            }
+        };
+        proc_.link.start_op(kind);
+        proc_.op = Some(InFlight { kind, fut });
+        let label = proc_.label();
+        self.note(|| format!("{label} starts {kind:?}"));
+    }
+
+    /// Polls `p`'s operation once; true if it is suspended.
+    fn poll_op(&mut self, p: usize) -> bool {
+        let rt = &self.rt;
+        let Some(op) = self.processes[p].op.as_mut() else {
+            return false;
+        };
+        let poll = {
+            let _enter = rt.enter();
+            op.fut
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+        };
+        let kind = op.kind;
+        match poll {
+            Poll::Pending => {
+                self.observe(p);
+                true
+            }
+            Poll::Ready(outcome) => {
+                let proc_ = &mut self.processes[p];
+                proc_.op = None;
+                proc_.link.start_op(OpKind::Idle);
+                self.finish(p, kind, outcome);
+                false
+            }
         }
     }
+
+    fn finish(&mut self, p: usize, kind: OpKind, outcome: Outcome) {
+        self.observe(p);
+        let label = self.processes[p].label();
+        match outcome {
+            Outcome::Acquired(r) => {
+                let r = r.map(|v| v.grant.generation);
+                self.note(|| format!("{label} {kind:?} done: {r:?}"));
+            }
+            Outcome::Renewed => {
+                let view = self.processes[p].keeper.shared().current();
+                let state = view.map(|v| (v.grant.generation, v.ceiling.get()));
+                self.note(|| format!("{label} {kind:?} done: holds {state:?}"));
+            }
+            Outcome::Released(r) => {
+                self.note(|| format!("{label} released: {r:?}"));
+                self.totals.releases += 1;
+                let proc_ = &mut self.processes[p];
+                proc_.state = State::Gone;
+                let (name, offset) = (proc_.name, proc_.offset);
+                self.spawn(name, offset);
+            }
+        }
+    }
+
+    /// Resumes (or runs) `p`'s operation; whenever it is suspended, maybe runs a rival, and
+    /// maybe leaves it suspended for a later step.
+    fn drive(&mut self, p: usize, depth: u32) {
+        while self.poll_op(p) {
+            let label = self.processes[p].label();
+            let at = *self.processes[p].link.suspended_at.lock().unwrap();
+            self.note(|| format!("{label} suspended {at}"));
+            if depth < 3 && self.rng.chance(70) {
+                self.rival(p, depth + 1);
+            }
+            if self.rng.chance(40) {
+                return;
+            }
+        }
+    }
+
+    /// Runs an operation of another process while `victim`'s is suspended. The PRNG picks the
+    /// rival's kind, leaning towards the kind that can conflict with the victim's: a renewal or
+    /// release against an acquisition, an acquisition against a renewal or release. Renewals
+    /// lean towards holders whose lease has run out on their own clock (a process that was
+    /// cut off or paused and comes back), whose ranges an acquirer may be taking.
+    fn rival(&mut self, victim: usize, depth: u32) {
+        let victim_acquires = self.processes[victim]
+            .op
+            .as_ref()
+            .is_some_and(|op| op.kind == OpKind::Acquire);
+        let roll = self.rng.below(100);
+        let kind = match (victim_acquires, roll) {
+            (true, 0..=59) | (false, 60..=84) => OpKind::Renew,
+            (true, 60..=79) | (false, 85..=99) => OpKind::Release,
+            _ => OpKind::Acquire,
+        };
+        let candidates: Vec<usize> = (0..self.processes.len())
+            .filter(|&q| {
+                let proc_ = &self.processes[q];
+                q != victim
+                    && proc_.state == State::Running
+                    && proc_.op.is_none()
+                    && match kind {
+                        OpKind::Acquire => proc_.keeper.shared().current().is_none(),
+                        _ => proc_.keeper.shared().current().is_some(),
+                    }
+            })
+            .collect();
+        let expired: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&q| {
+                let proc_ = &self.processes[q];
+                proc_.keeper.shared().time_left_ms(proc_.clock.wall_ms()) == 0
+            })
+            .collect();
+        let q = if kind == OpKind::Renew && !expired.is_empty() && self.rng.chance(50) {
+            self.rng.pick(&expired)
+        } else {
+            self.rng.pick(&candidates)
+        };
+        let Some(q) = q else {
+            return;
+        };
+        self.totals.rivals[kind as usize] += 1;
+        self.start_op(q, kind);
+        self.drive(q, depth);
+    }
+
+    /// A keeper round of `p`: resumes its operation in flight, or starts `renew_once` (which
+    /// acquires if the process holds nothing).
+    fn keeper_tick(&mut self, p: usize) {
+        if self.processes[p].op.is_none() {
+            if self.processes[p].state != State::Running {
+                return;
+            }
+            let kind = if self.processes[p].holds() {
+                OpKind::Renew
+            } else {
+                OpKind::Acquire
+            };
+            let proc_ = &mut self.processes[p];
+            let keeper = Arc::clone(&proc_.keeper);
+            proc_.link.start_op(kind);
+            proc_.op = Some(InFlight {
+                kind,
+                fut: Box::pin(async move {
+                    keeper.renew_once().await;
+                    Outcome::Renewed
+                }),
+            });
+            let label = proc_.label();
+            self.note(|| format!("{label} renew_once ({kind:?})"));
+        }
+        self.drive(p, 0);
+    }
+
+    fn shutdown(&mut self, p: usize) {
+        let proc_ = &self.processes[p];
+        if proc_.state != State::Running {
+            return;
+        }
+        if proc_.op.is_some() {
+            // The keeper's round in progress finishes before the node stops.
+            self.drive(p, 0);
+            return;
+        }
+        self.start_op(p, OpKind::Release);
+        self.drive(p, 0);
+    }
+
+    // ---- shards ----
+
+    /// A client asks a shard of `p` for IDs, through its connection.
+    fn issue(&mut self, p: usize) {
+        if self.processes[p].state != State::Running {
+            return;
+        }
+        self.observe(p);
+        let s = self.rng.below(SHARDS) as usize;
+        let n = if self.rng.chance(5) {
+            1 + self.rng.below(6_000)
+        } else {
+            1 + self.rng.below(3)
+        };
+        let reconnect = self.rng.chance(10);
+        let proc_ = &mut self.processes[p];
+        let mono_before = proc_.clock.mono_ns();
+        let shard = &mut proc_.shards[s];
+        if reconnect || shard.announced.is_none() {
+            shard.announced = Some(shard.gen.range());
+        }
+        let announced = shard.announced.expect("announced");
+        let mut runs = Vec::new();
+        let result = shard
+            .gen
+            .issue(announced, n, |first, count| runs.push((first, count)));
+        if matches!(result, Err(IssueError::RangeChanged)) {
+            shard.announced = None;
+        }
+        let generation = shard.stats.generation.load(Ordering::Relaxed);
+        // The generator may have slept on the process's clock: that much time passed.
+        let waited_ns = proc_.clock.mono_ns() - mono_before;
+        self.totals.issue_calls += 1;
+        for (first, count) in runs {
+            self.record_run(p, generation, first, count);
+        }
+        if waited_ns > 0 {
+            self.advance_but(waited_ns.div_ceil(1_000_000), Some((p, waited_ns)));
+        }
+    }
+
+    // ---- the world ----
 
     fn heal(&mut self) {
         if self.down_for > 0 {
@@ -326,58 +959,71 @@ impl Sim {
     }
 
     fn step(&mut self) {
+        self.step_no += 1;
         self.heal();
-        let n = self.processes.len();
-        let mut p = self.rng.below(n as u64) as usize;
+        let alive = self.alive();
+        let Some(mut p) = self.rng.pick(&alive) else {
+            self.spawn(0, 0);
+            return;
+        };
         let action = self.rng.below(100);
-        if (25..=74).contains(&action) {
+        if (18..=67).contains(&action) {
             // Renewing and issuing are what holders do: aim them at holders, mostly.
-            let holders: Vec<usize> = (0..n)
-                .filter(|&i| self.processes[i].grant.is_some())
+            let holders: Vec<usize> = alive
+                .iter()
+                .copied()
+                .filter(|&i| self.processes[i].holds())
                 .collect();
             if !holders.is_empty() && self.rng.chance(80) {
-                p = holders[self.rng.below(holders.len() as u64) as usize];
+                p = self.rng.pick(&holders).expect("not empty");
             }
         }
         match action {
-            0..=19 => {
+            0..=17 => {
                 let ms = self.rng.below(TTL_MS / 2);
                 self.advance(ms);
             }
-            20..=24 => self.acquire(p),
-            25..=44 => self.renew(p),
-            45..=74 => self.issue(p),
-            75..=77 => self.release(p),
-            78..=79 => {
+            18..=37 => self.keeper_tick(p),
+            38..=67 => self.issue(p),
+            68..=69 => self.shutdown(p),
+            70..=71 => {
                 // Crash and restart: a new process under the same name starts at once. The
-                // old one either died or keeps running as a zombie (a paused VM, say).
-                let name = self.processes[p].name;
-                let offset = self.processes[p].offset;
-                if self.rng.chance(50) || self.processes.len() > 8 {
-                    self.processes[p].grant = None;
+                // old one either died (with whatever it had in flight) or keeps running as a
+                // zombie (a paused VM, say).
+                let (name, offset) = (self.processes[p].name, self.processes[p].offset);
+                let label = self.processes[p].label();
+                if self.rng.chance(50) || self.running() >= MAX_RUNNING {
+                    let proc_ = &mut self.processes[p];
+                    proc_.state = State::Gone;
+                    proc_.op = None;
+                    proc_.shards.clear();
+                    self.note(|| format!("{label} crashed"));
+                } else {
+                    self.note(|| format!("{label} lives on as a zombie"));
                 }
-                if self.processes.len() <= 8 {
+                if self.running() < MAX_RUNNING {
                     self.spawn(name, offset);
                 }
             }
-            81..=84 => {
+            72..=75 => {
                 // Clock jumps: small or large, either way.
                 let span = if self.rng.chance(50) { 50 } else { 4 * TTL_MS };
                 let jump = self.rng.below(2 * span) as i64 - span as i64;
                 self.processes[p].offset += jump;
+                self.sync_clock(p);
             }
-            85..=86 => {
+            76..=77 => {
                 // Clock runs fast or slow.
                 self.processes[p].drift_per_s = self.rng.below(401) as i64 - 200;
             }
-            87..=89 => {
+            78..=80 => {
                 // A partition between this process and the store, for a while.
                 let steps = 1 + self.rng.below(40) as u32;
                 let proc_ = &mut self.processes[p];
                 proc_.cut_for = steps;
                 proc_.link.cut.store(true, Ordering::Relaxed);
             }
-            90..=93 if self.store.pending_faults() == 0 => {
+            81..=84 if self.store.pending_faults() == 0 => {
                 let fault = match self.rng.below(3) {
                     0 => Fault::Unavailable,
                     1 => Fault::UnknownApplied,
@@ -385,10 +1031,21 @@ impl Sim {
                 };
                 self.store.inject(fault);
             }
-            94..=95 => {
+            85..=86 => {
                 // The whole store is down for a while.
                 self.down_for = 1 + self.rng.below(30) as u32;
                 self.store.set_down(true);
+            }
+            87..=92 => {
+                // Some suspended operation resumes.
+                let suspended: Vec<usize> = alive
+                    .iter()
+                    .copied()
+                    .filter(|&i| self.processes[i].op.is_some())
+                    .collect();
+                if let Some(q) = self.rng.pick(&suspended) {
+                    self.drive(q, 0);
+                }
             }
             _ => {
                 // A quiet spell: time passes with nobody renewing.
@@ -397,48 +1054,188 @@ impl Sim {
             }
         }
     }
+
+    fn finish_totals(&mut self) -> Totals {
+        let mut t = self.totals;
+        for (k, n) in self.sched.suspensions.iter().enumerate() {
+            t.suspensions[k] = n.load(Ordering::Relaxed);
+        }
+        t.conflicts = self.sched.conflicts.load(Ordering::Relaxed);
+        t.lost = self
+            .processes
+            .iter()
+            .map(|p| p.keeper.shared().stats.lost.load(Ordering::Relaxed))
+            .sum();
+        t
+    }
+}
+
+/// How a seed failed: the step, the message, the last events.
+struct Failure {
+    seed: u64,
+    step: u64,
+    message: String,
+    trace: Vec<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "simulation seed {} failed at step {}: {}",
+            self.seed, self.step, self.message
+        )?;
+        writeln!(f, "last events:")?;
+        for line in &self.trace {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+fn steps() -> u64 {
+    env_u64("IDGEN_SIM_STEPS").unwrap_or(1_000)
+}
+
+/// Chance (percent) that a store operation suspends its keeper operation.
+fn suspend_percent() -> u64 {
+    env_u64("IDGEN_SIM_SUSPEND").unwrap_or(25).min(100)
+}
+
+/// Runs one seed; `suspend_percent` 0 turns interleaving off.
+fn run_seed(
+    seed: u64,
+    mutant: Mutant,
+    steps: u64,
+    suspend_percent: u64,
+) -> Result<Totals, Failure> {
+    let mut sim = Sim::new(seed, mutant);
+    sim.sched
+        .suspend_percent
+        .store(suspend_percent, Ordering::Relaxed);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for _ in 0..steps {
+            sim.step();
+        }
+    }));
+    match result {
+        Ok(()) => Ok(sim.finish_totals()),
+        Err(e) => Err(Failure {
+            seed,
+            step: sim.step_no,
+            message: e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default(),
+            trace: sim.trace.iter().cloned().collect(),
+        }),
+    }
+}
+
+/// The first seed in `seeds` that fails.
+fn first_failure(
+    mutant: Mutant,
+    seeds: std::ops::Range<u64>,
+    suspend_percent: u64,
+) -> Option<Failure> {
+    seeds
+        .into_iter()
+        .find_map(|seed| run_seed(seed, mutant, steps(), suspend_percent).err())
 }
 
 #[test]
 fn fenced_leases_never_overlap_across_seeds() {
-    let seeds: u64 = std::env::var("IDGEN_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
-    let mut total_issued = 0;
-    let mut total_grants = 0;
-    for seed in 0..seeds {
-        let mut sim = Sim::new(seed);
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            for _ in 0..1_000 {
-                sim.step();
-            }
-            (sim.total_issued, sim.grants)
-        }));
-        match result {
-            Ok((issued, grants)) => {
-                total_issued += issued;
-                total_grants += grants;
-            }
-            Err(e) => std::panic::resume_unwind(Box::new(format!(
-                "simulation seed {seed} failed: {}",
-                e.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default()
-            ))),
+    let mutant = Mutant::from_env();
+    let seeds = match env_u64("IDGEN_SIM_SEED") {
+        Some(s) => s..s + 1,
+        None => 0..env_u64("IDGEN_SIM_SEEDS").unwrap_or(200),
+    };
+    let n = seeds.end - seeds.start;
+    let mut totals = Totals::default();
+    for seed in seeds {
+        match run_seed(seed, mutant, steps(), suspend_percent()) {
+            Ok(t) => totals += t,
+            Err(failure) => panic!("{failure}(mutant: {mutant:?})"),
         }
     }
-    eprintln!("simulation: {seeds} seeds, {total_grants} grants, {total_issued} issue steps");
-    // The simulation must actually exercise reuse: many grants and many issued timestamps.
-    assert!(
-        total_grants > seeds * 5,
-        "only {total_grants} grants in {seeds} seeds"
-    );
-    assert!(
-        total_issued > seeds * 40,
-        "only {total_issued} issues in {seeds} seeds"
-    );
+    eprintln!("simulation: {n} seeds × {} steps: {totals:?}", steps());
+    // The simulation must exercise what it claims: reuse of ranges, issuing, interleaved
+    // transactions that conflict, lost leases, releases.
+    if n >= 20 {
+        assert!(totals.grants > n * 5, "only {} grants", totals.grants);
+        assert!(
+            totals.issue_calls > n * 100,
+            "only {} issues",
+            totals.issue_calls
+        );
+        // Acquisitions, renewals and releases are each suspended between their reads and
+        // their commit, and each run as rivals.
+        for kind in [OpKind::Acquire, OpKind::Renew, OpKind::Release] {
+            let k = kind as usize;
+            assert!(totals.suspensions[k] > n * 3, "{kind:?}: {totals:?}");
+            assert!(totals.rivals[k] > n * 3, "{kind:?}: {totals:?}");
+        }
+        assert!(totals.conflicts > n, "only {} conflicts", totals.conflicts);
+        assert!(totals.lost > n / 2, "only {} lost leases", totals.lost);
+        assert!(totals.releases > n * 2, "only {} releases", totals.releases);
+    }
+}
+
+fn assert_caught(mutant: Mutant) {
+    let limit = 300;
+    match first_failure(mutant, 0..limit, 25) {
+        Some(failure) => eprintln!("{mutant:?} caught: {failure}"),
+        None => panic!("mutant {mutant:?} survived {limit} seeds"),
+    }
+}
+
+/// A renewal whose reads are not checked at commit can overwrite the records of a grant made
+/// between its reads and its commit, and raise its ceiling over the new holder's interval.
+#[test]
+fn the_simulation_catches_a_renewal_without_conflict_checks() {
+    assert_caught(Mutant::RenewUnchecked);
+}
+
+/// An acquisition whose re-read of the chosen records is not checked can take a range whose
+/// holder renewed in between, with a floor below the holder's new ceiling.
+#[test]
+fn the_simulation_catches_an_acquisition_rereading_without_checks() {
+    assert_caught(Mutant::AcquireRereadUnchecked);
+}
+
+/// A release below the last issued timestamp hands the next holder a floor below it.
+#[test]
+fn the_simulation_catches_a_release_below_the_last_issued_timestamp() {
+    assert_caught(Mutant::ReleaseBelowLastIssued);
+}
+
+/// Without interleaving, nothing can land between a transaction's reads and its commit, so the
+/// conflict-check mutants go unseen: the interleaving is what catches them.
+#[test]
+fn without_interleaving_the_conflict_check_mutants_go_unseen() {
+    for mutant in [Mutant::RenewUnchecked, Mutant::AcquireRereadUnchecked] {
+        if let Some(failure) = first_failure(mutant, 0..20, 0) {
+            panic!("{mutant:?} caught without interleaving: {failure}");
+        }
+    }
+}
+
+/// A seed replays exactly: same history, same counters.
+#[test]
+fn a_seed_replays_exactly() {
+    let run = |seed| {
+        let mut sim = Sim::new(seed, Mutant::None);
+        for _ in 0..400 {
+            sim.step();
+        }
+        (sim.finish_totals(), sim.trace.clone(), sim.ids.clone())
+    };
+    assert!(run(3) == run(3), "seed 3 did not replay");
 }
 
 /// The same invariant checker must catch an unsafe lease: a grant whose floor ignores the
@@ -446,19 +1243,38 @@ fn fenced_leases_never_overlap_across_seeds() {
 #[test]
 #[should_panic(expected = "floor below ts")]
 fn the_simulation_catches_a_broken_floor() {
-    let mut sim = Sim::new(7);
-    sim.acquire(0);
+    let mut sim = Sim::new(7, Mutant::None);
+    sim.sched.suspend_percent.store(0, Ordering::Relaxed);
+    sim.start_op(0, OpKind::Acquire);
+    sim.drive(0, 0);
+    let g = sim.processes[0]
+        .keeper
+        .shared()
+        .current()
+        .unwrap()
+        .grant
+        .clone();
     sim.advance(10);
-    sim.issue(0);
-    let g = sim.processes[0].grant.clone().unwrap();
+    for _ in 0..100 {
+        if sim.totals.ids > 0 {
+            break;
+        }
+        sim.issue(0);
+    }
+    assert!(sim.totals.ids > 0, "process 0 issued nothing");
     // Forge: the records say the lease ended long ago and was released.
-    let leases = sim.leases(0);
-    let mut recs = Sim::block_on(leases.workers()).unwrap();
+    let leases = Leases::new(
+        sim.store.as_ref(),
+        sim.layout,
+        LeaseConfig::new("sim", 2),
+        Owner::this_process(Some("forger".into()), 0),
+    );
+    let mut recs = ready(leases.workers()).unwrap();
     for (id, rec) in recs.iter_mut() {
         rec.lease_end = 0;
         rec.state = WorkerState::Released;
         let key = leases.worker_key(*id);
-        Sim::block_on(sim.store.commit(
+        ready(sim.store.commit(
             &[],
             &[Write::Put {
                 key,
@@ -471,5 +1287,29 @@ fn the_simulation_catches_a_broken_floor() {
     // Process 1 now takes the lowest "free" range, which is process 0's: the checker must
     // refuse the grant's floor.
     assert_eq!(g.first, 0);
-    sim.acquire(1);
+    sim.start_op(1, OpKind::Acquire);
+    sim.drive(1, 0);
+}
+
+/// How often each mutant is caught, for tuning the simulation's weights:
+/// `cargo test --lib lease::sim::mutant_detection_rates -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn mutant_detection_rates() {
+    let seeds = env_u64("IDGEN_SIM_SEEDS").unwrap_or(300);
+    for mutant in [
+        Mutant::RenewUnchecked,
+        Mutant::AcquireRereadUnchecked,
+        Mutant::ReleaseBelowLastIssued,
+    ] {
+        let failures: Vec<(u64, u64)> = (0..seeds)
+            .filter_map(|seed| run_seed(seed, mutant, steps(), 25).err())
+            .map(|f| (f.seed, f.step))
+            .collect();
+        eprintln!(
+            "{mutant:?}: {} of {seeds} seeds fail; first: {:?}",
+            failures.len(),
+            &failures[..failures.len().min(5)]
+        );
+    }
 }

@@ -45,7 +45,7 @@ use crate::store::{self, StoreError};
 use crate::watch::{ClockWatch, ClockWatcher};
 
 mod conn;
-mod shard;
+pub(crate) mod shard;
 pub mod stats;
 
 pub use stats::ShardStats;
@@ -319,11 +319,7 @@ impl Node {
         })
         .await
         .unwrap_or_default();
-        let current = self.keeper.shared().current();
-        let generation = current.as_ref().map(|v| v.grant.generation);
-        let ceiling = current.as_ref().map_or(0, |v| v.ceiling.get());
-        let last_issued = release_point(&exits, generation, ceiling);
-        let released = self.keeper.release(last_issued).await;
+        let released = release_after_shards(&self.keeper, &exits).await;
         if let Some((_, stop, task)) = self.admin {
             let _ = stop.send(true);
             let _ = task.await;
@@ -332,6 +328,21 @@ impl Node {
         tracing::info!(event = "node_stopped", ?released, "idgen node stopped");
         Ok(released)
     }
+}
+
+/// Releases `keeper`'s lease once every shard has stopped (`exits`: one per shard, `None` for
+/// one that panicked), at the largest timestamp they issued under the current generation
+/// ([`release_point`]). The lease simulation (`lease/sim.rs`) shuts its nodes down through it.
+pub(crate) async fn release_after_shards<C: Clock + Send + Sync + 'static>(
+    keeper: &Keeper<C>,
+    exits: &[Option<ShardExit>],
+) -> Result<Released, LeaseError> {
+    let current = keeper.shared().current();
+    let generation = current.as_ref().map(|v| v.grant.generation);
+    let ceiling = current.as_ref().map_or(0, |v| v.ceiling.get());
+    keeper
+        .release(release_point(exits, generation, ceiling))
+        .await
 }
 
 /// The timestamp a release may lower the lease end to: the largest one any shard issued under

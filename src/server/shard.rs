@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 use super::conn;
 use super::stats::{bump, ShardStats};
 use super::{ConnGuard, ServeError, ShardExit};
-use crate::clock::SystemClock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
 use crate::generator::{GenError, Generator, ShardConfig};
 use crate::lease::keeper::LeaseShared;
@@ -107,13 +107,16 @@ pub(crate) fn listen(
     Ok(out)
 }
 
-/// The shard's generator, rebuilt when the node's lease changes.
-pub(crate) struct ShardGen {
+/// The shard's generator, rebuilt when the node's lease changes. Generic over the clock only
+/// so the lease simulation (`lease/sim.rs`) can run it on simulated time; a node uses the
+/// system clock.
+pub(crate) struct ShardGen<C: Clock + Clone = SystemClock> {
     index: usize,
     config: ServeConfig,
     lease: Arc<LeaseShared>,
     stats: Arc<ShardStats>,
-    current: Option<(u64, Generator<SystemClock>)>,
+    clock: C,
+    current: Option<(u64, Generator<C>)>,
     /// The worker sub-range `(first, count)` of `current`'s generator; `(0, 0)` without one.
     current_range: (u64, u64),
 }
@@ -133,11 +136,25 @@ impl ShardGen {
         lease: Arc<LeaseShared>,
         stats: Arc<ShardStats>,
     ) -> Self {
+        Self::with_clock(index, config, lease, stats, SystemClock::new())
+    }
+}
+
+impl<C: Clock + Clone> ShardGen<C> {
+    /// A shard generator whose generators read `clock`.
+    pub(crate) fn with_clock(
+        index: usize,
+        config: ServeConfig,
+        lease: Arc<LeaseShared>,
+        stats: Arc<ShardStats>,
+        clock: C,
+    ) -> Self {
         let mut g = ShardGen {
             index,
             config,
             lease,
             stats,
+            clock,
             current: None,
             current_range: (0, 0),
         };
@@ -169,7 +186,7 @@ impl ShardGen {
             self.config.layout,
             shard_config,
             Arc::clone(&view.ceiling),
-            SystemClock::new(),
+            self.clock.clone(),
             Arc::clone(&self.stats.generator),
         ) {
             Ok(g) => {
@@ -253,7 +270,7 @@ impl ShardGen {
         }
     }
 
-    fn exit(&self) -> ShardExit {
+    pub(crate) fn exit(&self) -> ShardExit {
         ShardExit {
             last_issued: self
                 .current
