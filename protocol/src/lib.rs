@@ -15,7 +15,8 @@
 //! | server | [`decode_request`] → [`Decoded`], plus [`ServerConnState`] for HELLO-first | [`encode_hello_ok`], [`encode_ids_header`], [`encode_ids`], [`encode_pong`], [`encode_error`] |
 //! | client | [`decode_response`] → [`ResponseRef`] | [`encode_request`] |
 //!
-//! [`codec`] wraps these as `tokio-util` codecs. Wire status codes are [`Status`].
+//! With the `codec` feature, `codec` wraps these as `tokio-util` codecs. Wire status codes
+//! are [`Status`].
 //!
 //! # Example
 //!
@@ -56,6 +57,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "codec")]
 pub mod codec;
 mod error;
 mod request;

@@ -75,7 +75,7 @@ pub const GET_RANGES_LEN: u32 = 5;
 /// length for a known opcode as soon as the opcode byte is present.
 ///
 /// This function is stateless: the HELLO-first rule is enforced by [`ServerConnState`]
-/// (and by [`ServerCodec`](crate::codec::ServerCodec)). It does not allocate. It decodes
+/// (and by `codec::ServerCodec`). It does not allocate. It decodes
 /// version 1 (where 0x04 is an unknown opcode); see [`decode_request_for`] for a connection
 /// that negotiated a later version.
 pub fn decode_request(buf: &[u8], limits: &Limits) -> Result<Option<(Decoded, usize)>, FrameError> {

@@ -318,8 +318,8 @@ impl ResponseRef<'_> {
     }
 }
 
-/// An owned response, as produced by [`ClientCodec`](crate::codec::ClientCodec) and
-/// consumed by [`ServerCodec`](crate::codec::ServerCodec).
+/// An owned response, as produced by `codec::ClientCodec` and
+/// consumed by `codec::ServerCodec`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Response {
     /// `0x81 HELLO_OK`.

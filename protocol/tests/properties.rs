@@ -1,12 +1,15 @@
 //! Property tests: round trips, robustness on arbitrary bytes, and split-anywhere streams.
 
+#[cfg(feature = "codec")]
 use bytes::BytesMut;
+#[cfg(feature = "codec")]
 use idgen_protocol::codec::{ClientCodec, ServerCodec};
 use idgen_protocol::{
     decode_request, decode_response, encode_request, max_response_frame, truncate_message, Decoded,
     Limits, Request, Response, ServerHello, Status,
 };
 use proptest::prelude::*;
+#[cfg(feature = "codec")]
 use tokio_util::codec::Decoder;
 
 const LIMITS: Limits = Limits {
@@ -139,6 +142,7 @@ proptest! {
 
     /// A pipelined stream cut into arbitrary chunks decodes to the same frames.
     #[test]
+    #[cfg(feature = "codec")]
     fn split_request_stream(
         reqs in prop::collection::vec(arb_request(), 1..8),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
@@ -171,6 +175,7 @@ proptest! {
     }
 
     #[test]
+    #[cfg(feature = "codec")]
     fn split_response_stream(
         resps in prop::collection::vec(arb_response(), 1..8),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
