@@ -59,6 +59,11 @@ pub const CLOCK_KEY_TTL: Duration = Duration::from_secs(5);
 struct ClockRecord {
     unix_ms: u64,
     node_id: String,
+    /// Written with an expiring put on a store that expires keys: only such a key is evidence
+    /// that its node is alive (`crate::lease`); a key of an earlier version, which never
+    /// expires, is not.
+    #[serde(default)]
+    expiring: bool,
 }
 
 #[derive(Debug)]
@@ -211,6 +216,7 @@ impl<C: Clock> ClockWatcher<C> {
         let rec = ClockRecord {
             unix_ms: self.clock.wall_ms(),
             node_id: self.owner.node_id.clone(),
+            expiring: self.store.expires_keys(),
         };
         let value = serde_json::to_vec(&rec).unwrap_or_default();
         let key = self.own_key();
@@ -379,6 +385,7 @@ mod tests {
         ClockRecord {
             unix_ms: ms,
             node_id: "p".into(),
+            expiring: false,
         }
     }
 

@@ -451,12 +451,14 @@ fn the_simulation_catches_a_broken_floor() {
     sim.advance(10);
     sim.issue(0);
     let g = sim.processes[0].grant.clone().unwrap();
-    // Forge: the records say the lease ended long ago and was released.
+    // Forge: the records say the lease ended long ago and was released, and (so that no
+    // never-used range is preferred) that the whole worker space was.
     let leases = sim.leases(0);
-    let mut recs = Sim::block_on(leases.workers()).unwrap();
+    let mut recs = Sim::block_on(leases.ranges()).unwrap();
     for (id, rec) in recs.iter_mut() {
         rec.lease_end = 0;
         rec.state = WorkerState::Released;
+        rec.count = sim.layout.worker_count() - *id;
         let key = leases.worker_key(*id);
         Sim::block_on(sim.store.commit(
             &[],
