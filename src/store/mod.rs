@@ -200,11 +200,6 @@ impl<'s> Txn<'s> {
         }
     }
 
-    /// The checks and writes so far: (checks, puts and deletes).
-    pub fn size(&self) -> (usize, usize) {
-        (self.checks.len(), self.writes.len())
-    }
-
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.writes.retain(|w| w.key() != key.as_slice());
         self.writes.push(Write::Put { key, value });
