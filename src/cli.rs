@@ -112,21 +112,23 @@ pub async fn inspect(
         ));
     };
     let layout = Layout::try_from(cluster.layout).map_err(|e| format!("stored layout: {e}"))?;
-    let workers = probe.workers().await.map_err(|e| e.to_string())?;
+    let records = probe.ranges().await.map_err(|e| e.to_string())?;
     let now_id = now.saturating_sub(layout.epoch_ms());
-    // Group consecutive workers of one grant.
+    // One line per grant: a record, or consecutive one-worker records of one grant (written
+    // before records covered ranges).
     let mut leases: Vec<serde_json::Value> = Vec::new();
     let mut i = 0;
-    while i < workers.len() {
-        let (first, rec) = &workers[i];
-        let mut last = *first;
+    while i < records.len() {
+        let (first, rec) = &records[i];
+        let mut end = first + rec.count;
         let mut j = i + 1;
-        while j < workers.len()
-            && workers[j].0 == last + 1
-            && workers[j].1.generation == rec.generation
-            && workers[j].1.state == rec.state
+        while j < records.len()
+            && records[j].0 == end
+            && records[j].1.generation == rec.generation
+            && records[j].1.state == rec.state
+            && records[j].1.owner == rec.owner
         {
-            last = workers[j].0;
+            end = records[j].0 + records[j].1.count;
             j += 1;
         }
         let left_ms = rec.lease_end as i64 - now_id as i64;
@@ -136,9 +138,9 @@ pub async fn inspect(
             WorkerState::Held => "expired".to_string(),
         };
         leases.push(json!({
-            "workers": format!("{first}..={last}"),
+            "workers": format!("{first}..={}", end - 1),
             "first": first,
-            "count": last - first + 1,
+            "count": end - first,
             "state": status,
             "generation": rec.generation,
             "node_id": rec.owner.node_id,
@@ -154,14 +156,14 @@ pub async fn inspect(
     for r in 0..layout.region_count().min(1024) {
         let lo = r * layout.workers_per_region();
         let hi = lo + layout.workers_per_region();
-        let held = workers
+        let held: u64 = records
             .iter()
-            .filter(|(id, rec)| {
-                (lo..hi).contains(id)
-                    && rec.state == WorkerState::Held
+            .filter(|(_, rec)| {
+                rec.state == WorkerState::Held
                     && rec.lease_end + crate::lease::duration_ms(safety) >= now_id
             })
-            .count() as u64;
+            .map(|(first, rec)| (first + rec.count).min(hi).saturating_sub((*first).max(lo)))
+            .sum();
         regions.push(json!({"region": r, "workers": layout.workers_per_region(), "held": held, "free": layout.workers_per_region() - held}));
     }
     if as_json {

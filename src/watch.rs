@@ -11,6 +11,12 @@
 //! for the store round trip and the polling period; its width is the estimate's uncertainty.
 //! A peer counts while its key keeps changing; a silent key (a stopped node) is forgotten.
 //!
+//! The key is written with [`KvStore::put_expiring`] ([`CLOCK_KEY_TTL`]): on etcd it vanishes
+//! a few publishing periods after its node stops, by etcd's clock, and its absence is what
+//! tells an acquirer that a held lease's holder is gone (`crate::lease`). A node publishes once
+//! right after its lease is granted, then every [`PUBLISH_EVERY`], and deletes its key when it
+//! shuts down. Stores that cannot expire keys keep a crashed node's key until it is deleted.
+//!
 //! The node's drift is the median, over its peers, of the part of each interval that is
 //! certainly away from zero (0 if the interval contains 0). With several peers the median
 //! points at the outlier: the node whose clock is wrong sees all its peers off, the others see
@@ -34,17 +40,30 @@ use crate::lease::Owner;
 use crate::server::ShardStats;
 use crate::store::{KvStore, Txn};
 
+/// `idgen/<ns>/clocks/`: where nodes publish their clocks, one key per instance.
+pub fn clocks_prefix(namespace: &str) -> String {
+    format!("idgen/{namespace}/clocks/")
+}
+
 /// How often a node publishes its clock.
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 /// How often a node reads its peers' clocks.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
 /// A peer whose clock key has not changed for this long is ignored.
 pub const PEER_SILENT_AFTER: Duration = Duration::from_secs(10);
+/// How long a clock key outlives its last write where the store expires keys: a few
+/// publishing periods, so a slow store round trip or two do not make a live node look gone.
+pub const CLOCK_KEY_TTL: Duration = Duration::from_secs(5);
 
 #[derive(Serialize, Deserialize)]
 struct ClockRecord {
     unix_ms: u64,
     node_id: String,
+    /// Written with an expiring put on a store that expires keys: only such a key is evidence
+    /// that its node is alive (`crate::lease`); a key of an earlier version, which never
+    /// expires, is not.
+    #[serde(default)]
+    expiring: bool,
 }
 
 #[derive(Debug)]
@@ -181,7 +200,7 @@ impl<C: Clock> ClockWatcher<C> {
     ) -> Self {
         ClockWatcher {
             store,
-            prefix: format!("idgen/{namespace}/clocks/"),
+            prefix: clocks_prefix(namespace),
             owner,
             clock,
             watch,
@@ -192,14 +211,16 @@ impl<C: Clock> ClockWatcher<C> {
         format!("{}{}", self.prefix, self.owner.instance).into_bytes()
     }
 
-    async fn publish(&self) {
+    /// Writes this node's clock key (expiring, where the store can).
+    pub async fn publish(&self) {
         let rec = ClockRecord {
             unix_ms: self.clock.wall_ms(),
             node_id: self.owner.node_id.clone(),
+            expiring: self.store.expires_keys(),
         };
-        let mut txn = Txn::new(self.store.as_ref());
-        txn.put(self.own_key(), serde_json::to_vec(&rec).unwrap_or_default());
-        if let Err(e) = txn.commit().await {
+        let value = serde_json::to_vec(&rec).unwrap_or_default();
+        let key = self.own_key();
+        if let Err(e) = self.store.put_expiring(&key, &value, CLOCK_KEY_TTL).await {
             tracing::debug!(error = %e, "could not publish the clock");
         }
     }
@@ -364,6 +385,7 @@ mod tests {
         ClockRecord {
             unix_ms: ms,
             node_id: "p".into(),
+            expiring: false,
         }
     }
 

@@ -174,20 +174,20 @@ fn write_records(c: &Cluster, first: u64, count: u64, state: WorkerState) {
         // Far ahead of every node's clock: the records stay blocked while held, and their
         // next holder starts above it.
         let end = wall_ms() - layout.epoch_ms() + 4_000;
-        let writes: Vec<StoreWrite> = (first..first + count)
-            .map(|id| StoreWrite::Put {
-                key: format!("idgen/default/workers/{id:05}").into_bytes(),
-                value: serde_json::to_vec(&WorkerRecord {
-                    state,
-                    owner: thief.clone(),
-                    generation: 1_000_000 + id,
-                    lease_end: end,
-                    layout_version: idgen::lease::LAYOUT_VERSION,
-                    written_unix_ms: wall_ms(),
-                })
-                .unwrap(),
+        // One record for the whole range, as a rival's grant writes it.
+        let writes = vec![StoreWrite::Put {
+            key: format!("idgen/default/workers/{first:05}").into_bytes(),
+            value: serde_json::to_vec(&WorkerRecord {
+                state,
+                owner: thief.clone(),
+                generation: 1_000_000 + first,
+                lease_end: end,
+                count,
+                layout_version: idgen::lease::LAYOUT_VERSION,
+                written_unix_ms: wall_ms(),
             })
-            .collect();
+            .unwrap(),
+        }];
         store
             .commit(&[], &writes)
             .await

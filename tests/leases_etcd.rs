@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,15 +12,38 @@ use idgen::clock::{Clock, SystemClock};
 use idgen::generator::{Ceiling, GenError, Generator, ShardConfig};
 use idgen::layout::{Id, Layout};
 use idgen::lease::keeper::{Keeper, LeaseShared, LeaseView};
-use idgen::lease::{conformance, LeaseConfig, LeaseError, Owner, Released};
+use idgen::lease::{
+    conformance, LeaseConfig, LeaseError, Leases, Owner, Released, MAX_RECORDS_PER_TXN,
+};
 use idgen::store::etcd::EtcdStore;
 use idgen::store::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
+use idgen::watch::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
 use tokio::sync::watch;
 
-/// An etcd store that counts the commits etcd refused because a compare failed.
+/// An etcd store that counts the commits etcd refused because a compare failed, and records
+/// the largest commit.
 struct Counting {
     inner: EtcdStore,
     conflicts: AtomicU64,
+    checks: AtomicUsize,
+    writes: AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: EtcdStore) -> Self {
+        Counting {
+            inner,
+            conflicts: AtomicU64::new(0),
+            checks: AtomicUsize::new(0),
+            writes: AtomicUsize::new(0),
+        }
+    }
+    fn largest(&self) -> (usize, usize) {
+        (
+            self.checks.load(Ordering::Relaxed),
+            self.writes.load(Ordering::Relaxed),
+        )
+    }
 }
 
 impl KvStore for Counting {
@@ -35,6 +58,8 @@ impl KvStore for Counting {
         checks: &'a [Check],
         writes: &'a [Write],
     ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        self.checks.fetch_max(checks.len(), Ordering::Relaxed);
+        self.writes.fetch_max(writes.len(), Ordering::Relaxed);
         Box::pin(async move {
             let outcome = self.inner.commit(checks, writes).await;
             if outcome == Ok(Commit::Conflict) {
@@ -45,6 +70,17 @@ impl KvStore for Counting {
     }
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+    fn expires_keys(&self) -> bool {
+        self.inner.expires_keys()
+    }
+    fn put_expiring<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.put_expiring(key, value, ttl)
     }
 }
 
@@ -57,10 +93,8 @@ async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
 #[tokio::test(flavor = "current_thread")]
 async fn etcd_passes_the_lease_conformance_suite() {
     let cluster = EtcdCluster::start(1);
-    let store = Counting {
-        inner: connect(&cluster, "idgen-conformance").await,
-        conflicts: AtomicU64::new(0),
-    };
+    let store = Counting::new(connect(&cluster, "idgen-conformance").await);
+    assert!(store.expires_keys());
     conformance::run(&store, "lease").await;
     // Only the concurrent acquisitions can conflict: they did, and still all got a range.
     assert!(
@@ -69,6 +103,323 @@ async fn etcd_passes_the_lease_conformance_suite() {
     );
     // A second run in the same etcd, other namespaces: independent.
     conformance::run(&store, "again").await;
+    // The suite's grant of 256 merged 256 records first: every commit stayed small.
+    let (checks, writes) = store.largest();
+    assert!(
+        checks <= MAX_RECORDS_PER_TXN + 2 && writes <= MAX_RECORDS_PER_TXN + 4,
+        "largest commit: {checks} checks, {writes} writes"
+    );
+}
+
+fn owner(name: &str) -> Owner {
+    Owner {
+        node_id: name.into(),
+        host: "leases-etcd".into(),
+        pid: 1,
+        started_unix_ms: 0,
+        instance: format!("{name}-instance"),
+    }
+}
+
+/// On an etcd with default flags (`--max-txn-ops` 128), one node takes the whole default worker
+/// space, 1,024 worker IDs, in one grant, renews it and releases it: each is one small commit.
+/// (Before range records, a grant of 127 or more worker IDs exceeded the limit.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_grant_of_1024_worker_ids_on_a_default_etcd() {
+    let cluster = EtcdCluster::start(1);
+    let store = Counting::new(connect(&cluster, "idgen-1024").await);
+    let layout = Layout::default();
+    assert_eq!(layout.worker_count(), 1024);
+    let a = Leases::new(&store, layout, LeaseConfig::new("big", 1024), owner("a"));
+    let now = SystemClock::new().wall_ms();
+    let started = Instant::now();
+    let g = a.acquire(now).await.expect("a grant of 1,024 worker IDs");
+    let acquired = started.elapsed();
+    assert_eq!((g.first, g.count, g.floor), (0, 1024, 0));
+    let mut renewals = Vec::new();
+    for i in 1..=5 {
+        let started = Instant::now();
+        let end = a.renew(&g, now + i * 100).await.expect("renew");
+        renewals.push(started.elapsed());
+        assert_eq!(end, now - layout.epoch_ms() + i * 100 + 10_000);
+    }
+    let started = Instant::now();
+    let last = g.floor + 5;
+    assert_eq!(
+        a.release(&g, Some(last), now + 600).await.unwrap(),
+        Released::Freed { lease_end: last }
+    );
+    let released = started.elapsed();
+    let recs = a.ranges().await.unwrap();
+    assert_eq!(recs.len(), 1, "one record for the whole grant");
+    assert_eq!(recs[0].1.count, 1024);
+    // The next node gets all of it at once, floored at the true last timestamp.
+    let b = Leases::new(&store, layout, LeaseConfig::new("big", 1024), owner("b"));
+    let g2 = b.acquire(now + 700).await.unwrap();
+    assert_eq!((g2.first, g2.floor), (0, last));
+    // The largest commits: the second grant checks the cluster record, the generation and the
+    // old record; the first writes the cluster record, the generation and its record.
+    assert_eq!(store.largest(), (3, 3));
+    renewals.sort();
+    eprintln!(
+        "1,024 worker IDs on etcd: acquire {acquired:?}, renew {:?} (median of 5), release \
+         {released:?}",
+        renewals[2]
+    );
+}
+
+/// A 16-bit worker space (65,536 worker IDs) fully recorded by many grants: first by 512 nodes
+/// of 128 worker IDs each (half released, half left to expire), then, in another namespace, by
+/// 65,536 one-worker records as the previous version wrote them. A large grant over each
+/// succeeds on a default etcd (merging records first where its window overlaps too many), with
+/// its floor at the largest stored lease_end it covers, and records never overlap.
+#[tokio::test(flavor = "current_thread")]
+async fn a_fully_recorded_16_bit_space_stays_usable() {
+    let cluster = EtcdCluster::start(1);
+    let store = Counting::new(connect(&cluster, "idgen-16bit").await);
+    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 16, 6, 0).unwrap();
+    let now = SystemClock::new().wall_ms();
+    let now_id = now - layout.epoch_ms();
+    let ttl = 10_000;
+
+    // Many nodes, 128 worker IDs each.
+    let started = Instant::now();
+    let mut max_end = 0;
+    for i in 0..512u64 {
+        let l = Leases::new(
+            &store,
+            layout,
+            LeaseConfig::new("nodes", 128),
+            owner(&format!("n{i}")),
+        );
+        let g = l.acquire(now + i).await.expect("a grant of 128");
+        assert_eq!(g.first, 128 * i);
+        if i % 2 == 0 {
+            l.release(&g, Some(now_id + i), now + i).await.unwrap();
+            max_end = max_end.max(now_id + i);
+        } else {
+            max_end = max_end.max(g.lease_end);
+        }
+    }
+    let filled = started.elapsed();
+    let probe = Leases::new(&store, layout, LeaseConfig::new("nodes", 1), owner("probe"));
+    let occ = probe.occupancy(now + 600).await.unwrap();
+    assert_eq!((occ.free, occ.held), (32_768, 32_768));
+    // Long after (the odd nodes are gone: they published no clock key), one grant of the whole
+    // space: 512 records in its window, merged in runs of 64, then taken.
+    let later = now + 4 * ttl;
+    let all = Leases::new(
+        &store,
+        layout,
+        LeaseConfig::new("nodes", 65_536),
+        owner("all"),
+    );
+    let started = Instant::now();
+    let g = all.acquire(later).await.expect("the whole space");
+    let whole = started.elapsed();
+    assert_eq!((g.first, g.count, g.floor), (0, 65_536, max_end));
+    assert_eq!(all.ranges().await.unwrap().len(), 1);
+
+    // One-worker records of the previous version, 65,536 of them, from 64 owners.
+    let mut writes = Vec::new();
+    let mut legacy_max = 0;
+    let mut expect_floor = 0;
+    for id in 0..65_536u64 {
+        let lease_end = now_id - 100_000 + (id * 7919) % 50_000;
+        legacy_max = legacy_max.max(lease_end);
+        if (1_000..2_024).contains(&id) {
+            expect_floor = expect_floor.max(lease_end);
+        }
+        let rec = serde_json::json!({
+            "state": if id % 3 == 0 { "released" } else { "held" },
+            "owner": owner(&format!("old{}", id % 64)),
+            "generation": id + 1,
+            "lease_end": lease_end,
+            "layout_version": 1,
+            "written_unix_ms": now,
+        });
+        writes.push(Write::Put {
+            key: format!("idgen/old/workers/{id:05}").into_bytes(),
+            value: rec.to_string().into_bytes(),
+        });
+    }
+    writes.push(Write::Put {
+        key: b"idgen/old/generation".to_vec(),
+        value: b"65536".to_vec(),
+    });
+    for batch in writes.chunks(100) {
+        assert_eq!(
+            store.inner.commit(&[], batch).await.unwrap(),
+            Commit::Applied
+        );
+    }
+    // One node holds 1,000 of them (0..1000, as one range record): it publishes its clock.
+    let holder = Leases::new(
+        &store,
+        layout,
+        LeaseConfig::new("old", 1_000),
+        owner("holder"),
+    );
+    let h = holder.acquire(now).await.expect("a grant over old records");
+    assert_eq!((h.first, h.count), (0, 1_000));
+    let key = format!("idgen/old/clocks/{}", owner("holder").instance);
+    let alive = br#"{"unix_ms":0,"node_id":"holder","expiring":true}"#;
+    store
+        .put_expiring(key.as_bytes(), alive, Duration::from_secs(600))
+        .await
+        .unwrap();
+    // A node with a clock far ahead takes 1,024: not the live holder's, the next 1,024.
+    let fast = Leases::new(
+        &store,
+        layout,
+        LeaseConfig::new("old", 1_024),
+        owner("fast"),
+    );
+    let started = Instant::now();
+    let f = fast
+        .acquire(now + 3_600_000)
+        .await
+        .expect("1,024 over one-worker records");
+    let over_legacy = started.elapsed();
+    assert_eq!((f.first, f.floor), (1_000, expect_floor));
+    // The rest of the space in one grant.
+    let rest = Leases::new(
+        &store,
+        layout,
+        LeaseConfig::new("old", 65_536 - 2_024),
+        owner("rest"),
+    );
+    let started = Instant::now();
+    let r = rest
+        .acquire(now + 3_600_000)
+        .await
+        .expect("the rest of the space");
+    let over_rest = started.elapsed();
+    assert_eq!(r.first, 2_024);
+    assert!(r.floor <= legacy_max && r.floor > now_id - 100_000);
+    let ranges = rest.ranges().await.unwrap();
+    let shape: Vec<(u64, u64, String)> = ranges
+        .iter()
+        .map(|(f, r)| (*f, r.count, r.owner.node_id.clone()))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (0, 1_000, "holder".into()),
+            (1_000, 1_024, "fast".into()),
+            (2_024, 65_536 - 2_024, "rest".into()),
+        ]
+    );
+    // The holder's lease is intact.
+    assert!(holder.renew(&h, now + 1_000).await.is_ok());
+    let (checks, writes) = store.largest();
+    assert!(
+        checks <= MAX_RECORDS_PER_TXN + 2 && writes <= MAX_RECORDS_PER_TXN + 4,
+        "largest commit: {checks} checks, {writes} writes"
+    );
+    eprintln!(
+        "16-bit space: 512 grants of 128 in {filled:?}; the whole space over 512 records in \
+         {whole:?}; 1,024 over 65,536 one-worker records in {over_legacy:?}; the other 63,512 \
+         in {over_rest:?}"
+    );
+}
+
+/// A holder whose clock key is present (its publisher runs) keeps its worker IDs against an
+/// acquirer whose clock is an hour ahead, which takes never-used ones instead, or none; once
+/// the holder's publisher dies and etcd expires its key, the same acquirer takes the range over,
+/// floored at the holder's lease_end.
+#[tokio::test(flavor = "current_thread")]
+async fn a_fast_clock_evicts_only_holders_whose_clock_key_expired() {
+    let cluster = EtcdCluster::start(1);
+    let store: Arc<dyn KvStore> = Arc::new(connect(&cluster, "idgen-fast").await);
+    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 2, 20, 0).unwrap(); // 4 IDs
+    let clock = SystemClock::new();
+    let now = clock.wall_ms();
+    let hour = 3_600_000;
+    let live = Owner::this_process(Some("live".into()), now);
+    let holder = Leases::new(
+        store.as_ref(),
+        layout,
+        LeaseConfig::new("fast", 2),
+        live.clone(),
+    );
+    let h = holder.acquire(now).await.unwrap();
+    assert_eq!(h.first, 0);
+    // The holder's clock publisher, as a node runs it.
+    let watcher = ClockWatcher::new(
+        Arc::clone(&store),
+        "fast",
+        live.clone(),
+        clock,
+        ClockWatch::new(Duration::from_secs(1)),
+    );
+    watcher.publish().await;
+    let (_stop, stop_rx) = watch::channel(false);
+    let publisher = tokio::spawn(async move { watcher.run(stop_rx).await });
+
+    let fast = Leases::new(
+        store.as_ref(),
+        layout,
+        LeaseConfig::new("fast", 2),
+        owner("fast"),
+    );
+    // An hour ahead, the holder's lease looks long expired; never-used IDs come first anyway.
+    let f = fast.acquire(now + hour).await.unwrap();
+    assert_eq!((f.first, f.floor), (2, 0));
+    // With no never-used IDs left: refused, not evicting the live holder.
+    let fast2 = Leases::new(
+        store.as_ref(),
+        layout,
+        LeaseConfig::new("fast", 2),
+        owner("fast2"),
+    );
+    let err = fast2.acquire(now + hour).await.unwrap_err();
+    assert!(
+        matches!(err, LeaseError::NoFreeRange { free: 0, .. }),
+        "{err:?}"
+    );
+    let end = holder
+        .renew(&h, clock.wall_ms())
+        .await
+        .expect("the holder still holds");
+
+    // The holder dies: its publisher stops without deleting its key (a crash).
+    publisher.abort();
+    let died = Instant::now();
+    let key = format!("idgen/fast/clocks/{}", live.instance);
+    assert!(store.get(key.as_bytes()).await.unwrap().is_some());
+    let taken = loop {
+        match fast2.acquire(clock.wall_ms() + hour).await {
+            Ok(g) => break g,
+            Err(LeaseError::NoFreeRange { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            died.elapsed() < CLOCK_KEY_TTL + Duration::from_secs(5),
+            "not taken over {:?} after the holder died",
+            died.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let after = died.elapsed();
+    assert!(
+        store.get(key.as_bytes()).await.unwrap().is_none(),
+        "etcd removed the key"
+    );
+    assert!(
+        after >= CLOCK_KEY_TTL - Duration::from_secs(2),
+        "taken over after {after:?}"
+    );
+    assert_eq!(
+        (taken.first, taken.floor),
+        (0, end),
+        "floored at the dead holder's lease_end"
+    );
+    assert!(matches!(
+        holder.renew(&h, clock.wall_ms()).await,
+        Err(LeaseError::Lost(_))
+    ));
+    eprintln!("the dead holder's range was taken over {after:?} after its publisher stopped");
 }
 
 const TTL: Duration = Duration::from_millis(1500);

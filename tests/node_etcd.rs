@@ -125,7 +125,8 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// The worker records of the `default` namespace, read straight from etcd.
+/// The worker records of the `default` namespace, read straight from etcd: one entry per worker
+/// ID (a range record once for each of its worker IDs).
 fn worker_records(cluster: &EtcdCluster, prefix: &str, layout: Layout) -> Vec<(u64, WorkerRecord)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -315,8 +316,8 @@ fn node_fails_closed_without_etcd_and_serves_again_when_it_returns() {
     );
 }
 
-/// Takes the worker records of `first..first + count` away from their holder, as a rival with
-/// a newer generation would: the holder's next renewal finds them lost.
+/// Takes the worker record of `first..first + count` away from its holder, as a rival with a
+/// newer generation would: the holder's next renewal finds it lost.
 fn steal(cluster: &EtcdCluster, prefix: &str, first: u64, count: u64) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -330,20 +331,19 @@ fn steal(cluster: &EtcdCluster, prefix: &str, first: u64, count: u64) {
             .expect("connect to etcd");
         let thief = Owner::this_process(Some("thief".into()), wall_ms());
         let layout = Layout::default();
-        let writes: Vec<Write> = (first..first + count)
-            .map(|id| Write::Put {
-                key: format!("idgen/default/workers/{id:05}").into_bytes(),
-                value: serde_json::to_vec(&WorkerRecord {
-                    state: WorkerState::Held,
-                    owner: thief.clone(),
-                    generation: 1_000_000 + id,
-                    lease_end: wall_ms() - layout.epoch_ms() + 120_000,
-                    layout_version: idgen::lease::LAYOUT_VERSION,
-                    written_unix_ms: wall_ms(),
-                })
-                .unwrap(),
+        let writes = [Write::Put {
+            key: format!("idgen/default/workers/{first:05}").into_bytes(),
+            value: serde_json::to_vec(&WorkerRecord {
+                state: WorkerState::Held,
+                owner: thief.clone(),
+                generation: 1_000_000 + first,
+                lease_end: wall_ms() - layout.epoch_ms() + 120_000,
+                count,
+                layout_version: idgen::lease::LAYOUT_VERSION,
+                written_unix_ms: wall_ms(),
             })
-            .collect();
+            .unwrap(),
+        }];
         store.commit(&[], &writes).await.expect("steal the records");
     })
 }
@@ -458,4 +458,48 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     drop(prefetch);
     drop(pool);
     node.terminate(Duration::from_secs(10));
+}
+
+/// A node of 8 shards × 128 worker IDs takes the whole default worker space (1,024 worker IDs)
+/// on an etcd with default flags, serves from all of it, and releases it on SIGTERM: one
+/// record, released. (Before range records, its grant exceeded etcd's `--max-txn-ops` of 128.)
+#[test]
+fn a_node_leases_the_whole_default_worker_space_on_a_default_etcd() {
+    let cluster = EtcdCluster::start(1);
+    let prefix = "idgen-whole";
+    let mut node = start(
+        &cluster,
+        prefix,
+        "whole",
+        &["--shards", "8", "--workers-per-shard", "128"],
+    );
+    let mut shards = BTreeMap::new();
+    let mut ids = HashSet::new();
+    for (mut c, h) in connections(&node, 32) {
+        shards.insert(h.shard, (h.worker_first, h.worker_count));
+        for id in c.get_ids(100).expect("IDs") {
+            let w = worker_of(&h, id);
+            assert!(
+                (u64::from(h.worker_first)..u64::from(h.worker_first + h.worker_count))
+                    .contains(&w)
+            );
+            assert!(ids.insert(id), "ID {id} twice");
+        }
+    }
+    assert!(shards.len() > 1, "{shards:?}");
+    assert!(shards.values().all(|&(_, n)| n == 128), "{shards:?}");
+    let layout = Layout::default();
+    let held = worker_records(&cluster, prefix, layout);
+    assert_eq!(held.len(), 1024);
+    assert!(held
+        .iter()
+        .all(|(_, r)| r.count == 1024 && r.owner.node_id == "whole"));
+    assert!(node.terminate(Duration::from_secs(15)).success());
+    let after = worker_records(&cluster, prefix, layout);
+    assert!(
+        after
+            .iter()
+            .all(|(_, r)| r.count == 1024 && r.state == idgen::lease::WorkerState::Released),
+        "released on shutdown"
+    );
 }

@@ -406,7 +406,18 @@ fn limits_and_timeouts() {
 #[test]
 fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
     let data = tempfile::tempdir().unwrap();
-    let args = ["--shards", "2"];
+    // Two worker IDs in all, so that the restart below must reuse the released ones (it would
+    // prefer never-used ones).
+    let args = [
+        "--shards",
+        "2",
+        "--timestamp-bits",
+        "41",
+        "--worker-bits",
+        "1",
+        "--sequence-bits",
+        "21",
+    ];
     let mut node = NodeProc::try_start_in(Some(data.path()), &args, &[]).unwrap();
     let addr = node.addr;
     let stop = Arc::new(AtomicBool::new(false));

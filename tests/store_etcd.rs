@@ -215,3 +215,126 @@ async fn three_members_survive_one_failure_but_not_two() {
     put_eventually(&store, "k", "3").await;
     assert_eq!(store.get(b"k").await.unwrap().unwrap().value, b"3");
 }
+
+/// Writes `n` keys `<prefix><i:06>` with values of `size` bytes, 100 to a commit.
+async fn fill(store: &dyn KvStore, prefix: &str, n: usize, size: usize) {
+    let writes: Vec<Write> = (0..n)
+        .map(|i| Write::Put {
+            key: format!("{prefix}{i:06}").into_bytes(),
+            value: vec![b'a' + (i % 26) as u8; size],
+        })
+        .collect();
+    for batch in writes.chunks(100) {
+        assert_eq!(store.commit(&[], batch).await.unwrap(), Commit::Applied);
+    }
+}
+
+/// A scan is read in pages, every page at the revision of the first: a write between two
+/// pages (a new key, a changed key, a deleted key, all in the later page's range) is not seen,
+/// and a scan in small pages returns every key once, in order.
+#[tokio::test(flavor = "current_thread")]
+async fn scans_read_pages_at_one_revision() {
+    let cluster = EtcdCluster::start(1);
+    let store = connect(&cluster, "idgen-pages").await.with_scan_page(7);
+    fill(&store, "p/", 100, 10).await;
+    put(&store, "q/outside", "x").await.unwrap();
+    let all = store.scan(b"p/").await.unwrap();
+    assert_eq!(all.len(), 100);
+    let keys: Vec<String> = all
+        .iter()
+        .map(|e| String::from_utf8(e.key.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        (0..100).map(|i| format!("p/{i:06}")).collect::<Vec<_>>()
+    );
+
+    // Page by page, with writes in between.
+    let first = store.scan_page(b"p/", None, None, 10).await.unwrap();
+    assert_eq!(first.entries.len(), 10);
+    assert!(first.more);
+    let after = first.entries.last().unwrap().key.clone();
+    put(&store, "p/000050", "changed").await.unwrap();
+    put(&store, "p/000050a", "new").await.unwrap();
+    let mut txn = Txn::new(&store);
+    txn.delete(b"p/000060".to_vec());
+    txn.commit().await.unwrap();
+    let mut seen = first.entries.clone();
+    let mut last = after;
+    loop {
+        let page = store
+            .scan_page(b"p/", Some(&last), Some(first.revision), 10)
+            .await
+            .unwrap();
+        assert_eq!(page.revision, first.revision);
+        seen.extend(page.entries.iter().cloned());
+        if !page.more {
+            break;
+        }
+        last = page.entries.last().unwrap().key.clone();
+    }
+    assert_eq!(
+        seen, all,
+        "the pages at the first page's revision: the writes are not seen"
+    );
+    // A new scan sees them.
+    let now = store.scan(b"p/").await.unwrap();
+    assert_eq!(now.len(), 100);
+    assert!(now.iter().any(|e| e.key == b"p/000050a"));
+    assert!(!now.iter().any(|e| e.key == b"p/000060"));
+    let changed = now.iter().find(|e| e.key == b"p/000050").unwrap();
+    assert_eq!(changed.value, b"changed");
+}
+
+/// A scan bigger than a gRPC message (4 MiB): 20,000 values of 300 bytes (6 MB, about what
+/// 20,000 worker records weigh), read in pages of the default size.
+#[tokio::test(flavor = "current_thread")]
+async fn a_scan_bigger_than_a_grpc_message_returns_every_key() {
+    let cluster = EtcdCluster::start(1);
+    let store = connect(&cluster, "idgen-big").await;
+    fill(&store, "w/", 20_000, 300).await;
+    let started = Instant::now();
+    let all = store.scan(b"w/").await.expect("scan of 6 MB");
+    let took = started.elapsed();
+    assert_eq!(all.len(), 20_000);
+    assert!(all.windows(2).all(|w| w[0].key < w[1].key));
+    assert!(all.iter().all(|e| e.value.len() == 300));
+    eprintln!(
+        "scan of 20,000 keys (6 MB) in pages of {}: {took:?}",
+        idgen::store::etcd::SCAN_PAGE
+    );
+}
+
+/// A key written with `put_expiring` vanishes about its TTL after its writer stops writing it
+/// (by etcd's clock), while a key written again within the TTL stays.
+#[tokio::test(flavor = "current_thread")]
+async fn an_expiring_key_vanishes_after_its_writer_stops() {
+    let cluster = EtcdCluster::start(1);
+    let store = connect(&cluster, "idgen-expiry").await;
+    assert!(store.expires_keys());
+    let ttl = Duration::from_secs(2);
+    store.put_expiring(b"c/stops", b"1", ttl).await.unwrap();
+    let started = Instant::now();
+    let mut gone_after = None;
+    while started.elapsed() < ttl + Duration::from_secs(5) {
+        store.put_expiring(b"c/keeps", b"2", ttl).await.unwrap();
+        let stops = store.get(b"c/stops").await.unwrap();
+        if stops.is_none() && gone_after.is_none() {
+            gone_after = Some(started.elapsed());
+        }
+        if gone_after.is_some_and(|t| started.elapsed() > t + Duration::from_secs(1)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let gone_after = gone_after.expect("the key of a stopped writer expired");
+    assert!(
+        gone_after >= ttl - Duration::from_millis(200),
+        "gone after {gone_after:?}"
+    );
+    assert!(
+        store.get(b"c/keeps").await.unwrap().is_some(),
+        "the key written every 200 ms stays"
+    );
+    eprintln!("an expiring key (TTL {ttl:?}) was gone {gone_after:?} after its last write");
+}

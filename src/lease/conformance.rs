@@ -10,13 +10,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
+use std::time::Duration;
 
 use super::{
     Grant, LayoutRecord, LeaseConfig, LeaseError, Leases, Owner, RegionScope, Released,
     WorkerRecord, WorkerState,
 };
 use crate::layout::{Layout, DEFAULT_EPOCH_MS};
-use crate::store::KvStore;
+use crate::store::{Commit, KvStore, Write};
 
 /// The wall clock (Unix ms) the suite runs at.
 const NOW: u64 = DEFAULT_EPOCH_MS + 1_000_000;
@@ -30,7 +31,9 @@ const TTL: u64 = 10_000;
 const CONTENDERS: usize = super::DEFAULT_MAX_ATTEMPTS as usize;
 
 /// Runs every behaviour against `store`, each in a fresh namespace under `namespace_prefix`
-/// (which must not have been used in this store before).
+/// (which must not have been used in this store before). A store wrapper that checks the size
+/// of every commit (`tests/leases_etcd.rs`, `lease/tests.rs`) sees the merges of
+/// [`MAX_RECORDS_PER_TXN`](super::MAX_RECORDS_PER_TXN)-bounded transactions at work.
 pub async fn run(store: &dyn KvStore, namespace_prefix: &str) {
     let ns = |what: &str| format!("{namespace_prefix}-{what}");
     first_acquire_creates_the_cluster_and_grants_from_zero(store, &ns("first")).await;
@@ -41,6 +44,11 @@ pub async fn run(store: &dyn KvStore, namespace_prefix: &str) {
     renew_and_release_after_a_takeover_touch_nothing(store, &ns("takeover")).await;
     release_frees_at_once_with_the_true_last_timestamp(store, &ns("release")).await;
     concurrent_acquisitions_get_disjoint_ranges(store, &ns("concurrent")).await;
+    never_used_worker_ids_are_chosen_before_expired_ones(store, &ns("fresh-first")).await;
+    a_grant_over_part_of_a_record_keeps_the_rest_of_it(store, &ns("trim")).await;
+    one_worker_records_of_earlier_versions_read_as_ranges(store, &ns("legacy")).await;
+    a_window_over_many_small_records_merges_them_first(store, &ns("merge")).await;
+    a_holder_that_publishes_its_clock_is_not_taken_over(store, &ns("alive")).await;
 }
 
 fn owner(name: &str) -> Owner {
@@ -105,10 +113,19 @@ async fn first_acquire_creates_the_cluster_and_grants_from_zero(store: &dyn KvSt
             "{ctx}: worker {id}: {r:?}"
         );
     }
-    // The keys live under the namespace.
+    // The keys live under the namespace: one record for the whole range, under its first ID.
     let key = |s: &str| format!("idgen/{ns}/{s}").into_bytes();
-    assert!(store.get(&key("workers/00003")).await.unwrap().is_some());
-    assert!(store.get(&key("workers/00004")).await.unwrap().is_none());
+    let raw = store
+        .get(&key("workers/00000"))
+        .await
+        .unwrap()
+        .expect("the record");
+    let rec: WorkerRecord = serde_json::from_slice(&raw.value).unwrap();
+    assert_eq!(rec.count, 4, "{ctx}");
+    for id in 1..5 {
+        let k = key(&format!("workers/{id:05}"));
+        assert!(store.get(&k).await.unwrap().is_none(), "{ctx}: worker {id}");
+    }
     assert!(store.get(&key("cluster")).await.unwrap().is_some());
     assert_eq!(
         store.get(&key("generation")).await.unwrap().unwrap().value,
@@ -341,7 +358,7 @@ async fn renew_moves_lease_end_forward_never_backward(store: &dyn KvStore, ns: &
 
 async fn renew_and_release_after_a_takeover_touch_nothing(store: &dyn KvStore, ns: &str) {
     let ctx = format!("{} [{ns}]", store.describe());
-    let layout = Layout::default();
+    let layout = tiny();
     let a = leases(store, ns, layout, "a", 2);
     let g = a.acquire(NOW).await.unwrap();
     let later = NOW + 4 * TTL; // past lease_end + safety
@@ -385,7 +402,8 @@ async fn renew_and_release_after_a_takeover_touch_nothing(store: &dyn KvStore, n
 
 async fn release_frees_at_once_with_the_true_last_timestamp(store: &dyn KvStore, ns: &str) {
     let ctx = format!("{} [{ns}]", store.describe());
-    let layout = Layout::default();
+    // Four worker IDs: a grant of three after the release must reuse released ones.
+    let layout = Layout::new(DEFAULT_EPOCH_MS, 50, 2, 11, 0).expect("valid layout");
     let a = leases(store, ns, layout, "a", 3);
     let g = a.acquire(NOW).await.unwrap();
     let last = NOW_ID + 17;
@@ -482,6 +500,374 @@ async fn concurrent_acquisitions_get_disjoint_ranges(store: &dyn KvStore, ns: &s
         all[0].cluster().await.unwrap().is_some(),
         "{ctx}: one cluster record"
     );
+}
+
+async fn never_used_worker_ids_are_chosen_before_expired_ones(store: &dyn KvStore, ns: &str) {
+    let ctx = format!("{} [{ns}]", store.describe());
+    let layout = Layout::new(DEFAULT_EPOCH_MS, 50, 2, 11, 0).expect("valid layout"); // 4 IDs
+    let a = leases(store, ns, layout, "a", 2)
+        .acquire(NOW)
+        .await
+        .unwrap();
+    assert_eq!(a.first, 0, "{ctx}");
+    // Long after a's lease and safety period: a's range is grantable, but never-used worker
+    // IDs come first, however low a's range is.
+    let later = NOW + 10 * TTL;
+    let b = leases(store, ns, layout, "b", 2)
+        .acquire(later)
+        .await
+        .unwrap();
+    assert_eq!(
+        (b.first, b.floor),
+        (2, 0),
+        "{ctx}: never used before expired"
+    );
+    // Only then the expired range, floored at its old lease_end.
+    let c = leases(store, ns, layout, "c", 2)
+        .acquire(later)
+        .await
+        .unwrap();
+    assert_eq!((c.first, c.floor), (0, a.lease_end), "{ctx}");
+    // Released beats expired: c releases, b's lease expires; d takes c's released range.
+    let c_leases = leases(store, ns, layout, "c", 2);
+    c_leases.release(&c, None, later).await.unwrap();
+    let much_later = later + 10 * TTL;
+    let d = leases(store, ns, layout, "d", 2)
+        .acquire(much_later)
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.first, d.floor),
+        (0, a.lease_end),
+        "{ctx}: released before expired"
+    );
+}
+
+async fn a_grant_over_part_of_a_record_keeps_the_rest_of_it(store: &dyn KvStore, ns: &str) {
+    let ctx = format!("{} [{ns}]", store.describe());
+    let layout = Layout::new(DEFAULT_EPOCH_MS, 49, 3, 11, 0).expect("valid layout"); // 8 IDs
+    let a_leases = leases(store, ns, layout, "a", 6);
+    let a = a_leases.acquire(NOW).await.unwrap();
+    let b = leases(store, ns, layout, "b", 2)
+        .acquire(NOW)
+        .await
+        .unwrap();
+    assert_eq!((a.first, b.first), (0, 6), "{ctx}");
+    let last = NOW_ID + 50;
+    a_leases.release(&a, Some(last), NOW + 60).await.unwrap();
+    // Two of a's six released worker IDs: the other four stay one released record.
+    let c = leases(store, ns, layout, "c", 2)
+        .acquire(NOW + 60)
+        .await
+        .unwrap();
+    assert_eq!((c.first, c.floor), (0, last), "{ctx}");
+    let view = a_leases.ranges().await.unwrap();
+    let shape: Vec<(u64, u64, &str, WorkerState, u64)> = view
+        .iter()
+        .map(|(f, r)| (*f, r.count, r.owner.node_id.as_str(), r.state, r.lease_end))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (0, 2, "c", WorkerState::Held, c.lease_end),
+            (2, 4, "a", WorkerState::Released, last),
+            (6, 2, "b", WorkerState::Held, b.lease_end),
+        ],
+        "{ctx}"
+    );
+    assert_eq!(
+        view[1].1.generation, a.generation,
+        "{ctx}: the rest is a's record"
+    );
+    // Windows start where a record (or a gap) starts: taking the front of the rest leaves its
+    // back as a narrower record, again and again.
+    let d = leases(store, ns, layout, "d", 2)
+        .acquire(NOW + 70)
+        .await
+        .unwrap();
+    assert_eq!((d.first, d.floor), (2, last), "{ctx}");
+    let e = leases(store, ns, layout, "e", 1)
+        .acquire(NOW + 70)
+        .await
+        .unwrap();
+    assert_eq!((e.first, e.floor), (4, last), "{ctx}");
+    let shape: Vec<(u64, u64, String)> = a_leases
+        .ranges()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(f, r)| (f, r.count, r.owner.node_id))
+        .collect();
+    let want: Vec<(u64, u64, String)> = [
+        (0, 2, "c"),
+        (2, 2, "d"),
+        (4, 1, "e"),
+        (5, 1, "a"),
+        (6, 2, "b"),
+    ]
+    .into_iter()
+    .map(|(f, n, o)| (f, n, o.to_string()))
+    .collect();
+    assert_eq!(shape, want, "{ctx}");
+    // Everyone renews and releases their own record only; a's old grant is gone for good.
+    assert!(matches!(
+        a_leases.renew(&a, NOW + 80).await,
+        Err(LeaseError::Lost(_))
+    ));
+    let b_leases = leases(store, ns, layout, "b", 2);
+    assert!(
+        b_leases.renew(&b, NOW + 80).await.unwrap() > b.lease_end,
+        "{ctx}"
+    );
+    let c_leases = leases(store, ns, layout, "c", 2);
+    assert_eq!(
+        c_leases
+            .release(&c, Some(last + 5), NOW + 80)
+            .await
+            .unwrap(),
+        Released::Freed {
+            lease_end: last + 5
+        },
+        "{ctx}"
+    );
+    let occ = leases(store, ns, layout, "x", 1)
+        .occupancy(NOW + 80)
+        .await
+        .unwrap();
+    assert_eq!(
+        (occ.free, occ.held),
+        (3, 5),
+        "{ctx}: c's and a's rest are free"
+    );
+}
+
+async fn one_worker_records_of_earlier_versions_read_as_ranges(store: &dyn KvStore, ns: &str) {
+    let ctx = format!("{} [{ns}]", store.describe());
+    let layout = Layout::new(DEFAULT_EPOCH_MS, 49, 3, 11, 0).expect("valid layout"); // 8 IDs
+    let key = |s: &str| format!("idgen/{ns}/{s}").into_bytes();
+    // What a node of the previous version wrote: a version-1 cluster and one record per
+    // worker ID, without `count`, for workers 0..=4 (released; lease_end 100 + id).
+    let cluster = serde_json::json!({
+        "layout": LayoutRecord::from(layout),
+        "layout_version": 1,
+        "created_unix_ms": NOW,
+        "created_by": "old",
+    });
+    let mut writes = vec![
+        Write::Put {
+            key: key("cluster"),
+            value: cluster.to_string().into_bytes(),
+        },
+        Write::Put {
+            key: key("generation"),
+            value: b"5".to_vec(),
+        },
+    ];
+    for id in 0..5u64 {
+        let rec = serde_json::json!({
+            "state": "released",
+            "owner": owner("old"),
+            "generation": id + 1,
+            "lease_end": NOW_ID - 1_000 + id,
+            "layout_version": 1,
+            "written_unix_ms": NOW,
+        });
+        writes.push(Write::Put {
+            key: key(&format!("workers/{id:05}")),
+            value: rec.to_string().into_bytes(),
+        });
+    }
+    assert_eq!(store.commit(&[], &writes).await.unwrap(), Commit::Applied);
+    let old = leases(store, ns, layout, "x", 1);
+    let seen = old.ranges().await.unwrap();
+    assert_eq!(seen.len(), 5, "{ctx}");
+    assert!(seen.iter().all(|(_, r)| r.count == 1), "{ctx}");
+    // Never-used worker IDs first: 5..8.
+    let a = leases(store, ns, layout, "a", 3)
+        .acquire(NOW)
+        .await
+        .unwrap();
+    assert_eq!((a.first, a.floor), (5, 0), "{ctx}: never-used IDs first");
+    // The rest: over the five old records, floored at their largest lease_end, and written
+    // as one record.
+    let b_leases = leases(store, ns, layout, "b", 5);
+    let b = b_leases.acquire(NOW).await.unwrap();
+    assert_eq!((b.first, b.floor), (0, NOW_ID - 1_000 + 4), "{ctx}");
+    let shape: Vec<(u64, u64)> = b_leases
+        .ranges()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(f, r)| (*f, r.count))
+        .collect();
+    assert_eq!(shape, vec![(0, 5), (5, 3)], "{ctx}");
+    assert!(b_leases.renew(&b, NOW + 10).await.is_ok(), "{ctx}");
+    // The cluster record now says range records: binaries of version 1 refuse it.
+    let cluster = old.cluster().await.unwrap().unwrap();
+    assert_eq!(cluster.layout_version, super::LAYOUT_VERSION, "{ctx}");
+    // A cluster of a newer version is refused.
+    let newer = serde_json::json!({
+        "layout": LayoutRecord::from(layout),
+        "layout_version": super::LAYOUT_VERSION + 1,
+        "created_unix_ms": NOW,
+        "created_by": "future",
+    });
+    let ns2 = format!("{ns}.newer");
+    let writes = [Write::Put {
+        key: format!("idgen/{ns2}/cluster").into_bytes(),
+        value: newer.to_string().into_bytes(),
+    }];
+    store.commit(&[], &writes).await.unwrap();
+    let err = leases(store, &ns2, layout, "d", 1)
+        .acquire(NOW)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LeaseError::LayoutMismatch { .. }),
+        "{ctx}: {err:?}"
+    );
+}
+
+async fn a_window_over_many_small_records_merges_them_first(store: &dyn KvStore, ns: &str) {
+    let ctx = format!("{} [{ns}]", store.describe());
+    let layout = Layout::new(DEFAULT_EPOCH_MS, 45, 8, 10, 0).expect("valid layout"); // 256 IDs
+                                                                                     // 256 nodes take one worker ID each; even ones release it, odd ones let it expire.
+    let mut grants = Vec::new();
+    for i in 0..256u64 {
+        let l = leases(store, ns, layout, &format!("n{i}"), 1);
+        let g = l.acquire(NOW + i).await.unwrap();
+        assert_eq!(g.first, i, "{ctx}");
+        if i % 2 == 0 {
+            l.release(&g, Some(NOW_ID + 100 + i), NOW + i)
+                .await
+                .unwrap();
+        }
+        grants.push(g);
+    }
+    let occ = leases(store, ns, layout, "x", 1)
+        .occupancy(NOW + 300)
+        .await
+        .unwrap();
+    assert_eq!((occ.free, occ.held), (128, 128), "{ctx}");
+    // Long after: one node takes 200 of them. Its window overlaps 200 records: it merges them
+    // (in runs of at most MAX_RECORDS_PER_TXN) and then takes the window.
+    let later = NOW + 10 * TTL;
+    let big = leases(store, ns, layout, "big", 200);
+    let g = big.acquire(later).await.unwrap();
+    assert_eq!(g.first, 0, "{ctx}");
+    let max_end = grants[..200].iter().map(|g| g.lease_end).max().unwrap();
+    let max_released = (0..200).step_by(2).map(|i| NOW_ID + 100 + i).max().unwrap();
+    assert_eq!(
+        g.floor,
+        max_end.max(max_released),
+        "{ctx}: the largest lease_end of the 200"
+    );
+    // Records never overlap and the rest of the space is as it was, floors included: the
+    // 56 records above the window are untouched or merged, none lowered.
+    let ranges = big.ranges().await.unwrap();
+    let mut at = 0;
+    for (first, r) in &ranges {
+        assert!(*first >= at, "{ctx}: overlapping records at {first}");
+        at = first + r.count;
+    }
+    assert_eq!(at, 256, "{ctx}");
+    for (id, r) in big.workers().await.unwrap() {
+        if id >= 200 {
+            let was = if id % 2 == 0 {
+                NOW_ID + 100 + id
+            } else {
+                grants[id as usize].lease_end
+            };
+            assert!(r.lease_end >= was, "{ctx}: worker {id} lease_end lowered");
+        } else {
+            assert_eq!(r.generation, g.generation, "{ctx}: worker {id}");
+        }
+    }
+    // Renewing and releasing the 200 touch one record.
+    let end = big.renew(&g, later + 1_000).await.unwrap();
+    assert_eq!(end, NOW_ID + 10 * TTL + 1_000 + TTL, "{ctx}");
+    big.release(&g, None, later + 1_000).await.unwrap();
+    // And the whole space is one grant away.
+    let all = leases(store, ns, layout, "all", 256)
+        .acquire(later + 2_000)
+        .await
+        .unwrap();
+    assert_eq!((all.first, all.count), (0, 256), "{ctx}");
+}
+
+async fn a_holder_that_publishes_its_clock_is_not_taken_over(store: &dyn KvStore, ns: &str) {
+    let ctx = format!("{} [{ns}]", store.describe());
+    let layout = Layout::new(DEFAULT_EPOCH_MS, 50, 2, 11, 0).expect("valid layout"); // 4 IDs
+    let a_leases = leases(store, ns, layout, "a", 2);
+    let a = a_leases.acquire(NOW).await.unwrap();
+    let o_leases = leases(store, ns, layout, "old", 2);
+    let o = o_leases.acquire(NOW).await.unwrap();
+    assert_eq!((a.first, o.first), (0, 2), "{ctx}");
+    // a publishes its clock key as a running node does (long-lived here: the suite's clock is
+    // not the store's); "old" runs an earlier version, whose key does not say it expires (a
+    // crash leaves such a key behind for good): no sign of life.
+    let key = |name: &str| {
+        format!(
+            "{}{}",
+            crate::watch::clocks_prefix(ns),
+            owner(name).instance
+        )
+    };
+    let value = br#"{"unix_ms":0,"node_id":"a","expiring":true}"#;
+    let old_value = br#"{"unix_ms":0,"node_id":"old"}"#;
+    let ttl = Duration::from_secs(600);
+    store
+        .put_expiring(key("a").as_bytes(), value, ttl)
+        .await
+        .unwrap();
+    store
+        .put_expiring(key("old").as_bytes(), old_value, ttl)
+        .await
+        .unwrap();
+    // Nodes whose clock is an hour ahead see both leases long expired.
+    let ahead = NOW + 3_600_000;
+    let f = leases(store, ns, layout, "fast", 2);
+    let f2 = leases(store, ns, layout, "fast2", 2);
+    if store.expires_keys() {
+        // a is alive by the store's clock: not taken over; "old" is.
+        let g = f.acquire(ahead).await.unwrap();
+        assert_eq!((g.first, g.floor), (2, o.lease_end), "{ctx}");
+        let err = f2.acquire(ahead).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LeaseError::NoFreeRange {
+                    free: 0,
+                    expiring: 2,
+                    ..
+                }
+            ),
+            "{ctx}: {err:?}"
+        );
+        assert!(a_leases.renew(&a, NOW + 1_000).await.is_ok(), "{ctx}");
+        let a_end = a_leases.ranges().await.unwrap()[0].1.lease_end;
+        // a's key expires (deleted here, as the store would): a is gone, its range taken over
+        // above its lease_end.
+        let mut txn = crate::store::Txn::new(store);
+        txn.delete(key("a").into_bytes());
+        txn.commit().await.unwrap();
+        let g2 = f2.acquire(ahead).await.unwrap();
+        assert_eq!((g2.first, g2.floor), (0, a_end), "{ctx}");
+    } else {
+        // Without keys that expire, the acquirer's clock alone decides (one host: embedded).
+        let g = f.acquire(ahead).await.unwrap();
+        assert_eq!((g.first, g.floor), (0, a.lease_end), "{ctx}");
+        let g2 = f2.acquire(ahead).await.unwrap();
+        assert_eq!((g2.first, g2.floor), (2, o.lease_end), "{ctx}");
+    }
+    assert!(matches!(
+        a_leases.renew(&a, NOW + 2_000).await,
+        Err(LeaseError::Lost(_))
+    ));
+    assert!(matches!(
+        o_leases.renew(&o, NOW + 2_000).await,
+        Err(LeaseError::Lost(_))
+    ));
 }
 
 /// Polls every future until all are done (a dependency-free `join_all`).

@@ -426,12 +426,21 @@ mod tests {
     use crate::store::Txn;
 
     fn keeper(store: Arc<MemoryStore>, ttl_ms: u64, name: &str) -> Keeper<SystemClock> {
+        keeper_in(store, ttl_ms, name, Layout::default())
+    }
+
+    fn keeper_in(
+        store: Arc<MemoryStore>,
+        ttl_ms: u64,
+        name: &str,
+        layout: Layout,
+    ) -> Keeper<SystemClock> {
         let mut config = LeaseConfig::new("keeper-test", 2);
         config.ttl = Duration::from_millis(ttl_ms);
         config.safety = Duration::from_millis(2 * ttl_ms);
         Keeper::new(
             store,
-            Layout::default(),
+            layout,
             config,
             Owner::this_process(Some(name.into()), SystemClock::new().wall_ms()),
             SystemClock::new(),
@@ -526,18 +535,16 @@ mod tests {
         let k = keeper(Arc::clone(&store), 300, "a");
         let view = k.acquire().await.unwrap();
         let first = view.grant.first;
-        // Someone overwrites our records with another generation (as a new holder would).
-        let leases = k.leases();
-        for id in first..first + 2 {
-            let key = leases.worker_key(id);
-            let mut txn = Txn::new(store.as_ref());
-            let raw = txn.get(&key).await.unwrap().unwrap();
-            let mut rec: WorkerRecord = serde_json::from_slice(&raw).unwrap();
-            rec.generation += 100;
-            rec.owner.instance = "someone-else".into();
-            txn.put(key, serde_json::to_vec(&rec).unwrap());
-            txn.commit().await.unwrap();
-        }
+        // Someone overwrites our record with another generation (as a new holder would).
+        let key = k.leases().worker_key(first);
+        let mut txn = Txn::new(store.as_ref());
+        let raw = txn.get(&key).await.unwrap().unwrap();
+        let mut rec: WorkerRecord = serde_json::from_slice(&raw).unwrap();
+        assert_eq!(rec.count, 2, "one record for the range");
+        rec.generation += 100;
+        rec.owner.instance = "someone-else".into();
+        txn.put(key, serde_json::to_vec(&rec).unwrap());
+        txn.commit().await.unwrap();
         assert_eq!(k.renew_once().await, Duration::ZERO);
         assert_eq!(view.ceiling.get(), 0, "shards stop at once");
         assert!(k.shared().current().is_none());
@@ -552,8 +559,10 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn run_stops_on_shutdown_and_release_frees_the_range() {
+        // Two worker IDs in all, so the second keeper must take the released range.
+        let layout = Layout::new(crate::layout::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
         let store = Arc::new(MemoryStore::new());
-        let k = Arc::new(keeper(Arc::clone(&store), 60, "a"));
+        let k = Arc::new(keeper_in(Arc::clone(&store), 60, "a", layout));
         let view = k.acquire().await.unwrap();
         let (tx, rx) = watch::channel(false);
         let runner = {
@@ -577,7 +586,7 @@ mod tests {
             .iter()
             .all(|(_, r)| r.state == WorkerState::Released && r.lease_end == last));
         // A second keeper gets the same range at once, floored at the true last timestamp.
-        let k2 = keeper(store, 60, "b");
+        let k2 = keeper_in(store, 60, "b", layout);
         let v2 = k2.acquire().await.unwrap();
         assert_eq!(v2.grant.first, view.grant.first);
         assert_eq!(v2.grant.floor, last);

@@ -13,24 +13,56 @@
 //! |---|---|
 //! | `cluster` | [`ClusterRecord`]: the layout, written once by the first node |
 //! | `generation` | the last generation number granted (a counter) |
-//! | `workers/<id>` | [`WorkerRecord`]: state, owner, generation, `lease_end` |
+//! | `workers/<first>` | [`WorkerRecord`]: the worker IDs `first .. first + count`: state, owner, generation, `lease_end` |
+//! | `clocks/<instance>` | a node's clock (`crate::watch`); on etcd it expires when the node stops publishing |
+//!
+//! ## Range records
+//!
+//! A worker record covers a *range* of worker IDs (`count`, 1 in records written before
+//! ranges), and records never overlap; a worker ID with no record has never been used. A grant
+//! writes one record for its whole range, so a renewal or a release reads and writes that one
+//! record whatever the range's size. An acquisition reads every record overlapping the window
+//! it chose (checked), takes the largest `lease_end` as its floor, deletes them and writes back
+//! the parts that stick out of the window (same state, owner, generation and `lease_end`, fewer
+//! worker IDs) beside its own record. A transaction touches at most [`MAX_RECORDS_PER_TXN`]
+//! records (etcd's `--max-txn-ops` is 128 by default); when a window overlaps more, runs of them
+//! are first merged into one released record each, with `lease_end` their maximum (raising a
+//! `lease_end` only delays reuse), in transactions of the same bound.
+//!
+//! Every change to *which* records exist (a grant, a merge) also reads and bumps `generation`,
+//! read before the records are scanned: two such changes cannot both commit from one state,
+//! and one that creates a record inside another's window (where there was no key to check)
+//! makes the other's commit fail. Renewals and releases only rewrite their own record.
 //!
 //! ## Invariants every operation keeps
 //!
-//! 1. A stored `lease_end` is at least every timestamp any holder of that worker ever issued:
-//!    grants and renewals only move it forward, and a release lowers it only to the releasing
-//!    holder's true last-issued timestamp, after its shards have stopped.
-//! 2. A new grant's floor is the stored `lease_end` of every worker in the range (their maximum).
-//! 3. A renewal commits only if every record of the range still carries the holder's generation
-//!    (one transaction, conditional on the records read); so does a release.
+//! 1. A stored `lease_end` is at least every timestamp any holder of those workers ever issued:
+//!    grants, renewals and merges only move it forward (a trimmed remainder keeps it), and a
+//!    release lowers it only to the releasing holder's true last-issued timestamp, after its
+//!    shards have stopped.
+//! 2. A new grant's floor is the largest stored `lease_end` of every record overlapping its range.
+//! 3. A renewal commits only if the range's record still carries the holder's generation,
+//!    instance and width (one transaction, conditional on the record read); so does a release.
+//!    Any grant or merge that takes one of its worker IDs deletes, overwrites or trims that
+//!    record, so the holder finds its lease lost.
 //! 4. A holder raises its ceiling only to a `lease_end` whose commit it saw succeed.
+//!
+//! ## Who counts as gone
+//!
+//! Another instance's held record is grantable only once `lease_end + safety` has passed on the
+//! acquirer's clock **and**, where the store expires keys (etcd), the holder's clock key
+//! (`clocks/<instance>`) is gone: etcd's clock, which every node shares, ran out its lease. So
+//! a node whose clock runs far ahead cannot take live nodes' worker IDs. Stores that cannot
+//! expire keys (embedded: one host; memory; FoundationDB) use the acquirer's clock alone.
+//! Either way uniqueness rests on the fences, not on this rule.
 
+use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::layout::{Layout, LayoutError};
-use crate::store::{Commit, KvStore, StoreError, Txn};
+use crate::store::{Commit, Entry, KvStore, StoreError, Txn};
 
 pub mod conformance;
 pub mod keeper;
@@ -42,8 +74,18 @@ mod sim;
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// Transaction attempts before giving up on contention.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
-/// The version of the cluster record's layout description.
-pub const LAYOUT_VERSION: u32 = 1;
+/// The version of the cluster's record formats. 2: worker records cover ranges (`count`).
+/// A node upgrades a cluster of version 1 (its one-worker records read as 1-wide ranges) and
+/// refuses a newer one; binaries of version 1 refuse a cluster of version 2, since they would
+/// read a range record as one worker ID.
+pub const LAYOUT_VERSION: u32 = 2;
+/// The most worker records one transaction reads and rewrites (etcd's default
+/// `--max-txn-ops` is 128, for the compares and the writes each): a grant's compares are these
+/// plus the cluster record and the generation counter, its writes these plus at most four.
+pub const MAX_RECORDS_PER_TXN: usize = 64;
+/// Merge rounds one acquisition may go through (each divides the records overlapping its
+/// window by up to [`MAX_RECORDS_PER_TXN`]): enough for any worker space.
+const MAX_MERGE_ROUNDS: u32 = 16;
 
 /// Lease settings of one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,19 +245,27 @@ pub enum WorkerState {
     Released,
 }
 
-/// `idgen/<ns>/workers/<id>`.
+/// `idgen/<ns>/workers/<first>`: the worker IDs `first .. first + count`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerRecord {
     pub state: WorkerState,
     pub owner: Owner,
-    /// The grant this record belongs to (increases on every grant in the cluster).
+    /// The grant (or merge) this record belongs to (increases on every grant in the cluster).
     pub generation: u64,
-    /// ID-time ms: no holder of this worker ID has issued, or will issue, a timestamp above
+    /// ID-time ms: no holder of these worker IDs has issued, or will issue, a timestamp above
     /// this value under this grant; the next holder issues only above it.
     pub lease_end: u64,
+    /// Worker IDs the record covers, from the one its key names. Records written before ranges
+    /// have none: one.
+    #[serde(default = "one_worker")]
+    pub count: u64,
     pub layout_version: u32,
     /// The writer's wall clock when it wrote this record (ms since the Unix epoch).
     pub written_unix_ms: u64,
+}
+
+fn one_worker() -> u64 {
+    1
 }
 
 /// A granted lease.
@@ -308,15 +358,67 @@ pub struct Leases<'s> {
     prefix: String,
 }
 
-/// How a worker ID looks to an acquirer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a worker ID looks to an acquirer, best first: a window costs its worst worker ID, and
+/// the cheapest window wins (the lowest among equals).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Avail {
-    /// Held (or expired too recently): not grantable.
-    Blocked,
-    /// Grantable; its `lease_end` is still ahead of the acquirer's clock (it would wait).
+    /// Never used: no record.
+    Fresh,
+    /// Released; nothing to wait for.
+    Released,
+    /// Held under an expired lease (past the safety period, and its holder's clock key gone
+    /// where the store expires keys), or an orphan of this very process; nothing to wait for.
+    Expired,
+    /// Grantable, but its `lease_end` is still ahead of the acquirer's clock (it would wait):
+    /// the smaller, the better.
     Ahead(u64),
-    /// Grantable; nothing to wait for.
-    Ready,
+    /// Held (or expired too recently, or its holder still publishes its clock): not grantable.
+    Blocked,
+}
+
+/// Which holders are known to be alive: the instances whose clock key is present, where the
+/// store expires keys; elsewhere nobody is known either way.
+enum Liveness {
+    Unknown,
+    Publishing(HashSet<String>),
+}
+
+impl Liveness {
+    fn alive(&self, instance: &str) -> bool {
+        match self {
+            Liveness::Unknown => false,
+            Liveness::Publishing(set) => set.contains(instance),
+        }
+    }
+}
+
+/// One stored worker record, as a scan returned it.
+struct Span {
+    first: u64,
+    /// One past its last worker ID.
+    end: u64,
+    entry: Entry,
+    rec: WorkerRecord,
+    avail: Avail,
+}
+
+/// The records overlapping an acquirer's search space, in worker order, as it sees them now.
+struct View {
+    spans: Vec<Span>,
+}
+
+impl View {
+    /// The search space `lo..hi` cut into segments (see [`segments`]).
+    fn segments(&self, lo: u64, hi: u64) -> Vec<(u64, u64, Avail)> {
+        segments(lo, hi, self.spans.iter().map(|s| (s.first, s.end, s.avail)))
+    }
+
+    /// The records overlapping `first..end`.
+    fn overlapping(&self, first: u64, end: u64) -> &[Span] {
+        let from = self.spans.partition_point(|s| s.end <= first);
+        let to = self.spans.partition_point(|s| s.first < end);
+        &self.spans[from..to.max(from)]
+    }
 }
 
 impl<'s> Leases<'s> {
@@ -396,7 +498,7 @@ impl<'s> Leases<'s> {
             .ok_or_else(|| Self::corrupt(key, "not a worker key"))
     }
 
-    fn avail(&self, rec: &WorkerRecord, now: u64) -> Avail {
+    fn avail(&self, rec: &WorkerRecord, now: u64, live: &Liveness) -> Avail {
         let grantable = match rec.state {
             WorkerState::Released => true,
             // Our own record from an acquisition whose outcome we did not learn.
@@ -405,14 +507,125 @@ impl<'s> Leases<'s> {
                 rec.lease_end
                     .saturating_add(duration_ms(self.config.safety))
                     < now
+                    && !live.alive(&rec.owner.instance)
             }
         };
         if !grantable {
             Avail::Blocked
         } else if rec.lease_end >= now {
             Avail::Ahead(rec.lease_end)
+        } else if rec.state == WorkerState::Released {
+            Avail::Released
         } else {
-            Avail::Ready
+            Avail::Expired
+        }
+    }
+
+    /// Every worker record of the namespace, parsed and checked (each inside the layout, none
+    /// overlapping another), in worker order.
+    async fn read_records(&self) -> Result<Vec<(Entry, WorkerRecord)>, LeaseError> {
+        let mut out = Vec::new();
+        for e in self.store.scan(&self.workers_prefix()).await? {
+            let first = self.worker_id_of(&e.key)?;
+            let rec = Self::parse_worker(&e.key, &e.value)?;
+            let inside = first
+                .checked_add(rec.count)
+                .is_some_and(|end| end <= self.layout.worker_count());
+            if rec.count == 0 || !inside {
+                return Err(Self::corrupt(
+                    &e.key,
+                    format!(
+                        "{} worker IDs from {first} do not fit the layout's {}",
+                        rec.count,
+                        self.layout.worker_count()
+                    ),
+                ));
+            }
+            out.push((first, e, rec));
+        }
+        // Keys sort as text, worker IDs as numbers.
+        out.sort_by_key(|(first, _, _)| *first);
+        for pair in out.windows(2) {
+            let ((a, _, ra), (b, eb, _)) = (&pair[0], &pair[1]);
+            if a + ra.count > *b {
+                return Err(Self::corrupt(
+                    &eb.key,
+                    format!("overlaps the record of workers {a}..{}", a + ra.count),
+                ));
+            }
+        }
+        Ok(out.into_iter().map(|(_, e, r)| (e, r)).collect())
+    }
+
+    /// The instances whose clock key is present, if the store expires keys. Only keys written
+    /// to expire count (`"expiring": true`): an earlier version's key stays after a crash.
+    async fn liveness(&self) -> Result<Liveness, LeaseError> {
+        #[derive(Deserialize)]
+        struct Clock {
+            #[serde(default)]
+            expiring: bool,
+        }
+        if !self.store.expires_keys() {
+            return Ok(Liveness::Unknown);
+        }
+        let prefix = crate::watch::clocks_prefix(&self.config.namespace).into_bytes();
+        let keys = self.store.scan(&prefix).await?;
+        Ok(Liveness::Publishing(
+            keys.iter()
+                .filter(|e| serde_json::from_slice::<Clock>(&e.value).is_ok_and(|c| c.expiring))
+                .filter_map(|e| e.key.strip_prefix(prefix.as_slice()))
+                .map(|i| String::from_utf8_lossy(i).into_owned())
+                .collect(),
+        ))
+    }
+
+    /// The records overlapping `lo..hi` and how each looks to this node at `now` (ID time). A
+    /// record that sticks out of the space (another scope's) is never touched.
+    async fn view(&self, lo: u64, hi: u64, now: u64) -> Result<View, LeaseError> {
+        let records = self.read_records().await?;
+        let live = self.liveness().await?;
+        let spans = records
+            .into_iter()
+            .filter_map(|(entry, rec)| {
+                let first = self.worker_id_of(&entry.key).ok()?;
+                let end = first + rec.count;
+                if end <= lo || first >= hi {
+                    return None;
+                }
+                let avail = if first < lo || end > hi {
+                    Avail::Blocked
+                } else {
+                    self.avail(&rec, now, &live)
+                };
+                Some(Span {
+                    first,
+                    end,
+                    entry,
+                    rec,
+                    avail,
+                })
+            })
+            .collect();
+        Ok(View { spans })
+    }
+
+    /// Why no window of `wanted` worker IDs could be chosen.
+    fn no_free_range(&self, view: &View, lo: u64, hi: u64, now: u64, wanted: u64) -> LeaseError {
+        let (mut blocked, mut expiring) = (0, 0);
+        for s in view.spans.iter().filter(|s| s.avail == Avail::Blocked) {
+            let width = s.end.min(hi) - s.first.max(lo);
+            blocked += width;
+            let previous_life = s.rec.owner.node_id == self.owner.node_id
+                && s.rec.owner.instance != self.owner.instance;
+            if s.rec.lease_end < now || previous_life {
+                expiring += width;
+            }
+        }
+        LeaseError::NoFreeRange {
+            wanted,
+            region: self.config.region.region(),
+            free: (hi - lo) - blocked,
+            expiring,
         }
     }
 
@@ -426,7 +639,10 @@ impl<'s> Leases<'s> {
             Some(raw) => {
                 let mut rec: ClusterRecord =
                     serde_json::from_slice(&raw).map_err(|e| Self::corrupt(&key, e))?;
-                if rec.layout != ours || rec.layout_version != LAYOUT_VERSION {
+                if rec.layout != ours
+                    || rec.layout_version == 0
+                    || rec.layout_version > LAYOUT_VERSION
+                {
                     let stored = match Layout::try_from(rec.layout) {
                         Ok(l) => l.to_string(),
                         Err(e) => format!("an invalid layout ({e})"),
@@ -436,6 +652,7 @@ impl<'s> Leases<'s> {
                         ours: format!("{} (layout version {LAYOUT_VERSION})", self.layout),
                     });
                 }
+                let mut upgrade = false;
                 match rec.region_scope {
                     Some(stored) if stored != scope => {
                         return Err(LeaseError::RegionMismatch {
@@ -448,8 +665,18 @@ impl<'s> Leases<'s> {
                         // A record from before scopes were recorded: record ours (the read
                         // above is checked, so concurrent nodes agree or one retries).
                         rec.region_scope = Some(scope);
-                        txn.put(key, to_json(&rec));
+                        upgrade = true;
                     }
+                }
+                if rec.layout_version < LAYOUT_VERSION {
+                    // A cluster of one-worker records: from now on binaries that cannot read
+                    // range records refuse it. Committed with (or before) the first range
+                    // record this node writes.
+                    rec.layout_version = LAYOUT_VERSION;
+                    upgrade = true;
+                }
+                if upgrade {
+                    txn.put(key, to_json(&rec));
                 }
             }
             None => {
@@ -490,14 +717,14 @@ impl<'s> Leases<'s> {
                     Commit::Applied => return Ok(value),
                     Commit::Conflict => continue,
                 },
-                Attempt::Retry => continue,
                 Attempt::Return(value) => return Ok(value),
             }
         }
         Err(LeaseError::Contention { attempts })
     }
 
-    /// Acquires one contiguous range of `config.workers` worker IDs, in one transaction.
+    /// Acquires one contiguous range of `config.workers` worker IDs: one transaction, after
+    /// merging small records first where the window overlaps too many (see the module docs).
     pub async fn acquire(&self, now_unix_ms: u64) -> Result<Grant, LeaseError> {
         let wanted = self.config.workers;
         let (lo, hi) = self.search_space()?;
@@ -514,76 +741,124 @@ impl<'s> Leases<'s> {
         }
         let now = self.id_time(now_unix_ms);
         let ttl = self.ttl_ms();
-        self.transact(|| async {
+        let attempts = self.config.max_attempts.max(1);
+        let (mut conflicts, mut merges) = (0, 0);
+        loop {
             let mut txn = Txn::new(self.store);
             self.check_cluster(&mut txn, now_unix_ms).await?;
-
-            // Snapshot view of the worker space.
-            let mut avail = std::collections::BTreeMap::new();
-            let mut expiring = 0;
-            for e in txn.scan(&self.workers_prefix()).await? {
-                let id = self.worker_id_of(&e.key)?;
-                if (lo..hi).contains(&id) {
-                    let rec = Self::parse_worker(&e.key, &e.value)?;
-                    let a = self.avail(&rec, now);
-                    let previous_life = rec.owner.node_id == self.owner.node_id
-                        && rec.owner.instance != self.owner.instance;
-                    if a == Avail::Blocked && (rec.lease_end < now || previous_life) {
-                        expiring += 1;
-                    }
-                    avail.insert(id, a);
-                }
-            }
-            let Some(first) = choose_range(&avail, lo, hi, wanted) else {
-                let blocked = avail.values().filter(|a| **a == Avail::Blocked).count() as u64;
-                return Err(LeaseError::NoFreeRange {
-                    wanted,
-                    region: self.config.region.region(),
-                    free: (hi - lo) - blocked,
-                    expiring,
-                });
-            };
-
-            // Re-read the chosen records with conflict checks: the commit succeeds only if
-            // none of them changed since.
+            // Read (checked) before the scan: a grant or merge that commits after this read,
+            // even one that creates a record inside our window, makes our commit fail.
             let generation = self.next_generation(&mut txn).await?;
-            let mut floor = 0u64;
-            for id in first..first + wanted {
-                let key = self.worker_key(id);
-                if let Some(raw) = txn.get(&key).await? {
-                    let rec = Self::parse_worker(&key, &raw)?;
-                    if self.avail(&rec, now) == Avail::Blocked {
-                        // Changed between the scan and this read: start over.
-                        return Ok(Attempt::Retry);
-                    }
-                    floor = floor.max(rec.lease_end);
+            let view = self.view(lo, hi, now).await?;
+            let Some((first, _)) = choose_range(&view.segments(lo, hi), wanted) else {
+                return Err(self.no_free_range(&view, lo, hi, now, wanted));
+            };
+            let end = first + wanted;
+            let over = view.overlapping(first, end);
+            if over.len() > MAX_RECORDS_PER_TXN {
+                merges += 1;
+                if merges > MAX_MERGE_ROUNDS {
+                    // The records kept changing under the merges.
+                    return Err(LeaseError::Contention { attempts: merges });
                 }
+                if !self.merge(over, now_unix_ms).await? {
+                    conflicts += 1;
+                    if conflicts >= attempts {
+                        return Err(LeaseError::Contention { attempts });
+                    }
+                }
+                continue;
+            }
+            // Every record overlapping the window goes, checked as scanned; the parts that stick
+            // out of the window come back unchanged but narrower.
+            let mut floor = 0u64;
+            for s in over {
+                txn.check(&s.entry);
+                txn.delete(s.entry.key.clone());
+                floor = floor.max(s.rec.lease_end);
+            }
+            if let Some(s) = over.first().filter(|s| s.first < first) {
+                let left = WorkerRecord {
+                    count: first - s.first,
+                    ..s.rec.clone()
+                };
+                txn.put(self.worker_key(s.first), to_json(&left));
+            }
+            if let Some(s) = over.last().filter(|s| s.end > end) {
+                let right = WorkerRecord {
+                    count: s.end - end,
+                    ..s.rec.clone()
+                };
+                txn.put(self.worker_key(end), to_json(&right));
             }
             // Never move a stored lease_end backwards (invariant 1).
             let lease_end = floor.max(now.saturating_add(ttl));
-            for id in first..first + wanted {
-                let rec = WorkerRecord {
-                    state: WorkerState::Held,
-                    owner: self.owner.clone(),
-                    generation,
-                    lease_end,
-                    layout_version: LAYOUT_VERSION,
-                    written_unix_ms: now_unix_ms,
-                };
-                txn.put(self.worker_key(id), to_json(&rec));
+            let rec = WorkerRecord {
+                state: WorkerState::Held,
+                owner: self.owner.clone(),
+                generation,
+                lease_end,
+                count: wanted,
+                layout_version: LAYOUT_VERSION,
+                written_unix_ms: now_unix_ms,
+            };
+            txn.put(self.worker_key(first), to_json(&rec));
+            match txn.commit().await? {
+                Commit::Applied => {
+                    return Ok(Grant {
+                        first,
+                        count: wanted,
+                        generation,
+                        floor,
+                        lease_end,
+                    })
+                }
+                Commit::Conflict => {
+                    conflicts += 1;
+                    if conflicts >= attempts {
+                        return Err(LeaseError::Contention { attempts });
+                    }
+                }
             }
-            Ok(Attempt::Commit(
-                txn,
-                Grant {
-                    first,
-                    count: wanted,
-                    generation,
-                    floor,
-                    lease_end,
-                },
-            ))
-        })
-        .await
+        }
+    }
+
+    /// Merges `over` (consecutive grantable records, as scanned) in runs of at most
+    /// [`MAX_RECORDS_PER_TXN`]: each run becomes one released record from its first worker ID
+    /// to its last, gaps included, with the largest `lease_end` of the run, in one transaction.
+    /// False if a transaction conflicted (something changed: choose again).
+    async fn merge(&self, over: &[Span], now_unix_ms: u64) -> Result<bool, LeaseError> {
+        for run in over.chunks(MAX_RECORDS_PER_TXN) {
+            let (Some(head), Some(tail)) = (run.first(), run.last()) else {
+                continue;
+            };
+            if run.len() < 2 {
+                continue;
+            }
+            let mut txn = Txn::new(self.store);
+            self.check_cluster(&mut txn, now_unix_ms).await?;
+            let generation = self.next_generation(&mut txn).await?;
+            let mut lease_end = 0u64;
+            for s in run {
+                txn.check(&s.entry);
+                txn.delete(s.entry.key.clone());
+                lease_end = lease_end.max(s.rec.lease_end);
+            }
+            let merged = WorkerRecord {
+                state: WorkerState::Released,
+                owner: self.owner.clone(),
+                generation,
+                lease_end,
+                count: tail.end - head.first,
+                layout_version: LAYOUT_VERSION,
+                written_unix_ms: now_unix_ms,
+            };
+            txn.put(self.worker_key(head.first), to_json(&merged));
+            if txn.commit().await? == Commit::Conflict {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     async fn next_generation(&self, txn: &mut Txn<'_>) -> Result<u64, LeaseError> {
@@ -600,49 +875,43 @@ impl<'s> Leases<'s> {
         Ok(next)
     }
 
-    /// Reads the records of `grant`'s range inside `txn`, failing with `Lost` unless every one
-    /// is still held by this process under the grant's generation.
-    async fn read_own(
-        &self,
-        txn: &mut Txn<'_>,
-        grant: &Grant,
-    ) -> Result<Vec<WorkerRecord>, LeaseError> {
-        let mut recs = Vec::with_capacity(grant.count as usize);
-        for id in grant.first..grant.first + grant.count {
-            let key = self.worker_key(id);
-            let Some(raw) = txn.get(&key).await? else {
-                return Err(LeaseError::Lost(format!("worker {id}: record is gone")));
-            };
-            let rec = Self::parse_worker(&key, &raw)?;
-            if rec.generation != grant.generation
-                || rec.owner.instance != self.owner.instance
-                || rec.state != WorkerState::Held
-            {
-                return Err(LeaseError::Lost(format!(
-                    "worker {id}: now generation {} ({:?}) held by {}, ours was generation {}",
-                    rec.generation, rec.state, rec.owner.instance, grant.generation
-                )));
-            }
-            recs.push(rec);
+    /// Reads the record of `grant`'s range inside `txn`, failing with `Lost` unless it is still
+    /// the one the grant wrote: held by this process, under the grant's generation, as wide.
+    async fn read_own(&self, txn: &mut Txn<'_>, grant: &Grant) -> Result<WorkerRecord, LeaseError> {
+        let key = self.worker_key(grant.first);
+        let range = format!("workers {}..{}", grant.first, grant.first + grant.count);
+        let Some(raw) = txn.get(&key).await? else {
+            return Err(LeaseError::Lost(format!("{range}: record is gone")));
+        };
+        let rec = Self::parse_worker(&key, &raw)?;
+        if rec.generation != grant.generation
+            || rec.owner.instance != self.owner.instance
+            || rec.state != WorkerState::Held
+            || rec.count != grant.count
+        {
+            return Err(LeaseError::Lost(format!(
+                "{range}: now {} worker IDs of generation {} ({:?}) held by {}, ours was generation {}",
+                rec.count, rec.generation, rec.state, rec.owner.instance, grant.generation
+            )));
         }
-        Ok(recs)
+        Ok(rec)
     }
 
-    /// Renews `grant` in one transaction conditional on every record still being ours;
-    /// returns the new `lease_end` (never lower than before).
+    /// Renews `grant` in one transaction conditional on its record still being ours; returns
+    /// the new `lease_end` (never lower than before).
     pub async fn renew(&self, grant: &Grant, now_unix_ms: u64) -> Result<u64, LeaseError> {
         let now = self.id_time(now_unix_ms);
         let ttl = self.ttl_ms();
         self.transact(|| async {
             let mut txn = Txn::new(self.store);
-            let recs = self.read_own(&mut txn, grant).await?;
-            let stored = recs.iter().map(|r| r.lease_end).max().unwrap_or(0);
-            let lease_end = stored.max(grant.lease_end).max(now.saturating_add(ttl));
-            for (i, mut rec) in recs.into_iter().enumerate() {
-                rec.lease_end = lease_end;
-                rec.written_unix_ms = now_unix_ms;
-                txn.put(self.worker_key(grant.first + i as u64), to_json(&rec));
-            }
+            let mut rec = self.read_own(&mut txn, grant).await?;
+            let lease_end = rec
+                .lease_end
+                .max(grant.lease_end)
+                .max(now.saturating_add(ttl));
+            rec.lease_end = lease_end;
+            rec.written_unix_ms = now_unix_ms;
+            txn.put(self.worker_key(grant.first), to_json(&rec));
             Ok(Attempt::Commit(txn, lease_end))
         })
         .await
@@ -659,30 +928,37 @@ impl<'s> Leases<'s> {
         let lease_end = last_issued.map_or(grant.floor, |t| t.max(grant.floor));
         self.transact(|| async {
             let mut txn = Txn::new(self.store);
-            let recs = match self.read_own(&mut txn, grant).await {
-                Ok(recs) => recs,
+            let mut rec = match self.read_own(&mut txn, grant).await {
+                Ok(rec) => rec,
                 Err(LeaseError::Lost(_)) => return Ok(Attempt::Return(Released::AlreadyLost)),
                 Err(e) => return Err(e),
             };
-            for (i, mut rec) in recs.into_iter().enumerate() {
-                rec.state = WorkerState::Released;
-                rec.lease_end = lease_end;
-                rec.written_unix_ms = now_unix_ms;
-                txn.put(self.worker_key(grant.first + i as u64), to_json(&rec));
-            }
+            rec.state = WorkerState::Released;
+            rec.lease_end = lease_end;
+            rec.written_unix_ms = now_unix_ms;
+            txn.put(self.worker_key(grant.first), to_json(&rec));
             Ok(Attempt::Commit(txn, Released::Freed { lease_end }))
         })
         .await
     }
 
-    /// Every worker record in the namespace, by worker ID.
+    /// Every worker record in the namespace, by its first worker ID (the record's `count` says
+    /// how many it covers), in worker order.
+    pub async fn ranges(&self) -> Result<Vec<(u64, WorkerRecord)>, LeaseError> {
+        self.read_records()
+            .await?
+            .into_iter()
+            .map(|(e, r)| Ok((self.worker_id_of(&e.key)?, r)))
+            .collect()
+    }
+
+    /// One entry per recorded worker ID, in worker order: the record that covers it (so a
+    /// range record appears once per worker ID, with the range's `count`). For tests and small
+    /// spaces; [`ranges`](Self::ranges) is the stored form.
     pub async fn workers(&self) -> Result<Vec<(u64, WorkerRecord)>, LeaseError> {
         let mut out = Vec::new();
-        for e in self.store.scan(&self.workers_prefix()).await? {
-            out.push((
-                self.worker_id_of(&e.key)?,
-                Self::parse_worker(&e.key, &e.value)?,
-            ));
+        for (first, rec) in self.ranges().await? {
+            out.extend((first..first + rec.count).map(|id| (id, rec.clone())));
         }
         Ok(out)
     }
@@ -702,12 +978,14 @@ impl<'s> Leases<'s> {
     pub async fn occupancy(&self, now_unix_ms: u64) -> Result<Occupancy, LeaseError> {
         let (lo, hi) = self.search_space()?;
         let now = self.id_time(now_unix_ms);
-        let mut blocked = 0;
-        for (id, rec) in self.workers().await? {
-            if (lo..hi).contains(&id) && self.avail(&rec, now) == Avail::Blocked {
-                blocked += 1;
-            }
-        }
+        let blocked: u64 = self
+            .view(lo, hi, now)
+            .await?
+            .spans
+            .iter()
+            .filter(|s| s.avail == Avail::Blocked)
+            .map(|s| s.end.min(hi) - s.first.max(lo))
+            .sum();
         Ok(Occupancy {
             free: (hi - lo) - blocked,
             held: blocked,
@@ -720,8 +998,6 @@ impl<'s> Leases<'s> {
 enum Attempt<'a, T> {
     /// Commit these writes; on success the operation returns the value.
     Commit(Txn<'a>, T),
-    /// What was read changed under the attempt: start over.
-    Retry,
     /// Nothing to write: return the value.
     Return(T),
 }
@@ -735,56 +1011,73 @@ pub(crate) fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Picks the first worker ID of a grantable window of `n` IDs in `lo..hi`: the lowest window
-/// with nothing to wait for, else the window whose largest `lease_end` is smallest. IDs absent
-/// from `avail` have never been used.
-fn choose_range(
-    avail: &std::collections::BTreeMap<u64, Avail>,
+/// The search space `lo..hi` cut into consecutive segments `(start, end, avail)`: `records`
+/// (non-overlapping, in order, cut to the space) and the never-used gaps between them.
+fn segments(
     lo: u64,
     hi: u64,
-    n: u64,
-) -> Option<u64> {
-    // First choice: no Blocked and no Ahead record in the window.
-    let mut start = lo;
-    while start + n <= hi {
-        match avail
-            .range(start..start + n)
-            .rfind(|(_, a)| **a != Avail::Ready)
-        {
-            None => return Some(start),
-            Some((&id, _)) => start = id + 1,
-        }
-    }
-    // Second choice: windows without Blocked records; the least wait wins. Candidate starts:
-    // `lo` and just after every record that is not Ready.
-    let mut best: Option<(u64, u64)> = None; // (max lease_end, start)
-    let starts = std::iter::once(lo).chain(
-        avail
-            .iter()
-            .filter(|(_, a)| **a != Avail::Ready)
-            .map(|(&id, _)| id + 1),
-    );
-    for start in starts {
-        if start < lo || start + n > hi {
+    records: impl Iterator<Item = (u64, u64, Avail)>,
+) -> Vec<(u64, u64, Avail)> {
+    let mut out = Vec::new();
+    let mut at = lo;
+    for (first, end, avail) in records {
+        let (a, b) = (first.max(lo), end.min(hi));
+        if a >= b {
             continue;
         }
-        let mut wait = 0u64;
-        let mut blocked = false;
-        for (_, a) in avail.range(start..start + n) {
-            match a {
-                Avail::Blocked => {
-                    blocked = true;
-                    break;
-                }
-                Avail::Ahead(end) => wait = wait.max(*end),
-                Avail::Ready => {}
+        if a > at {
+            out.push((at, a, Avail::Fresh));
+        }
+        out.push((a, b, avail));
+        at = b;
+    }
+    if at < hi {
+        out.push((at, hi, Avail::Fresh));
+    }
+    out
+}
+
+/// Picks the cheapest window of `n` worker IDs over `segments` (consecutive, covering the
+/// search space, as [`View::segments`] cuts it): the one whose worst worker ID is best
+/// ([`Avail`]'s order: never used, released, expired, then the least wait), the lowest among
+/// equals; `None` if every window holds a blocked worker ID. Returns its first worker ID and
+/// cost.
+///
+/// Only windows starting where a segment starts need looking at: moving a window down to the
+/// start of the segment it starts in covers no segment it did not cover. The window's cost is
+/// a sliding maximum (a queue of segments of decreasing cost), so this is linear in segments.
+fn choose_range(segments: &[(u64, u64, Avail)], n: u64) -> Option<(u64, Avail)> {
+    let hi = segments.last()?.1;
+    let mut best: Option<(Avail, u64)> = None;
+    let mut queue: VecDeque<usize> = VecDeque::new();
+    let mut next = 0;
+    for (i, &(start, _, _)) in segments.iter().enumerate() {
+        let Some(end) = start.checked_add(n).filter(|&e| e <= hi) else {
+            break;
+        };
+        while next < segments.len() && segments[next].0 < end {
+            while queue
+                .back()
+                .is_some_and(|&j| segments[j].2 <= segments[next].2)
+            {
+                queue.pop_back();
+            }
+            queue.push_back(next);
+            next += 1;
+        }
+        // Segments before this one end at or before `start`.
+        while queue.front().is_some_and(|&j| j < i) {
+            queue.pop_front();
+        }
+        let cost = queue.front().map_or(Avail::Fresh, |&j| segments[j].2);
+        if cost != Avail::Blocked && best.is_none_or(|(c, _)| cost < c) {
+            best = Some((cost, start));
+            if cost == Avail::Fresh {
+                break;
             }
         }
-        if !blocked && best.is_none_or(|(w, _)| wait < w) {
-            best = Some((wait, start));
-        }
     }
-    best.map(|(_, start)| start)
+    best.map(|(cost, start)| (start, cost))
 }
 
 #[cfg(test)]

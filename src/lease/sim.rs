@@ -1262,17 +1262,19 @@ fn the_simulation_catches_a_broken_floor() {
         sim.issue(0);
     }
     assert!(sim.totals.ids > 0, "process 0 issued nothing");
-    // Forge: the records say the lease ended long ago and was released.
+    // Forge: the records say the lease ended long ago and was released, and (so that no
+    // never-used range is preferred) that the whole worker space was.
     let leases = Leases::new(
         sim.store.as_ref(),
         sim.layout,
         LeaseConfig::new("sim", 2),
         Owner::this_process(Some("forger".into()), 0),
     );
-    let mut recs = ready(leases.workers()).unwrap();
+    let mut recs = ready(leases.ranges()).unwrap();
     for (id, rec) in recs.iter_mut() {
         rec.lease_end = 0;
         rec.state = WorkerState::Released;
+        rec.count = sim.layout.worker_count() - *id;
         let key = leases.worker_key(*id);
         ready(sim.store.commit(
             &[],

@@ -49,8 +49,11 @@ async fn first_acquire_creates_the_cluster_and_grants_from_zero() {
         && r.generation == 1
         && r.owner.node_id == "a"
         && r.lease_end == NOW_ID + TTL));
-    // Keys live under the namespace.
-    assert!(s.get(b"idgen/t/workers/00003").await.unwrap().is_some());
+    // Keys live under the namespace: one record for the whole range, under its first worker ID.
+    let raw = s.get(b"idgen/t/workers/00000").await.unwrap().unwrap();
+    let rec: WorkerRecord = serde_json::from_slice(&raw.value).unwrap();
+    assert_eq!(rec.count, 4);
+    assert!(s.get(b"idgen/t/workers/00001").await.unwrap().is_none());
     assert!(s.get(b"idgen/t/cluster").await.unwrap().is_some());
 }
 
@@ -79,8 +82,8 @@ async fn a_different_layout_is_refused_naming_both() {
 #[tokio::test(flavor = "current_thread")]
 async fn an_expired_lease_is_free_only_after_the_safety_period() {
     let s = MemoryStore::new();
-    let a = leases(&s, "a", 1).acquire(NOW).await.unwrap();
-    let b = leases(&s, "b", 1);
+    let a = tiny_leases1(&s, "a").acquire(NOW).await.unwrap();
+    let b = tiny_leases1(&s, "b");
     // Expired (past lease_end) but inside the safety period (2 × TTL): still reserved.
     let expired = NOW + TTL + 2 * TTL; // lease_end + safety, exactly
     assert_eq!(b.acquire(expired).await.unwrap().first, 1);
@@ -109,7 +112,7 @@ async fn an_expired_lease_is_free_only_after_the_safety_period() {
     );
     assert!(err.to_string().contains("2 more free up"), "{err}");
     // One ms past the safety period: worker 0 is free again, floored at its old lease_end.
-    let c = leases(&s, "c", 1).acquire(expired + 1).await.unwrap();
+    let c = tiny_leases1(&s, "c").acquire(expired + 1).await.unwrap();
     assert_eq!(c.first, 0);
     assert_eq!(c.floor, a.lease_end);
     assert!(c.lease_end > c.floor);
@@ -189,6 +192,11 @@ fn tiny_leases<'s>(store: &'s dyn KvStore, name: &str) -> Leases<'s> {
     Leases::new(store, tiny(), LeaseConfig::new("t", 2), owner(name))
 }
 
+/// One worker ID of the two of [`tiny`].
+fn tiny_leases1<'s>(store: &'s dyn KvStore, name: &str) -> Leases<'s> {
+    Leases::new(store, tiny(), LeaseConfig::new("t", 1), owner(name))
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn lease_end_never_moves_backwards() {
     let s = MemoryStore::new();
@@ -211,10 +219,10 @@ async fn lease_end_never_moves_backwards() {
 #[tokio::test(flavor = "current_thread")]
 async fn renew_and_release_detect_a_lost_lease() {
     let s = MemoryStore::new();
-    let a = leases(&s, "a", 1);
+    let a = tiny_leases(&s, "a");
     let g = a.acquire(NOW).await.unwrap();
     let later = NOW + 4 * TTL;
-    let b = leases(&s, "b", 1).acquire(later).await.unwrap();
+    let b = tiny_leases(&s, "b").acquire(later).await.unwrap();
     assert_eq!(b.first, 0, "taken over after expiry + safety");
     assert!(matches!(a.renew(&g, later).await, Err(LeaseError::Lost(_))));
     assert_eq!(
@@ -230,6 +238,11 @@ async fn renew_and_release_detect_a_lost_lease() {
 #[tokio::test(flavor = "current_thread")]
 async fn release_frees_at_once_with_the_true_last_timestamp() {
     let s = MemoryStore::new();
+    // Four worker IDs: the next grant of three must reuse the released ones.
+    fn leases<'s>(s: &'s MemoryStore, name: &str, n: u64) -> Leases<'s> {
+        let four = Layout::new(DEFAULT_EPOCH_MS, 50, 2, 11, 0).unwrap();
+        Leases::new(s, four, LeaseConfig::new("t", n), owner(name))
+    }
     let a = leases(&s, "a", 3);
     let g = a.acquire(NOW).await.unwrap();
     let last = NOW_ID + 17;
@@ -389,33 +402,104 @@ async fn competing_acquisitions_serialize() {
     assert_eq!(owners, vec!["rival", "rival", "a", "a"]);
 }
 
+/// `choose_range` over records `(first, end, avail)` in `lo..hi`; the first worker ID only.
+fn choose(lo: u64, hi: u64, records: &[(u64, u64, Avail)], n: u64) -> Option<u64> {
+    choose_range(&segments(lo, hi, records.iter().copied()), n).map(|(first, _)| first)
+}
+
 #[test]
-fn choose_range_prefers_ready_then_least_wait() {
-    use std::collections::BTreeMap;
-    let m = |v: &[(u64, Avail)]| v.iter().copied().collect::<BTreeMap<_, _>>();
-    assert_eq!(choose_range(&m(&[]), 0, 8, 3), Some(0));
-    assert_eq!(choose_range(&m(&[(1, Avail::Blocked)]), 0, 8, 3), Some(2));
+fn choose_range_avoids_blocked_and_takes_the_least_wait() {
+    use Avail::*;
+    let one = |v: &[(u64, Avail)]| v.iter().map(|&(i, a)| (i, i + 1, a)).collect::<Vec<_>>();
+    assert_eq!(choose(0, 8, &[], 3), Some(0));
+    assert_eq!(choose(0, 8, &one(&[(1, Blocked)]), 3), Some(2));
     assert_eq!(
-        choose_range(&m(&[(1, Avail::Blocked), (5, Avail::Blocked)]), 0, 8, 3),
+        choose(0, 8, &one(&[(1, Blocked), (5, Blocked)]), 3),
         Some(2)
     );
     assert_eq!(
-        choose_range(&m(&[(1, Avail::Blocked), (4, Avail::Blocked)]), 0, 8, 3),
+        choose(0, 8, &one(&[(1, Blocked), (4, Blocked)]), 3),
         Some(5)
     );
-    assert_eq!(choose_range(&m(&[(5, Avail::Blocked)]), 4, 8, 3), None);
-    assert_eq!(choose_range(&m(&[(0, Avail::Ready)]), 0, 1, 1), Some(0));
+    assert_eq!(choose(4, 8, &one(&[(5, Blocked)]), 3), None);
+    assert_eq!(choose(0, 1, &one(&[(0, Released)]), 1), Some(0));
     // Only windows with something to wait for: the least wait wins.
-    let waits = m(&[
-        (0, Avail::Ahead(50)),
-        (1, Avail::Ahead(10)),
-        (2, Avail::Ahead(30)),
-        (3, Avail::Blocked),
-    ]);
-    assert_eq!(choose_range(&waits, 0, 4, 1), Some(1));
-    assert_eq!(choose_range(&waits, 0, 4, 2), Some(1));
-    assert_eq!(choose_range(&waits, 0, 3, 3), Some(0));
-    assert_eq!(choose_range(&waits, 0, 4, 4), None);
+    let waits = one(&[(0, Ahead(50)), (1, Ahead(10)), (2, Ahead(30)), (3, Blocked)]);
+    assert_eq!(choose(0, 4, &waits, 1), Some(1));
+    assert_eq!(choose(0, 4, &waits, 2), Some(1));
+    assert_eq!(choose(0, 3, &waits, 3), Some(0));
+    assert_eq!(choose(0, 4, &waits, 4), None);
+    // Wide records: a window may start inside one, never in a blocked one.
+    let wide = [(0, 10, Released), (10, 20, Blocked), (20, 40, Ahead(7))];
+    assert_eq!(choose(0, 40, &wide, 10), Some(0));
+    assert_eq!(choose(0, 40, &wide, 11), Some(20));
+    assert_eq!(choose(0, 40, &wide, 21), None);
+    assert_eq!(
+        choose(5, 40, &wide, 5),
+        Some(5),
+        "records cut to the search space"
+    );
+}
+
+#[test]
+fn choose_range_prefers_never_used_then_released_then_expired_then_ahead() {
+    use Avail::*;
+    let recs = [(0, 2, Expired), (2, 4, Released)];
+    assert_eq!(choose(0, 8, &recs, 2), Some(4), "never used first");
+    assert_eq!(choose(0, 8, &recs, 4), Some(4));
+    assert_eq!(
+        choose(0, 8, &recs, 5),
+        Some(2),
+        "released and never used beat expired"
+    );
+    assert_eq!(choose(0, 4, &recs, 2), Some(2), "released before expired");
+    assert_eq!(choose(0, 4, &recs, 4), Some(0));
+    let recs = [(0, 2, Ahead(5)), (2, 4, Expired)];
+    assert_eq!(choose(0, 4, &recs, 2), Some(2), "expired before ahead");
+    assert_eq!(choose(0, 4, &recs, 3), Some(0));
+    // Costs compare as a whole: one expired ID makes a window expired.
+    let recs = [
+        (0, 1, Released),
+        (1, 2, Expired),
+        (2, 3, Released),
+        (3, 4, Released),
+    ];
+    assert_eq!(choose(0, 4, &recs, 2), Some(2));
+}
+
+#[test]
+fn choose_range_is_linear_in_records() {
+    // A 16-bit space of one-worker records, all grantable but one blocked in every 1,000.
+    let recs: Vec<(u64, u64, Avail)> = (0..65_536u64)
+        .map(|i| {
+            let a = match i % 1000 {
+                999 => Avail::Blocked,
+                k => Avail::Ahead(1_000 + (i * 7919) % 5000 + k),
+            };
+            (i, i + 1, a)
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let got = choose(0, 65_536, &recs, 900);
+    assert!(got.is_some());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The answer is the brute-force minimum.
+    let cost = |s: u64| {
+        recs[s as usize..(s + 900) as usize]
+            .iter()
+            .map(|r| r.2)
+            .max()
+            .unwrap()
+    };
+    let best = (0..=65_536 - 900)
+        .filter(|&s| cost(s) != Avail::Blocked)
+        .min_by_key(|&s| (cost(s), s))
+        .unwrap();
+    assert_eq!(got, Some(best));
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -430,4 +514,293 @@ async fn embedded_store_passes_the_lease_conformance_suite() {
     conformance::run(&store, "conf").await;
     // Run twice in one store: the namespaces keep the runs apart.
     conformance::run(&store, "conf2").await;
+}
+
+/// A memory store that records the largest commit, and can claim to expire keys (its keys
+/// never expire by themselves: the conformance suite deletes a clock key where a real store
+/// would let it expire).
+struct Sized {
+    inner: MemoryStore,
+    expires: bool,
+    checks: std::sync::atomic::AtomicUsize,
+    writes: std::sync::atomic::AtomicUsize,
+}
+
+impl Sized {
+    fn new(expires: bool) -> Self {
+        Sized {
+            inner: MemoryStore::new(),
+            expires,
+            checks: Default::default(),
+            writes: Default::default(),
+        }
+    }
+    fn largest(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.checks.load(Relaxed), self.writes.load(Relaxed))
+    }
+}
+
+impl KvStore for Sized {
+    fn get<'b>(&'b self, key: &'b [u8]) -> BoxFuture<'b, Result<Option<Entry>, StoreError>> {
+        self.inner.get(key)
+    }
+    fn scan<'b>(&'b self, prefix: &'b [u8]) -> BoxFuture<'b, Result<Vec<Entry>, StoreError>> {
+        self.inner.scan(prefix)
+    }
+    fn commit<'b>(
+        &'b self,
+        checks: &'b [Check],
+        writes: &'b [Write],
+    ) -> BoxFuture<'b, Result<Commit, StoreError>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.checks.fetch_max(checks.len(), Relaxed);
+        self.writes.fetch_max(writes.len(), Relaxed);
+        self.inner.commit(checks, writes)
+    }
+    fn describe(&self) -> String {
+        format!("memory (expires keys: {})", self.expires)
+    }
+    fn expires_keys(&self) -> bool {
+        self.expires
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_conformance_suite_keeps_every_commit_small_and_knows_live_holders() {
+    for expires in [false, true] {
+        let store = Sized::new(expires);
+        conformance::run(&store, "sized").await;
+        let (checks, writes) = store.largest();
+        // The grant of 256 merges 256 one-worker records first: without merges its commit
+        // would check 258 keys.
+        assert!(
+            checks <= MAX_RECORDS_PER_TXN + 2 && writes <= MAX_RECORDS_PER_TXN + 4,
+            "largest commit: {checks} checks, {writes} writes"
+        );
+        assert!(checks > 8, "the suite never made a large commit: {checks}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn renew_and_release_touch_one_record_however_wide() {
+    let store = Sized::new(false);
+    let a = leases(&store, "a", 1024);
+    let g = a.acquire(NOW).await.unwrap();
+    assert_eq!(
+        store.largest(),
+        (2, 3),
+        "cluster + generation; cluster, generation, record"
+    );
+    let commits = store.inner.commits();
+    a.renew(&g, NOW + 1).await.unwrap();
+    a.release(&g, None, NOW + 2).await.unwrap();
+    assert_eq!(store.inner.commits(), commits + 2);
+    assert_eq!(store.largest(), (2, 3));
+    let recs = store.inner.scan(b"idgen/t/workers/").await.unwrap();
+    assert_eq!(recs.len(), 1);
+}
+
+/// Grants of any width (1 to 100 worker IDs in a space of 256) taken, renewed, released,
+/// abandoned (crashes) and taken over under clocks that jump, with unknown commit outcomes:
+/// trimmed remainders and merges must keep every worker ID's holders in disjoint, ordered
+/// timestamp intervals, and records never overlap. (`sim.rs` checks the same with fixed-width
+/// grants, which never trim a record.)
+#[test]
+fn grants_of_any_width_keep_successive_holders_apart() {
+    struct Proc {
+        name: String,
+        life: u32,
+        offset: i64,
+        grant: Option<Grant>,
+        ceiling: u64,
+        last: Option<u64>,
+    }
+    let layout = Layout::new(DEFAULT_EPOCH_MS, 45, 8, 10, 0).unwrap();
+    let widths = [1, 1, 2, 3, 4, 6, 8, 16, 40, 100];
+    let (mut grants, mut issues, mut merged) = (0u64, 0u64, 0u64);
+    for seed in 1..=20u64 {
+        let store = MemoryStore::new();
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move |n: u64| {
+            rng ^= rng >> 12;
+            rng ^= rng << 25;
+            rng ^= rng >> 27;
+            rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+        };
+        let mut procs: Vec<Proc> = (0..8)
+            .map(|i| Proc {
+                name: format!("p{i}"),
+                life: 0,
+                offset: 0,
+                grant: None,
+                ceiling: 0,
+                last: None,
+            })
+            .collect();
+        let mut now = DEFAULT_EPOCH_MS + 10_000_000;
+        // The space starts fully recorded, one record per worker ID (as the previous version
+        // wrote them): wide windows must merge before they are granted.
+        let writes: Vec<Write> = (0..256u64)
+            .map(|id| Write::Put {
+                key: format!("idgen/w/workers/{id:05}").into_bytes(),
+                value: serde_json::to_vec(&WorkerRecord {
+                    state: WorkerState::Released,
+                    owner: owner("old"),
+                    generation: 0,
+                    lease_end: 10_000_000 - next(5_000),
+                    count: 1,
+                    layout_version: 1,
+                    written_unix_ms: 0,
+                })
+                .unwrap(),
+            })
+            .collect();
+        block_on(store.commit(&[], &writes)).unwrap();
+        // worker → generation → (lowest, highest) timestamp issued
+        let mut issued: std::collections::HashMap<
+            u64,
+            std::collections::BTreeMap<u64, (u64, u64)>,
+        > = Default::default();
+        for step in 0..1_200 {
+            let action = next(100);
+            let mut p = next(procs.len() as u64) as usize;
+            if (30..=79).contains(&action) && next(5) > 0 {
+                // Renewing and issuing are what holders do: aim them at holders, mostly.
+                let holders: Vec<usize> = (0..procs.len())
+                    .filter(|&i| procs[i].grant.is_some())
+                    .collect();
+                if !holders.is_empty() {
+                    p = holders[next(holders.len() as u64) as usize];
+                }
+            }
+            let clock = now.saturating_add_signed(procs[p].offset);
+            let id_now = clock - layout.epoch_ms();
+            let mk = |proc_: &Proc, width: u64| {
+                let mut c = LeaseConfig::new("w", width);
+                c.ttl = Duration::from_millis(3_000);
+                c.safety = Duration::from_millis(6_000);
+                c.max_attempts = 3;
+                let owner = Owner {
+                    instance: format!("{}#{}", proc_.name, proc_.life),
+                    ..owner(&proc_.name)
+                };
+                Leases::new(&store, layout, c, owner)
+            };
+            let ctx = format!("seed {seed} step {step} proc {p}");
+            match action {
+                0..=14 => now += next(1_500),
+                15..=29 if procs[p].grant.is_none() => {
+                    let width = widths[next(widths.len() as u64) as usize];
+                    let before = store.commits();
+                    if let Ok(g) = block_on(mk(&procs[p], width).acquire(clock)) {
+                        grants += 1;
+                        merged += (store.commits() - before).saturating_sub(1);
+                        for w in g.first..g.first + g.count {
+                            let max = issued
+                                .get(&w)
+                                .and_then(|gens| gens.values().map(|r| r.1).max())
+                                .unwrap_or(0);
+                            assert!(
+                                g.floor >= max,
+                                "{ctx}: {g:?} floor below {max} of worker {w}"
+                            );
+                        }
+                        procs[p].ceiling = g.lease_end;
+                        procs[p].last = None;
+                        procs[p].grant = Some(g);
+                    }
+                }
+                30..=49 => {
+                    if let Some(g) = procs[p].grant.clone() {
+                        match block_on(mk(&procs[p], g.count).renew(&g, clock)) {
+                            Ok(end) => {
+                                procs[p].ceiling = procs[p].ceiling.max(end);
+                                procs[p].grant.as_mut().unwrap().lease_end = end;
+                            }
+                            Err(LeaseError::Lost(_)) => procs[p].grant = None,
+                            Err(_) => {}
+                        }
+                    }
+                }
+                50..=79 => {
+                    let proc_ = &mut procs[p];
+                    let Some(g) = proc_.grant.clone() else {
+                        continue;
+                    };
+                    if id_now <= g.floor
+                        || id_now >= proc_.ceiling
+                        || proc_.last.is_some_and(|l| id_now < l)
+                    {
+                        continue;
+                    }
+                    proc_.last = Some(id_now);
+                    issues += 1;
+                    for w in g.first..g.first + g.count {
+                        let gens = issued.entry(w).or_default();
+                        for (&gen, &(lo, hi)) in gens.iter() {
+                            if gen < g.generation {
+                                assert!(hi < id_now, "{ctx}: worker {w}: gen {} issued {id_now} ≤ {hi} of older gen {gen}", g.generation);
+                            } else if gen > g.generation {
+                                assert!(lo > id_now, "{ctx}: worker {w}: gen {} issued {id_now} ≥ {lo} of newer gen {gen}", g.generation);
+                            }
+                        }
+                        let e = gens.entry(g.generation).or_insert((id_now, id_now));
+                        e.0 = e.0.min(id_now);
+                        e.1 = e.1.max(id_now);
+                    }
+                }
+                80..=84 => {
+                    if let Some(g) = procs[p].grant.take() {
+                        let last = procs[p].last;
+                        let _ = block_on(mk(&procs[p], g.count).release(&g, last, clock));
+                    }
+                }
+                85..=88 => {
+                    // A restart: the next life is another instance; the old one either died
+                    // (its grant abandoned) or goes on as a zombie (a paused VM, say).
+                    let life = procs.iter().filter(|q| q.name == procs[p].name).count() as u32;
+                    let name = procs[p].name.clone();
+                    if next(2) == 0 || procs.len() >= 14 {
+                        procs[p].grant = None;
+                    }
+                    if procs.len() < 14 {
+                        procs.push(Proc {
+                            name,
+                            life,
+                            offset: procs[p].offset,
+                            grant: None,
+                            ceiling: 0,
+                            last: None,
+                        });
+                    }
+                }
+                89..=92 => procs[p].offset += next(40_000) as i64 - 20_000,
+                93..=95 if store.pending_faults() == 0 => store.inject(match next(2) {
+                    0 => Fault::UnknownApplied,
+                    _ => Fault::UnknownLost,
+                }),
+                96..=97 => now += 10_000 + next(10_000),
+                _ => {}
+            }
+            if step % 25 == 0 {
+                // Records never overlap (ranges() refuses overlapping ones).
+                block_on(mk(&procs[0], 1).ranges()).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            }
+        }
+    }
+    eprintln!("{grants} grants, {issues} issue steps, {merged} merge commits");
+    assert!(
+        grants > 1_000 && issues > 2_000 && merged > 20,
+        "{grants} {issues} {merged}"
+    );
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("a memory store operation did not complete"),
+    }
 }

@@ -145,11 +145,16 @@ impl Node {
             clock,
         ));
         // Long enough for the lease of a crashed predecessor to expire and pass its safety
-        // period, so a restarted cluster whose worker IDs are all still held comes back.
-        let view = keeper
-            .acquire_patiently(config.lease_ttl + config.lease_safety + config.lease_ttl)
-            .await?;
+        // period, and for its clock key to expire (where the store expires keys), so a
+        // restarted cluster whose worker IDs are all still held comes back.
+        let gone = (config.lease_ttl + config.lease_safety)
+            .max(crate::watch::CLOCK_KEY_TTL + std::time::Duration::from_secs(1));
+        let view = keeper.acquire_patiently(gone + config.lease_ttl).await?;
         let lease = keeper.shared();
+        // The clock key says this node is alive to acquirers (on a store that expires keys,
+        // a held lease whose holder has no key is taken over once expired): write it now, not
+        // only when the watcher's loop starts.
+        watcher.publish().await;
 
         let listeners = match shard::listen(reserved, config.shards) {
             Ok(listeners) => listeners,

@@ -18,12 +18,27 @@
 //!   apply it (no connection could be made, or the member answered "no leader" before
 //!   proposing it); any other transport error or timeout is `Unknown`;
 //! - malformed or refused requests (`InvalidArgument`, permission errors) are `Invalid`.
+//!
+//! ## Sizes
+//!
+//! etcd bounds a `Txn` (`--max-txn-ops`, default 128, counted separately for the compares and
+//! for the operations) and the client a response (gRPC's 4 MiB message limit). The lease logic
+//! keeps its transactions well under the first (`crate::lease`); a [`scan`](KvStore::scan) is
+//! read in pages of [`SCAN_PAGE`] keys, every page at the revision of the first, so a scan of
+//! any size is still one snapshot. A page whose revision has been compacted away meanwhile
+//! restarts the scan (a few times, then `Unavailable`).
+//!
+//! ## Expiring keys
+//!
+//! [`put_expiring`](KvStore::put_expiring) grants an etcd lease of the TTL (whole seconds, at
+//! least etcd's minimum) and puts the key under it: etcd removes the key when the lease runs
+//! out by etcd's clock, unless a later write has moved the key to a fresher lease. Old leases
+//! hold no key once it moved; they run out by themselves.
 
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn,
-    TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
 };
 use tonic::Code;
 
@@ -39,6 +54,35 @@ pub const RETRY_FOR: Duration = Duration::from_millis(1000);
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// The bound on a whole call, which also covers waiting for any endpoint to become reachable.
 const CALL_TIMEOUT: Duration = Duration::from_millis(3000);
+/// Keys per page of a scan: with idgen's records (a few hundred bytes) far below the client's
+/// 4 MiB message limit.
+pub const SCAN_PAGE: usize = 1000;
+/// Times a scan starts over because its revision was compacted between two pages.
+const SCAN_RESTARTS: u32 = 3;
+
+/// One page of a scan: the entries, the revision it was read at, and whether more follow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanPage {
+    pub entries: Vec<Entry>,
+    /// The store revision every page of the scan is read at.
+    pub revision: i64,
+    /// Whether keys after the last entry remain in the range.
+    pub more: bool,
+}
+
+/// The end of etcd's range for "every key starting with `prefix`" (etcd's `GetPrefixRangeEnd`):
+/// the prefix with its last byte below 0xff incremented and what follows dropped; `\0` (every
+/// key) for a prefix of only 0xff bytes or none.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
 
 /// A namespace in an etcd cluster.
 pub struct EtcdStore {
@@ -47,6 +91,8 @@ pub struct EtcdStore {
     prefix: String,
     /// `prefix + "/"`, or empty.
     key_prefix: Vec<u8>,
+    /// Keys per page of a scan.
+    page: usize,
 }
 
 /// Whether an etcd error certainly means the request was not applied.
@@ -129,10 +175,100 @@ impl EtcdStore {
             endpoints,
             prefix,
             key_prefix,
+            page: SCAN_PAGE,
         };
         // The channel connects lazily: make one read so a wrong address fails here, clearly.
         store.get(b"\0probe").await?;
         Ok(store)
+    }
+
+    /// Reads scans in pages of `keys` keys instead of [`SCAN_PAGE`] (at least 1).
+    pub fn with_scan_page(mut self, keys: usize) -> Self {
+        self.page = keys.max(1);
+        self
+    }
+
+    /// One page of a scan of `prefix`: at most `limit` keys after `after` (from the first key
+    /// of the prefix if `None`), read at `revision` (the newest if `None`). [`scan`]
+    /// (KvStore::scan) is a loop of these at the first page's revision.
+    pub async fn scan_page(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        revision: Option<i64>,
+        limit: usize,
+    ) -> Result<ScanPage, StoreError> {
+        let full = self.full_key(prefix);
+        let end = prefix_end(&full);
+        let start = match after {
+            // The smallest key after `after`.
+            Some(a) => {
+                let mut k = self.full_key(a);
+                k.push(0);
+                k
+            }
+            // etcd refuses an empty key; "\0" is the smallest key there is.
+            None if full.is_empty() => vec![0],
+            None => full,
+        };
+        let mut options = GetOptions::new()
+            .with_range(end)
+            .with_limit(i64::try_from(limit.max(1)).unwrap_or(i64::MAX));
+        if let Some(rev) = revision {
+            options = options.with_revision(rev);
+        }
+        let resp: GetResponse = self
+            .read("scan", |mut c| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { c.get(start, Some(options)).await }
+            })
+            .await?;
+        let revision = match revision {
+            Some(r) => r,
+            None => resp.header().map(|h| h.revision()).ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "{}: a range response without a header",
+                    self.describe()
+                ))
+            })?,
+        };
+        Ok(ScanPage {
+            entries: resp
+                .kvs()
+                .iter()
+                .map(|kv| self.entry(kv))
+                .collect::<Result<_, _>>()?,
+            revision,
+            more: resp.more(),
+        })
+    }
+
+    /// A whole scan, page after page at one revision. `Ok(None)`: that revision was compacted
+    /// before the last page was read.
+    async fn scan_once(&self, prefix: &[u8]) -> Result<Option<Vec<Entry>>, StoreError> {
+        let mut out = Vec::new();
+        let mut revision = None;
+        loop {
+            let after = out.last().map(|e: &Entry| e.key.clone());
+            let page = match self
+                .scan_page(prefix, after.as_deref(), revision, self.page)
+                .await
+            {
+                Ok(p) => p,
+                Err(StoreError::Unavailable(m))
+                    if revision.is_some() && m.contains("compacted") =>
+                {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            };
+            revision = Some(page.revision);
+            let got = page.entries.len();
+            out.extend(page.entries);
+            if !page.more || got == 0 {
+                return Ok(Some(out));
+            }
+        }
     }
 
     fn full_key(&self, key: &[u8]) -> Vec<u8> {
@@ -172,7 +308,7 @@ impl EtcdStore {
     /// `None` means the call timed out.
     async fn call<T, Fut>(
         &self,
-        op: impl Fn(KvClient) -> Fut,
+        op: impl Fn(Client) -> Fut,
     ) -> Option<Result<T, etcd_client::Error>>
     where
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -181,7 +317,7 @@ impl EtcdStore {
         let attempts = async {
             let mut tries = 0;
             loop {
-                match op(self.client.kv_client()).await {
+                match op(self.client.clone()).await {
                     Err(e) if not_sent(&e) && !is_invalid(&e) && start.elapsed() < RETRY_FOR => {
                         tries += 1;
                         // A try per endpoint at once, then gently: all may be down.
@@ -197,7 +333,7 @@ impl EtcdStore {
     }
 
     /// A read through [`call`](Self::call): every failure of a read is `Unavailable`.
-    async fn read<T, Fut>(&self, what: &str, op: impl Fn(KvClient) -> Fut) -> Result<T, StoreError>
+    async fn read<T, Fut>(&self, what: &str, op: impl Fn(Client) -> Fut) -> Result<T, StoreError>
     where
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
@@ -224,9 +360,9 @@ impl KvStore for EtcdStore {
         Box::pin(async move {
             let key = self.full_key(key);
             let resp = self
-                .read("get", |mut kv| {
+                .read("get", |mut c| {
                     let key = key.clone();
-                    async move { kv.get(key, None).await }
+                    async move { c.get(key, None).await }
                 })
                 .await?;
             resp.kvs().first().map(|kv| self.entry(kv)).transpose()
@@ -235,18 +371,17 @@ impl KvStore for EtcdStore {
 
     fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
         Box::pin(async move {
-            // One range read: a consistent snapshot at one revision, sorted by key.
-            let options = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Key, SortOrder::Ascend);
-            let prefix = self.full_key(prefix);
-            let resp = self
-                .read("scan", |mut kv| {
-                    let (prefix, options) = (prefix.clone(), options.clone());
-                    async move { kv.get(prefix, Some(options)).await }
-                })
-                .await?;
-            resp.kvs().iter().map(|kv| self.entry(kv)).collect()
+            // Pages of range reads (etcd returns them in key order), all at the revision of the
+            // first: together one consistent snapshot.
+            for _ in 0..SCAN_RESTARTS {
+                if let Some(entries) = self.scan_once(prefix).await? {
+                    return Ok(entries);
+                }
+            }
+            Err(StoreError::Unavailable(format!(
+                "{} scan: its revision was compacted between pages {SCAN_RESTARTS} times",
+                self.describe()
+            )))
         })
     }
 
@@ -282,9 +417,9 @@ impl KvStore for EtcdStore {
             let txn = Txn::new().when(compares).and_then(ops);
             let what = self.describe();
             let result = self
-                .call(|mut kv| {
+                .call(|mut c| {
                     let txn = txn.clone();
-                    async move { kv.txn(txn).await }
+                    async move { c.txn(txn).await }
                 })
                 .await;
             // A timeout may have cut off a retry that followed an unsent attempt, but it may
@@ -308,5 +443,79 @@ impl KvStore for EtcdStore {
 
     fn describe(&self) -> String {
         format!("etcd {}/{}", self.endpoints.join(","), self.prefix)
+    }
+
+    fn expires_keys(&self) -> bool {
+        true
+    }
+
+    fn put_expiring<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let what = self.describe();
+            // etcd leases count whole seconds.
+            let secs = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+            let lease = match self
+                .call(|mut c| async move { c.lease_grant(secs, None).await })
+                .await
+            {
+                Some(Ok(resp)) => resp.id(),
+                Some(Err(e)) if is_invalid(&e) => {
+                    return Err(StoreError::Invalid(format!("{what} lease grant: {e}")))
+                }
+                Some(Err(e)) if not_sent(&e) => {
+                    return Err(StoreError::Unavailable(format!("{what} lease grant: {e}")))
+                }
+                // A lease may have been granted: it holds nothing and runs out by itself.
+                Some(Err(e)) => {
+                    return Err(StoreError::Unknown(format!("{what} lease grant: {e}")))
+                }
+                None => {
+                    return Err(StoreError::Unknown(format!(
+                        "{what} lease grant: timed out after {CALL_TIMEOUT:?}"
+                    )))
+                }
+            };
+            let key = self.full_key(key);
+            let result = self
+                .call(|mut c| {
+                    let (key, value) = (key.clone(), value.to_vec());
+                    async move {
+                        c.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                            .await
+                    }
+                })
+                .await;
+            match result {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) if is_invalid(&e) => {
+                    Err(StoreError::Invalid(format!("{what} put: {e}")))
+                }
+                Some(Err(e)) if not_sent(&e) => {
+                    Err(StoreError::Unavailable(format!("{what} put: {e}")))
+                }
+                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} put: {e}"))),
+                None => Err(StoreError::Unknown(format!(
+                    "{what} put: timed out after {CALL_TIMEOUT:?}"
+                ))),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_ends_as_etcd_computes_them() {
+        assert_eq!(prefix_end(b"idgen/"), b"idgen0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
     }
 }

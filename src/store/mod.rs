@@ -23,11 +23,21 @@
 //!
 //! A commit whose outcome is unknown (a timeout after sending it) is [`StoreError::Unknown`]:
 //! callers must treat it as "may or may not have happened".
+//!
+//! ## Keys that expire
+//!
+//! [`KvStore::put_expiring`] writes a key that the store removes by itself some time after the
+//! last write, where the store can ([`KvStore::expires_keys`]): etcd attaches an etcd lease, so
+//! etcd's own clock (one clock, shared by every node) removes the key of a writer that stopped.
+//! The embedded, memory and FoundationDB stores cannot: they do a plain put, and say so. Nodes
+//! publish their clock key this way (`crate::watch`); an acquirer treats a holder whose clock
+//! key is gone as dead (`crate::lease`).
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub mod embedded;
 #[cfg(feature = "etcd")]
@@ -109,6 +119,30 @@ pub trait KvStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Commit, StoreError>>;
     /// A short description for logs ("etcd 127.0.0.1:2379", "embedded /var/lib/idgen").
     fn describe(&self) -> String;
+    /// Whether [`put_expiring`](Self::put_expiring) really expires keys. The default, for
+    /// stores that cannot (embedded, memory, FoundationDB): no.
+    fn expires_keys(&self) -> bool {
+        false
+    }
+    /// Writes `key` (unconditionally) so that the store removes it by itself about `ttl` after
+    /// this write unless it is written again, where the store [`expires_keys`](Self::expires_keys);
+    /// elsewhere (the default) a plain put that stays until deleted.
+    fn put_expiring<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = ttl;
+        Box::pin(async move {
+            let writes = [Write::Put {
+                key: key.to_vec(),
+                value: value.to_vec(),
+            }];
+            // No checks: a conflict is impossible.
+            self.commit(&[], &writes).await.map(|_| ())
+        })
+    }
 }
 
 impl fmt::Debug for dyn KvStore {
@@ -150,9 +184,20 @@ impl<'s> Txn<'s> {
         Ok(entry.map(|e| e.value))
     }
 
-    /// Snapshot read of a prefix: not checked at commit.
+    /// Snapshot read of a prefix: not checked at commit (see [`check`](Txn::check)).
     pub async fn scan(&self, prefix: &[u8]) -> Result<Vec<Entry>, StoreError> {
         self.store.scan(prefix).await
+    }
+
+    /// Makes the commit conditional on `entry` (as a scan returned it) not changing: the same
+    /// check a [`get`](Txn::get) of it would have added, without reading it again.
+    pub fn check(&mut self, entry: &Entry) {
+        if !self.checks.iter().any(|c| c.key == entry.key) {
+            self.checks.push(Check {
+                key: entry.key.clone(),
+                version: entry.version,
+            });
+        }
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
