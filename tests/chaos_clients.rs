@@ -28,9 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::etcd::EtcdCluster;
 use common::node::{http, try_http, Conn, NodeProc};
 use idgen::layout::Layout;
-use idgen::lease::{Owner, WorkerRecord, WorkerState};
-use idgen::store::etcd::EtcdStore;
-use idgen::store::{KvStore, Write as StoreWrite};
+use idgen::lease::WorkerState;
 
 const NODES: usize = 3;
 const PREFIX: &str = "clients";
@@ -159,40 +157,12 @@ fn steal(c: &Cluster, i: usize) -> (u64, u64) {
     (first, count)
 }
 
-/// Writes rival records over `first..first + count`.
+/// Writes a rival's record over `first..first + count`, 4 s ahead of the clocks: blocked
+/// while held; its next holder starts above it.
 fn write_records(c: &Cluster, first: u64, count: u64, state: WorkerState) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let store = EtcdStore::connect(c.etcd.endpoints(), PREFIX.to_string())
-            .await
-            .expect("etcd");
-        let thief = Owner::this_process(Some("rival".into()), wall_ms());
-        let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 4, 18, 0).unwrap();
-        // Far ahead of every node's clock: the records stay blocked while held, and their
-        // next holder starts above it.
-        let end = wall_ms() - layout.epoch_ms() + 4_000;
-        // One record for the whole range, as a rival's grant writes it.
-        let writes = vec![StoreWrite::Put {
-            key: format!("idgen/default/workers/{first:05}").into_bytes(),
-            value: serde_json::to_vec(&WorkerRecord {
-                state,
-                owner: thief.clone(),
-                generation: 1_000_000 + first,
-                lease_end: end,
-                count,
-                layout_version: idgen::lease::LAYOUT_VERSION,
-                written_unix_ms: wall_ms(),
-            })
-            .unwrap(),
-        }];
-        store
-            .commit(&[], &writes)
-            .await
-            .expect("write rival records");
-    });
+    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 4, 18, 0).unwrap();
+    let end = wall_ms() - layout.epoch_ms() + 4_000;
+    common::etcd::write_rival_record(&c.etcd, PREFIX, first, count, state, end);
 }
 
 /// The Python client in a child process: prints `ok <n>` + one ID per line, or `err <text>`.

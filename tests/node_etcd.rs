@@ -316,38 +316,6 @@ fn node_fails_closed_without_etcd_and_serves_again_when_it_returns() {
     );
 }
 
-/// Takes the worker record of `first..first + count` away from its holder, as a rival with a
-/// newer generation would: the holder's next renewal finds it lost.
-fn steal(cluster: &EtcdCluster, prefix: &str, first: u64, count: u64) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        use idgen::lease::WorkerState;
-        use idgen::store::{KvStore, Write};
-        let store = EtcdStore::connect(cluster.endpoints(), prefix.to_string())
-            .await
-            .expect("connect to etcd");
-        let thief = Owner::this_process(Some("thief".into()), wall_ms());
-        let layout = Layout::default();
-        let writes = [Write::Put {
-            key: format!("idgen/default/workers/{first:05}").into_bytes(),
-            value: serde_json::to_vec(&WorkerRecord {
-                state: WorkerState::Held,
-                owner: thief.clone(),
-                generation: 1_000_000 + first,
-                lease_end: wall_ms() - layout.epoch_ms() + 120_000,
-                count,
-                layout_version: idgen::lease::LAYOUT_VERSION,
-                written_unix_ms: wall_ms(),
-            })
-            .unwrap(),
-        }];
-        store.commit(&[], &writes).await.expect("steal the records");
-    })
-}
-
 /// A node loses its lease (a rival takes its records) and re-acquires a different worker range.
 /// Every connection opened before answers its next request with RANGE_CHANGED and is closed,
 /// without issuing an ID from the old range; a new connection, the client `Pool`, the
@@ -384,11 +352,14 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     assert!(prefetch.next_id().is_ok());
     assert_eq!(common::node::http(admin, "POST", "/ids", None).0, 200);
 
-    steal(
+    // A rival takes the node's records, held two minutes ahead.
+    common::etcd::write_rival_record(
         &cluster,
         "change",
         old_range.start,
         old_range.end - old_range.start,
+        idgen::lease::WorkerState::Held,
+        wall_ms() - Layout::default().epoch_ms() + 120_000,
     );
     // The node notices at its next renewal (TTL/3) and takes another range.
     let deadline = Instant::now() + Duration::from_secs(10);
