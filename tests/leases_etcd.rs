@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,73 +16,9 @@ use idgen::lease::{
     conformance, LeaseConfig, LeaseError, Leases, Owner, Released, MAX_RECORDS_PER_TXN,
 };
 use idgen::store::etcd::EtcdStore;
-use idgen::store::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
+use idgen::store::{Commit, KvStore, Write};
 use idgen::watch::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
 use tokio::sync::watch;
-
-/// An etcd store that counts the commits etcd refused because a compare failed, and records
-/// the largest commit.
-struct Counting {
-    inner: EtcdStore,
-    conflicts: AtomicU64,
-    checks: AtomicUsize,
-    writes: AtomicUsize,
-}
-
-impl Counting {
-    fn new(inner: EtcdStore) -> Self {
-        Counting {
-            inner,
-            conflicts: AtomicU64::new(0),
-            checks: AtomicUsize::new(0),
-            writes: AtomicUsize::new(0),
-        }
-    }
-    fn largest(&self) -> (usize, usize) {
-        (
-            self.checks.load(Ordering::Relaxed),
-            self.writes.load(Ordering::Relaxed),
-        )
-    }
-}
-
-impl KvStore for Counting {
-    fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>> {
-        self.inner.get(key)
-    }
-    fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
-        self.inner.scan(prefix)
-    }
-    fn commit<'a>(
-        &'a self,
-        checks: &'a [Check],
-        writes: &'a [Write],
-    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
-        self.checks.fetch_max(checks.len(), Ordering::Relaxed);
-        self.writes.fetch_max(writes.len(), Ordering::Relaxed);
-        Box::pin(async move {
-            let outcome = self.inner.commit(checks, writes).await;
-            if outcome == Ok(Commit::Conflict) {
-                self.conflicts.fetch_add(1, Ordering::Relaxed);
-            }
-            outcome
-        })
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn expires_keys(&self) -> bool {
-        self.inner.expires_keys()
-    }
-    fn put_expiring<'a>(
-        &'a self,
-        key: &'a [u8],
-        value: &'a [u8],
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.put_expiring(key, value, ttl)
-    }
-}
 
 async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
     EtcdStore::connect(cluster.endpoints(), prefix.to_string())
@@ -93,12 +29,12 @@ async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
 #[tokio::test(flavor = "current_thread")]
 async fn etcd_passes_the_lease_conformance_suite() {
     let cluster = EtcdCluster::start(1);
-    let store = Counting::new(connect(&cluster, "idgen-conformance").await);
+    let store = conformance::Recording::new(connect(&cluster, "idgen-conformance").await);
     assert!(store.expires_keys());
     conformance::run(&store, "lease").await;
     // Only the concurrent acquisitions can conflict: they did, and still all got a range.
     assert!(
-        store.conflicts.load(Ordering::Relaxed) > 0,
+        store.conflicts() > 0,
         "the concurrent acquisitions never conflicted on etcd: the suite did not race them"
     );
     // A second run in the same etcd, other namespaces: independent.
@@ -127,7 +63,7 @@ fn owner(name: &str) -> Owner {
 #[tokio::test(flavor = "current_thread")]
 async fn a_grant_of_1024_worker_ids_on_a_default_etcd() {
     let cluster = EtcdCluster::start(1);
-    let store = Counting::new(connect(&cluster, "idgen-1024").await);
+    let store = conformance::Recording::new(connect(&cluster, "idgen-1024").await);
     let layout = Layout::default();
     assert_eq!(layout.worker_count(), 1024);
     let a = Leases::new(&store, layout, LeaseConfig::new("big", 1024), owner("a"));
@@ -176,7 +112,7 @@ async fn a_grant_of_1024_worker_ids_on_a_default_etcd() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_fully_recorded_16_bit_space_stays_usable() {
     let cluster = EtcdCluster::start(1);
-    let store = Counting::new(connect(&cluster, "idgen-16bit").await);
+    let store = conformance::Recording::new(connect(&cluster, "idgen-16bit").await);
     let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 16, 6, 0).unwrap();
     let now = SystemClock::new().wall_ms();
     let now_id = now - layout.epoch_ms();

@@ -17,7 +17,7 @@ use super::{
     WorkerRecord, WorkerState,
 };
 use crate::layout::{Layout, DEFAULT_EPOCH_MS};
-use crate::store::{Commit, KvStore, Write};
+use crate::store::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
 
 /// The wall clock (Unix ms) the suite runs at.
 const NOW: u64 = DEFAULT_EPOCH_MS + 1_000_000;
@@ -895,4 +895,90 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
         .into_iter()
         .map(|o| o.expect("every future finished"))
         .collect()
+}
+
+/// A store for tests that passes everything through to `inner` and records the largest commit
+/// (checks, writes) and how many commits a failed check refused. It can also claim to expire
+/// keys where `inner` cannot, to run the expiring-store branches of the lease logic on the
+/// memory store (whose keys never expire by themselves: the suite deletes a clock key where a
+/// real store would let it expire).
+pub struct Recording<S> {
+    pub inner: S,
+    expires: Option<bool>,
+    checks: std::sync::atomic::AtomicUsize,
+    writes: std::sync::atomic::AtomicUsize,
+    conflicts: std::sync::atomic::AtomicU64,
+}
+
+impl<S: KvStore> Recording<S> {
+    pub fn new(inner: S) -> Self {
+        Recording {
+            inner,
+            expires: None,
+            checks: Default::default(),
+            writes: Default::default(),
+            conflicts: Default::default(),
+        }
+    }
+
+    /// As [`new`](Self::new), answering `expires` to [`KvStore::expires_keys`].
+    pub fn claiming_expiry(inner: S, expires: bool) -> Self {
+        Recording {
+            expires: Some(expires),
+            ..Self::new(inner)
+        }
+    }
+
+    /// The largest commit so far: (checks, writes).
+    pub fn largest(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.checks.load(Relaxed), self.writes.load(Relaxed))
+    }
+
+    /// Commits refused because a check failed.
+    pub fn conflicts(&self) -> u64 {
+        self.conflicts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<S: KvStore> KvStore for Recording<S> {
+    fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>> {
+        self.inner.get(key)
+    }
+    fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
+        self.inner.scan(prefix)
+    }
+    fn commit<'a>(
+        &'a self,
+        checks: &'a [Check],
+        writes: &'a [Write],
+    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.checks.fetch_max(checks.len(), Relaxed);
+        self.writes.fetch_max(writes.len(), Relaxed);
+        Box::pin(async move {
+            let outcome = self.inner.commit(checks, writes).await;
+            if outcome == Ok(Commit::Conflict) {
+                self.conflicts.fetch_add(1, Relaxed);
+            }
+            outcome
+        })
+    }
+    fn describe(&self) -> String {
+        match self.expires {
+            Some(e) => format!("{} (expires keys: {e})", self.inner.describe()),
+            None => self.inner.describe(),
+        }
+    }
+    fn expires_keys(&self) -> bool {
+        self.expires.unwrap_or_else(|| self.inner.expires_keys())
+    }
+    fn put_expiring<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.put_expiring(key, value, ttl)
+    }
 }

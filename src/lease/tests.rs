@@ -516,60 +516,10 @@ async fn embedded_store_passes_the_lease_conformance_suite() {
     conformance::run(&store, "conf2").await;
 }
 
-/// A memory store that records the largest commit, and can claim to expire keys (its keys
-/// never expire by themselves: the conformance suite deletes a clock key where a real store
-/// would let it expire).
-struct Sized {
-    inner: MemoryStore,
-    expires: bool,
-    checks: std::sync::atomic::AtomicUsize,
-    writes: std::sync::atomic::AtomicUsize,
-}
-
-impl Sized {
-    fn new(expires: bool) -> Self {
-        Sized {
-            inner: MemoryStore::new(),
-            expires,
-            checks: Default::default(),
-            writes: Default::default(),
-        }
-    }
-    fn largest(&self) -> (usize, usize) {
-        use std::sync::atomic::Ordering::Relaxed;
-        (self.checks.load(Relaxed), self.writes.load(Relaxed))
-    }
-}
-
-impl KvStore for Sized {
-    fn get<'b>(&'b self, key: &'b [u8]) -> BoxFuture<'b, Result<Option<Entry>, StoreError>> {
-        self.inner.get(key)
-    }
-    fn scan<'b>(&'b self, prefix: &'b [u8]) -> BoxFuture<'b, Result<Vec<Entry>, StoreError>> {
-        self.inner.scan(prefix)
-    }
-    fn commit<'b>(
-        &'b self,
-        checks: &'b [Check],
-        writes: &'b [Write],
-    ) -> BoxFuture<'b, Result<Commit, StoreError>> {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.checks.fetch_max(checks.len(), Relaxed);
-        self.writes.fetch_max(writes.len(), Relaxed);
-        self.inner.commit(checks, writes)
-    }
-    fn describe(&self) -> String {
-        format!("memory (expires keys: {})", self.expires)
-    }
-    fn expires_keys(&self) -> bool {
-        self.expires
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn the_conformance_suite_keeps_every_commit_small_and_knows_live_holders() {
     for expires in [false, true] {
-        let store = Sized::new(expires);
+        let store = conformance::Recording::claiming_expiry(MemoryStore::new(), expires);
         conformance::run(&store, "sized").await;
         let (checks, writes) = store.largest();
         // The grant of 256 merges 256 one-worker records first: without merges its commit
@@ -584,7 +534,7 @@ async fn the_conformance_suite_keeps_every_commit_small_and_knows_live_holders()
 
 #[tokio::test(flavor = "current_thread")]
 async fn renew_and_release_touch_one_record_however_wide() {
-    let store = Sized::new(false);
+    let store = conformance::Recording::claiming_expiry(MemoryStore::new(), false);
     let a = leases(&store, "a", 1024);
     let g = a.acquire(NOW).await.unwrap();
     assert_eq!(
