@@ -1047,9 +1047,9 @@ fn peak_rss_mib() -> f64 {
 fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
     let seed = ch.seed;
     let checking = Instant::now();
-    let safety = check_safety(hist, &ch.stop_checks);
+    let mut safety = check_safety(hist, &ch.stop_checks);
     let check_time = checking.elapsed();
-    let mut violations = safety.violations.clone();
+    let mut violations = std::mem::take(&mut safety.violations);
     let stop_lines = &safety.stop_lines;
     let total = safety.ids;
     let (dups, not_increasing, outside) = (safety.dups, safety.not_increasing, safety.outside);

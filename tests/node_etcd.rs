@@ -6,10 +6,11 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
 use common::node::{timestamp_of, worker_of, Conn, NodeProc};
+use common::wall_ms;
 use idgen::layout::Layout;
 use idgen::lease::{LeaseConfig, Leases, Owner, WorkerRecord};
 use idgen::store::etcd::EtcdStore;
@@ -17,13 +18,6 @@ use idgen_protocol::{ServerHello, Status};
 
 const TTL_MS: u64 = 1500;
 const TTL: &str = "1500ms";
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
 
 fn start(cluster: &EtcdCluster, prefix: &str, node_id: &str, extra: &[&str]) -> NodeProc {
     let url = cluster.url(prefix);

@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -60,13 +60,6 @@ pub fn etcd_binary() -> PathBuf {
          Install Debian's etcd-server package (`apt-get install etcd-server`, as scripts/test \
          does), or set IDGEN_ETCD_BIN to an etcd 3.4+ binary"
     );
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a loopback port")
-        .port()
 }
 
 fn tail(path: &Path, lines: usize) -> String {
@@ -134,8 +127,8 @@ impl EtcdCluster {
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
-                client_port: free_port(),
-                peer_port: free_port(),
+                client_port: super::free_port(),
+                peer_port: super::free_port(),
                 data_dir: dir.path().join(format!("m{i}.etcd")),
                 log: dir.path().join(format!("m{i}.log")),
                 child: None,
@@ -345,10 +338,7 @@ pub fn write_rival_record(
         let store = idgen::store::etcd::EtcdStore::connect(cluster.endpoints(), prefix.to_string())
             .await
             .expect("connect to etcd");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_millis() as u64;
+        let now = super::wall_ms();
         let record = idgen::lease::WorkerRecord {
             state,
             owner: idgen::lease::Owner::this_process(Some("rival".into()), now),
