@@ -507,6 +507,9 @@ struct Chaos {
     stop_checks: Vec<StopCheck>,
     rng: Rng,
     last_kill: Instant,
+    /// When etcd last got a member back (a restarted cluster, or a new leader, extends every
+    /// etcd lease: a dead node's clock key lives on that long again).
+    last_store_back: Instant,
 }
 
 impl Chaos {
@@ -544,9 +547,16 @@ impl Chaos {
         std::thread::sleep(Duration::from_millis(500));
     }
 
-    /// Waits until killed nodes' leases have expired and passed the safety period.
+    /// Waits until killed nodes' leases have expired and passed the safety period, and their
+    /// clock keys have expired in etcd.
     fn wait_space_settled(&mut self) {
-        let ready = self.last_kill + TTL + SAFETY + Duration::from_millis(700);
+        // A killed node's worker IDs free up once its lease has passed the safety period
+        // *and* its clock key has expired in etcd (etcd counts lease TTLs in whole seconds
+        // and checks them twice a second): until then it counts as alive.
+        let key_gone = idgen::watch::CLOCK_KEY_TTL + Duration::from_millis(1500);
+        let ready = (self.last_kill + (TTL + SAFETY).max(key_gone))
+            .max(self.last_store_back + key_gone)
+            + Duration::from_millis(700);
         if let Some(d) = ready.checked_duration_since(Instant::now()) {
             std::thread::sleep(d);
         }
@@ -679,6 +689,7 @@ impl Chaos {
             vec![],
         );
         self.c.etcd.restart(m);
+        self.last_store_back = Instant::now();
         self.settle();
     }
 
@@ -688,6 +699,7 @@ impl Chaos {
         // Past the TTL: every node must run into its ceiling.
         std::thread::sleep(TTL + Duration::from_millis(2000));
         self.c.etcd.start_all();
+        self.last_store_back = Instant::now();
         let back = t.elapsed();
         self.fault(
             "whole etcd cluster stopped past the TTL",
@@ -795,7 +807,7 @@ impl Chaos {
         );
         assert!(
             took < Duration::from_secs(5),
-            "seed {}: refusal took {took:?}",
+            "seed {}: refusal took {took:?}: {msg}",
             self.seed
         );
         let line = msg
@@ -873,6 +885,7 @@ fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
         stop_checks: Vec::new(),
         rng: Rng(seed),
         last_kill: Instant::now() - Duration::from_secs(60),
+        last_store_back: Instant::now() - Duration::from_secs(60),
     };
     for i in 0..MAIN {
         let r = ch.c.start_node(i, &[]);
