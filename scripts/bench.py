@@ -7,7 +7,7 @@ loopback only, every load bounded in time.
 
 Prints a table (each row with its ratio to the best peer and to the limit), writes
 <out>/latest.json and <out>/chart.svg (throughput and latency percentiles per system).
-Needs iperf3, redis-server and postgresql: run it through scripts/bench, which installs them
+Needs iperf3, wrk, redis-server and postgresql: run it through scripts/bench, which installs them
 (scripts/deps bench) and then runs this file.
 """
 
@@ -130,6 +130,121 @@ def idgen_runs(seconds, shards, workers=64, only_ranges=False):
     stop(server)
     shutil.rmtree(data, ignore_errors=True)
     return rows
+
+
+def wrk(url, seconds, script=None, connections=32):
+    """wrk -t1 -c32 against `url` (one thread: the other core stays the server's)."""
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    if script:
+        cmd += ["-s", script]
+    out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=seconds + 60)
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
+    if out.returncode != 0 or not m:
+        raise SystemExit(f"wrk {url} failed: {out.stdout[-1000:]} {out.stderr[-1000:]}")
+    lat = {}
+    for pct, key in (("50", "p50"), ("90", "p90"), ("99", "p99")):
+        mm = re.search(rf"^\s+{pct}(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", out.stdout, re.M)
+        if mm:
+            lat[key] = float(mm.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[mm.group(2)]
+    errors = 0
+    mm = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out.stdout)
+    if mm:
+        errors += int(mm.group(1))
+    mm = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out.stdout)
+    if mm:
+        errors += sum(int(x) for x in mm.groups())
+    return float(m.group(1)), lat, errors
+
+
+def scrape(admin):
+    """The admin port's /metrics as {series: value}."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            out[series] = float(value)
+    return out
+
+
+def http_runs(seconds, batch=65536):
+    """The HTTP ID API against the cheapest endpoint of the same listener, then lease renewals
+    while a stream of big HTTP batches runs (renewals every 333 ms: --lease-ttl 1s)."""
+    data = tempfile.mkdtemp(prefix="idgen-bench-")
+    http_port, admin_port = free_port(), free_port()
+    server = start([str(TARGET / "release" / "idgen"), "serve", "--listen", "127.0.0.1:0",
+                    "--http-listen", f"127.0.0.1:{http_port}",
+                    "--admin-listen", f"127.0.0.1:{admin_port}", "--store", "memory",
+                    "--shards", "2", "--workers-per-shard", "64", "--lease-ttl", "1s",
+                    "--data-dir", data],
+                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if not re.match(r"listening on", server.stdout.readline()):
+        raise SystemExit("idgen did not start")
+    wait_port(http_port)
+    api, admin = f"127.0.0.1:{http_port}", f"127.0.0.1:{admin_port}"
+    scripts = Path(data) / "wrk"
+    scripts.mkdir()
+    post = scripts / "post.lua"
+    post.write_text('wrk.method = "POST"\n')
+    big = scripts / "batch.lua"
+    big.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                   f'wrk.body = \'{{"count": {batch}}}\'\n')
+    rows = []
+    for name, url, script, per_request in [
+            ("GET /health/live (same listener)", f"http://{api}/health/live", None, 0),
+            ("POST /ids", f"http://{api}/ids", post, 1),
+            ("POST /ids/batch 100", f"http://{api}/ids/batch", None, 100),
+            ("GET /health/live (admin port)", f"http://{admin}/health/live", None, 0)]:
+        if per_request == 100:
+            script = scripts / "batch100.lua"
+            script.write_text('wrk.method = "POST"\nwrk.body = \'{"count": 100}\'\n')
+        before = scrape(admin)
+        rps, lat, errors = wrk(url, seconds, str(script) if script else None)
+        after = scrape(admin)
+        by_shard = [after.get(f'idgen_http_requests_total{{shard="{i}"}}', 0)
+                    - before.get(f'idgen_http_requests_total{{shard="{i}"}}', 0) for i in range(2)]
+        rows.append({"system": "idgen HTTP (2 shards)", "workload": name,
+                     "requests_per_sec": rps, "ids_per_sec": rps * per_request,
+                     "latency_us": lat, "errors": errors, "http_requests_by_shard": by_shard})
+
+    def renewals(during):
+        """Renewals while `during` runs, sampled every 50 ms: the last renewal's latency, and the
+        lease time left (TTL 1 s renewed every 333 ms: a renewal that starts late shows as
+        less than 667 ms left)."""
+        m0 = scrape(admin)
+        proc = during()
+        samples, left = [], []
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            m = scrape(admin)
+            samples.append(m.get("idgen_lease_renew_latency_seconds", 0) * 1e6)
+            left.append(m.get("idgen_lease_time_remaining_seconds", 0))
+            time.sleep(0.05)
+        out = ""
+        if proc is not None:
+            out = proc.communicate(timeout=60)[0]
+        m1 = scrape(admin)
+        n = sum(m1.get(f'idgen_lease_renewals_total{{result="{r}"}}', 0)
+                - m0.get(f'idgen_lease_renewals_total{{result="{r}"}}', 0) for r in ("ok", "failed"))
+        failed = (m1.get('idgen_lease_renewals_total{result="failed"}', 0)
+                  - m0.get('idgen_lease_renewals_total{result="failed"}', 0))
+        rps = re.search(r"Requests/sec:\s+([\d.]+)", out or "")
+        return {"renewals": n, "failed": failed,
+                # The last renewal's latency, sampled: its mean and maximum over the run.
+                "mean_us": sum(samples) / len(samples) if samples else None,
+                "max_sampled_us": max(samples, default=None),
+                "min_lease_left_s": min(left, default=None),
+                "load_requests_per_sec": float(rps.group(1)) if rps else None}
+
+    idle = renewals(lambda: None)
+    loaded = renewals(lambda: subprocess.Popen(
+        ["wrk", "-t1", "-c8", f"-d{seconds}s", "-s", str(big), f"http://{api}/ids/batch"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    stop(server)
+    shutil.rmtree(data, ignore_errors=True)
+    return rows, {"batch": batch, "idle": idle, "under_http_batches": loaded}
 
 
 def idle_connections_rss(count=10_000):
@@ -363,6 +478,8 @@ def main():
         if not a.no_postgres:
             log("PostgreSQL nextval")
             rows += postgres_runs(seconds)
+        log("idgen HTTP ID API (wrk)")
+        http_rows, renewal = http_runs(seconds)
         log("10,000 idle connections")
         idle = idle_connections_rss()
         log("in-process (criterion)")
@@ -386,6 +503,22 @@ def main():
               f"{r.get('requests_per_sec', 0):>12,.0f} {lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} "
               f"{(r['ratio_to_best_peer'] or 0):>11.2f} {r['ratio_to_limit']:>8.3f}")
     print()
+    print(f"{'HTTP ID API (wrk -t1 -c32)':<40} {'req/s':>10} {'IDs/s':>12} {'p50 µs':>8} {'p99 µs':>8} {'errors':>7}  requests by shard")
+    cheapest = next(r for r in http_rows if r["workload"] == "GET /health/live (same listener)")
+    for r in http_rows:
+        lat = r["latency_us"]
+        r["ratio_to_same_listener_live"] = r["requests_per_sec"] / cheapest["requests_per_sec"]
+        print(f"{r['workload']:<40} {r['requests_per_sec']:>10,.0f} {r['ids_per_sec']:>12,.0f} "
+              f"{lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} {r['errors']:>7}  "
+              f"{[int(x) for x in r['http_requests_by_shard']]}  ×live {r['ratio_to_same_listener_live']:.2f}")
+    for k in ("idle", "under_http_batches"):
+        v = renewal[k]
+        mean = f"{v['mean_us']:.0f}" if v["mean_us"] is not None else "?"
+        print(f"lease renewals {k.replace('_', ' ')}: {int(v['renewals'])} ({int(v['failed'])} failed), "
+              f"mean {mean} µs, max sampled {v['max_sampled_us'] or 0:.0f} µs, "
+              f"least lease time left {v['min_lease_left_s'] or 0:.3f} s"
+              + (f", load {v['load_requests_per_sec']:,.0f} req/s × {renewal['batch']} IDs"
+                 if v["load_requests_per_sec"] else ""))
     print(f"idle connections: {idle['connections']} open, server RSS {idle['rss_mib']:.1f} MiB "
           f"(idle server {idle['rss_mib_before']:.1f} MiB)")
     print(f"in-process: next_id {inproc['next_id_ns']:.1f} ns (wall clock read alone {inproc['wall_clock_read_ns']:.1f} ns), "
@@ -400,6 +533,7 @@ def main():
     (out / "latest.json").write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                                  "seconds_per_run": seconds, "machine": machine,
                                                  "rows": rows, "in_process": inproc,
+                                                 "http": http_rows, "renewals": renewal,
                                                  "idle_connections": idle}, indent=1))
     svg_chart(rows, out / "chart.svg")
     log(f"wrote {out/'latest.json'} and {out/'chart.svg'}")

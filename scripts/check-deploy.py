@@ -57,6 +57,7 @@ def compose(root, name, store, invocations):
         check(arg("--store") == store, f"{k}: --store {arg('--store')}")
         check(arg("--listen") == "0.0.0.0:7420", f"{k}: listens on 0.0.0.0:7420")
         check(arg("--admin-listen") == "0.0.0.0:7421", f"{k}: admin on 0.0.0.0:7421")
+        check(arg("--http-listen") == "0.0.0.0:7422", f"{k}: HTTP ID API on 0.0.0.0:7422")
         drain = seconds(env.get("IDGEN_DRAIN_DELAY", "0s"))
         shut = seconds(env.get("IDGEN_SHUTDOWN_TIMEOUT", "10s"))
         grace = seconds(svc.get("stop_grace_period", "10s"))
@@ -127,7 +128,7 @@ def k8s(root, invocations):
         "IDGEN_NODE_ID from the pod name (fieldRef)",
     )
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    check(ports == {"idgen": 7420, "admin": 7421}, f"container ports {ports}")
+    check(ports == {"idgen": 7420, "admin": 7421, "http": 7422}, f"container ports {ports}")
     rp, lp = c["readinessProbe"]["httpGet"], c["livenessProbe"]["httpGet"]
     check(
         rp["path"] == "/health/ready" and ports.get(rp["port"], rp["port"]) == 7421,
@@ -215,15 +216,16 @@ def dockerfile(root):
         "foundationdb-clients installed in both stages when FEATURES=fdb",
     )
     check(re.search(r"^USER\s+\d+", text, re.M) is not None, "a numeric non-root USER")
-    check(re.search(r"^EXPOSE 7420 7421$", text, re.M) is not None, "EXPOSE 7420 7421")
+    check(re.search(r"^EXPOSE 7420 7421 7422$", text, re.M) is not None, "EXPOSE 7420 7421 7422")
     check(
         re.search(r"HEALTHCHECK[^\n]*\n[^\n]*/health/ready", text) is not None,
         "HEALTHCHECK on /health/ready",
     )
     check('ENTRYPOINT ["idgen"]' in text, 'ENTRYPOINT ["idgen"]')
     check(
-        'CMD ["serve", "--listen", "0.0.0.0:7420", "--admin-listen", "0.0.0.0:7421"]' in text,
-        "CMD serve on 0.0.0.0:7420 / 0.0.0.0:7421",
+        'CMD ["serve", "--listen", "0.0.0.0:7420", "--admin-listen", "0.0.0.0:7421", '
+        '"--http-listen", "0.0.0.0:7422"]' in text,
+        "CMD serve on 0.0.0.0:7420 / 0.0.0.0:7421 / 0.0.0.0:7422",
     )
 
 

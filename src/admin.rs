@@ -1,31 +1,27 @@
 //! The admin HTTP server, on the control thread (never on a shard): Prometheus metrics, health
-//! endpoints for load balancers, the seed document's HTTP API, layout and decoding.
+//! endpoints for load balancers, layout and decoding. It issues no IDs: the HTTP ID API
+//! (`POST /ids`, `POST /ids/batch`) is served by the shards on its own address
+//! (`--http-listen`, see `server/http.rs`).
 //!
 //! | method and path | answer |
 //! |---|---|
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `GET /health/live` | 200 while the process answers |
 //! | `GET /health/ready` | 200 when the node should get traffic, else 503 with the reasons (JSON) |
-//! | `POST /ids` | `{"id": 123, "id_str": "123"}`; with `?format=string`: `{"id": "123"}` |
-//! | `POST /ids/batch` with `{"count": N}` | `{"ids": [..], "ids_str": [..]}`; with `?format=string`: `{"ids": ["..", ..]}` |
 //! | `GET /layout` | the cluster layout, this node's worker range, the timestamp range left |
 //! | `GET /ids/{id}` | the ID decoded (decimal, or base62/base32 forms accepted) |
 //!
-//! IDs above 2^53 lose precision in JavaScript's numbers, so every JSON answer carries them as
-//! strings too (`id_str`, `ids_str`), or only as strings with `?format=string`.
-//!
-//! The HTTP API issues IDs through the node's own ID protocol on loopback (a shard answers), so
-//! it shares the shards' worker IDs and fences instead of needing its own.
+//! IDs above 2^53 lose precision in JavaScript's numbers, so a decoded ID carries its value
+//! as a string too (`id_str`).
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -33,7 +29,6 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::clock::{Clock, SystemClock};
@@ -51,9 +46,6 @@ pub struct AdminState {
     pub shards: Vec<Arc<ShardStats>>,
     pub draining: Arc<AtomicBool>,
     pub clock_watch: Arc<ClockWatch>,
-    /// The node's ID protocol address, as reachable from this process.
-    pub proto_addr: SocketAddr,
-    client: tokio::sync::Mutex<Option<idgen_client::Client>>,
     registry: Registry,
 }
 
@@ -64,7 +56,6 @@ impl AdminState {
         shards: Vec<Arc<ShardStats>>,
         draining: Arc<AtomicBool>,
         clock_watch: Arc<ClockWatch>,
-        proto_addr: SocketAddr,
     ) -> Arc<AdminState> {
         Arc::new_cyclic(|weak: &std::sync::Weak<AdminState>| {
             let mut registry = Registry::default();
@@ -75,8 +66,6 @@ impl AdminState {
                 shards,
                 draining,
                 clock_watch,
-                proto_addr,
-                client: tokio::sync::Mutex::new(None),
                 registry,
             }
         })
@@ -127,51 +116,6 @@ impl AdminState {
         }
         reasons
     }
-
-    /// `count` IDs from this node's shards. When the node's worker range changed since the
-    /// cached connection's HELLO_OK, the node closes it with RANGE_CHANGED: connect again and
-    /// ask once more, so an HTTP caller never sees a lease change.
-    async fn ids(&self, count: u32) -> Result<Vec<u64>, Response> {
-        let mut retried = false;
-        loop {
-            let client = self
-                .client()
-                .await
-                .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e))?;
-            match client.next_ids(count).await {
-                Ok(ids) => return Ok(ids),
-                Err(idgen_client::Error::Server { status, .. })
-                    if status == idgen_protocol::Status::RANGE_CHANGED && !retried =>
-                {
-                    retried = true;
-                }
-                Err(e) => return Err(issue_error(e)),
-            }
-        }
-    }
-
-    async fn client(&self) -> Result<idgen_client::Client, String> {
-        let mut slot = self.client.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
-        }
-        let c = idgen_client::Client::connect_with(
-            self.proto_addr,
-            idgen_client::ClientOptions {
-                connect_timeout: Duration::from_secs(1),
-                request_timeout: Duration::from_secs(2),
-            },
-        )
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot reach this node's ID protocol at {}: {e}",
-                self.proto_addr
-            )
-        })?;
-        *slot = Some(c.clone());
-        Ok(c)
-    }
 }
 
 /// Builds the router.
@@ -180,8 +124,6 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
-        .route("/ids", post(post_id))
-        .route("/ids/batch", post(post_batch))
         .route("/ids/{id}", get(decode_id))
         .route("/layout", get(layout))
         .fallback(not_found)
@@ -211,7 +153,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
-        "no such endpoint: see /metrics, /health/live, /health/ready, POST /ids, POST /ids/batch, GET /ids/{id}, /layout",
+        "no such endpoint: see /metrics, /health/live, /health/ready, GET /ids/{id}, /layout (POST /ids and POST /ids/batch are on the HTTP ID API's address)",
     )
 }
 
@@ -253,92 +195,6 @@ async fn ready(State(state): State<Arc<AdminState>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
-}
-
-#[derive(Deserialize, Default)]
-struct FormatQuery {
-    format: Option<String>,
-}
-
-fn strings_only(q: &FormatQuery) -> Result<bool, String> {
-    match q.format.as_deref() {
-        None | Some("number") => Ok(false),
-        Some("string") => Ok(true),
-        Some(other) => Err(format!(
-            "format={other:?}: use format=string or format=number"
-        )),
-    }
-}
-
-fn issue_error(e: idgen_client::Error) -> Response {
-    if e.is_unavailable() {
-        error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-    } else if let Some(status) = e.status() {
-        if (200..300).contains(&status.0) {
-            error(StatusCode::BAD_REQUEST, e.to_string())
-        } else {
-            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-        }
-    } else {
-        error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-    }
-}
-
-async fn post_id(State(state): State<Arc<AdminState>>, Query(q): Query<FormatQuery>) -> Response {
-    let strings = match strings_only(&q) {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
-    match state.ids(1).await.map(|ids| ids[0]) {
-        Ok(id) if strings => Json(json!({"id": id.to_string()})).into_response(),
-        Ok(id) => Json(json!({"id": id, "id_str": id.to_string()})).into_response(),
-        Err(e) => e,
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BatchBody {
-    count: u64,
-}
-
-async fn post_batch(
-    State(state): State<Arc<AdminState>>,
-    Query(q): Query<FormatQuery>,
-    body: Result<Json<BatchBody>, axum::extract::rejection::JsonRejection>,
-) -> Response {
-    let strings = match strings_only(&q) {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
-    let Json(body) = match body {
-        Ok(b) => b,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("expected a JSON body {{\"count\": N}}: {}", e.body_text()),
-            )
-        }
-    };
-    let max = u64::from(state.config.max_batch);
-    if body.count == 0 || body.count > max {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("count must be between 1 and {max}, got {}", body.count),
-        );
-    }
-    // count ≤ max_batch ≤ 2^20, so it fits a u32.
-    match state.ids(body.count as u32).await {
-        Ok(ids) => {
-            let strs: Vec<String> = ids.iter().map(u64::to_string).collect();
-            if strings {
-                Json(json!({"ids": strs})).into_response()
-            } else {
-                Json(json!({"ids": ids, "ids_str": strs})).into_response()
-            }
-        }
-        Err(e) => e,
-    }
 }
 
 /// Parses an ID written in decimal, base62 (11 characters) or Crockford base32 (13), the
@@ -491,6 +347,12 @@ impl Collector for Metrics {
             "idgen_requests",
             "Protocol requests answered (errors included), by shard",
             &load(&|st| &st.requests),
+        )?;
+        per_shard_counter(
+            &mut enc,
+            "idgen_http_requests",
+            "HTTP ID API requests answered (errors included), by shard",
+            &load(&|st| &st.http_requests),
         )?;
         per_shard_counter(
             &mut enc,

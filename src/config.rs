@@ -39,6 +39,9 @@ pub struct ServeArgs {
     /// Address of the admin HTTP server (metrics, health) [default: 127.0.0.1:7421]; `off` disables it.
     #[arg(long, env = "IDGEN_ADMIN_LISTEN")]
     pub admin_listen: Option<String>,
+    /// Address of the HTTP ID API (POST /ids, POST /ids/batch), served by the shards [default: 127.0.0.1:7422]; `off` disables it.
+    #[arg(long, env = "IDGEN_HTTP_LISTEN")]
+    pub http_listen: Option<String>,
     /// Number of shards (threads, one per core) [default: number of CPUs].
     #[arg(long, env = "IDGEN_SHARDS")]
     pub shards: Option<usize>,
@@ -129,6 +132,7 @@ pub struct ServeArgs {
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     pub admin_listen: Option<String>,
+    pub http_listen: Option<String>,
     pub shards: Option<usize>,
     pub workers_per_shard: Option<u64>,
     pub data_dir: Option<PathBuf>,
@@ -169,6 +173,7 @@ pub enum LogFormat {
 pub struct ServeConfig {
     pub listen: SocketAddr,
     pub admin_listen: Option<SocketAddr>,
+    pub http_listen: Option<SocketAddr>,
     pub shards: usize,
     pub workers_per_shard: u64,
     pub data_dir: PathBuf,
@@ -387,14 +392,27 @@ impl ServeArgs {
         if max_connections == 0 {
             return Err(err("max_connections: must be at least 1"));
         }
-        let admin_listen = match pick!(admin_listen).as_deref().map(str::trim) {
-            None => Some(SocketAddr::from(([127, 0, 0, 1], 7421))),
-            Some("off") | Some("none") | Some("") => None,
-            Some(a) => Some(
-                a.parse()
-                    .map_err(|e| err(format!("admin_listen: {a:?}: {e}")))?,
-            ),
+        let optional_addr = |name: &str, value: Option<String>, default: SocketAddr| match value
+            .as_deref()
+            .map(str::trim)
+        {
+            None => Ok(Some(default)),
+            Some("off") | Some("none") | Some("") => Ok(None),
+            Some(a) => a
+                .parse()
+                .map(Some)
+                .map_err(|e| err(format!("{name}: {a:?}: {e}"))),
         };
+        let admin_listen = optional_addr(
+            "admin_listen",
+            pick!(admin_listen),
+            SocketAddr::from(([127, 0, 0, 1], 7421)),
+        )?;
+        let http_listen = optional_addr(
+            "http_listen",
+            pick!(http_listen),
+            SocketAddr::from(([127, 0, 0, 1], 7422)),
+        )?;
         let log_format = match pick!(log_format).as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -408,6 +426,7 @@ impl ServeArgs {
         Ok(ServeConfig {
             listen: pick!(listen).unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7420))),
             admin_listen,
+            http_listen,
             shards,
             workers_per_shard,
             data_dir: pick!(data_dir).unwrap_or_else(|| PathBuf::from("idgen-data")),
@@ -460,6 +479,10 @@ impl std::fmt::Display for ServeConfig {
         match self.admin_listen {
             Some(a) => writeln!(f, "admin_listen      = {a}")?,
             None => writeln!(f, "admin_listen      = off")?,
+        }
+        match self.http_listen {
+            Some(a) => writeln!(f, "http_listen       = {a}")?,
+            None => writeln!(f, "http_listen       = off")?,
         }
         writeln!(f, "shards            = {}", self.shards)?;
         writeln!(f, "workers_per_shard = {}", self.workers_per_shard)?;

@@ -237,6 +237,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         if let Some(admin) = node.admin_addr() {
             println!("admin on http://{admin}");
         }
+        if let Some(http) = node.http_addr() {
+            println!("HTTP ID API on http://{http}");
+        }
         if let Some(v) = view {
             println!(
                 "worker IDs {}..{} (generation {}), store {}",

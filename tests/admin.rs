@@ -152,19 +152,30 @@ fn metrics_parse_and_move_with_traffic() {
 
 #[test]
 fn http_api_answers_the_seed_calls_with_js_safe_ids_and_clear_errors() {
-    let node = start(&["--store", "memory", "--shards", "1", "--max-batch", "100"]);
+    let node = start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--max-batch",
+        "100",
+        "--http-listen",
+        "127.0.0.1:0",
+    ]);
     let admin = node.admin.unwrap();
-    let (s, b) = http(admin, "POST", "/ids", None);
+    let api = node.http.expect("HTTP ID API address");
+    assert_ne!(api, admin, "the HTTP ID API has its own address");
+    let (s, b) = http(api, "POST", "/ids", None);
     assert_eq!(s, 200, "{b}");
     let v = json(&b);
     let id = v["id"].as_u64().unwrap();
     assert_eq!(v["id_str"].as_str().unwrap(), id.to_string());
-    let (s, b) = http(admin, "POST", "/ids?format=string", None);
+    let (s, b) = http(api, "POST", "/ids?format=string", None);
     assert_eq!(s, 200);
     let v = json(&b);
     let id2: u64 = v["id"].as_str().expect("string ID").parse().unwrap();
     assert!(id2 > id);
-    let (s, b) = http(admin, "POST", "/ids/batch", Some(r#"{"count": 5}"#));
+    let (s, b) = http(api, "POST", "/ids/batch", Some(r#"{"count": 5}"#));
     assert_eq!(s, 200, "{b}");
     let v = json(&b);
     let ids: Vec<u64> = v["ids"]
@@ -183,7 +194,7 @@ fn http_api_answers_the_seed_calls_with_js_safe_ids_and_clear_errors() {
         .collect();
     assert_eq!(strs, ids.iter().map(u64::to_string).collect::<Vec<_>>());
     let (s, b) = http(
-        admin,
+        api,
         "POST",
         "/ids/batch?format=string",
         Some(r#"{"count": 2}"#),
@@ -195,26 +206,34 @@ fn http_api_answers_the_seed_calls_with_js_safe_ids_and_clear_errors() {
         .iter()
         .all(Value::is_string));
 
-    for (method, path, body, want) in [
-        ("POST", "/ids/batch", Some(r#"{"count": 0}"#), 400),
-        ("POST", "/ids/batch", Some(r#"{"count": 101}"#), 400),
-        ("POST", "/ids/batch", Some(r#"{"count": -1}"#), 400),
-        ("POST", "/ids/batch", Some(r#"{"cnt": 3}"#), 400),
-        ("POST", "/ids/batch", Some("not json"), 400),
-        ("POST", "/ids?format=xml", None, 400),
-        ("GET", "/ids/abc", None, 400),
-        ("GET", "/ids/9223372036854775808", None, 400),
-        ("GET", "/nowhere", None, 404),
-        ("GET", "/ids", None, 405),
+    let big = format!(r#"{{"count": 1{}}}"#, " ".repeat(5000));
+    for (to, method, path, body, want) in [
+        (api, "POST", "/ids/batch", Some(r#"{"count": 0}"#), 400),
+        (api, "POST", "/ids/batch", Some(r#"{"count": 101}"#), 400),
+        (api, "POST", "/ids/batch", Some(r#"{"count": -1}"#), 400),
+        (api, "POST", "/ids/batch", Some(r#"{"cnt": 3}"#), 400),
+        (api, "POST", "/ids/batch", Some("not json"), 400),
+        (api, "POST", "/ids/batch", Some(big.as_str()), 413),
+        (api, "POST", "/ids?format=xml", None, 400),
+        (api, "GET", "/nowhere", None, 404),
+        (api, "GET", "/ids", None, 405),
+        (api, "POST", "/health/live", None, 405),
+        (admin, "GET", "/ids/abc", None, 400),
+        (admin, "GET", "/ids/9223372036854775808", None, 400),
+        (admin, "GET", "/nowhere", None, 404),
+        // The ops address issues no IDs.
+        (admin, "POST", "/ids", None, 404),
     ] {
-        let (s, b) = http(admin, method, path, body);
-        assert_eq!(s, want, "{method} {path} {body:?}: {b}");
-        if want != 405 {
+        let (s, b) = http(to, method, path, body);
+        assert_eq!(s, want, "{to} {method} {path} {body:?}: {b}");
+        if to == api || want != 405 {
             let v = json(&b);
             assert!(!v["error"].as_str().unwrap().is_empty(), "{b}");
             assert_eq!(v["status"].as_u64(), Some(u64::from(want)));
         }
     }
+    let (s, b) = http(api, "GET", "/health/live", None);
+    assert_eq!((s, json(&b)["live"].as_bool()), (200, Some(true)), "{b}");
 
     // GET /layout and GET /ids/{id}, checked against the layout HELLO_OK announces.
     let (s, b) = http(admin, "GET", "/layout", None);

@@ -6,7 +6,7 @@
 //! - the Rust `blocking::Pool` over all three nodes (two threads) and a `blocking::PrefetchPool`;
 //! - the Python client (`clients/python`, imported from the source tree), over all three nodes,
 //!   in a child process;
-//! - the HTTP API (`POST /ids/batch` on each node's admin port).
+//! - the HTTP ID API (`POST /ids/batch` on each node's HTTP address).
 //!
 //! Faults, one after another: a lease change (a rival takes a node's worker records, so the
 //! node re-acquires another range and closes its connections with RANGE_CHANGED), kill -9 and
@@ -67,6 +67,7 @@ struct Cluster {
     nodes: Vec<Option<NodeProc>>,
     listen: Vec<SocketAddr>,
     admin: Vec<SocketAddr>,
+    http: Vec<SocketAddr>,
     etcd: EtcdCluster,
 }
 
@@ -81,6 +82,8 @@ impl Cluster {
             &self.listen[i].to_string(),
             "--admin-listen",
             &self.admin[i].to_string(),
+            "--http-listen",
+            &self.http[i].to_string(),
             "--shards",
             "2",
             "--lease-ttl",
@@ -204,6 +207,9 @@ fn every_shipped_client_recovers_from_each_fault_within_its_bound_and_no_id_repe
         admin: (0..NODES)
             .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
             .collect(),
+        http: (0..NODES)
+            .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+            .collect(),
         etcd,
     };
     for i in 0..NODES {
@@ -256,19 +262,14 @@ fn every_shipped_client_recovers_from_each_fault_within_its_bound_and_no_id_repe
         }));
     }
     {
-        let (admins, log, stop) = (c.admin.clone(), Arc::clone(&log), Arc::clone(&stop));
+        let (https, log, stop) = (c.http.clone(), Arc::clone(&log), Arc::clone(&stop));
         threads.push(std::thread::spawn(move || {
             let mut k = 0;
             while !stop.load(Ordering::Relaxed) {
-                k = (k + 1) % admins.len();
+                k = (k + 1) % https.len();
                 let body = Some(r#"{"count": 20}"#);
-                let r = match try_http(
-                    admins[k],
-                    "POST",
-                    "/ids/batch",
-                    body,
-                    Duration::from_secs(1),
-                ) {
+                let r = match try_http(https[k], "POST", "/ids/batch", body, Duration::from_secs(1))
+                {
                     Ok((200, body)) => {
                         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
                         Ok(v["ids"]

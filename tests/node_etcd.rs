@@ -322,9 +322,9 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
         &cluster,
         "change",
         "alpha",
-        &["--shards", "1", "--admin-listen", "127.0.0.1:0"],
+        &["--shards", "1", "--http-listen", "127.0.0.1:0"],
     );
-    let admin = node.admin.expect("admin address");
+    let http_api = node.http.expect("HTTP ID API address");
     let (mut old, hello) = connections(&node, 1).pop().unwrap();
     let old_range =
         u64::from(hello.worker_first)..u64::from(hello.worker_first + hello.worker_count);
@@ -344,7 +344,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     );
     assert_eq!(pool.next_ids(5).unwrap().len(), 5);
     assert!(prefetch.next_id().is_ok());
-    assert_eq!(common::node::http(admin, "POST", "/ids", None).0, 200);
+    assert_eq!(common::node::http(http_api, "POST", "/ids", None).0, 200);
 
     // A rival takes the node's records, held two minutes ahead.
     common::etcd::write_rival_record(
@@ -403,7 +403,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
         let id = prefetch.next_id().expect("the prefetch pool recovers");
         assert!(seen.insert(id), "duplicate {id}");
     }
-    let (code, body) = common::node::http(admin, "POST", "/ids/batch", Some(r#"{"count": 10}"#));
+    let (code, body) = common::node::http(http_api, "POST", "/ids/batch", Some(r#"{"count": 10}"#));
     assert_eq!(
         code, 200,
         "the HTTP API recovers at its first request: {body}"

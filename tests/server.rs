@@ -626,6 +626,66 @@ fn connections_opened_one_by_one_spread_over_every_shard() {
     assert!(per_shard.values().all(|&n| n >= 8), "uneven: {per_shard:?}");
 }
 
+/// The HTTP ID API is served by the shards themselves: requests on connections opened one
+/// after another are answered by every shard, from its own worker IDs, and never repeat an ID
+/// the ID protocol issued.
+#[test]
+fn http_issuance_spreads_over_every_shard_and_shares_their_id_space() {
+    let node = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "3",
+        "--http-listen",
+        "127.0.0.1:0",
+    ]);
+    let api = node.http.expect("HTTP ID API address");
+    let mut c = Conn::open(node.addr);
+    let hello = c.hello.unwrap();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut workers = std::collections::BTreeMap::new();
+    for round in 0..30 {
+        // One connection per request (the helper sends `Connection: close`).
+        let (status, body) = common::node::http(api, "POST", "/ids/batch", Some(r#"{"count": 7}"#));
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        for id in v["ids"].as_array().unwrap() {
+            let id = id.as_u64().unwrap();
+            assert!(seen.insert(id), "duplicate {id} in round {round}");
+            *workers.entry(worker_of(&hello, id)).or_insert(0) += 1;
+        }
+        for id in c.get_ids(7).unwrap() {
+            assert!(seen.insert(id), "the ID protocol repeated HTTP's {id}");
+        }
+    }
+    let first = u64::from(hello.worker_first);
+    // Three shards, one worker ID each: the node's whole lease.
+    let node_workers: Vec<u64> = (first..first + 3).collect();
+    assert_eq!(
+        workers.keys().copied().collect::<Vec<_>>(),
+        node_workers,
+        "HTTP answered from {workers:?}"
+    );
+    assert!(workers.values().all(|&n| n >= 7 * 8), "uneven: {workers:?}");
+}
+
+/// The HTTP ID API's address is one node's too, and it can be turned off.
+#[test]
+fn a_second_node_on_a_served_http_address_refuses_to_start() {
+    let first = NodeProc::start(&["--store", "memory", "--http-listen", "127.0.0.1:0"]);
+    let api = first.http.expect("HTTP ID API").to_string();
+    let err = NodeProc::try_start(&["--store", "memory", "--http-listen", &api], &[])
+        .err()
+        .expect("a second node must not share the HTTP ID API's address");
+    assert!(
+        err.contains("already serves this address") && err.contains(&api),
+        "{err}"
+    );
+    let off = NodeProc::start(&["--store", "memory", "--http-listen", "off"]);
+    assert_eq!(off.http, None);
+    assert!(!off.stdout.iter().any(|l| l.contains("HTTP ID API")));
+}
+
 /// Regions: region bits without a region are refused (they would lease region 0's worker IDs
 /// in every region's store); a store records the region its namespace serves, and a node of
 /// another region, or of the global pool, is refused by it; `--region global` is the explicit

@@ -371,7 +371,7 @@ fn put_run(out: &mut BytesMut, first: u64, n: u64) {
     unsafe { out.set_len(len) };
 }
 
-fn status_of(e: &IssueError) -> (Status, String) {
+pub(crate) fn status_of(e: &IssueError) -> (Status, String) {
     match e {
         IssueError::NoLease => (
             Status::UNAVAILABLE_LEASE,

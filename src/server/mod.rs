@@ -5,6 +5,8 @@
 //!   clients ──TCP──▶ one listening socket (no SO_REUSEPORT: no other process can bind │
 //!                  │   its address); every shard accepts from it and deals           │
 //!                  │   connections round-robin over the shards' handoff queues       │
+//!   HTTP clients ──▶ the HTTP ID API's listening socket: the same, answered by the   │
+//!                  │   shards (POST /ids, POST /ids/batch)                           │
 //!                  │ shard 0 thread: current-thread tokio runtime, pinned to core 0    │
 //!                  │   connections (served here only)                                 │
 //!                  │   Generator: workers w0..w0+k, floor, ceiling ◀── Arc<Ceiling> ──┐ │
@@ -13,14 +15,14 @@
 //!                  │ control thread (main): tokio runtime                            │ │
 //!                  │   lease keeper: acquire, renew every TTL/3 ───── raises ────────┘ │
 //!                  │   signals: SIGINT/SIGTERM → drain → join shards → release lease  │
-//!                  │   admin HTTP: /metrics, /health (reads shard counters)            │
+//!                  │   admin HTTP: /metrics, /health, /layout (reads shard counters) │
 //!                  └───────────────────────────────────┬──────────────────────────────┘
 //!                                                      ▼
 //!                                     coordination store (embedded / etcd / FoundationDB)
 //! ```
 //!
-//! One address is served by one node: the ID and admin addresses are bound before the lease
-//! is taken, without `SO_REUSEPORT`, so a second process on either fails at once (two
+//! One address is served by one node: the ID, HTTP ID API and admin addresses are bound before
+//! the lease is taken, without `SO_REUSEPORT`, so a second process on either fails at once (two
 //! processes behind one port would be two uncoordinated ID spaces).
 //!
 //! What crosses threads: the lease view (worker range, floor, shared ceiling) from the keeper
@@ -30,7 +32,7 @@
 //! it. Nothing else: a connection lives and dies on the shard that serves it, and the hot
 //! path takes no lock, allocates nothing per request and makes no syscall per ID.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -45,6 +47,7 @@ use crate::store::{self, StoreError};
 use crate::watch::{ClockWatch, ClockWatcher};
 
 mod conn;
+mod http;
 pub(crate) mod shard;
 pub mod stats;
 
@@ -87,6 +90,7 @@ pub struct ShardExit {
 /// A running node (shards started, lease held).
 pub struct Node {
     addr: SocketAddr,
+    http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     shards: Vec<JoinHandle<ShardExit>>,
     keeper: Arc<Keeper<SystemClock>>,
@@ -129,6 +133,7 @@ impl Node {
         // Bind the ID and admin ports before taking a lease, so a busy port fails fast, before
         // the store is touched.
         let reserved = shard::reserve(config.listen)?;
+        let reserved_http = config.http_listen.map(shard::reserve).transpose()?;
         let admin_listener = match config.admin_listen {
             Some(addr) => Some(
                 tokio::net::TcpListener::bind(addr)
@@ -156,7 +161,17 @@ impl Node {
         // only when the watcher's loop starts.
         watcher.publish().await;
 
-        let listeners = match shard::listen(reserved, config.shards) {
+        let listeners = shard::listen(reserved, config.shards).and_then(|protocol| {
+            let http: Vec<Option<std::net::TcpListener>> = match reserved_http {
+                Some(socket) => shard::listen(socket, config.shards)?
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
+                None => (0..config.shards).map(|_| None).collect(),
+            };
+            Ok((protocol, http))
+        });
+        let (listeners, http_listeners) = match listeners {
             Ok(listeners) => listeners,
             Err(e) => {
                 // Another process took the address while the lease was acquired: give the
@@ -174,12 +189,20 @@ impl Node {
                 addr: config.listen,
                 source,
             })?;
+        let http_addr = match (&http_listeners[0], config.http_listen) {
+            (Some(l), Some(want)) => Some(
+                l.local_addr()
+                    .map_err(|source| ServeError::Listen { addr: want, source })?,
+            ),
+            _ => None,
+        };
         let (shutdown, shutdown_rx) = watch::channel(false);
         let connections = Arc::new(AtomicUsize::new(0));
         let mut shards = Vec::with_capacity(config.shards);
         let mut shard_stats = Vec::with_capacity(config.shards);
         let handoffs = shard::Handoff::for_shards(config.shards);
-        for (index, (listener, handoff)) in listeners.into_iter().zip(handoffs).enumerate() {
+        let fronts = listeners.into_iter().zip(http_listeners);
+        for (index, ((listener, http_listener), handoff)) in fronts.zip(handoffs).enumerate() {
             let stats = Arc::new(ShardStats::default());
             shard_stats.push(Arc::clone(&stats));
             let ctx = shard::ShardSetup {
@@ -193,7 +216,7 @@ impl Node {
             };
             let handle = std::thread::Builder::new()
                 .name(format!("idgen-shard-{index}"))
-                .spawn(move || shard::run(ctx, listener))
+                .spawn(move || shard::run(ctx, listener, http_listener))
                 .map_err(ServeError::Thread)?;
             shards.push(handle);
         }
@@ -227,7 +250,6 @@ impl Node {
                     shard_stats.clone(),
                     Arc::clone(&draining),
                     clock_watch,
-                    reachable(addr),
                 );
                 let (stop, mut stop_rx) = watch::channel(false);
                 let task = tokio::spawn(async move {
@@ -249,6 +271,7 @@ impl Node {
         tracing::info!(
             event = "node_started",
             listen = %addr,
+            http = ?http_addr,
             shards = config.shards,
             worker_first = view.grant.first,
             worker_count = view.grant.count,
@@ -260,6 +283,7 @@ impl Node {
         );
         Ok(Node {
             addr,
+            http_addr,
             shutdown,
             shards,
             keeper,
@@ -275,6 +299,11 @@ impl Node {
     /// Where the admin HTTP server listens, if it runs.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().map(|(a, _, _)| *a)
+    }
+
+    /// Where the HTTP ID API listens, if it runs.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// Where the ID protocol listens.
@@ -372,19 +401,6 @@ fn release_point(
         .filter(|(g, _)| Some(*g) == generation)
         .map(|(_, ts)| ts)
         .max()
-}
-
-/// The address this process reaches the ID protocol at (loopback for a wildcard listen).
-fn reachable(addr: SocketAddr) -> SocketAddr {
-    match addr.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => {
-            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
-        }
-        IpAddr::V6(ip) if ip.is_unspecified() => {
-            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port())
-        }
-        _ => addr,
-    }
 }
 
 /// Counts open connections across shards; decrements on drop.

@@ -11,8 +11,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-use super::conn;
 use super::stats::{bump, ShardStats};
+use super::{conn, http};
 use super::{ConnGuard, ServeError, ShardExit};
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
@@ -30,8 +30,17 @@ pub(crate) struct ShardSetup {
     pub handoff: Handoff,
 }
 
+/// Which protocol an accepted connection speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Front {
+    /// The ID protocol (PROTOCOL.md).
+    Protocol,
+    /// The HTTP ID API.
+    Http,
+}
+
 /// A connection accepted by one shard for another, with its place under the connection limit.
-pub(crate) type Handed = (std::net::TcpStream, ConnGuard);
+pub(crate) type Handed = (std::net::TcpStream, ConnGuard, Front);
 
 /// How accepted connections are spread over the shards. Every shard accepts from the one
 /// listening socket, and whichever is free takes a new connection; the kernel tends to wake
@@ -270,6 +279,25 @@ impl<C: Clock + Clone> ShardGen<C> {
         }
     }
 
+    /// Issues `n` IDs as runs from whatever worker range the shard holds now, for a caller
+    /// that announced none (the HTTP API). On error nothing emitted may be used.
+    pub(crate) fn issue_current(
+        &mut self,
+        n: u64,
+        mut emit: impl FnMut(u64, u64),
+    ) -> Result<(), IssueError> {
+        let range = self.range();
+        match self.issue(range, n, &mut emit) {
+            // The lease changed between the look-up and the draw (nothing was drawn): once
+            // more, under the new range.
+            Err(IssueError::RangeChanged) => {
+                let range = self.range();
+                self.issue(range, n, emit)
+            }
+            other => other,
+        }
+    }
+
     pub(crate) fn exit(&self) -> ShardExit {
         ShardExit {
             last_issued: self
@@ -280,8 +308,13 @@ impl<C: Clock + Clone> ShardGen<C> {
     }
 }
 
-/// The shard thread's body.
-pub(crate) fn run(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit {
+/// The shard thread's body: serves the ID protocol from `listener` and, if the node runs it,
+/// the HTTP ID API from `http_listener`.
+pub(crate) fn run(
+    setup: ShardSetup,
+    listener: std::net::TcpListener,
+    http_listener: Option<std::net::TcpListener>,
+) -> ShardExit {
     if let Some(cores) = core_affinity::get_core_ids() {
         if !cores.is_empty() {
             let core = cores[setup.index % cores.len()];
@@ -301,10 +334,14 @@ pub(crate) fn run(setup: ShardSetup, listener: std::net::TcpListener) -> ShardEx
         }
     };
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, serve(setup, listener))
+    local.block_on(&rt, serve(setup, listener, http_listener))
 }
 
-async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit {
+async fn serve(
+    setup: ShardSetup,
+    listener: std::net::TcpListener,
+    http_listener: Option<std::net::TcpListener>,
+) -> ShardExit {
     let ShardSetup {
         index,
         config,
@@ -314,12 +351,20 @@ async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit 
         connections,
         handoff,
     } = setup;
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
+    let register = |l: std::net::TcpListener| match tokio::net::TcpListener::from_std(l) {
+        Ok(l) => Some(l),
         Err(e) => {
             tracing::error!(event = "shard_failed", shard = index, error = %e, "cannot register the listener");
-            return ShardExit::default();
+            None
         }
+    };
+    let Some(listener) = register(listener) else {
+        return ShardExit::default();
+    };
+    let http_listener = match http_listener.map(register) {
+        Some(None) => return ShardExit::default(),
+        Some(Some(l)) => Some(l),
+        None => None,
     };
     let gen = Rc::new(RefCell::new(ShardGen::new(
         index,
@@ -327,80 +372,47 @@ async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit 
         lease,
         Arc::clone(&stats),
     )));
-    let ctx = Rc::new(conn::ConnCtx {
-        config: config.clone(),
-        gen: Rc::clone(&gen),
-        stats: Arc::clone(&stats),
-        shutdown: shutdown.clone(),
-    });
     let Handoff {
         peers,
         mut inbox,
         next,
     } = handoff;
-    let mut tasks = tokio::task::JoinSet::new();
-    let spawn = |tasks: &mut tokio::task::JoinSet<()>, stream: TcpStream, guard: ConnGuard| {
-        let ctx = Rc::clone(&ctx);
-        tasks.spawn_local(async move {
-            let _guard = guard;
-            conn::serve(stream, ctx).await;
-        });
+    let mut dealer = Dealer {
+        index,
+        max_connections: config.max_connections,
+        connections,
+        peers,
+        next,
+        tasks: tokio::task::JoinSet::new(),
+        protocol: Rc::new(conn::ConnCtx {
+            config: config.clone(),
+            gen: Rc::clone(&gen),
+            stats: Arc::clone(&stats),
+            shutdown: shutdown.clone(),
+        }),
+        http: Rc::new(http::HttpCtx {
+            gen: Rc::clone(&gen),
+            stats: Arc::clone(&stats),
+            max_batch: config.max_batch,
+            idle_timeout: config.idle_timeout,
+            shutdown_timeout: config.shutdown_timeout,
+            shutdown: shutdown.clone(),
+        }),
+        stats,
     };
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // EMFILE and friends: back off briefly instead of spinning.
-                        tracing::warn!(event = "accept_failed", shard = index, error = %e, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                        continue;
-                    }
-                };
-                bump(&stats.connections_total, 1);
-                match ConnGuard::try_new(&connections, config.max_connections) {
-                    Some(guard) => {
-                        let target = next.fetch_add(1, Ordering::Relaxed) % peers.len();
-                        if target == index {
-                            spawn(&mut tasks, stream, guard);
-                        } else {
-                            match stream.into_std() {
-                                Ok(std_stream) => {
-                                    if let Err(e) = peers[target].try_send((std_stream, guard)) {
-                                        // That shard is stopping or swamped: serve it here.
-                                        let (std_stream, guard) = match e {
-                                            mpsc::error::TrySendError::Full(h)
-                                            | mpsc::error::TrySendError::Closed(h) => h,
-                                        };
-                                        if let Ok(stream) = TcpStream::from_std(std_stream) {
-                                            spawn(&mut tasks, stream, guard);
-                                        }
-                                    }
-                                }
-                                Err(e) => {
-                                    tracing::warn!(event = "accept_failed", shard = index, error = %e, "cannot hand a connection over");
-                                }
-                            }
-                        }
-                    }
-                    None => {
-                        bump(&stats.connections_refused, 1);
-                        tasks.spawn_local(conn::refuse_overloaded(stream, Arc::clone(&stats)));
-                    }
-                }
-                // Reap finished connection tasks so the set does not grow.
-                while tasks.try_join_next().is_some() {}
-            }
+            accepted = listener.accept() => dealer.accepted(accepted, Front::Protocol).await,
+            accepted = accept_on(http_listener.as_ref()) => dealer.accepted(accepted, Front::Http).await,
             handed = inbox.recv() => {
-                let Some((std_stream, guard)) = handed else { continue };
+                let Some((std_stream, guard, front)) = handed else { continue };
                 match TcpStream::from_std(std_stream) {
-                    Ok(stream) => spawn(&mut tasks, stream, guard),
+                    Ok(stream) => dealer.spawn(stream, guard, front),
                     Err(e) => {
                         tracing::warn!(event = "accept_failed", shard = index, error = %e, "cannot take over a connection");
                     }
                 }
-                while tasks.try_join_next().is_some() {}
+                dealer.reap();
             }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
@@ -412,6 +424,8 @@ async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit 
     // Connections handed over but not yet taken are closed: their clients reconnect.
     inbox.close();
     drop(listener);
+    drop(http_listener);
+    let mut tasks = dealer.tasks;
     let drained = tokio::time::timeout(config.shutdown_timeout, async {
         while tasks.join_next().await.is_some() {}
     })
@@ -428,6 +442,107 @@ async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit 
     }
     let exit = gen.borrow().exit();
     exit
+}
+
+/// Accepts from `listener`, or never if there is none.
+async fn accept_on(
+    listener: Option<&tokio::net::TcpListener>,
+) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Deals a shard's accepted connections: each to the next shard in the round (this one's
+/// served here), under the node's connection limit.
+struct Dealer {
+    index: usize,
+    max_connections: usize,
+    connections: Arc<AtomicUsize>,
+    peers: Arc<Vec<mpsc::Sender<Handed>>>,
+    next: Arc<AtomicUsize>,
+    tasks: tokio::task::JoinSet<()>,
+    protocol: Rc<conn::ConnCtx>,
+    http: Rc<http::HttpCtx>,
+    stats: Arc<ShardStats>,
+}
+
+impl Dealer {
+    async fn accepted(&mut self, accepted: std::io::Result<(TcpStream, SocketAddr)>, front: Front) {
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(event = "accept_failed", shard = self.index, error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                return;
+            }
+        };
+        bump(&self.stats.connections_total, 1);
+        let Some(guard) = ConnGuard::try_new(&self.connections, self.max_connections) else {
+            bump(&self.stats.connections_refused, 1);
+            let stats = Arc::clone(&self.stats);
+            match front {
+                Front::Protocol => self
+                    .tasks
+                    .spawn_local(conn::refuse_overloaded(stream, stats)),
+                Front::Http => self
+                    .tasks
+                    .spawn_local(http::refuse_overloaded(stream, stats)),
+            };
+            self.reap();
+            return;
+        };
+        let target = self.next.fetch_add(1, Ordering::Relaxed) % self.peers.len();
+        if target == self.index {
+            self.spawn(stream, guard, front);
+        } else {
+            match stream.into_std() {
+                Ok(std_stream) => {
+                    if let Err(e) = self.peers[target].try_send((std_stream, guard, front)) {
+                        // That shard is stopping or swamped: serve it here.
+                        let (std_stream, guard, front) = match e {
+                            mpsc::error::TrySendError::Full(h)
+                            | mpsc::error::TrySendError::Closed(h) => h,
+                        };
+                        if let Ok(stream) = TcpStream::from_std(std_stream) {
+                            self.spawn(stream, guard, front);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(event = "accept_failed", shard = self.index, error = %e, "cannot hand a connection over");
+                }
+            }
+        }
+        self.reap();
+    }
+
+    /// Serves a connection on this shard.
+    fn spawn(&mut self, stream: TcpStream, guard: ConnGuard, front: Front) {
+        match front {
+            Front::Protocol => {
+                let ctx = Rc::clone(&self.protocol);
+                self.tasks.spawn_local(async move {
+                    let _guard = guard;
+                    conn::serve(stream, ctx).await;
+                });
+            }
+            Front::Http => {
+                let ctx = Rc::clone(&self.http);
+                self.tasks.spawn_local(async move {
+                    let _guard = guard;
+                    http::serve(stream, ctx).await;
+                });
+            }
+        }
+    }
+
+    /// Reaps finished connection tasks so the set does not grow.
+    fn reap(&mut self) {
+        while self.tasks.try_join_next().is_some() {}
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ pub struct ShardStats {
     pub requests: AtomicU64,
     /// GET_IDS requests answered with IDs.
     pub id_requests: AtomicU64,
+    /// HTTP ID API requests answered (errors included).
+    pub http_requests: AtomicU64,
     /// Error answers, by position in [`Status::TABLE`].
     pub errors: [AtomicU64; 16],
     /// Connections currently open on this shard.

@@ -23,13 +23,22 @@ pub struct NodeProc {
     pub addr: SocketAddr,
     /// The admin HTTP address, when the node runs one (`--admin-listen 127.0.0.1:0`).
     pub admin: Option<SocketAddr>,
+    /// The HTTP ID API's address, when the node runs it (`--http-listen 127.0.0.1:0`).
+    pub http: Option<SocketAddr>,
     pub stdout: Vec<String>,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 /// Arguments every test node gets unless it overrides them.
-pub const BASE_ARGS: &[&str] = &["--listen", "127.0.0.1:0", "--admin-listen", "off"];
+pub const BASE_ARGS: &[&str] = &[
+    "--listen",
+    "127.0.0.1:0",
+    "--admin-listen",
+    "off",
+    "--http-listen",
+    "off",
+];
 
 impl NodeProc {
     /// Starts a node; panics with its log if it does not come up.
@@ -118,10 +127,15 @@ impl NodeProc {
                             l.strip_prefix("admin on http://")
                                 .and_then(|a| a.trim().parse().ok())
                         });
+                        let http = lines.iter().find_map(|l| {
+                            l.strip_prefix("HTTP ID API on http://")
+                                .and_then(|a| a.trim().parse().ok())
+                        });
                         return Ok(NodeProc {
                             child,
                             addr,
                             admin,
+                            http,
                             stdout: lines,
                             log,
                             _dir: dir,

@@ -63,6 +63,7 @@ class Server:
             path, "serve",
             "--listen", "127.0.0.1:0",
             "--admin-listen", "off",
+            "--http-listen", "off",
             "--store", "memory",
             "--shards", "2",
             "--data-dir", self.dir.name,

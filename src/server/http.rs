@@ -1,0 +1,340 @@
+//! The HTTP ID API (the seed document's `POST /ids` and `POST /ids/batch`), served by the
+//! shards themselves: every shard accepts from the node's one HTTP listening socket, like the
+//! ID protocol's, and answers from its own generator on its own thread. The control thread
+//! (lease keeper, admin endpoints) never sees an ID request, so a stream of big batches cannot
+//! delay a lease renewal, and HTTP issuance spreads over every shard.
+//!
+//! | method and path | answer |
+//! |---|---|
+//! | `POST /ids` | `{"id": 123, "id_str": "123"}`; with `?format=string`: `{"id": "123"}` |
+//! | `POST /ids/batch` with `{"count": N}` | `{"ids": [..], "ids_str": [..]}`; with `?format=string`: `{"ids": ["..", ..]}` |
+//! | `GET /health/live` | `{"live": true}` while the shard answers (for load balancers in front of this address) |
+//!
+//! IDs above 2^53 lose precision in JavaScript's numbers, so every answer carries them as
+//! strings too (`id_str`, `ids_str`), or only as strings with `?format=string`. Errors are
+//! `{"error": "...", "status": N}`: 400 for a bad request, 404/405 for a wrong path or method,
+//! 413 for a body over 4 KiB, 503 when this node cannot issue now (no lease, clock trouble:
+//! try another node). The ops endpoints (`/metrics`, `/health/ready`, `/layout`,
+//! `GET /ids/{id}`) are on the admin address.
+
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use idgen_protocol::Status;
+use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::conn::status_of;
+use super::shard::{IssueError, ShardGen};
+use super::stats::{bump, drop_one, ShardStats};
+
+/// Largest request body read (a batch request is `{"count": N}`).
+const MAX_BODY: usize = 4096;
+
+/// What an HTTP connection on a shard needs.
+pub(crate) struct HttpCtx {
+    pub gen: Rc<RefCell<ShardGen>>,
+    pub stats: Arc<ShardStats>,
+    pub max_batch: u32,
+    /// A keep-alive connection waiting longer than this for its next request is closed.
+    pub idle_timeout: Duration,
+    /// How long a draining connection may take to finish the request in flight.
+    pub shutdown_timeout: Duration,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Serves one HTTP/1.1 connection (keep-alive, pipelining) until the client closes it, it idles
+/// past the timeout, or the node drains (the request in flight is answered, then it closes).
+pub(crate) async fn serve(stream: TcpStream, ctx: Rc<HttpCtx>) {
+    bump(&ctx.stats.connections_open, 1);
+    let _ = stream.set_nodelay(true);
+    let mut shutdown = ctx.shutdown.clone();
+    let handler = Rc::clone(&ctx);
+    let service = hyper::service::service_fn(move |req| {
+        let ctx = Rc::clone(&handler);
+        async move { Ok::<_, Infallible>(answer(&ctx, req).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(ctx.idle_timeout);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let draining = async {
+        while !*shutdown.borrow_and_update() {
+            if shutdown.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = draining => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(ctx.shutdown_timeout, conn.as_mut()).await;
+        }
+    }
+    drop_one(&ctx.stats.connections_open);
+}
+
+/// Answers a connection over the node's connection limit with 503, then closes it.
+pub(crate) async fn refuse_overloaded(mut stream: TcpStream, stats: Arc<ShardStats>) {
+    stats.error(Status::OVERLOADED);
+    let body = error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "connection limit reached; try another node",
+    );
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.write_all(&body).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    bump(&ctx.stats.http_requests, 1);
+    let strings = match strings_only(req.uri().query()) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match (req.uri().path(), req.method()) {
+        ("/ids", &Method::POST) => match issue(ctx, 1) {
+            Ok(ids) => json(single(ids[0], strings)),
+            Err(e) => issue_error(ctx, &e),
+        },
+        ("/ids/batch", &Method::POST) => {
+            let count = match batch_count(req.into_body(), ctx.max_batch).await {
+                Ok(n) => n,
+                Err(e) => return e,
+            };
+            match issue(ctx, count) {
+                Ok(ids) => json(batch(&ids, strings)),
+                Err(e) => issue_error(ctx, &e),
+            }
+        }
+        ("/health/live", &Method::GET | &Method::HEAD) => json(br#"{"live":true}"#.to_vec()),
+        ("/ids" | "/ids/batch", _) => not_allowed("POST"),
+        ("/health/live", _) => not_allowed("GET, HEAD"),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            "no such endpoint on the HTTP ID API: POST /ids, POST /ids/batch, GET /health/live \
+             (metrics, readiness, /layout and GET /ids/{id} are on the admin address)",
+        ),
+    }
+}
+
+/// `count` IDs from this shard's generator, from whatever worker range it holds now (an HTTP
+/// request announces none, so a lease change is never its concern).
+fn issue(ctx: &HttpCtx, count: u32) -> Result<Vec<u64>, IssueError> {
+    let mut ids = Vec::with_capacity(count as usize);
+    ctx.gen
+        .borrow_mut()
+        .issue_current(u64::from(count), |first, n| ids.extend(first..first + n))?;
+    bump(&ctx.stats.id_requests, 1);
+    ctx.stats.batch(u64::from(count));
+    Ok(ids)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    count: u64,
+}
+
+/// The `count` of a batch request's body `{"count": N}`, checked against the node's limit.
+async fn batch_count(body: Incoming, max_batch: u32) -> Result<u32, Response<Full<Bytes>>> {
+    let bytes = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body must be at most {MAX_BODY} bytes: {{\"count\": N}}"),
+            ))
+        }
+        Err(e) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the body: {e}"),
+            ))
+        }
+    };
+    let body: BatchBody = serde_json::from_slice(&bytes).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("expected a JSON body {{\"count\": N}}: {e}"),
+        )
+    })?;
+    if body.count == 0 || body.count > u64::from(max_batch) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "count must be between 1 and {max_batch}, got {}",
+                body.count
+            ),
+        ));
+    }
+    // count ≤ max_batch, a u32.
+    Ok(body.count as u32)
+}
+
+/// Whether `?format=string` asks for IDs as strings only (`format=number`, the default, gives
+/// both). Other query parameters are ignored.
+fn strings_only(query: Option<&str>) -> Result<bool, String> {
+    let mut strings = false;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "format" {
+            strings = match value {
+                "number" => false,
+                "string" => true,
+                other => {
+                    return Err(format!(
+                        "format={other:?}: use format=string or format=number"
+                    ))
+                }
+            };
+        }
+    }
+    Ok(strings)
+}
+
+/// `{"id": N, "id_str": "N"}`, or `{"id": "N"}` for strings only. IDs are digits: written
+/// directly, with no escaping to do.
+fn single(id: u64, strings: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(48);
+    let mut digits = itoa::Buffer::new();
+    let text = digits.format(id).as_bytes();
+    if strings {
+        out.extend_from_slice(br#"{"id":""#);
+        out.extend_from_slice(text);
+        out.extend_from_slice(br#""}"#);
+    } else {
+        out.extend_from_slice(br#"{"id":"#);
+        out.extend_from_slice(text);
+        out.extend_from_slice(br#","id_str":""#);
+        out.extend_from_slice(text);
+        out.extend_from_slice(br#""}"#);
+    }
+    out
+}
+
+/// `{"ids": [..], "ids_str": [..]}`, or `{"ids": ["..", ..]}` for strings only.
+fn batch(ids: &[u64], strings: bool) -> Vec<u8> {
+    // At most 20 digits, 2 quotes and a comma per ID and form.
+    let mut out = Vec::with_capacity(24 + ids.len() * if strings { 23 } else { 44 });
+    let mut digits = itoa::Buffer::new();
+    let mut list = |out: &mut Vec<u8>, quoted: bool| {
+        out.push(b'[');
+        for (i, &id) in ids.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            if quoted {
+                out.push(b'"');
+            }
+            out.extend_from_slice(digits.format(id).as_bytes());
+            if quoted {
+                out.push(b'"');
+            }
+        }
+        out.push(b']');
+    };
+    out.extend_from_slice(br#"{"ids":"#);
+    list(&mut out, strings);
+    if !strings {
+        out.extend_from_slice(br#","ids_str":"#);
+        list(&mut out, true);
+    }
+    out.push(b'}');
+    out
+}
+
+fn json(body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn error_body(status: StatusCode, message: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"error": message, "status": status.as_u16()}))
+        .unwrap_or_default()
+}
+
+fn error(status: StatusCode, message: impl AsRef<str>) -> Response<Full<Bytes>> {
+    let mut response = json(error_body(status, message.as_ref()));
+    *response.status_mut() = status;
+    response
+}
+
+fn not_allowed(allow: &'static str) -> Response<Full<Bytes>> {
+    let mut response = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method not allowed here; use {allow}"),
+    );
+    response
+        .headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+/// A request that got no IDs: 503 (this node cannot issue now: try another), counted under its
+/// wire status like the ID protocol's refusals.
+fn issue_error(ctx: &HttpCtx, e: &IssueError) -> Response<Full<Bytes>> {
+    let (status, message) = status_of(e);
+    ctx.stats.error(status);
+    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, message);
+    response
+        .headers_mut()
+        .insert("retry-after", HeaderValue::from_static("1"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_the_json_the_api_documents() {
+        for id in [0u64, 7, u64::MAX, 1 << 60] {
+            let v: serde_json::Value = serde_json::from_slice(&single(id, false)).unwrap();
+            assert_eq!(v, serde_json::json!({"id": id, "id_str": id.to_string()}));
+            let v: serde_json::Value = serde_json::from_slice(&single(id, true)).unwrap();
+            assert_eq!(v, serde_json::json!({"id": id.to_string()}));
+        }
+        for ids in [vec![], vec![5u64], vec![1, 2, u64::MAX]] {
+            let strs: Vec<String> = ids.iter().map(u64::to_string).collect();
+            let v: serde_json::Value = serde_json::from_slice(&batch(&ids, false)).unwrap();
+            assert_eq!(v, serde_json::json!({"ids": ids, "ids_str": strs}));
+            let v: serde_json::Value = serde_json::from_slice(&batch(&ids, true)).unwrap();
+            assert_eq!(v, serde_json::json!({"ids": strs}));
+        }
+    }
+
+    #[test]
+    fn the_format_parameter_is_checked() {
+        assert_eq!(strings_only(None), Ok(false));
+        assert_eq!(strings_only(Some("")), Ok(false));
+        assert_eq!(strings_only(Some("format=string")), Ok(true));
+        assert_eq!(strings_only(Some("x=1&format=number")), Ok(false));
+        assert!(strings_only(Some("format=xml")).is_err());
+        assert!(strings_only(Some("format")).is_err());
+    }
+}
