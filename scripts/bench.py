@@ -449,6 +449,25 @@ def svg_chart(rows, path):
     path.write_text("\n".join(out))
 
 
+def print_http(http_rows, renewal):
+    print(f"{'HTTP ID API (wrk -t1 -c32)':<40} {'req/s':>10} {'IDs/s':>12} {'p50 µs':>8} {'p99 µs':>8} {'errors':>7}  requests by shard")
+    cheapest = next(r for r in http_rows if r["workload"] == "GET /health/live (same listener)")
+    for r in http_rows:
+        lat = r["latency_us"]
+        r["ratio_to_same_listener_live"] = r["requests_per_sec"] / cheapest["requests_per_sec"]
+        print(f"{r['workload']:<40} {r['requests_per_sec']:>10,.0f} {r['ids_per_sec']:>12,.0f} "
+              f"{lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} {r['errors']:>7}  "
+              f"{[int(x) for x in r['http_requests_by_shard']]}  ×live {r['ratio_to_same_listener_live']:.2f}")
+    for k in ("idle", "under_http_batches"):
+        v = renewal[k]
+        mean = f"{v['mean_us']:.0f}" if v["mean_us"] is not None else "?"
+        print(f"lease renewals {k.replace('_', ' ')}: {int(v['renewals'])} ({int(v['failed'])} failed), "
+              f"mean {mean} µs, max sampled {v['max_sampled_us'] or 0:.0f} µs, "
+              f"least lease time left {v['min_lease_left_s'] or 0:.3f} s"
+              + (f", load {v['load_requests_per_sec']:,.0f} req/s × {renewal['batch']} IDs"
+                 if v["load_requests_per_sec"] else ""))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=5, help="measurement time of each run")
@@ -456,12 +475,22 @@ def main():
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--quick", action="store_true", help="2 s runs, shorter criterion")
     ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--http-only", action="store_true",
+                    help="only the HTTP ID API rows and the renewal check (prints, writes nothing)")
     a = ap.parse_args()
     seconds = 2 if a.quick else a.seconds
     if not a.skip_build:
         log("building release binaries")
         subprocess.run(["cargo", "build", "--release", "-p", "idgen", "-p", "idgen-loadtest"],
                        cwd=ROOT, check=True)
+    if a.http_only:
+        try:
+            http_rows, renewal = http_runs(seconds)
+        finally:
+            for p in procs:
+                stop(p, signal.SIGKILL)
+        print_http(http_rows, renewal)
+        return
     rows = []
     try:
         log("loopback limit (iperf3)")
@@ -503,22 +532,7 @@ def main():
               f"{r.get('requests_per_sec', 0):>12,.0f} {lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} "
               f"{(r['ratio_to_best_peer'] or 0):>11.2f} {r['ratio_to_limit']:>8.3f}")
     print()
-    print(f"{'HTTP ID API (wrk -t1 -c32)':<40} {'req/s':>10} {'IDs/s':>12} {'p50 µs':>8} {'p99 µs':>8} {'errors':>7}  requests by shard")
-    cheapest = next(r for r in http_rows if r["workload"] == "GET /health/live (same listener)")
-    for r in http_rows:
-        lat = r["latency_us"]
-        r["ratio_to_same_listener_live"] = r["requests_per_sec"] / cheapest["requests_per_sec"]
-        print(f"{r['workload']:<40} {r['requests_per_sec']:>10,.0f} {r['ids_per_sec']:>12,.0f} "
-              f"{lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} {r['errors']:>7}  "
-              f"{[int(x) for x in r['http_requests_by_shard']]}  ×live {r['ratio_to_same_listener_live']:.2f}")
-    for k in ("idle", "under_http_batches"):
-        v = renewal[k]
-        mean = f"{v['mean_us']:.0f}" if v["mean_us"] is not None else "?"
-        print(f"lease renewals {k.replace('_', ' ')}: {int(v['renewals'])} ({int(v['failed'])} failed), "
-              f"mean {mean} µs, max sampled {v['max_sampled_us'] or 0:.0f} µs, "
-              f"least lease time left {v['min_lease_left_s'] or 0:.3f} s"
-              + (f", load {v['load_requests_per_sec']:,.0f} req/s × {renewal['batch']} IDs"
-                 if v["load_requests_per_sec"] else ""))
+    print_http(http_rows, renewal)
     print(f"idle connections: {idle['connections']} open, server RSS {idle['rss_mib']:.1f} MiB "
           f"(idle server {idle['rss_mib_before']:.1f} MiB)")
     print(f"in-process: next_id {inproc['next_id_ns']:.1f} ns (wall clock read alone {inproc['wall_clock_read_ns']:.1f} ns), "

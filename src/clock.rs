@@ -158,7 +158,8 @@ impl TestClock {
     }
 }
 
-fn duration_ns(d: Duration) -> u64 {
+/// `d` in nanoseconds, saturating.
+pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

@@ -378,7 +378,7 @@ impl ServeArgs {
         )?;
         if max_rollback_wait > Duration::from_secs(1) {
             return Err(err(format!(
-                "max_rollback_wait: {max_rollback_wait:?} is too long: a shard blocks while it waits (at most 1s)"
+                "max_rollback_wait: {max_rollback_wait:?} is too long: requests wait that long for the clock (at most 1s)"
             )));
         }
 

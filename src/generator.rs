@@ -22,11 +22,29 @@
 //! ## Clock trouble
 //!
 //! If the wall clock reads earlier than the last millisecond used by at most
-//! `max_rollback_wait`, the generator waits for it to catch up; further back, it answers
+//! `max_rollback_wait`, the request waits for it to catch up; further back, it answers
 //! [`GenError::ClockMovedBack`] until the clock has recovered, then serves again by itself. The
 //! same rule applies to a clock at or below the floor ([`GenError::ClockBehindFloor`]). Waits
 //! are measured on the monotonic clock and bounded, so a stuck wall clock becomes
 //! [`GenError::ClockStalled`], never a hang.
+//!
+//! ## The generator never sleeps
+//!
+//! [`Generator::poll_fill`] issues what it can now and, when the next ID needs a later clock
+//! reading (every slot of the millisecond used, or a small clock step to wait out), says when
+//! to call again: [`Progress::RetryAt`], a time on the clock's monotonic scale. The caller
+//! waits as it likes: a shard's connection awaits a timer, so a clock wait delays only the
+//! requests that need IDs, never the shard's other connections. [`Generator::fill_runs`],
+//! [`Generator::next_batch`] and [`Generator::next_id`] are the blocking forms, which sleep on
+//! the clock (tests, benchmarks, the simulation).
+//!
+//! ## Assertions
+//!
+//! The fences are asserted where they hold, once per millisecond of work (never per ID): a new
+//! millisecond is above the last one used (so above the floor) and below the ceiling read for
+//! it; a run starts above the last ID issued and stays within the millisecond's slots. A
+//! failed assertion is a bug in this file: the shard stops (the release build aborts the
+//! process), and nothing more is issued under the lease.
 //!
 //! The wall clock is read once per call and then once per millisecond of work (a batch that
 //! fills its millisecond reads it again), never once per ID.
@@ -53,6 +71,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::duration_ns;
 use crate::clock::Clock;
 use crate::layout::{Id, Layout};
 
@@ -184,6 +203,47 @@ pub(crate) fn bump(counter: &AtomicU64, by: u64) {
     );
 }
 
+/// A request for IDs in progress: how many are still to issue, and since when it has been
+/// waiting for the clock (the wait bound spans every call of one request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fill {
+    requested: u64,
+    remaining: u64,
+    /// Monotonic time at which the current wait began; cleared whenever IDs are issued.
+    waiting_since: Option<u64>,
+}
+
+impl Fill {
+    /// A request for `n` IDs.
+    pub fn new(n: u64) -> Fill {
+        Fill {
+            requested: n,
+            remaining: n,
+            waiting_since: None,
+        }
+    }
+
+    /// IDs of this request emitted so far.
+    pub fn emitted(&self) -> u64 {
+        self.requested - self.remaining
+    }
+
+    /// IDs asked for.
+    pub fn requested(&self) -> u64 {
+        self.requested
+    }
+}
+
+/// What a call of [`Generator::poll_fill`] achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Every ID of the request was emitted.
+    Done,
+    /// The next ID needs a later clock reading: call again at this monotonic time
+    /// ([`Clock::mono_ns`]) with the same [`Fill`].
+    RetryAt(u64),
+}
+
 /// What stands between the generator and a free slot.
 enum Stall {
     /// Every slot of the current millisecond is used: wait for the next one.
@@ -210,6 +270,10 @@ pub struct Generator<C: Clock> {
     next: u64,
     /// True once an ID was issued (so `last_ts` is a real timestamp, not the floor).
     started: bool,
+    /// The floor the generator started with (every timestamp is above it).
+    floor: u64,
+    /// The last ID emitted (`None` before the first): every run starts above it.
+    last_id: Option<u64>,
     stats: Arc<GeneratorStats>,
 }
 
@@ -269,6 +333,8 @@ impl<C: Clock> Generator<C> {
             last_ts: config.floor,
             next: capacity,
             started: false,
+            floor: config.floor,
+            last_id: None,
             stats,
         })
     }
@@ -293,15 +359,12 @@ impl<C: Clock> Generator<C> {
         self.started.then_some(self.last_ts)
     }
 
-    /// One ID, waiting (boundedly) for the next millisecond or a small clock step if needed.
-    /// It takes the same walk as a batch of one: a separate fast path for "same millisecond,
-    /// slots left" would only repeat [`advance`](Self::advance)'s check (and leave a mutant no
-    /// test can tell from the original).
+    /// One ID, waiting (boundedly, asleep on the clock) for the next millisecond or a small
+    /// clock step if needed: a batch of one.
     #[inline]
     pub fn next_id(&mut self) -> Result<Id, GenError> {
-        let now = self.now();
         let mut id = 0;
-        self.fill_runs_from(now, 1, |first, _| id = first)?;
+        self.fill_runs(1, |first, _| id = first)?;
         Ok(Id(id))
     }
 
@@ -320,15 +383,96 @@ impl<C: Clock> Generator<C> {
     }
 
     /// Issues `n` IDs as runs of consecutive integers: `emit(first, count)` is called once per
-    /// millisecond of work (count ≥ 1, runs increasing, counts summing to `n`). If an error is
-    /// returned, some runs may already have been emitted; the caller must discard them (their
-    /// IDs are burned, never reissued).
-    pub fn fill_runs(&mut self, n: u64, emit: impl FnMut(u64, u64)) -> Result<(), GenError> {
-        if n == 0 {
-            return Ok(());
+    /// millisecond of work (count ≥ 1, runs increasing, counts summing to `n`), sleeping on the
+    /// clock while the next ID needs a later reading. If an error is returned, some runs may
+    /// already have been emitted; the caller must discard them (their IDs are burned, never
+    /// reissued).
+    pub fn fill_runs(&mut self, n: u64, mut emit: impl FnMut(u64, u64)) -> Result<(), GenError> {
+        let mut fill = Fill::new(n);
+        loop {
+            match self.poll_fill(&mut fill, &mut emit)? {
+                Progress::Done => return Ok(()),
+                Progress::RetryAt(at) => {
+                    let now = self.clock.mono_ns();
+                    self.clock
+                        .sleep(Duration::from_nanos(at.saturating_sub(now)));
+                }
+            }
         }
-        let now = self.now();
-        self.fill_runs_from(now, n, emit)
+    }
+
+    /// Issues what it can of `fill` now, as runs `emit(first, count)` (one per millisecond of
+    /// work, increasing), and never sleeps: [`Progress::RetryAt`] says when the rest can come
+    /// (call again then with the same `fill`), [`Progress::Done`] that every ID was emitted. On
+    /// an error the whole request fails: discard every run it emitted, in this call and the
+    /// earlier ones (their IDs are burned, never reissued).
+    pub fn poll_fill(
+        &mut self,
+        fill: &mut Fill,
+        mut emit: impl FnMut(u64, u64),
+    ) -> Result<Progress, GenError> {
+        if fill.remaining == 0 {
+            return Ok(Progress::Done);
+        }
+        loop {
+            let now = self.now();
+            match self.advance(now) {
+                Ok(()) => {
+                    let take = fill.remaining.min(self.capacity - self.next);
+                    let first = self.base(self.last_ts) + self.next;
+                    // Never backwards, and within this millisecond's slots.
+                    assert!(
+                        self.last_id.is_none_or(|last| first > last),
+                        "generator fence: run {first} not above the last ID {:?}",
+                        self.last_id
+                    );
+                    assert!(
+                        take >= 1 && self.next + take <= self.capacity,
+                        "generator fence: {take} slots from {} of {}",
+                        self.next,
+                        self.capacity
+                    );
+                    emit(first, take);
+                    self.last_id = Some(first + (take - 1));
+                    self.next += take;
+                    fill.remaining -= take;
+                    fill.waiting_since = None;
+                    if fill.remaining == 0 {
+                        // Counted only when delivered: a failed request burns its slots but
+                        // issues nothing.
+                        bump(&self.stats.issued, fill.requested);
+                        return Ok(Progress::Done);
+                    }
+                }
+                Err(Ok(stall)) => {
+                    let mono = self.clock.mono_ns();
+                    let since = *fill.waiting_since.get_or_insert_with(|| {
+                        if matches!(stall, Stall::Exhausted) {
+                            bump(&self.stats.exhaustion_waits, 1);
+                        }
+                        mono
+                    });
+                    let waited_ns = mono.saturating_sub(since);
+                    // A sequence wait needs at most a millisecond; a clock wait at most the
+                    // bound. Two milliseconds of slack absorb scheduling noise.
+                    let limit_ns = (self.max_wait_ms + 2).saturating_mul(1_000_000);
+                    if waited_ns > limit_ns {
+                        return Err(match stall {
+                            Stall::Exhausted => GenError::ClockStalled {
+                                waited_ms: waited_ns / 1_000_000,
+                            },
+                            Stall::Behind(by_ms) => self.behind_error(by_ms),
+                        });
+                    }
+                    let wait = match stall {
+                        Stall::Exhausted => Duration::from_micros(20),
+                        Stall::Behind(by_ms) => Duration::from_millis(by_ms.min(self.max_wait_ms)),
+                    };
+                    return Ok(Progress::RetryAt(mono.saturating_add(duration_ns(wait))));
+                }
+                Err(Err(e)) => return Err(e),
+            }
+        }
     }
 
     /// ID-time now, or `u64::MAX` as a marker for "before the epoch".
@@ -342,67 +486,7 @@ impl<C: Clock> Generator<C> {
 
     #[inline]
     fn base(&self, ts: u64) -> u64 {
-        // The fields do not overlap, so `+` is `|`; `+` keeps every operator mutant observable.
-        (ts << self.timestamp_shift) + self.worker_base
-    }
-
-    #[inline]
-    fn count(&mut self, n: u64) {
-        bump(&self.stats.issued, n);
-    }
-
-    fn fill_runs_from(
-        &mut self,
-        mut now: u64,
-        n: u64,
-        mut emit: impl FnMut(u64, u64),
-    ) -> Result<(), GenError> {
-        let mut remaining = n;
-        // Monotonic time at which the current wait began; reset whenever IDs are issued.
-        let mut waiting_since: Option<u64> = None;
-        loop {
-            match self.advance(now) {
-                Ok(()) => {
-                    let take = remaining.min(self.capacity - self.next);
-                    emit(self.base(self.last_ts) + self.next, take);
-                    self.next += take;
-                    remaining -= take;
-                    if remaining == 0 {
-                        // Counted only when delivered: a failed batch burns its slots but
-                        // issues nothing.
-                        self.count(n);
-                        return Ok(());
-                    }
-                    waiting_since = None;
-                }
-                Err(Ok(stall)) => {
-                    let since = *waiting_since.get_or_insert_with(|| {
-                        if matches!(stall, Stall::Exhausted) {
-                            bump(&self.stats.exhaustion_waits, 1);
-                        }
-                        self.clock.mono_ns()
-                    });
-                    let waited_ns = self.clock.mono_ns().saturating_sub(since);
-                    // A sequence wait needs at most a millisecond; a clock wait at most the
-                    // bound. Two milliseconds of slack absorb scheduling noise.
-                    let limit_ns = (self.max_wait_ms + 2).saturating_mul(1_000_000);
-                    if waited_ns > limit_ns {
-                        return Err(match stall {
-                            Stall::Exhausted => GenError::ClockStalled {
-                                waited_ms: waited_ns / 1_000_000,
-                            },
-                            Stall::Behind(by_ms) => self.behind_error(by_ms),
-                        });
-                    }
-                    self.clock.sleep(match stall {
-                        Stall::Exhausted => Duration::from_micros(20),
-                        Stall::Behind(by_ms) => Duration::from_millis(by_ms.min(self.max_wait_ms)),
-                    });
-                }
-                Err(Err(e)) => return Err(e),
-            }
-            now = self.now();
-        }
+        (ts << self.timestamp_shift) | self.worker_base
     }
 
     fn behind_error(&self, by_ms: u64) -> GenError {
@@ -440,6 +524,14 @@ impl<C: Clock> Generator<C> {
                     ceiling,
                 }));
             }
+            // The fences of a new millisecond: above the floor and every millisecond used,
+            // below the ceiling just read.
+            assert!(
+                now > self.floor && now > self.last_ts && now < ceiling,
+                "generator fence: timestamp {now} with floor {}, last {}, ceiling {ceiling}",
+                self.floor,
+                self.last_ts
+            );
             self.last_ts = now;
             self.next = 0;
             self.started = true;
@@ -479,7 +571,6 @@ impl<C: Clock> Generator<C> {
             self.stats.clock_behind.store(true, Ordering::Relaxed);
             bump(&self.stats.rollback_events, 1);
         }
-        // `max`, not a comparison: a `>` here would have an equivalent `>=` mutant.
         let largest = &self.stats.largest_rollback_ms;
         largest.store(
             largest.load(Ordering::Relaxed).max(by_ms),

@@ -506,3 +506,75 @@ fn inspect_shows_the_leases_of_a_live_cluster() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no cluster"));
 }
+
+/// A clock step back within `--max-rollback-wait` is waited out by the request that needs IDs
+/// only: the shard serves its other connections meanwhile (the generator says when to retry;
+/// it never sleeps on the shard's thread), and the waiting request is answered once the clock
+/// has caught up, above everything issued before.
+#[test]
+fn a_clock_wait_delays_only_the_requests_that_need_ids() {
+    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+    assert!(
+        std::path::Path::new(lib).exists(),
+        "libfaketime is missing: install Debian's `faketime` (scripts/test does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("faketime");
+    std::fs::write(&offset, "+0\n").unwrap();
+    let offset_str = offset.to_str().unwrap().to_string();
+    let node = NodeProc::try_start(
+        &[
+            "--store",
+            "memory",
+            "--shards",
+            "1",
+            "--max-rollback-wait",
+            "1s",
+            "--max-drift",
+            "1h",
+        ],
+        &[
+            ("LD_PRELOAD", lib),
+            ("FAKETIME_TIMESTAMP_FILE", &offset_str),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("DONT_FAKE_MONOTONIC", "1"),
+        ],
+    )
+    .unwrap();
+    // One shard: both connections are its.
+    let mut waiting = Conn::open(node.addr);
+    let mut other = Conn::open(node.addr);
+    let before = waiting.get_ids(10).unwrap();
+    // One second back: within the bound, so the next request for IDs waits about that long.
+    std::fs::write(&offset, "-1s\n").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let asked = Instant::now();
+    waiting.send(&idgen_protocol::Request::GetIds { count: 5 });
+    std::thread::sleep(Duration::from_millis(100));
+    let mut pings = Vec::new();
+    for token in 0..5u64 {
+        let t = Instant::now();
+        other.send(&idgen_protocol::Request::Ping { token });
+        match other.recv() {
+            Some(idgen_protocol::Response::Pong(got)) => assert_eq!(got, token),
+            other => panic!("unexpected answer {other:?}"),
+        }
+        pings.push(t.elapsed());
+    }
+    let answer = waiting.recv();
+    let waited = asked.elapsed();
+    let Some(idgen_protocol::Response::Ids(after)) = answer else {
+        panic!("the waiting request got {answer:?}")
+    };
+    assert!(
+        waited >= Duration::from_millis(500),
+        "the clock step was not waited out ({waited:?}): the test proves nothing"
+    );
+    assert!(
+        pings.iter().all(|p| *p < Duration::from_millis(300)),
+        "other connections of the shard waited with it: {pings:?} (the request waited {waited:?})"
+    );
+    assert_eq!(after.len(), 5);
+    assert!(after[0] > *before.last().unwrap());
+    std::fs::write(&offset, "+0\n").unwrap();
+}

@@ -506,3 +506,71 @@ proptest! {
         prop_assert!(r.g.next_id().is_err(), "one more does not fit the frozen millisecond");
     }
 }
+
+#[test]
+fn poll_fill_never_sleeps_says_when_to_retry_and_resumes_the_same_request() {
+    let mut r = rig(3, 0, 1, 0); // 8 per ms
+    r.clock.freeze();
+    let mut fill = Fill::new(20);
+    let mut got: Vec<u64> = Vec::new();
+    let mono0 = r.clock.mono_ns();
+    let first =
+        r.g.poll_fill(&mut fill, |f, n| got.extend(f..f + n))
+            .unwrap();
+    // It issued the millisecond's 8 slots and asks for a later reading, without sleeping.
+    let Progress::RetryAt(at) = first else {
+        panic!("a frozen clock cannot fill 20 IDs: {first:?}")
+    };
+    assert_eq!(r.clock.mono_ns(), mono0, "poll_fill slept");
+    assert!(at > mono0, "retry at {at}, now {mono0}");
+    assert_eq!((got.len(), fill.emitted()), (8, 8));
+    assert_eq!(stat(&r.g.stats().issued), 0, "counted before delivery");
+    // Another request in between is refused nothing it can have, and takes nothing from this one.
+    let mut other = Fill::new(1);
+    assert!(matches!(
+        r.g.poll_fill(&mut other, |_, _| panic!("no slot is free")),
+        Ok(Progress::RetryAt(_))
+    ));
+    // The clock moves on: the same request continues where it stopped.
+    r.clock.unfreeze();
+    let mut progress = Progress::RetryAt(at);
+    while let Progress::RetryAt(_) = progress {
+        r.clock.advance(Duration::from_millis(1));
+        progress =
+            r.g.poll_fill(&mut fill, |f, n| got.extend(f..f + n))
+                .unwrap();
+    }
+    assert_eq!(got.len(), 20);
+    assert!(got.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(stat(&r.g.stats().issued), 20);
+    // A request that is done stays done.
+    assert_eq!(
+        r.g.poll_fill(&mut fill, |_, _| panic!()),
+        Ok(Progress::Done)
+    );
+}
+
+#[test]
+fn the_wait_bound_spans_every_call_of_one_request() {
+    let mut r = rig(3, 0, 1, 0);
+    r.clock.freeze();
+    let mut fill = Fill::new(9); // one more than the millisecond holds
+    let mut calls = 0;
+    let err = loop {
+        calls += 1;
+        assert!(calls < 10_000, "the wait never gave up");
+        match r.g.poll_fill(&mut fill, |_, _| {}) {
+            Ok(Progress::RetryAt(at)) => {
+                // The caller waits as told (on the monotonic clock only: the wall is stuck).
+                let now = r.clock.mono_ns();
+                r.clock.sleep(Duration::from_nanos(at - now));
+            }
+            Ok(Progress::Done) => panic!("a stuck clock filled the request"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err, GenError::ClockStalled { waited_ms: 12 }),
+        "{err:?}"
+    );
+}

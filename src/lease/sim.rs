@@ -923,7 +923,7 @@ impl Sim {
         let mut runs = Vec::new();
         let result = shard
             .gen
-            .issue(announced, n, |first, count| runs.push((first, count)));
+            .issue_blocking(announced, n, |first, count| runs.push((first, count)));
         if matches!(result, Err(IssueError::RangeChanged)) {
             shard.announced = None;
         }

@@ -2,7 +2,10 @@
 //!
 //! The loop: read what the socket has; decode every complete request in the buffer and encode
 //! its answer into one output buffer (stopping early once `OUTPUT_HIGH_WATER` bytes are pending);
-//! write the whole output in one call (write coalescing); repeat. While a write is blocked on
+//! write the whole output in one call (write coalescing); repeat. A request whose IDs need a
+//! later clock reading (its millisecond's slots used up, a small clock step) is resumed after
+//! the wait the generator names, on a timer: the shard serves its other connections meanwhile,
+//! and this connection's answers keep their order. While a write is blocked on
 //! a client that does not read, nothing more is read from it, so a slow reader costs at most
 //! the high-water mark plus one maximal answer of memory, never more.
 
@@ -21,10 +24,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::shard::{IssueError, ShardGen};
+use super::shard::{wait_until, IssueError, ShardGen};
 use super::stats::{bump, drop_one, ShardStats};
 use crate::config::ServeConfig;
-use crate::generator::GenError;
+use crate::generator::{Fill, GenError, Progress};
 
 /// Stop decoding requests once this much output is waiting to be written.
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
@@ -53,6 +56,18 @@ enum After {
     More,
     /// A closing error was answered: write it, then close.
     Close,
+    /// A request waits for the clock: resume it at this monotonic time, then go on.
+    Wait(u64),
+}
+
+/// A request for IDs that is waiting for the clock.
+struct Pending {
+    /// GET_RANGES (runs) rather than GET_IDS (IDs).
+    ranges: bool,
+    count: u32,
+    /// Where this request's answer starts in the output buffer.
+    mark: usize,
+    fill: Fill,
 }
 
 /// Answers a connection over the limit with OVERLOADED, then closes it.
@@ -88,6 +103,8 @@ struct Conn {
     announced: (u64, u64),
     /// A closing status was answered: close once it is written.
     closing: bool,
+    /// The request in progress, waiting for the clock (nothing after it is decoded meanwhile).
+    pending: Option<Pending>,
 }
 
 pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
@@ -109,6 +126,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
         read_size: INITIAL_INPUT,
         announced: (0, 0),
         closing: false,
+        pending: None,
     };
     conn.run(&mut stream).await;
     drop_one(&stats.connections_open);
@@ -125,6 +143,11 @@ impl Conn {
         loop {
             let before = self.answered;
             let after = self.handle_buffered();
+            if let After::Wait(at) = after {
+                // The answer in progress is not written before it is whole.
+                wait_until(&self.ctx.gen, at).await;
+                continue;
+            }
             if self.answered > before {
                 // The requests arrived with the last read: no extra clock read.
                 last_request = read_at;
@@ -138,7 +161,7 @@ impl Conn {
                     return;
                 }
                 After::More => continue,
-                After::Read => {}
+                After::Read | After::Wait(_) => {}
             }
             if draining {
                 self.finish_draining(stream).await;
@@ -223,6 +246,15 @@ impl Conn {
         let ctx = Rc::clone(&self.ctx);
         let stats = &ctx.stats;
         loop {
+            if let Some(pending) = self.pending.take() {
+                if let Some(at) = self.resume(pending) {
+                    return After::Wait(at);
+                }
+                if self.closing {
+                    return After::Close;
+                }
+                continue;
+            }
             if self.out.len() >= OUTPUT_HIGH_WATER {
                 return After::More;
             }
@@ -247,8 +279,28 @@ impl Conn {
             }
             match decoded {
                 Decoded::Request(Request::Hello { .. }) => self.hello(),
-                Decoded::Request(Request::GetIds { count }) => self.get_ids(count),
-                Decoded::Request(Request::GetRanges { count }) => self.get_ranges(count),
+                Decoded::Request(Request::GetIds { count }) => {
+                    let mark = self.out.len();
+                    encode_ids_header(count, &mut self.out);
+                    self.out.reserve(count as usize * 8);
+                    self.pending = Some(Pending {
+                        ranges: false,
+                        count,
+                        mark,
+                        fill: Fill::new(u64::from(count)),
+                    });
+                    continue;
+                }
+                Decoded::Request(Request::GetRanges { count }) => {
+                    self.runs.clear();
+                    self.pending = Some(Pending {
+                        ranges: true,
+                        count,
+                        mark: self.out.len(),
+                        fill: Fill::new(u64::from(count)),
+                    });
+                    continue;
+                }
                 Decoded::Request(Request::Ping { token }) => encode_pong(token, &mut self.out),
                 Decoded::Reject { status, message } => {
                     encode_error(status, message, &mut self.out);
@@ -286,39 +338,41 @@ impl Conn {
         encode_hello_ok(&hello, &mut self.out);
     }
 
-    fn get_ids(&mut self, count: u32) {
-        let mark = self.out.len();
-        encode_ids_header(count, &mut self.out);
-        let out = &mut self.out;
-        out.reserve(count as usize * 8);
-        let result = issue_announced(&self.ctx.gen, self.announced, count, |first, n| {
-            put_run(out, first, n);
-        });
+    /// Issues what the generator can of a GET_IDS or GET_RANGES request now. `Some(at)`: the
+    /// rest needs the clock at monotonic time `at` (the request stays pending). GET_IDS writes
+    /// its IDs straight into the output; GET_RANGES (version 2) collects the runs, one per
+    /// millisecond of work, and answers them once whole.
+    fn resume(&mut self, mut p: Pending) -> Option<u64> {
+        let result = {
+            let (out, runs) = (&mut self.out, &mut self.runs);
+            let mut gen = self.ctx.gen.borrow_mut();
+            gen.issue(self.announced, &mut p.fill, |first, n| {
+                if p.ranges {
+                    // Each run is part of one request, so its length fits its u32 count.
+                    runs.push((first, n as u32));
+                } else {
+                    put_run(out, first, n);
+                }
+            })
+        };
         match result {
-            Ok(()) => self.served(count),
+            Ok(Progress::Done) => {
+                if p.ranges {
+                    encode_ranges(&self.runs, &mut self.out);
+                }
+                self.served(p.count);
+                None
+            }
+            Ok(Progress::RetryAt(at)) => {
+                self.pending = Some(p);
+                Some(at)
+            }
             Err(e) => {
                 // Never a partial batch: drop whatever was written for this request.
-                self.out.truncate(mark);
+                self.out.truncate(p.mark);
                 self.refuse(&e);
+                None
             }
-        }
-    }
-
-    /// GET_RANGES (version 2): the same IDs as GET_IDS, answered as runs of consecutive
-    /// integers, one per millisecond of work.
-    fn get_ranges(&mut self, count: u32) {
-        self.runs.clear();
-        let runs = &mut self.runs;
-        // Each run is part of one request, so its length fits the request's u32 count.
-        let result = issue_announced(&self.ctx.gen, self.announced, count, |first, n| {
-            runs.push((first, n as u32))
-        });
-        match result {
-            Ok(()) => {
-                encode_ranges(&self.runs, &mut self.out);
-                self.served(count);
-            }
-            Err(e) => self.refuse(&e),
         }
     }
 
@@ -338,18 +392,6 @@ impl Conn {
             self.closing = true;
         }
     }
-}
-
-/// Issues `count` IDs from the worker range this connection's HELLO_OK announced. If the lease
-/// changed since, no ID is drawn: the request fails with `RangeChanged`, the connection closes
-/// and the client reconnects to learn the new range.
-fn issue_announced(
-    gen: &RefCell<ShardGen>,
-    announced: (u64, u64),
-    count: u32,
-    emit: impl FnMut(u64, u64),
-) -> Result<(), IssueError> {
-    gen.borrow_mut().issue(announced, u64::from(count), emit)
 }
 
 /// Appends the IDs `first .. first + n` big-endian, written straight into the buffer's spare

@@ -36,8 +36,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::conn::status_of;
-use super::shard::{IssueError, ShardGen};
+use super::shard::{wait_until, IssueError, ShardGen};
 use super::stats::{bump, drop_one, ShardStats};
+use crate::generator::{Fill, Progress};
 
 /// Largest request body read (a batch request is `{"count": N}`).
 const MAX_BODY: usize = 4096;
@@ -114,17 +115,21 @@ async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> 
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     match (req.uri().path(), req.method()) {
-        ("/ids", &Method::POST) => match issue(ctx, 1) {
-            Ok(ids) => json(single(ids[0], strings)),
-            Err(e) => issue_error(ctx, &e),
-        },
+        ("/ids", &Method::POST) => {
+            let mut id = 0;
+            match issue(ctx, 1, |first, _| id = first).await {
+                Ok(()) => json(single(id, strings)),
+                Err(e) => issue_error(ctx, &e),
+            }
+        }
         ("/ids/batch", &Method::POST) => {
             let count = match batch_count(req.into_body(), ctx.max_batch).await {
                 Ok(n) => n,
                 Err(e) => return e,
             };
-            match issue(ctx, count) {
-                Ok(ids) => json(batch(&ids, strings)),
+            let mut ids = Vec::with_capacity(count as usize);
+            match issue(ctx, count, |first, n| ids.extend(first..first + n)).await {
+                Ok(()) => json(batch(&ids, strings)),
                 Err(e) => issue_error(ctx, &e),
             }
         }
@@ -139,16 +144,27 @@ async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> 
     }
 }
 
-/// `count` IDs from this shard's generator, from whatever worker range it holds now (an HTTP
-/// request announces none, so a lease change is never its concern).
-fn issue(ctx: &HttpCtx, count: u32) -> Result<Vec<u64>, IssueError> {
-    let mut ids = Vec::with_capacity(count as usize);
-    ctx.gen
-        .borrow_mut()
-        .issue_current(u64::from(count), |first, n| ids.extend(first..first + n))?;
+/// `count` IDs from this shard's generator as runs `emit(first, n)`, from whatever worker
+/// range it holds now (an HTTP request announces none, so a lease change is never its
+/// concern), waiting on the shard's runtime when the generator asks for a later clock reading.
+/// On error nothing emitted may be used.
+async fn issue(
+    ctx: &HttpCtx,
+    count: u32,
+    mut emit: impl FnMut(u64, u64),
+) -> Result<(), IssueError> {
+    let mut fill = Fill::new(u64::from(count));
+    loop {
+        // The borrow ends before any wait: other requests on this shard issue meanwhile.
+        let progress = ctx.gen.borrow_mut().issue_current(&mut fill, &mut emit)?;
+        match progress {
+            Progress::Done => break,
+            Progress::RetryAt(at) => wait_until(&ctx.gen, at).await,
+        }
+    }
     bump(&ctx.stats.id_requests, 1);
     ctx.stats.batch(u64::from(count));
-    Ok(ids)
+    Ok(())
 }
 
 #[derive(Deserialize)]

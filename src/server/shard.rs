@@ -16,7 +16,7 @@ use super::{conn, http};
 use super::{ConnGuard, ServeError, ShardExit};
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
-use crate::generator::{GenError, Generator, ShardConfig};
+use crate::generator::{Fill, GenError, Generator, Progress, ShardConfig};
 use crate::lease::keeper::LeaseShared;
 
 /// Everything a shard thread starts with.
@@ -234,16 +234,18 @@ impl<C: Clock + Clone> ShardGen<C> {
         self.index
     }
 
-    /// Issues `n` IDs as runs `(first, count)` from the worker sub-range `announced` (the one
-    /// the connection's HELLO_OK named), picking up a new lease first. A range other than the
-    /// announced one is `RangeChanged` before any ID is drawn. On error nothing emitted may be
-    /// used.
+    /// Issues what it can of `fill` now, as runs `(first, count)`, from the worker sub-range
+    /// `announced` (the one the connection's HELLO_OK named), picking up a new lease first. A
+    /// range other than the announced one is `RangeChanged` (before any ID is drawn, for a new
+    /// request). [`Progress::RetryAt`]: call again then with the same `fill` (the shard waits
+    /// on a timer meanwhile, serving its other connections). On error nothing emitted for this
+    /// request, in any call, may be used.
     pub(crate) fn issue(
         &mut self,
         announced: (u64, u64),
-        n: u64,
+        fill: &mut Fill,
         mut emit: impl FnMut(u64, u64),
-    ) -> Result<(), IssueError> {
+    ) -> Result<Progress, IssueError> {
         // A lease change reaches the generator as its old ceiling (lowered to 0 on loss), so
         // the lease is looked up only then, or while the shard has none: no shared read per
         // request.
@@ -256,16 +258,10 @@ impl<C: Clock + Clone> ShardGen<C> {
         let Some((_, g)) = self.current.as_mut() else {
             return Err(IssueError::NoLease);
         };
-        // Retried under a renewed lease only if nothing was emitted: a retry after part of
-        // the batch went out would answer more IDs than asked.
-        let mut emitted = 0u64;
-        let first_try = g.fill_runs(n, |first, count| {
-            emitted += count;
-            emit(first, count)
-        });
-        match first_try {
-            Ok(()) => Ok(()),
-            Err(GenError::LeaseCeiling { .. }) if emitted == 0 && self.refresh() => {
+        match g.poll_fill(fill, &mut emit) {
+            // Retried under a renewed lease only if nothing was emitted: a retry after part of
+            // the request went out would answer more IDs than asked.
+            Err(GenError::LeaseCeiling { .. }) if fill.emitted() == 0 && self.refresh() => {
                 // A new lease generation: serve under it only if it kept the announced range.
                 if self.current_range != announced {
                     return Err(IssueError::RangeChanged);
@@ -273,28 +269,52 @@ impl<C: Clock + Clone> ShardGen<C> {
                 let Some((_, g)) = self.current.as_mut() else {
                     return Err(IssueError::NoLease);
                 };
-                g.fill_runs(n, emit).map_err(IssueError::Gen)
+                g.poll_fill(fill, emit).map_err(IssueError::Gen)
             }
-            Err(e) => Err(IssueError::Gen(e)),
+            other => other.map_err(IssueError::Gen),
         }
     }
 
-    /// Issues `n` IDs as runs from whatever worker range the shard holds now, for a caller
-    /// that announced none (the HTTP API). On error nothing emitted may be used.
+    /// As [`issue`](Self::issue), from whatever worker range the shard holds now, for a caller
+    /// that announced none (the HTTP API): a request that has emitted nothing yet follows a
+    /// lease change to the new range.
     pub(crate) fn issue_current(
         &mut self,
+        fill: &mut Fill,
+        mut emit: impl FnMut(u64, u64),
+    ) -> Result<Progress, IssueError> {
+        let range = self.range();
+        match self.issue(range, fill, &mut emit) {
+            // The lease changed between the look-up and the draw (nothing was drawn): once
+            // more, under the new range.
+            Err(IssueError::RangeChanged) if fill.emitted() == 0 => {
+                let range = self.range();
+                self.issue(range, fill, emit)
+            }
+            other => other,
+        }
+    }
+
+    /// How long until monotonic time `at` (a [`Progress::RetryAt`]) on the shard's clock.
+    pub(crate) fn until(&self, at: u64) -> std::time::Duration {
+        std::time::Duration::from_nanos(at.saturating_sub(self.clock.mono_ns()))
+    }
+
+    /// `n` IDs, waiting asleep on the shard's clock when the generator asks to retry later:
+    /// for the lease simulation, whose clock is simulated, and tests.
+    #[cfg(test)]
+    pub(crate) fn issue_blocking(
+        &mut self,
+        announced: (u64, u64),
         n: u64,
         mut emit: impl FnMut(u64, u64),
     ) -> Result<(), IssueError> {
-        let range = self.range();
-        match self.issue(range, n, &mut emit) {
-            // The lease changed between the look-up and the draw (nothing was drawn): once
-            // more, under the new range.
-            Err(IssueError::RangeChanged) => {
-                let range = self.range();
-                self.issue(range, n, emit)
+        let mut fill = Fill::new(n);
+        loop {
+            match self.issue(announced, &mut fill, &mut emit)? {
+                Progress::Done => return Ok(()),
+                Progress::RetryAt(at) => self.clock.sleep(self.until(at)),
             }
-            other => other,
         }
     }
 
@@ -305,6 +325,19 @@ impl<C: Clock + Clone> ShardGen<C> {
                 .as_ref()
                 .and_then(|(gen, g)| g.last_issued_timestamp().map(|ts| (*gen, ts))),
         }
+    }
+}
+
+/// Waits, on the shard's runtime, until the generator's [`Progress::RetryAt`] time `at`: a
+/// timer for a clock wait, a yield for a wait under a millisecond (the next millisecond's
+/// slots; a timer would round it up to the next tick). Either way the shard serves its other
+/// connections meanwhile.
+pub(crate) async fn wait_until(gen: &RefCell<ShardGen>, at: u64) {
+    let wait = gen.borrow().until(at);
+    if wait < std::time::Duration::from_millis(1) {
+        tokio::task::yield_now().await;
+    } else {
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -596,7 +629,7 @@ mod tests {
             // Meanwhile the keeper took a new generation of the same range, far ahead.
             lease.publish_for_test(Some(view(2 * round + 2, 0, ceiling + 60_000)));
             let mut emitted = 0;
-            let result = g.issue((0, 1), 3 * per_ms, |_, n| emitted += n);
+            let result = g.issue_blocking((0, 1), 3 * per_ms, |_, n| emitted += n);
             match result {
                 Ok(()) => assert_eq!(emitted, 3 * per_ms, "an answer holds exactly the IDs asked"),
                 Err(_) => {
@@ -623,7 +656,7 @@ mod tests {
         let mut g = shard(&lease);
         assert_eq!(g.range(), (0, 1));
         let mut emitted = 0;
-        assert!(g.issue((0, 1), 10, |_, n| emitted += n).is_ok());
+        assert!(g.issue_blocking((0, 1), 10, |_, n| emitted += n).is_ok());
         assert_eq!(emitted, 10);
         // The lease is lost (the keeper lowers the old ceiling to 0) and another range taken.
         lease.current().unwrap().ceiling.lower_to(0);
@@ -632,7 +665,7 @@ mod tests {
         // timestamp is below the old lease end, which fences the next holder.)
         std::thread::sleep(std::time::Duration::from_millis(2));
         emitted = 0;
-        let refused = g.issue((0, 1), 10, |_, n| emitted += n);
+        let refused = g.issue_blocking((0, 1), 10, |_, n| emitted += n);
         assert!(matches!(refused, Err(IssueError::RangeChanged)));
         assert_eq!(
             emitted, 0,
@@ -641,7 +674,7 @@ mod tests {
         // A connection that learned the new range is served from it.
         assert_eq!(g.range(), (5, 1));
         assert!(g
-            .issue((5, 1), 10, |first, n| {
+            .issue_blocking((5, 1), 10, |first, n| {
                 emitted += n;
                 assert_eq!(layout.decompose(crate::layout::Id(first)).worker, 5);
             })
@@ -649,7 +682,7 @@ mod tests {
         assert_eq!(emitted, 10);
         // A connection from before any lease (announced 0..0) is told to reconnect too.
         assert!(matches!(
-            g.issue((0, 0), 1, |_, _| {}),
+            g.issue_blocking((0, 0), 1, |_, _| {}),
             Err(IssueError::RangeChanged)
         ));
     }
