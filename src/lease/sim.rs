@@ -76,7 +76,7 @@ use super::*;
 use crate::clock::{Clock, TestClock};
 use crate::config::ServeConfig;
 use crate::layout::{Id, DEFAULT_EPOCH_MS};
-use crate::server::shard::{IssueError, ShardGen};
+use crate::server::issuer::{IssueError, ShardGen};
 use crate::server::{release_after_shards, ShardExit, ShardStats};
 use crate::store::memory::{Fault, MemoryStore};
 use crate::store::{BoxFuture, Check, Entry, Write};

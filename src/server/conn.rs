@@ -24,10 +24,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::shard::{wait_until, IssueError, ShardGen};
+use super::issuer::{status_of, wait_until, IssueError, ShardGen};
 use super::stats::{bump, drop_one, ShardStats};
 use crate::config::ServeConfig;
-use crate::generator::{Fill, GenError, Progress};
+use crate::generator::{Fill, Progress};
 
 /// Stop decoding requests once this much output is waiting to be written.
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
@@ -411,27 +411,6 @@ fn put_run(out: &mut BytesMut, first: u64, n: u64) {
     // SAFETY: the loop above initialised the `bytes` bytes after the current length, and
     // `reserve` made room for them.
     unsafe { out.set_len(len) };
-}
-
-pub(crate) fn status_of(e: &IssueError) -> (Status, String) {
-    match e {
-        IssueError::NoLease => (
-            Status::UNAVAILABLE_LEASE,
-            "unavailable: this node holds no lease; try another node".to_string(),
-        ),
-        IssueError::Gen(g @ GenError::LeaseCeiling { .. }) => {
-            (Status::UNAVAILABLE_LEASE, g.to_string())
-        }
-        IssueError::RangeChanged => (
-            Status::RANGE_CHANGED,
-            "this node's worker range changed since HELLO_OK; reconnect to learn the new one"
-                .to_string(),
-        ),
-        IssueError::Gen(GenError::Exhausted) => {
-            (Status::EXHAUSTED, GenError::Exhausted.to_string())
-        }
-        IssueError::Gen(g) => (Status::UNAVAILABLE_CLOCK, g.to_string()),
-    }
 }
 
 #[cfg(test)]

@@ -35,8 +35,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::conn::status_of;
-use super::shard::{wait_until, IssueError, ShardGen};
+use super::issuer::{status_of, wait_until, IssueError, ShardGen};
 use super::stats::{bump, drop_one, ShardStats};
 use crate::generator::{Fill, Progress};
 

@@ -48,6 +48,7 @@ use crate::watch::{ClockWatch, ClockWatcher};
 
 mod conn;
 mod http;
+pub(crate) mod issuer;
 pub(crate) mod shard;
 pub mod stats;
 
