@@ -64,6 +64,9 @@ use serde::{Deserialize, Serialize};
 use crate::layout::{Layout, LayoutError};
 use crate::store::{Commit, Entry, KvStore, StoreError, Txn};
 
+// The conformance suites are for tests only: this crate's, and the integration tests with the
+// `conformance` feature.
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod keeper;
 

@@ -271,7 +271,7 @@ impl KvStore for EmbeddedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::memory::conformance;
+    use crate::store::conformance;
     use crate::store::Txn;
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {

@@ -39,6 +39,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+// The conformance suites are for tests only: this crate's, and the integration tests with the
+// `conformance` feature.
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
