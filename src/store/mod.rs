@@ -204,6 +204,12 @@ impl<'s> Txn<'s> {
         }
     }
 
+    /// Whether the commit is conditional on `key` (read through [`get`](Txn::get) or
+    /// [`check`](Txn::check)ed).
+    pub fn is_checked(&self, key: &[u8]) -> bool {
+        self.checks.iter().any(|c| c.key == key)
+    }
+
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.writes.retain(|w| w.key() != key.as_slice());
         self.writes.push(Write::Put { key, value });
