@@ -302,10 +302,9 @@ impl Layout {
         check_field("timestamp", timestamp, self.timestamp_bits)?;
         check_field("worker", worker, self.worker_bits)?;
         check_field("sequence", sequence, self.sequence_bits)?;
-        // The checked fields do not overlap, so `+` is `|` (and keeps mutants observable).
         Ok(Id((timestamp << self.timestamp_shift())
-            + (worker << self.worker_shift())
-            + sequence))
+            | (worker << self.worker_shift())
+            | sequence))
     }
 
     /// Splits an ID into its fields. Any 64-bit value decomposes; the sign bit is ignored.

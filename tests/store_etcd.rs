@@ -6,8 +6,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
+use idgen::store::conformance;
 use idgen::store::etcd::EtcdStore;
-use idgen::store::memory::conformance;
 use idgen::store::{Check, Commit, KvStore, StoreError, StoreUrl, Txn, Write};
 
 /// How long one failing call may take before we call it a hang.

@@ -6,6 +6,9 @@
 //! operation gets an explicit wall-clock reading, so the suite is deterministic on every store:
 //! the store is only asked to keep records and to serialize read-modify-write transactions.
 //! A failed check panics, naming the store and the behaviour.
+//!
+//! For tests only: built for this crate's unit tests and, for the integration tests, with the
+//! `conformance` cargo feature; it is not part of the supported API.
 
 use std::future::Future;
 use std::pin::Pin;

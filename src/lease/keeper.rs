@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{duration_ms, Grant, LeaseConfig, LeaseError, Leases, Owner, Released};
+use super::{duration_ms, Grant, GrantTerms, LeaseConfig, LeaseError, Leases, Owner, Released};
 use crate::clock::Clock;
 use crate::generator::Ceiling;
 use crate::layout::Layout;
@@ -27,8 +27,10 @@ use crate::store::KvStore;
 /// The lease a node's shards work under.
 #[derive(Debug)]
 pub struct LeaseView {
-    pub grant: Grant,
-    /// The shards' ceiling (ID-time ms); renewals raise it, loss lowers it to 0.
+    /// The worker range, generation and floor: fixed for the grant's life.
+    pub grant: GrantTerms,
+    /// The shards' ceiling (ID-time ms): the lease end last committed, as the shards obey it.
+    /// Renewals raise it, loss and release lower it to 0. The one live copy of the lease end.
     pub ceiling: Arc<Ceiling>,
 }
 
@@ -127,6 +129,9 @@ pub struct Keeper<C: Clock> {
     shared: Arc<LeaseShared>,
     /// The grant as last committed (its `lease_end` follows successful renewals).
     grant: Mutex<Option<Grant>>,
+    /// The last grant found lost, as last committed: a later grant must have a higher
+    /// generation and, where it covers the same worker IDs, a floor at or above its lease end.
+    lost: Mutex<Option<Grant>>,
     /// The time (wall ms) the last successful grant or renewal used, and the monotonic clock
     /// (ns) when it began: bounds how far the next one may move the lease end.
     anchor: Mutex<Option<(u64, u64)>>,
@@ -154,6 +159,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 layout,
             }),
             grant: Mutex::new(None),
+            lost: Mutex::new(None),
             anchor: Mutex::new(None),
         }
     }
@@ -178,6 +184,49 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
 
     fn grant_slot(&self) -> std::sync::MutexGuard<'_, Option<Grant>> {
         self.grant.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lost_slot(&self) -> std::sync::MutexGuard<'_, Option<Grant>> {
+        self.lost.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The lease end last committed for the current grant (`None` without one): the value
+    /// the shards' ceiling follows.
+    pub fn lease_end(&self) -> Option<u64> {
+        self.grant_slot().as_ref().map(|g| g.lease_end)
+    }
+
+    /// Refuses a grant that contradicts what this keeper saw committed before: a generation
+    /// not above the last grant's (invariant 3), or a floor below the lease end it last
+    /// committed for the same worker IDs (invariant 1). Both come from the store, so a store
+    /// that lost committed writes is reported as an error, never trusted.
+    fn check_grant(&self, grant: &Grant) -> Result<(), LeaseError> {
+        let previous = self
+            .grant_slot()
+            .clone()
+            .or_else(|| self.lost_slot().clone());
+        let Some(previous) = previous else {
+            return Ok(());
+        };
+        let corrupt = |detail: String| LeaseError::Corrupt {
+            key: format!("workers {}..{}", grant.first, grant.first + grant.count),
+            detail,
+        };
+        if grant.generation <= previous.generation {
+            return Err(corrupt(format!(
+                "granted under generation {}, not above this node's earlier grant's {}: the store went back",
+                grant.generation, previous.generation
+            )));
+        }
+        let overlaps = grant.first < previous.first + previous.count
+            && previous.first < grant.first + grant.count;
+        if overlaps && grant.floor < previous.lease_end {
+            return Err(corrupt(format!(
+                "floor {} is below the lease end {} this node committed for these worker IDs under generation {}: the store lost a write",
+                grant.floor, previous.lease_end, previous.generation
+            )));
+        }
+        Ok(())
     }
 
     /// The wall-clock time a lease operation uses, bounded by the monotonic clock: at most the
@@ -228,10 +277,17 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
     pub async fn acquire(&self) -> Result<Arc<LeaseView>, LeaseError> {
         let (now, mono) = self.lease_now();
         let grant = self.timed(self.leases().acquire(now)).await?;
+        assert!(
+            grant.lease_end >= grant.floor
+                && grant.count == self.config.workers
+                && grant.first + grant.count <= self.layout.worker_count(),
+            "invariant 1: a grant's lease_end is at or above its floor, over the range asked for: {grant:?}"
+        );
+        self.check_grant(&grant)?;
         self.set_anchor(now, mono);
         let view = Arc::new(LeaseView {
             ceiling: Arc::new(Ceiling::new(grant.lease_end)),
-            grant: grant.clone(),
+            grant: grant.terms(),
         });
         let stats = &self.shared.stats;
         stats.generation.store(grant.generation, Ordering::Relaxed);
@@ -250,6 +306,10 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         );
         *self.grant_slot() = Some(grant);
         self.shared.view.send_replace(Some(Arc::clone(&view)));
+        assert!(
+            view.ceiling.get() == self.lease_end().unwrap_or(0),
+            "invariant 2: the published ceiling is the lease end just committed"
+        );
         self.refresh_occupancy().await;
         Ok(view)
     }
@@ -309,6 +369,11 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         let Some(grant) = self.grant_slot().clone() else {
             return self.timing.retry_every;
         };
+        assert!(
+            view.grant == grant.terms() && view.ceiling.get() <= grant.lease_end,
+            "invariant 2: the published view is the keeper's grant, its ceiling ({}) at or below the lease end committed ({grant:?})",
+            view.ceiling.get()
+        );
         let stats = &self.shared.stats;
         let started = Instant::now();
         let (now, mono) = self.lease_now();
@@ -320,11 +385,20 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             .fetch_add(latency_us, Ordering::Relaxed);
         match result {
             Ok(lease_end) => {
+                assert!(
+                    lease_end >= grant.lease_end,
+                    "invariant 1: a renewal only raises the lease end ({} to {lease_end})",
+                    grant.lease_end
+                );
                 self.set_anchor(now, mono);
-                view.ceiling.raise_to(lease_end);
                 if let Some(g) = self.grant_slot().as_mut() {
                     g.lease_end = lease_end;
                 }
+                view.ceiling.raise_to(lease_end);
+                assert!(
+                    view.ceiling.get() <= lease_end,
+                    "invariant 2: the ceiling is raised only to a lease end whose commit succeeded"
+                );
                 stats.renew_ok.fetch_add(1, Ordering::Relaxed);
                 let last_ok = stats.last_ok_unix_ms.swap(now, Ordering::Relaxed);
                 let since_ms = now.saturating_sub(last_ok);
@@ -343,7 +417,11 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             Err(LeaseError::Lost(reason)) => {
                 view.ceiling.lower_to(0);
                 self.shared.view.send_replace(None);
-                *self.grant_slot() = None;
+                *self.lost_slot() = self.grant_slot().take();
+                assert!(
+                    view.ceiling.get() == 0,
+                    "invariant 3: a lost lease stops the shards"
+                );
                 stats.lost.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(
                     event = "lease_lost",
@@ -370,8 +448,16 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         }
     }
 
-    /// Renews until `shutdown` turns true.
+    /// Renews until `shutdown` turns true. If the loop ends any other way (a panic, such as a
+    /// failed invariant assertion, or its task dropped), the shards stop at once: see
+    /// [`StopOnExit`].
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) {
+        let guard = StopOnExit(Some(self));
+        self.run_until(&mut shutdown).await;
+        guard.disarm();
+    }
+
+    async fn run_until(&self, shutdown: &mut watch::Receiver<bool>) {
         let mut wait = self.timing.renew_every;
         loop {
             if *shutdown.borrow() {
@@ -396,6 +482,12 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         let Some(grant) = self.grant_slot().clone() else {
             return Ok(Released::AlreadyLost);
         };
+        // The shards obeyed a ceiling at or below the lease end committed: what they issued,
+        // or the ceiling itself when a shard's end is unknown, is at or below it.
+        assert!(
+            last_issued.is_none_or(|t| t <= grant.lease_end),
+            "invariant 2: released at {last_issued:?}, above the lease end committed ({grant:?})"
+        );
         if let Some(view) = self.shared.current() {
             view.ceiling.lower_to(0);
         }
@@ -414,6 +506,36 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             "lease released"
         );
         Ok(released)
+    }
+}
+
+/// Stops the shards if the keeper's loop ends other than by shutdown: lowers the ceiling to 0,
+/// withdraws the lease view and forgets the grant, as a lost lease does, so the node serves no
+/// more IDs and writes nothing more to the store (its range stays held until it expires; a
+/// release finds nothing to release). A panic that unwinds out of the keeper's task drops the
+/// loop's future, which runs this. (Release builds abort on a panic, which stops everything.)
+struct StopOnExit<'k, C: Clock + Send + Sync + 'static>(Option<&'k Keeper<C>>);
+
+impl<C: Clock + Send + Sync + 'static> StopOnExit<'_, C> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<C: Clock + Send + Sync + 'static> Drop for StopOnExit<'_, C> {
+    fn drop(&mut self) {
+        let Some(keeper) = self.0 else {
+            return;
+        };
+        if let Some(view) = keeper.shared.current() {
+            view.ceiling.lower_to(0);
+        }
+        keeper.shared.view.send_replace(None);
+        *keeper.lost_slot() = keeper.grant_slot().take();
+        tracing::error!(
+            event = "lease_keeper_stopped",
+            "the lease keeper stopped unexpectedly: shards stopped; the node issues no IDs until it is restarted"
+        );
     }
 }
 
@@ -555,6 +677,138 @@ mod tests {
         assert_ne!(again.grant.first, first);
         assert!(again.grant.generation > view.grant.generation);
         assert_eq!(k.shared().stats.acquisitions.load(Ordering::Relaxed), 2);
+    }
+
+    /// A store that panics on every call once told to: a bug, or a failed assertion, inside
+    /// the keeper's renewal.
+    struct Panicking {
+        inner: MemoryStore,
+        panic: std::sync::atomic::AtomicBool,
+    }
+
+    impl Panicking {
+        fn check(&self) {
+            assert!(!self.panic.load(Ordering::Relaxed), "the store panicked");
+        }
+    }
+
+    impl KvStore for Panicking {
+        fn get<'a>(
+            &'a self,
+            key: &'a [u8],
+        ) -> crate::store::BoxFuture<
+            'a,
+            Result<Option<crate::store::Entry>, crate::store::StoreError>,
+        > {
+            self.check();
+            self.inner.get(key)
+        }
+        fn scan<'a>(
+            &'a self,
+            prefix: &'a [u8],
+        ) -> crate::store::BoxFuture<'a, Result<Vec<crate::store::Entry>, crate::store::StoreError>>
+        {
+            self.check();
+            self.inner.scan(prefix)
+        }
+        fn commit<'a>(
+            &'a self,
+            checks: &'a [crate::store::Check],
+            writes: &'a [crate::store::Write],
+        ) -> crate::store::BoxFuture<'a, Result<crate::store::Commit, crate::store::StoreError>>
+        {
+            self.check();
+            self.inner.commit(checks, writes)
+        }
+        fn describe(&self) -> String {
+            "panicking".into()
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_panic_in_the_keeper_loop_stops_the_shards_and_writes_nothing_more() {
+        let store = Arc::new(Panicking {
+            inner: MemoryStore::new(),
+            panic: std::sync::atomic::AtomicBool::new(false),
+        });
+        let mut config = LeaseConfig::new("keeper-panic", 2);
+        config.ttl = Duration::from_millis(60);
+        let k = Arc::new(Keeper::new(
+            Arc::clone(&store) as Arc<dyn KvStore>,
+            Layout::default(),
+            config,
+            Owner::this_process(Some("a".into()), SystemClock::new().wall_ms()),
+            SystemClock::new(),
+        ));
+        let view = k.acquire().await.unwrap();
+        assert!(view.ceiling.get() > 0);
+        store.panic.store(true, Ordering::Relaxed);
+        let (_tx, rx) = watch::channel(false);
+        let runner = {
+            let k = Arc::clone(&k);
+            tokio::spawn(async move { k.run(rx).await })
+        };
+        let joined = tokio::time::timeout(Duration::from_secs(2), runner)
+            .await
+            .expect("the loop's first renewal panics");
+        assert!(joined.unwrap_err().is_panic());
+        assert_eq!(view.ceiling.get(), 0, "the shards stop at once");
+        assert!(
+            k.shared().current().is_none(),
+            "the lease view is withdrawn"
+        );
+        assert_eq!(k.lease_end(), None);
+        // Nothing more is written: the release finds nothing to release.
+        assert_eq!(k.release(Some(1)).await.unwrap(), Released::AlreadyLost);
+    }
+
+    /// Forges the keeper's record (released by someone else, at `lease_end`) and the
+    /// generation counter (at `generation`): a store that lost committed writes.
+    async fn forge(store: &MemoryStore, k: &Keeper<SystemClock>, lease_end: u64, generation: u64) {
+        let leases = k.leases();
+        let key = leases.worker_key(0);
+        let mut txn = Txn::new(store);
+        let mut rec: WorkerRecord =
+            serde_json::from_slice(&txn.get(&key).await.unwrap().unwrap()).unwrap();
+        rec.state = WorkerState::Released;
+        rec.owner.instance = "someone-else".into();
+        rec.lease_end = lease_end;
+        txn.put(key, serde_json::to_vec(&rec).unwrap());
+        txn.put(
+            leases.key("generation"),
+            generation.to_string().into_bytes(),
+        );
+        txn.commit().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_grant_from_a_store_that_went_back_is_refused() {
+        // Two worker IDs in all: every grant is over the same range.
+        let layout = Layout::new(crate::layout::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let k = keeper_in(Arc::clone(&store), 300, "a", layout);
+        let view = k.acquire().await.unwrap();
+        let committed = k.lease_end().unwrap();
+        let corrupt = |r: Result<Arc<LeaseView>, LeaseError>, what: &str| match r {
+            Err(LeaseError::Corrupt { detail, .. }) => assert!(detail.contains(what), "{detail}"),
+            other => panic!("expected a corrupt store ({what}), got {other:?}"),
+        };
+        // The generation counter went back: the next grant's generation is not above ours.
+        forge(&store, &k, committed, 0).await;
+        assert_eq!(k.renew_once().await, Duration::ZERO, "lost");
+        assert_eq!(view.ceiling.get(), 0);
+        corrupt(k.acquire().await, "the store went back");
+        assert!(k.shared().current().is_none(), "not published");
+        // The record lost the lease end this node committed: the next grant's floor is below
+        // what it may have issued.
+        forge(&store, &k, 0, 10).await;
+        corrupt(k.acquire().await, "the store lost a write");
+        assert!(k.shared().current().is_none(), "not published");
+        // The refused grants are this node's own records now, held at a lease end above the
+        // one it committed: the next grant is floored there, and served.
+        let again = k.acquire().await.unwrap();
+        assert!(again.grant.generation > 10 && again.grant.floor >= committed);
+        assert_eq!(Some(again.ceiling.get()), k.lease_end(), "served");
     }
 
     #[tokio::test(flavor = "current_thread")]

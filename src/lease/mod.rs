@@ -36,16 +36,26 @@
 //!
 //! ## Invariants every operation keeps
 //!
+//! Numbered as in `docs/ARCHITECTURE.md`, which proves them and says where each is asserted.
+//!
 //! 1. A stored `lease_end` is at least every timestamp any holder of those workers ever issued:
-//!    grants, renewals and merges only move it forward (a trimmed remainder keeps it), and a
-//!    release lowers it only to the releasing holder's true last-issued timestamp, after its
-//!    shards have stopped.
-//! 2. A new grant's floor is the largest stored `lease_end` of every record overlapping its range.
+//!    a grant's floor is the largest stored `lease_end` of every record overlapping its range
+//!    and its own `lease_end` is at least the floor; renewals and merges only move it forward
+//!    (a trimmed remainder keeps it), and a release lowers it only to the releasing holder's
+//!    true last-issued timestamp, after its shards have stopped.
+//! 2. A holder raises its ceiling only to a `lease_end` whose commit it saw succeed.
 //! 3. A renewal commits only if the range's record still carries the holder's generation,
 //!    instance and width (one transaction, conditional on the record read); so does a release.
 //!    Any grant or merge that takes one of its worker IDs deletes, overwrites or trims that
-//!    record, so the holder finds its lease lost.
-//! 4. A holder raises its ceiling only to a `lease_end` whose commit it saw succeed.
+//!    record, so the holder finds its lease lost. Generations only increase.
+//! 4. A grant or merge reads the generation counter before the records, commits conditional on
+//!    both, and bumps the counter: two changes to which records exist cannot both commit from
+//!    one state.
+//!
+//! The code asserts each where it must hold (`assert!`, naming the invariant), on both sides of
+//! the store: what an operation computes before its commit, and what the keeper receives and
+//! publishes after it. What comes from the store is input: a record or counter that contradicts
+//! them is an error ([`LeaseError::Corrupt`]), never a panic.
 //!
 //! ## Who counts as gone
 //!
@@ -64,6 +74,9 @@ use serde::{Deserialize, Serialize};
 use crate::layout::{Layout, LayoutError};
 use crate::store::{Commit, Entry, KvStore, StoreError, Txn};
 
+// The conformance suites are for tests only: this crate's, and the integration tests with the
+// `conformance` feature.
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod keeper;
 
@@ -268,7 +281,8 @@ fn one_worker() -> u64 {
     1
 }
 
-/// A granted lease.
+/// A granted lease, as the lease operations take and return it: its terms and the `lease_end`
+/// last committed for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
     /// First worker ID of the range.
@@ -280,6 +294,32 @@ pub struct Grant {
     pub floor: u64,
     /// Issue only timestamps strictly below this (ID-time ms); renewals raise it.
     pub lease_end: u64,
+}
+
+impl Grant {
+    /// What stays fixed for the grant's whole life.
+    pub fn terms(&self) -> GrantTerms {
+        GrantTerms {
+            first: self.first,
+            count: self.count,
+            generation: self.generation,
+            floor: self.floor,
+        }
+    }
+}
+
+/// What a grant fixes for its whole life: the worker range, the generation and the floor. Its
+/// lease end moves with every renewal and lives in one place on a node, the lease keeper
+/// (whose [`Ceiling`](crate::generator::Ceiling) the shards obey).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrantTerms {
+    /// First worker ID of the range.
+    pub first: u64,
+    /// Number of worker IDs.
+    pub count: u64,
+    pub generation: u64,
+    /// Issue only timestamps strictly above this (ID-time ms).
+    pub floor: u64,
 }
 
 /// Why a lease operation failed.
@@ -793,6 +833,17 @@ impl<'s> Leases<'s> {
             }
             // Never move a stored lease_end backwards (invariant 1).
             let lease_end = floor.max(now.saturating_add(ttl));
+            // What this commit writes for the window is at or above everything stored for it,
+            // and every record it replaces is checked, as is the generation counter.
+            assert!(
+                over.iter().all(|s| floor >= s.rec.lease_end) && lease_end >= floor,
+                "invariant 1: a grant's floor {floor} and lease_end {lease_end} must be at or above every lease_end of the records it replaces"
+            );
+            assert!(
+                txn.is_checked(&self.key("generation"))
+                    && over.iter().all(|s| txn.is_checked(&s.entry.key)),
+                "invariant 4: a grant commits conditional on the generation and on every record it replaces"
+            );
             let rec = WorkerRecord {
                 state: WorkerState::Held,
                 owner: self.owner.clone(),
@@ -805,13 +856,17 @@ impl<'s> Leases<'s> {
             txn.put(self.worker_key(first), to_json(&rec));
             match txn.commit().await? {
                 Commit::Applied => {
+                    debug_assert!(
+                        lo <= first && end <= hi,
+                        "a grant lies inside the search space"
+                    );
                     return Ok(Grant {
                         first,
                         count: wanted,
                         generation,
                         floor,
                         lease_end,
-                    })
+                    });
                 }
                 Commit::Conflict => {
                     conflicts += 1;
@@ -844,6 +899,15 @@ impl<'s> Leases<'s> {
                 txn.delete(s.entry.key.clone());
                 lease_end = lease_end.max(s.rec.lease_end);
             }
+            assert!(
+                run.iter().all(|s| lease_end >= s.rec.lease_end),
+                "invariant 1: a merged record's lease_end {lease_end} must be the largest of its run's"
+            );
+            debug_assert!(
+                run.iter()
+                    .all(|s| s.avail != Avail::Blocked && txn.is_checked(&s.entry.key)),
+                "a merge takes only grantable records, each checked"
+            );
             let merged = WorkerRecord {
                 state: WorkerState::Released,
                 owner: self.owner.clone(),
@@ -870,7 +934,10 @@ impl<'s> Leases<'s> {
                 .ok_or_else(|| Self::corrupt(&key, "not a number"))?,
             None => 0,
         };
-        let next = current + 1;
+        // Generations only increase (invariant 3): a counter at its end is corrupt, not wrapped.
+        let next = current
+            .checked_add(1)
+            .ok_or_else(|| Self::corrupt(&key, "the generation counter is at its maximum"))?;
         txn.put(key, next.to_string().into_bytes());
         Ok(next)
     }
@@ -909,6 +976,16 @@ impl<'s> Leases<'s> {
                 .lease_end
                 .max(grant.lease_end)
                 .max(now.saturating_add(ttl));
+            assert!(
+                lease_end >= rec.lease_end && lease_end >= grant.lease_end,
+                "invariant 1: a renewal never lowers lease_end (stored {}, committed {}, writing {lease_end})",
+                rec.lease_end,
+                grant.lease_end
+            );
+            assert!(
+                txn.is_checked(&self.worker_key(grant.first)),
+                "invariant 3: a renewal commits conditional on the record it read"
+            );
             rec.lease_end = lease_end;
             rec.written_unix_ms = now_unix_ms;
             txn.put(self.worker_key(grant.first), to_json(&rec));
@@ -926,6 +1003,11 @@ impl<'s> Leases<'s> {
         now_unix_ms: u64,
     ) -> Result<Released, LeaseError> {
         let lease_end = last_issued.map_or(grant.floor, |t| t.max(grant.floor));
+        assert!(
+            lease_end >= grant.floor && last_issued.is_none_or(|t| lease_end >= t),
+            "invariant 1: a release writes lease_end {lease_end} at or above the floor {} and the last issued timestamp {last_issued:?}",
+            grant.floor
+        );
         self.transact(|| async {
             let mut txn = Txn::new(self.store);
             let mut rec = match self.read_own(&mut txn, grant).await {
@@ -933,6 +1015,10 @@ impl<'s> Leases<'s> {
                 Err(LeaseError::Lost(_)) => return Ok(Attempt::Return(Released::AlreadyLost)),
                 Err(e) => return Err(e),
             };
+            assert!(
+                txn.is_checked(&self.worker_key(grant.first)),
+                "invariant 3: a release commits conditional on the record it read"
+            );
             rec.state = WorkerState::Released;
             rec.lease_end = lease_end;
             rec.written_unix_ms = now_unix_ms;

@@ -1247,13 +1247,7 @@ fn the_simulation_catches_a_broken_floor() {
     sim.sched.suspend_percent.store(0, Ordering::Relaxed);
     sim.start_op(0, OpKind::Acquire);
     sim.drive(0, 0);
-    let g = sim.processes[0]
-        .keeper
-        .shared()
-        .current()
-        .unwrap()
-        .grant
-        .clone();
+    let g = sim.processes[0].keeper.shared().current().unwrap().grant;
     sim.advance(10);
     for _ in 0..100 {
         if sim.totals.ids > 0 {

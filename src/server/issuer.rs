@@ -268,16 +268,15 @@ mod tests {
     use crate::clock::Clock;
     use crate::generator::Ceiling;
     use crate::lease::keeper::LeaseView;
-    use crate::lease::Grant;
+    use crate::lease::GrantTerms;
 
     fn view(generation: u64, first: u64, ceiling: u64) -> Arc<LeaseView> {
         Arc::new(LeaseView {
-            grant: Grant {
+            grant: GrantTerms {
                 first,
                 count: 1,
                 generation,
                 floor: 0,
-                lease_end: ceiling,
             },
             ceiling: Arc::new(Ceiling::new(ceiling)),
         })

@@ -205,7 +205,13 @@ fn commit_blocking(
         for w in writes {
             match w {
                 Write::Put { key, value } => {
-                    last += 1;
+                    // A new version is above every version given before (a key's version
+                    // changes on every write and is never 0): a counter at its end is corrupt.
+                    last = last.checked_add(1).ok_or_else(|| {
+                        StoreError::Invalid(format!(
+                            "embedded store: the version counter ({LAST_VERSION}) is at its maximum"
+                        ))
+                    })?;
                     kv.insert(key.as_slice(), encode_versioned(last, value).as_slice())
                         .map_err(storage)?;
                 }
@@ -271,7 +277,7 @@ impl KvStore for EmbeddedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::memory::conformance;
+    use crate::store::conformance;
     use crate::store::Txn;
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {

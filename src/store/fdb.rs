@@ -239,7 +239,12 @@ impl KvStore for FdbStore {
                     for w in writes {
                         match w {
                             Write::Put { key, value } => {
-                                version += 1;
+                                // Above every version given before, and never 0.
+                                version = version.checked_add(1).ok_or_else(|| {
+                                    fail(StoreError::Invalid(
+                                        "FoundationDB version counter is at its maximum".into(),
+                                    ))
+                                })?;
                                 trx.set(&data_key(key), &encode_versioned(version, value));
                             }
                             Write::Delete { key } => trx.clear(&data_key(key)),

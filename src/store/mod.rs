@@ -39,6 +39,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+// The conformance suites are for tests only: this crate's, and the integration tests with the
+// `conformance` feature.
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -198,6 +202,12 @@ impl<'s> Txn<'s> {
                 version: entry.version,
             });
         }
+    }
+
+    /// Whether the commit is conditional on `key` (read through [`get`](Txn::get) or
+    /// [`check`](Txn::check)ed).
+    pub fn is_checked(&self, key: &[u8]) -> bool {
+        self.checks.iter().any(|c| c.key == key)
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {

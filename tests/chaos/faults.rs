@@ -1,0 +1,380 @@
+//! The faults, each with what clients must see while it lasts and after.
+
+use std::time::{Duration, Instant};
+
+use crate::cluster::{lease_range, Cluster};
+use crate::common::node::http;
+use crate::workload::{Answer, Client};
+use crate::{ms, unix_ms, Rng, SAFETY, TTL};
+
+/// One injected fault, for the report.
+pub(crate) struct Fault {
+    pub(crate) name: String,
+    /// Nodes whose clients are expected to notice (empty: all).
+    pub(crate) nodes: Vec<usize>,
+    pub(crate) injected: Instant,
+    /// When the fault was removed (restart, SIGCONT, clock restored, etcd back).
+    pub(crate) cleared: Instant,
+    /// End of its observation window (the next fault's start).
+    pub(crate) until: Instant,
+    pub(crate) notes: Vec<String>,
+    pub(crate) expect: Expect,
+}
+
+/// What clients must see during a fault.
+#[derive(Clone, Copy)]
+pub(crate) enum Expect {
+    Anything,
+    /// No clock refusal (UNAVAILABLE_CLOCK): a step back of 5 ms is waited out. Other errors
+    /// in the window come from the node's state after an earlier fault (for example a node
+    /// just restarted with its clock behind fails closed on its new lease, with status 300)
+    /// and are reported, not blamed on the step.
+    NoClockErrors,
+    /// Errors with this status text must appear (the clock step back of 10 s: 301).
+    Status(&'static str),
+    /// Every node fails closed within this long of the injection (store gone).
+    FailClosedWithin(Duration),
+}
+
+/// The SIGSTOP check: after `cont`, until `released`, node `node` must issue no ID whose
+/// timestamp is at or beyond `bound` (ID ms).
+pub(crate) struct StopCheck {
+    pub(crate) node: usize,
+    pub(crate) cont: Instant,
+    pub(crate) released: Instant,
+    pub(crate) bound_ms: u64,
+    /// The node's worker range before the pause, and whether a successor was seen holding it.
+    pub(crate) old_range: (u32, u32),
+    pub(crate) taken_by_successor: bool,
+}
+
+pub(crate) struct Chaos {
+    pub(crate) seed: u64,
+    pub(crate) c: Cluster,
+    pub(crate) faults: Vec<Fault>,
+    pub(crate) stop_checks: Vec<StopCheck>,
+    pub(crate) rng: Rng,
+    pub(crate) last_kill: Instant,
+    /// When etcd last got a member back (a restarted cluster, or a new leader, extends every
+    /// etcd lease: a dead node's clock key lives on that long again).
+    pub(crate) last_store_back: Instant,
+}
+
+impl Chaos {
+    pub(crate) fn fault(
+        &mut self,
+        name: &str,
+        nodes: Vec<usize>,
+        injected: Instant,
+        notes: Vec<String>,
+    ) {
+        let cleared = Instant::now();
+        println!(
+            "chaos[{}]: {name} on {nodes:?} ({:.1} s) {}",
+            self.seed,
+            injected.elapsed().as_secs_f64(),
+            notes.join("; ")
+        );
+        if let Some(prev) = self.faults.last_mut() {
+            prev.until = injected;
+        }
+        self.faults.push(Fault {
+            name: name.into(),
+            nodes,
+            injected,
+            cleared,
+            until: cleared,
+            notes,
+            expect: Expect::Anything,
+        });
+    }
+
+    pub(crate) fn expect(&mut self, e: Expect) {
+        self.faults.last_mut().unwrap().expect = e;
+    }
+
+    pub(crate) fn settle(&mut self) {
+        match self.c.wait_serving(Duration::from_secs(20)) {
+            Ok(_) => {}
+            Err(e) => panic!("seed {}: {e}", self.seed),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    /// Waits until killed nodes' leases have expired and passed the safety period, and their
+    /// clock keys have expired in etcd.
+    pub(crate) fn wait_space_settled(&mut self) {
+        // A killed node's worker IDs free up once its lease has passed the safety period
+        // *and* its clock key has expired in etcd (etcd counts lease TTLs in whole seconds
+        // and checks them twice a second): until then it counts as alive.
+        let key_gone = idgen::watch::CLOCK_KEY_TTL + Duration::from_millis(1500);
+        let ready = (self.last_kill + (TTL + SAFETY).max(key_gone))
+            .max(self.last_store_back + key_gone)
+            + Duration::from_millis(700);
+        if let Some(d) = ready.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+    }
+
+    pub(crate) fn kill9_restart(&mut self, i: usize) {
+        let t = Instant::now();
+        self.c.kill9(i);
+        self.last_kill = Instant::now();
+        let r = self.c.start_node(i, &[]);
+        r.unwrap_or_else(|e| panic!("seed {}: node {i} did not restart: {e}", self.seed));
+        let up = t.elapsed();
+        self.fault(
+            "kill -9 + immediate restart",
+            vec![i],
+            t,
+            vec![format!("restarted in {} ms", ms(up))],
+        );
+        self.settle();
+    }
+
+    pub(crate) fn restart_behind(&mut self, i: usize) {
+        let t = Instant::now();
+        self.c.kill9(i);
+        self.last_kill = Instant::now();
+        self.c.set_clock(i, "-5s");
+        let r = self.c.start_node(i, &[]);
+        r.unwrap_or_else(|e| panic!("seed {}: node {i} did not restart at -5 s: {e}", self.seed));
+        let up = t.elapsed();
+        self.fault(
+            "kill -9 + restart with clock -5 s",
+            vec![i],
+            t,
+            vec![format!("restarted in {} ms", ms(up))],
+        );
+        self.settle();
+        std::thread::sleep(Duration::from_secs(1));
+        // Back to true time: a forward step, harmless.
+        self.c.set_clock(i, "+0");
+    }
+
+    pub(crate) fn clock_back_5ms(&mut self, i: usize) {
+        let t = Instant::now();
+        self.c.set_clock(i, "-0.005");
+        std::thread::sleep(Duration::from_millis(1500));
+        self.fault("clock back 5 ms", vec![i], t, vec![]);
+        self.expect(Expect::NoClockErrors);
+        self.c.set_clock(i, "+0");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    pub(crate) fn clock_back_10s(&mut self, i: usize) {
+        let t = Instant::now();
+        self.c.set_clock(i, "-10s");
+        std::thread::sleep(Duration::from_millis(1500));
+        let admin = self.c.node(i).admin.unwrap();
+        let (s, b) = http(admin, "GET", "/health/ready", None);
+        self.c.set_clock(i, "+0");
+        let note = format!("/health/ready while back: {s} {}", b.trim());
+        assert_eq!(s, 503, "seed {}: {note}", self.seed);
+        self.fault("clock back 10 s", vec![i], t, vec![note]);
+        self.expect(Expect::Status("UNAVAILABLE_CLOCK"));
+        self.settle();
+    }
+
+    pub(crate) fn forward_1h(&mut self, i: usize) {
+        let t = Instant::now();
+        self.c.set_clock(i, "+1h");
+        let admin = self.c.node(i).admin.unwrap();
+        let mut seen = None;
+        while t.elapsed() < Duration::from_secs(15) {
+            let (s, b) = http(admin, "GET", "/health/ready", None);
+            if s == 503 && (b.contains("clock differs") || b.contains("drift")) {
+                seen = Some((t.elapsed(), b));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (after, body) = seen.unwrap_or_else(|| {
+            panic!(
+                "seed {}: no drift alarm on /health/ready within 15 s of a +1 h step",
+                self.seed
+            )
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        // And back. The lease end moved at most one TTL per renewal beyond the time that
+        // really passed (the monotonic clock), not an hour: the node serves again within
+        // seconds instead of failing closed for the hour it jumped.
+        self.c.set_clock(i, "+0");
+        let back = Instant::now();
+        let p = self.c.node(i);
+        let recovered = loop {
+            let ok = Client::connect(p.addr)
+                .and_then(|(mut c, _)| c.get_ids(1))
+                .map(|a| matches!(a, Answer::Ids(_)))
+                .unwrap_or(false);
+            if ok {
+                break back.elapsed();
+            }
+            assert!(
+                back.elapsed() < Duration::from_secs(15),
+                "seed {}: node {i} not serving 15 s after its clock came back from +1 h (the range was burned)",
+                self.seed
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.fault(
+            "clock forward 1 h, then back",
+            vec![i],
+            t,
+            vec![
+                format!("drift alarm after {} ms: {}", ms(after), body.trim()),
+                format!(
+                    "serving again {} ms after the clock came back",
+                    ms(recovered)
+                ),
+            ],
+        );
+    }
+
+    pub(crate) fn etcd_member(&mut self) {
+        let m = self.rng.below(3) as usize;
+        let t = Instant::now();
+        self.c.etcd.kill(m);
+        std::thread::sleep(Duration::from_secs(3));
+        self.fault(
+            &format!("etcd member m{m} killed for 3 s"),
+            vec![],
+            t,
+            vec![],
+        );
+        self.c.etcd.restart(m);
+        self.last_store_back = Instant::now();
+        self.settle();
+    }
+
+    pub(crate) fn etcd_all(&mut self) {
+        let t = Instant::now();
+        self.c.etcd.stop_all();
+        // Past the TTL: every node must run into its ceiling.
+        std::thread::sleep(TTL + Duration::from_millis(2000));
+        self.c.etcd.start_all();
+        self.last_store_back = Instant::now();
+        let back = t.elapsed();
+        self.fault(
+            "whole etcd cluster stopped past the TTL",
+            vec![],
+            t,
+            vec![format!("etcd back after {} ms", ms(back))],
+        );
+        self.expect(Expect::FailClosedWithin(TTL + Duration::from_millis(1500)));
+        let r = self.c.wait_serving(Duration::from_secs(20));
+        let d = r.unwrap_or_else(|e| panic!("seed {}: {e}", self.seed));
+        if let Some(f) = self.faults.last_mut() {
+            f.notes.push(format!(
+                "all nodes serving {} ms after etcd came back",
+                ms(d)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    /// SIGSTOP node `i` past its TTL while successors take the worker space (its range too),
+    /// then SIGCONT: it must not issue at or beyond its old ceiling.
+    pub(crate) fn stop_cont(&mut self, i: usize) {
+        self.wait_space_settled();
+        let old = lease_range(self.c.node(i)).unwrap_or((0, 0));
+        let epoch = Client::connect(self.c.node(i).addr)
+            .map(|(_, h)| h.epoch_ms)
+            .unwrap_or(0);
+        let t = Instant::now();
+        self.c.node(i).signal("STOP");
+        let stop_unix = unix_ms();
+        // Its ceiling is at most (its last renewal ≤ now) + TTL; its clock offset is +0.
+        let bound_ms = stop_unix - epoch + ms(TTL);
+        // Successor 1 takes the free worker IDs; successor 2 must wait for the paused node's
+        // lease to expire and pass the safety period, and takes its range.
+        let s1 = self.c.start_node(3, &[]);
+        std::thread::sleep(TTL + Duration::from_millis(300));
+        let s2 = self.c.start_node(4, &[]);
+        let mut notes = vec![
+            format!(
+                "successor 1: {}",
+                if s1.is_ok() { "started" } else { "refused" }
+            ),
+            format!(
+                "successor 2: {}",
+                match &s2 {
+                    Ok(()) => "started".to_string(),
+                    Err(e) => format!("refused: {}", e.lines().last().unwrap_or("")),
+                }
+            ),
+        ];
+        let mut taken = false;
+        for s in [3, 4] {
+            if let Some((f, n)) = self.c.nodes[s].as_ref().and_then(lease_range) {
+                if f < old.0 + old.1 && old.0 < f + n {
+                    taken = true;
+                }
+                notes.push(format!("successor n{s} holds workers {f}..{}", f + n));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        self.c.node(i).signal("CONT");
+        let cont = Instant::now();
+        // Let the woken node try (and fail) to serve for a while.
+        std::thread::sleep(Duration::from_millis(2000));
+        let released = Instant::now();
+        self.c.term(3);
+        self.c.term(4);
+        notes.insert(
+            0,
+            format!(
+                "stopped {} ms; old range {}..{}; bound ts < {bound_ms}; range taken by a successor: {taken}",
+                ms(cont - t),
+                old.0,
+                old.0 + old.1
+            ),
+        );
+        self.stop_checks.push(StopCheck {
+            node: i,
+            cont,
+            released,
+            bound_ms,
+            old_range: old,
+            taken_by_successor: taken,
+        });
+        self.fault("SIGSTOP past the TTL, then SIGCONT", vec![i], t, notes);
+        self.settle();
+    }
+
+    pub(crate) fn exhaustion(&mut self) {
+        self.wait_space_settled();
+        let t = Instant::now();
+        let r = self.c.try_start_node(5, &["--shards", "3"]);
+        let took = t.elapsed();
+        let msg = match r {
+            Ok(_) => panic!(
+                "seed {}: a node asking for 3 worker IDs with 2 free started",
+                self.seed
+            ),
+            Err(e) => e,
+        };
+        assert!(
+            msg.contains("no free range"),
+            "seed {}: refusal without the clear message: {msg}",
+            self.seed
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "seed {}: refusal took {took:?}: {msg}",
+            self.seed
+        );
+        let line = msg
+            .lines()
+            .find(|l| l.contains("no free range"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        self.fault(
+            "worker-ID exhaustion (a 4th node asking for 3 of 8 worker IDs)",
+            vec![5],
+            t,
+            vec![format!("refused in {} ms: {line}", ms(took))],
+        );
+    }
+}
