@@ -15,14 +15,21 @@ use super::conn;
 use super::stats::{bump, ShardStats};
 use super::{ConnGuard, ServeError, ShardExit};
 use crate::clock::{Clock, SystemClock};
-use crate::config::ServeConfig;
+use crate::config::ListenSection;
 use crate::generator::{GenError, Generator, ShardConfig};
+use crate::layout::Layout;
 use crate::lease::keeper::LeaseShared;
 
 /// Everything a shard thread starts with.
 pub(crate) struct ShardSetup {
     pub index: usize,
-    pub config: ServeConfig,
+    /// The node's `[listen]` section: this shard's connection limits and timeouts.
+    pub listen: ListenSection,
+    pub layout: Layout,
+    /// The `[clock]` section's: clock steps back up to this are waited out.
+    pub max_rollback_wait: std::time::Duration,
+    /// The `[shutdown]` section's: longest the drain waits for this shard's connections.
+    pub shutdown_timeout: std::time::Duration,
     pub lease: Arc<LeaseShared>,
     pub stats: Arc<ShardStats>,
     pub shutdown: watch::Receiver<bool>,
@@ -112,7 +119,9 @@ pub(crate) fn listen(
 /// system clock.
 pub(crate) struct ShardGen<C: Clock + Clone = SystemClock> {
     index: usize,
-    config: ServeConfig,
+    layout: Layout,
+    workers_per_shard: u64,
+    max_rollback_wait: std::time::Duration,
     lease: Arc<LeaseShared>,
     stats: Arc<ShardStats>,
     clock: C,
@@ -129,14 +138,23 @@ pub(crate) enum IssueError {
     RangeChanged,
 }
 
+/// What a shard generator is built from: the layout, the `[listen]` section's worker IDs per
+/// shard and the `[clock]` section's rollback wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GenSettings {
+    pub layout: Layout,
+    pub workers_per_shard: u64,
+    pub max_rollback_wait: std::time::Duration,
+}
+
 impl ShardGen {
     fn new(
         index: usize,
-        config: ServeConfig,
+        settings: GenSettings,
         lease: Arc<LeaseShared>,
         stats: Arc<ShardStats>,
     ) -> Self {
-        Self::with_clock(index, config, lease, stats, SystemClock::new())
+        Self::with_clock(index, settings, lease, stats, SystemClock::new())
     }
 }
 
@@ -144,14 +162,16 @@ impl<C: Clock + Clone> ShardGen<C> {
     /// A shard generator whose generators read `clock`.
     pub(crate) fn with_clock(
         index: usize,
-        config: ServeConfig,
+        settings: GenSettings,
         lease: Arc<LeaseShared>,
         stats: Arc<ShardStats>,
         clock: C,
     ) -> Self {
         let mut g = ShardGen {
             index,
-            config,
+            layout: settings.layout,
+            workers_per_shard: settings.workers_per_shard,
+            max_rollback_wait: settings.max_rollback_wait,
             lease,
             stats,
             clock,
@@ -175,15 +195,15 @@ impl<C: Clock + Clone> ShardGen<C> {
         {
             return false;
         }
-        let per_shard = self.config.workers_per_shard;
+        let per_shard = self.workers_per_shard;
         let shard_config = ShardConfig {
             worker_first: view.grant.first + self.index as u64 * per_shard,
             worker_count: per_shard,
             floor: view.grant.floor,
-            max_rollback_wait: self.config.max_rollback_wait,
+            max_rollback_wait: self.max_rollback_wait,
         };
         match Generator::with_stats(
-            self.config.layout,
+            self.layout,
             shard_config,
             Arc::clone(&view.ceiling),
             self.clock.clone(),
@@ -307,7 +327,10 @@ pub(crate) fn run(setup: ShardSetup, listener: std::net::TcpListener) -> ShardEx
 async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit {
     let ShardSetup {
         index,
-        config,
+        listen,
+        layout,
+        max_rollback_wait,
+        shutdown_timeout,
         lease,
         stats,
         mut shutdown,
@@ -321,14 +344,20 @@ async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit 
             return ShardExit::default();
         }
     };
+    let settings = GenSettings {
+        layout,
+        workers_per_shard: listen.workers_per_shard,
+        max_rollback_wait,
+    };
     let gen = Rc::new(RefCell::new(ShardGen::new(
         index,
-        config.clone(),
+        settings,
         lease,
         Arc::clone(&stats),
     )));
     let ctx = Rc::new(conn::ConnCtx {
-        config: config.clone(),
+        listen,
+        layout,
         gen: Rc::clone(&gen),
         stats: Arc::clone(&stats),
         shutdown: shutdown.clone(),
@@ -359,7 +388,7 @@ async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit 
                     }
                 };
                 bump(&stats.connections_total, 1);
-                match ConnGuard::try_new(&connections, config.max_connections) {
+                match ConnGuard::try_new(&connections, listen.max_connections) {
                     Some(guard) => {
                         let target = next.fetch_add(1, Ordering::Relaxed) % peers.len();
                         if target == index {
@@ -412,7 +441,7 @@ async fn serve(setup: ShardSetup, listener: std::net::TcpListener) -> ShardExit 
     // Connections handed over but not yet taken are closed: their clients reconnect.
     inbox.close();
     drop(listener);
-    let drained = tokio::time::timeout(config.shutdown_timeout, async {
+    let drained = tokio::time::timeout(shutdown_timeout, async {
         while tasks.join_next().await.is_some() {}
     })
     .await;
@@ -452,14 +481,13 @@ mod tests {
     }
 
     fn shard(lease: &Arc<LeaseShared>) -> ShardGen {
-        let config = crate::config::ServeArgs {
-            store: Some("memory".into()),
-            shards: Some(1),
-            ..Default::default()
-        }
-        .resolve(SystemClock::new().wall_ms())
-        .unwrap();
-        ShardGen::new(0, config, Arc::clone(lease), Arc::default())
+        let config = crate::config::ServeConfig::default();
+        let settings = GenSettings {
+            layout: config.layout,
+            workers_per_shard: config.listen.workers_per_shard,
+            max_rollback_wait: config.clock.max_rollback_wait,
+        };
+        ShardGen::new(0, settings, Arc::clone(lease), Arc::default())
     }
 
     fn now_id_ms(layout: crate::layout::Layout) -> u64 {
