@@ -162,6 +162,7 @@ fn every_address_in_the_docs_uses_a_real_default_port() {
     let real = resolved_defaults();
     let listen = port_of(&real["listen"]);
     let admin = port_of(&real["admin_listen"]);
+    let http = port_of(&real["http_listen"]);
     // `idgen get` and `idgen decode --addr` reach a node at its default listen address.
     let get_help = docs::help(Path::new(IDGEN), &["get"]);
     assert!(
@@ -185,9 +186,9 @@ fn every_address_in_the_docs_uses_a_real_default_port() {
     for line in docs::all_lines(&docs::repo_root()) {
         for (host, port) in docs::addresses(&line.text) {
             seen += 1;
-            if port != listen && port != admin && !others.contains_key(&port) {
+            if ![listen, admin, http].contains(&port) && !others.contains_key(&port) {
                 bad.push(format!(
-                    "{}: {host}:{port}: a node listens on {listen} (ID protocol) and {admin} (admin) by default: {}",
+                    "{}: {host}:{port}: a node listens on {listen} (ID protocol), {http} (HTTP ID API) and {admin} (admin) by default: {}",
                     line.place,
                     line.text.trim()
                 ));

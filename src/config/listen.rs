@@ -1,6 +1,6 @@
-//! `[listen]`: the ID protocol's front end. Its address, the shards that serve it and the
-//! limits and timeouts of its connections. The shards and their connections take this
-//! section, by value.
+//! `[listen]`: the ID protocol's front end. Its address, the HTTP ID API's address, the shards
+//! that serve them and the limits and timeouts of their connections. The shards and their
+//! connections take this section, by value.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use super::{duration, err, ser, ConfigError};
+use super::{duration, err, parse_addr_or_off, ser, ConfigError};
 
 /// The largest batch a server may be configured to accept (8 MiB of IDs per answer).
 pub const MAX_BATCH_LIMIT: u32 = 1 << 20;
@@ -22,6 +22,9 @@ settings! {
         /// Address the ID protocol listens on.
         #[arg(long, env = "IDGEN_LISTEN")]
         pub listen: Option<SocketAddr>,
+        /// Address of the HTTP ID API (POST /ids, POST /ids/batch); `off` disables it.
+        #[arg(long, env = "IDGEN_HTTP_LISTEN")]
+        pub http_listen: Option<String>,
         /// Number of shards (threads, one per core) [default: number of CPUs].
         #[arg(long, env = "IDGEN_SHARDS")]
         pub shards: Option<usize>,
@@ -50,6 +53,9 @@ settings! {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ListenSection {
     pub listen: SocketAddr,
+    /// `None`: the HTTP ID API is off.
+    #[serde(serialize_with = "ser::addr_or_off")]
+    pub http_listen: Option<SocketAddr>,
     pub shards: usize,
     pub workers_per_shard: u64,
     pub max_connections: usize,
@@ -66,6 +72,7 @@ impl Default for ListenSection {
     fn default() -> Self {
         ListenSection {
             listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
+            http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 7422))),
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             workers_per_shard: 1,
             max_connections: 20_000,
@@ -96,8 +103,13 @@ impl ListenSection {
         if max_connections == 0 {
             return Err(err("max_connections: must be at least 1"));
         }
+        let http_listen = match given.http_listen {
+            Some(text) => parse_addr_or_off("http_listen", &text)?,
+            None => d.http_listen,
+        };
         Ok(ListenSection {
             listen: given.listen.unwrap_or(d.listen),
+            http_listen,
             shards,
             workers_per_shard: given.workers_per_shard.unwrap_or(d.workers_per_shard),
             max_connections,

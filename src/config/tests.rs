@@ -31,6 +31,10 @@ fn defaults_resolve() {
         c.admin.admin_listen,
         Some("127.0.0.1:7421".parse().unwrap())
     );
+    assert_eq!(
+        c.listen.http_listen,
+        Some("127.0.0.1:7422".parse().unwrap())
+    );
     assert_eq!(c.lease.store, StoreUrl::Embedded { dir: None });
     assert_eq!(c.layout, Layout::default());
     assert_eq!(c.lease.lease_ttl, Duration::from_secs(10));
@@ -93,6 +97,7 @@ fn garbage_is_refused_with_the_setting_named() {
     let mut clock = ServeArgs::default();
     clock.settings.clock.max_rollback_wait = Some("5s".into());
     assert!(bad(clock).starts_with("max_rollback_wait:"));
+    assert!(bad(listen(|l| l.http_listen = Some("localhost".into()))).starts_with("http_listen:"));
     let mut admin = ServeArgs::default();
     admin.settings.admin.admin_listen = Some("7421".into());
     assert!(bad(admin).starts_with("admin_listen:"));
@@ -160,6 +165,21 @@ fn regions_and_admin_off() {
     assert!(!plain.to_toml().unwrap().contains("\nregion ="));
 }
 
+#[test]
+fn http_listen_off_and_moved() {
+    for off in ["off", "none", ""] {
+        let c = listen(|l| l.http_listen = Some(off.into()))
+            .resolve(NOW)
+            .unwrap();
+        assert_eq!(c.listen.http_listen, None, "{off:?}");
+        assert!(c.to_toml().unwrap().contains("\nhttp_listen = \"off\"\n"));
+    }
+    let c = listen(|l| l.http_listen = Some("0.0.0.0:8080".into()))
+        .resolve(NOW)
+        .unwrap();
+    assert_eq!(c.listen.http_listen, Some("0.0.0.0:8080".parse().unwrap()));
+}
+
 /// What `--check-config` prints is a complete file that resolves to the same configuration.
 #[test]
 fn the_printed_configuration_reads_back_as_itself() {
@@ -168,6 +188,7 @@ fn the_printed_configuration_reads_back_as_itself() {
     let s = &mut odd.settings;
     s.listen = ListenArgs {
         listen: Some("0.0.0.0:9000".parse().unwrap()),
+        http_listen: Some("off".into()),
         shards: Some(3),
         workers_per_shard: Some(2),
         max_connections: Some(7),
@@ -278,6 +299,7 @@ fn help_shows_each_default_from_its_section() {
             .unwrap()
     };
     assert!(help_of("listen").ends_with("[default: 127.0.0.1:7420]"));
+    assert!(help_of("http_listen").contains("[default: 127.0.0.1:7422]"));
     assert!(help_of("lease_ttl").ends_with("[default: 10s]"));
     assert!(help_of("range_warning").ends_with("[default: 365days]"));
     assert!(help_of("epoch").ends_with("[default: 2026-01-01T00:00:00Z]"));
