@@ -41,7 +41,8 @@ use crate::watch::ClockWatch;
 
 /// What the admin server reads.
 pub struct AdminState {
-    pub config: ServeConfig,
+    /// The node's configuration, shared (the admin server reports on every section).
+    pub config: Arc<ServeConfig>,
     pub lease: Arc<LeaseShared>,
     pub shards: Vec<Arc<ShardStats>>,
     pub draining: Arc<AtomicBool>,
@@ -51,7 +52,7 @@ pub struct AdminState {
 
 impl AdminState {
     pub fn new(
-        config: ServeConfig,
+        config: Arc<ServeConfig>,
         lease: Arc<LeaseShared>,
         shards: Vec<Arc<ShardStats>>,
         draining: Arc<AtomicBool>,
@@ -84,7 +85,7 @@ impl AdminState {
             None => reasons.push("no lease".to_string()),
             Some(_) => {
                 let left = self.lease.time_left_ms(now);
-                let want = crate::lease::duration_ms(self.config.lease_ttl) / 2;
+                let want = crate::lease::duration_ms(self.config.lease.lease_ttl) / 2;
                 if left <= want {
                     reasons.push(format!(
                         "lease time left {left} ms is below {want} ms (renewals failing)"
@@ -95,7 +96,7 @@ impl AdminState {
         // Behind as a shard saw it on its last request, or as the clock reads now against the
         // last timestamp each shard used (so an idle node is taken out too).
         let now_id = now.saturating_sub(self.config.layout.epoch_ms());
-        let wait = crate::lease::duration_ms(self.config.max_rollback_wait);
+        let wait = crate::lease::duration_ms(self.config.clock.max_rollback_wait);
         let behind: Vec<usize> = self
             .shards
             .iter()
@@ -257,13 +258,13 @@ async fn layout(State(state): State<Arc<AdminState>>) -> Response {
         "worker_bits": l.worker_bits(),
         "sequence_bits": l.sequence_bits(),
         "region_bits": l.region_bits(),
-        "region": state.config.region.region(),
+        "region": state.config.lease.region.region(),
         "ends_at": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.end_unix_ms())).to_string(),
         "years_left": left.as_secs_f64() / (365.25 * 86_400.0),
-        "namespace": state.config.namespace,
+        "namespace": state.config.lease.namespace,
         "workers": range,
-        "shards": state.config.shards,
-        "workers_per_shard": state.config.workers_per_shard,
+        "shards": state.config.listen.shards,
+        "workers_per_shard": state.config.listen.workers_per_shard,
     }))
     .into_response()
 }
@@ -534,7 +535,7 @@ impl Collector for Metrics {
             l(&ls.free_workers) as i64,
         )?;
         let layout = s.config.layout;
-        let space = if s.config.region.region().is_some() {
+        let space = if s.config.lease.region.region().is_some() {
             layout.workers_per_region()
         } else {
             layout.worker_count()

@@ -15,7 +15,7 @@ use crate::store::StoreUrl;
 
 /// Where a command takes the layout from: a running node, or flags.
 #[derive(Args, Debug, Clone, Default)]
-pub struct LayoutArgs {
+pub struct LayoutSource {
     /// Read the layout from a running node's ID protocol (host:port) instead of flags.
     #[arg(long, env = "IDGEN_ADDR")]
     pub addr: Option<String>,
@@ -32,7 +32,7 @@ pub struct LayoutArgs {
     pub region_bits: u8,
 }
 
-impl LayoutArgs {
+impl LayoutSource {
     /// The layout, from the node if `--addr` is given, else from the flags.
     pub fn layout(&self) -> Result<Layout, String> {
         if let Some(addr) = &self.addr {

@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use idgen::cli::LayoutArgs;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use idgen::cli::LayoutSource;
 use idgen::clock::{Clock, SystemClock};
-use idgen::config::{LogFormat, ServeArgs};
+use idgen::config::{LeaseSection, ListenSection, LogFormat, ServeArgs};
 use idgen::server::Node;
 use mimalloc::MiMalloc;
 
@@ -30,7 +30,7 @@ enum Command {
         #[arg(required = true)]
         ids: Vec<String>,
         #[command(flatten)]
-        layout: LayoutArgs,
+        layout: LayoutSource,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
@@ -38,16 +38,17 @@ enum Command {
     /// Show a cluster from its store: layout, every lease, free worker IDs per region.
     Inspect {
         /// The store URL, as for `idgen serve --store`.
-        #[arg(long, env = "IDGEN_STORE", default_value = "embedded")]
-        store: String,
+        #[arg(long, env = "IDGEN_STORE")]
+        store: Option<String>,
         /// Directory of the embedded store.
-        #[arg(long, env = "IDGEN_DATA_DIR", default_value = "idgen-data")]
-        data_dir: std::path::PathBuf,
-        #[arg(long, env = "IDGEN_NAMESPACE", default_value = "default")]
-        namespace: String,
+        #[arg(long, env = "IDGEN_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
+        /// The cluster's namespace.
+        #[arg(long, env = "IDGEN_NAMESPACE")]
+        namespace: Option<String>,
         /// The cluster's lease safety period (counts expired leases as held for this long).
-        #[arg(long, default_value = "20s")]
-        lease_safety: String,
+        #[arg(long)]
+        lease_safety: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -56,7 +57,7 @@ enum Command {
     /// Fetch IDs from a running node and print them, one per line.
     Get {
         /// Node address (host:port).
-        #[arg(long, default_value = "127.0.0.1:7420", env = "IDGEN_ADDR")]
+        #[arg(long, default_value_t = ListenSection::default().listen.to_string(), env = "IDGEN_ADDR")]
         addr: String,
         /// How many IDs.
         #[arg(short = 'n', long = "count", default_value_t = 1)]
@@ -65,7 +66,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `serve` and `inspect` show their settings' defaults from the configuration's sections.
+    let command = Cli::command()
+        .mut_subcommand("serve", idgen::config::with_defaults_in_help)
+        .mut_subcommand("inspect", idgen::config::with_defaults_in_help);
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Get { addr, count } => get(&addr, count),
@@ -77,7 +85,17 @@ fn main() -> ExitCode {
             namespace,
             lease_safety,
             json,
-        } => inspect(&store, &data_dir, &namespace, &lease_safety, json),
+        } => {
+            // The `[lease]` section's defaults, as `idgen serve` has them.
+            let d = LeaseSection::default();
+            inspect(
+                &store.unwrap_or_else(|| d.store.to_string()),
+                &data_dir.unwrap_or(d.data_dir),
+                &namespace.unwrap_or(d.namespace),
+                &lease_safety.unwrap_or_else(|| idgen::config::format_duration(d.lease_safety)),
+                json,
+            )
+        }
     }
 }
 
@@ -94,7 +112,7 @@ fn layout_calc(args: &idgen::calc::LayoutCalcArgs) -> ExitCode {
     }
 }
 
-fn decode(ids: &[String], layout: &LayoutArgs, json: bool) -> ExitCode {
+fn decode(ids: &[String], layout: &LayoutSource, json: bool) -> ExitCode {
     let layout = match layout.layout() {
         Ok(l) => l,
         Err(e) => {
@@ -208,11 +226,20 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     if args.check_config {
-        println!("{config}");
-        println!("configuration ok");
-        return ExitCode::SUCCESS;
+        // The file on stdout (`--check-config > resolved.toml` keeps it), the verdict apart.
+        return match config.to_toml() {
+            Ok(text) => {
+                print!("{text}");
+                eprintln!("configuration ok");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("idgen: configuration error: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
-    init_logging(config.log_format);
+    init_logging(config.log.log_format);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("idgen-control")
@@ -246,7 +273,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 v.grant.first,
                 v.grant.first + v.grant.count,
                 v.grant.generation,
-                node.config().store
+                node.config().lease.store
             );
         }
         if let Err(e) = wait_for_signal().await {

@@ -51,29 +51,24 @@ fn resolved_defaults() -> BTreeMap<String, String> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let mut map: BTreeMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.split_once(" = "))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    // "epoch … ms, timestamp/worker/sequence bits 41/10/12, region bits 0"
-    let layout = map
-        .get("layout")
-        .cloned()
-        .expect("--check-config prints the layout");
-    let bits = layout
-        .split("bits ")
-        .nth(1)
-        .and_then(|b| b.split(',').next())
-        .expect("layout bits");
-    for (name, v) in ["timestamp_bits", "worker_bits", "sequence_bits"]
-        .iter()
-        .zip(bits.split('/'))
-    {
-        map.insert(name.to_string(), v.to_string());
+    // A TOML file, one table per section: every setting's key is its flag's name.
+    let file: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let mut map = BTreeMap::new();
+    for (section, table) in file {
+        let table = table
+            .as_table()
+            .unwrap_or_else(|| panic!("{section} is not a section: {text}"));
+        for (key, value) in table {
+            let value = match value {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            assert!(
+                map.insert(key.clone(), value).is_none(),
+                "{key} is in two sections"
+            );
+        }
     }
-    let region = layout.rsplit("region bits ").next().unwrap().trim();
-    map.insert("region_bits".into(), region.to_string());
     assert!(
         map.contains_key("listen") && map.contains_key("admin_listen"),
         "{text}"
@@ -167,7 +162,7 @@ fn every_address_in_the_docs_uses_a_real_default_port() {
     let real = resolved_defaults();
     let listen = port_of(&real["listen"]);
     let admin = port_of(&real["admin_listen"]);
-    let http_api = port_of(&real["http_listen"]);
+    let http = port_of(&real["http_listen"]);
     // `idgen get` and `idgen decode --addr` reach a node at its default listen address.
     let get_help = docs::help(Path::new(IDGEN), &["get"]);
     assert!(
@@ -191,9 +186,9 @@ fn every_address_in_the_docs_uses_a_real_default_port() {
     for line in docs::all_lines(&docs::repo_root()) {
         for (host, port) in docs::addresses(&line.text) {
             seen += 1;
-            if ![listen, admin, http_api].contains(&port) && !others.contains_key(&port) {
+            if ![listen, admin, http].contains(&port) && !others.contains_key(&port) {
                 bad.push(format!(
-                    "{}: {host}:{port}: a node listens on {listen} (ID protocol), {admin} (admin) and {http_api} (HTTP ID API) by default: {}",
+                    "{}: {host}:{port}: a node listens on {listen} (ID protocol), {http} (HTTP ID API) and {admin} (admin) by default: {}",
                     line.place,
                     line.text.trim()
                 ));
@@ -298,14 +293,15 @@ fn defaults_in_the_readme_and_in_help_are_the_resolved_ones() {
         }
     }
     assert!(claims.len() >= 5, "README flag table not found: {claims:?}");
-    // `idgen serve --help`: "--flag <X>\n   text [default: value]".
+    // `idgen serve --help`: "--flag <X>\n   text [default: value]", or all on the flag's line.
     let help = docs::help(Path::new(IDGEN), &["serve"]);
     let mut flag = None;
     for line in help.lines() {
         let t = line.trim_start();
         if t.starts_with("--") {
             flag = t.split_whitespace().next().map(String::from);
-        } else if let (Some(f), Some(d)) = (&flag, t.split("[default: ").nth(1)) {
+        }
+        if let (Some(f), Some(d)) = (&flag, t.split("[default: ").nth(1)) {
             let d = d.split(']').next().unwrap();
             claims.push(("idgen serve --help".into(), f.clone(), d.to_string()));
         }

@@ -497,8 +497,9 @@ fn check_config_and_bad_configuration() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("lease_ttl         = 4s"), "{text}");
-    assert!(text.contains("configuration ok"));
+    assert!(text.contains("\nlease_ttl = \"4s\"\n"), "{text}");
+    // The verdict goes apart from the file on stdout.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("configuration ok"));
     for (args, says) in [
         (vec!["serve", "--lease-ttl", "soon"], "lease_ttl"),
         (vec!["serve", "--timestamp-bits", "40"], "sum to 63"),
@@ -520,8 +521,73 @@ fn check_config_and_bad_configuration() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("shards            = 1"), "{text}");
-    assert!(text.contains("max_batch         = 1234"), "{text}");
+    assert!(text.contains("\nshards = 1\n"), "{text}");
+    assert!(text.contains("\nmax_batch = 1234\n"), "{text}");
+}
+
+/// `--check-config` prints a complete configuration file: given back with `--config` and
+/// nothing else, it resolves to the same configuration, printed the same.
+#[test]
+fn the_printed_configuration_is_a_file_that_serve_accepts_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |args: &[&str], envs: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"));
+        cmd.arg("serve").args(args).arg("--check-config");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("IDGEN_") {
+                cmd.env_remove(k);
+            }
+        }
+        let out = cmd.envs(envs.iter().copied()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let printed = check(
+        &[
+            "--shards",
+            "2",
+            "--region-bits",
+            "2",
+            "--region",
+            "3",
+            "--store",
+            "memory",
+            "--http-listen",
+            "off",
+            "--admin-listen",
+            "off",
+            "--epoch",
+            "2026-01-01T00:00:00.250Z",
+            "--node-id",
+            "a \"quoted\" name",
+        ],
+        &[("IDGEN_DRAIN_DELAY", "3s"), ("IDGEN_LOG_FORMAT", "json")],
+    );
+    for line in [
+        "[listen]",
+        "http_listen = \"off\"",
+        "[lease]",
+        "region = 3",
+        "[layout]",
+        "region_bits = 2",
+        "[clock]",
+        "[admin]",
+        "admin_listen = \"off\"",
+        "[shutdown]",
+        "drain_delay = \"3s\"",
+        "[log]",
+        "log_format = \"json\"",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "{line}: {printed}");
+    }
+    let file = dir.path().join("printed.toml");
+    std::fs::write(&file, &printed).unwrap();
+    let again = check(&["--config", file.to_str().unwrap()], &[]);
+    assert_eq!(again, printed);
 }
 
 #[test]

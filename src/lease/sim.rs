@@ -74,9 +74,8 @@ use std::time::Duration;
 use super::keeper::{Keeper, KeeperTiming, LeaseView};
 use super::*;
 use crate::clock::{Clock, TestClock};
-use crate::config::ServeConfig;
 use crate::layout::{Id, DEFAULT_EPOCH_MS};
-use crate::server::issuer::{IssueError, ShardGen};
+use crate::server::issuer::{GenSettings, IssueError, ShardGen};
 use crate::server::{release_after_shards, ShardExit, ShardStats};
 use crate::store::memory::{Fault, MemoryStore};
 use crate::store::{BoxFuture, Check, Entry, Write};
@@ -414,7 +413,7 @@ struct Sim {
     sched: Arc<Sched>,
     store: Arc<MemoryStore>,
     layout: Layout,
-    serve: ServeConfig,
+    gen: GenSettings,
     mutant: Mutant,
     rt: tokio::runtime::Runtime,
     processes: Vec<Process>,
@@ -438,16 +437,11 @@ impl Sim {
         // 8 worker IDs, 2 per node: small enough that nodes contend and ranges get reused.
         let layout = Layout::new(DEFAULT_EPOCH_MS, 48, 3, 12, 0).unwrap();
         let now = DEFAULT_EPOCH_MS + 10_000_000;
-        let mut serve = crate::config::ServeArgs {
-            store: Some("memory".into()),
-            shards: Some(SHARDS as usize),
-            ..Default::default()
-        }
-        .resolve(now)
-        .unwrap();
-        serve.layout = layout;
-        serve.workers_per_shard = WORKERS_PER_SHARD;
-        serve.max_rollback_wait = Duration::from_millis(10);
+        let gen = GenSettings {
+            layout,
+            workers_per_shard: WORKERS_PER_SHARD,
+            max_rollback_wait: Duration::from_millis(10),
+        };
         let sched = Arc::new(Sched {
             rng: Mutex::new(Rng::new(seed, 2)),
             suspend_percent: AtomicU64::new(25),
@@ -459,7 +453,7 @@ impl Sim {
             sched,
             store: Arc::new(MemoryStore::new()),
             layout,
-            serve,
+            gen,
             mutant,
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_time()
@@ -529,7 +523,7 @@ impl Sim {
                 Shard {
                     gen: ShardGen::with_clock(
                         index,
-                        self.serve.clone(),
+                        self.gen,
                         keeper.shared(),
                         Arc::clone(&stats),
                         clock.clone(),

@@ -26,8 +26,9 @@ use tokio::sync::watch;
 
 use super::issuer::{status_of, wait_until, IssueError, ShardGen};
 use super::stats::{bump, drop_one, ShardStats};
-use crate::config::ServeConfig;
+use crate::config::ListenSection;
 use crate::generator::{Fill, Progress};
+use crate::layout::Layout;
 
 /// Stop decoding requests once this much output is waiting to be written.
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
@@ -41,7 +42,9 @@ const MAX_READ: usize = 64 * 1024;
 const OUTPUT_KEEP: usize = 4 * OUTPUT_HIGH_WATER;
 
 pub(crate) struct ConnCtx {
-    pub config: ServeConfig,
+    /// The node's `[listen]` section: limits and timeouts of every connection.
+    pub listen: ListenSection,
+    pub layout: Layout,
     pub gen: Rc<RefCell<ShardGen>>,
     pub stats: Arc<ShardStats>,
     pub shutdown: watch::Receiver<bool>,
@@ -114,7 +117,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
     let mut conn = Conn {
         limits: Limits {
             max_request_frame: DEFAULT_MAX_REQUEST_FRAME,
-            max_batch: ctx.config.max_batch,
+            max_batch: ctx.listen.max_batch,
         },
         ctx,
         state: ServerConnState::new(),
@@ -134,7 +137,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
 
 impl Conn {
     async fn run(&mut self, stream: &mut TcpStream) {
-        let config = self.ctx.config.clone();
+        let listen = self.ctx.listen;
         let mut shutdown = self.ctx.shutdown.clone();
         let opened = Instant::now();
         let mut last_request = opened;
@@ -168,9 +171,9 @@ impl Conn {
                 return;
             }
             let deadline = if self.state.version().is_none() {
-                opened + config.handshake_timeout
+                opened + listen.handshake_timeout
             } else {
-                last_request + config.idle_timeout
+                last_request + listen.idle_timeout
             };
             self.inbuf.reserve(self.read_size);
             let offered = self.inbuf.capacity() - self.inbuf.len();
@@ -212,7 +215,7 @@ impl Conn {
             );
             self.ctx.stats.error(Status::SHUTTING_DOWN);
             let _ =
-                tokio::time::timeout(self.ctx.config.write_timeout, stream.write_all(&self.out))
+                tokio::time::timeout(self.ctx.listen.write_timeout, stream.write_all(&self.out))
                     .await;
         }
         let _ = stream.shutdown().await;
@@ -225,7 +228,7 @@ impl Conn {
             return true;
         }
         let written =
-            tokio::time::timeout(self.ctx.config.write_timeout, stream.write_all(&self.out)).await;
+            tokio::time::timeout(self.ctx.listen.write_timeout, stream.write_all(&self.out)).await;
         if !matches!(written, Ok(Ok(()))) {
             return false;
         }
@@ -318,7 +321,7 @@ impl Conn {
         let mut gen = self.ctx.gen.borrow_mut();
         let (first, count) = gen.range();
         self.announced = (first, count);
-        let layout = self.ctx.config.layout;
+        let layout = self.ctx.layout;
         let hello = ServerHello {
             version: self
                 .state

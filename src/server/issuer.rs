@@ -11,8 +11,8 @@ use idgen_protocol::Status;
 use super::stats::ShardStats;
 use super::ShardExit;
 use crate::clock::{Clock, SystemClock};
-use crate::config::ServeConfig;
 use crate::generator::{Fill, GenError, Generator, Progress, ShardConfig};
+use crate::layout::Layout;
 use crate::lease::keeper::LeaseShared;
 
 /// The shard's generator, rebuilt when the node's lease changes. Generic over the clock only
@@ -20,7 +20,9 @@ use crate::lease::keeper::LeaseShared;
 /// system clock.
 pub(crate) struct ShardGen<C: Clock + Clone = SystemClock> {
     index: usize,
-    config: ServeConfig,
+    layout: Layout,
+    workers_per_shard: u64,
+    max_rollback_wait: std::time::Duration,
     lease: Arc<LeaseShared>,
     stats: Arc<ShardStats>,
     clock: C,
@@ -37,14 +39,23 @@ pub(crate) enum IssueError {
     RangeChanged,
 }
 
+/// What a shard generator is built from: the layout, the `[listen]` section's worker IDs per
+/// shard and the `[clock]` section's rollback wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GenSettings {
+    pub layout: Layout,
+    pub workers_per_shard: u64,
+    pub max_rollback_wait: std::time::Duration,
+}
+
 impl ShardGen {
     pub(crate) fn new(
         index: usize,
-        config: ServeConfig,
+        settings: GenSettings,
         lease: Arc<LeaseShared>,
         stats: Arc<ShardStats>,
     ) -> Self {
-        Self::with_clock(index, config, lease, stats, SystemClock::new())
+        Self::with_clock(index, settings, lease, stats, SystemClock::new())
     }
 }
 
@@ -52,14 +63,16 @@ impl<C: Clock + Clone> ShardGen<C> {
     /// A shard generator whose generators read `clock`.
     pub(crate) fn with_clock(
         index: usize,
-        config: ServeConfig,
+        settings: GenSettings,
         lease: Arc<LeaseShared>,
         stats: Arc<ShardStats>,
         clock: C,
     ) -> Self {
         let mut g = ShardGen {
             index,
-            config,
+            layout: settings.layout,
+            workers_per_shard: settings.workers_per_shard,
+            max_rollback_wait: settings.max_rollback_wait,
             lease,
             stats,
             clock,
@@ -83,15 +96,15 @@ impl<C: Clock + Clone> ShardGen<C> {
         {
             return false;
         }
-        let per_shard = self.config.workers_per_shard;
+        let per_shard = self.workers_per_shard;
         let shard_config = ShardConfig {
             worker_first: view.grant.first + self.index as u64 * per_shard,
             worker_count: per_shard,
             floor: view.grant.floor,
-            max_rollback_wait: self.config.max_rollback_wait,
+            max_rollback_wait: self.max_rollback_wait,
         };
         match Generator::with_stats(
-            self.config.layout,
+            self.layout,
             shard_config,
             Arc::clone(&view.ceiling),
             self.clock.clone(),
@@ -283,14 +296,13 @@ mod tests {
     }
 
     fn shard(lease: &Arc<LeaseShared>) -> ShardGen {
-        let config = crate::config::ServeArgs {
-            store: Some("memory".into()),
-            shards: Some(1),
-            ..Default::default()
-        }
-        .resolve(SystemClock::new().wall_ms())
-        .unwrap();
-        ShardGen::new(0, config, Arc::clone(lease), Arc::default())
+        let config = crate::config::ServeConfig::default();
+        let settings = GenSettings {
+            layout: config.layout,
+            workers_per_shard: config.listen.workers_per_shard,
+            max_rollback_wait: config.clock.max_rollback_wait,
+        };
+        ShardGen::new(0, settings, Arc::clone(lease), Arc::default())
     }
 
     fn now_id_ms(layout: crate::layout::Layout) -> u64 {

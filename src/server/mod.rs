@@ -42,7 +42,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
 use crate::lease::keeper::{Keeper, LeaseShared};
-use crate::lease::{LeaseConfig, LeaseError, Owner, Released};
+use crate::lease::{LeaseError, Owner, Released};
 use crate::store::{self, StoreError};
 use crate::watch::{ClockWatch, ClockWatcher};
 
@@ -100,7 +100,7 @@ pub struct Node {
     admin: Option<(SocketAddr, watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
     draining: Arc<AtomicBool>,
     shard_stats: Vec<Arc<ShardStats>>,
-    config: ServeConfig,
+    config: Arc<ServeConfig>,
 }
 
 impl Node {
@@ -108,24 +108,19 @@ impl Node {
     /// on the control thread's runtime.
     pub async fn start(config: ServeConfig) -> Result<Node, ServeError> {
         let clock = SystemClock::new();
-        let store = store::open(&config.store, &config.data_dir)
+        let config = Arc::new(config);
+        let store = store::open(&config.lease.store, &config.lease.data_dir)
             .await
             .map_err(|source| ServeError::Store {
-                url: config.store.to_string(),
+                url: config.lease.store.to_string(),
                 source,
             })?;
-        let mut lease_config = LeaseConfig::new(
-            config.namespace.clone(),
-            config.shards as u64 * config.workers_per_shard,
-        );
-        lease_config.ttl = config.lease_ttl;
-        lease_config.safety = config.lease_safety;
-        lease_config.region = config.region;
-        let owner = Owner::this_process(config.node_id.clone(), clock.wall_ms());
-        let clock_watch = ClockWatch::new(config.max_drift);
+        let lease_config = config.lease.lease_config(config.listen.workers());
+        let owner = Owner::this_process(config.lease.node_id.clone(), clock.wall_ms());
+        let clock_watch = ClockWatch::new(config.clock.max_drift);
         let watcher = ClockWatcher::new(
             Arc::clone(&store),
-            &config.namespace,
+            &config.lease.namespace,
             owner.clone(),
             clock,
             Arc::clone(&clock_watch),
@@ -133,9 +128,9 @@ impl Node {
         watcher.check_at_start().await.map_err(ServeError::Clock)?;
         // Bind the ID and admin ports before taking a lease, so a busy port fails fast, before
         // the store is touched.
-        let reserved = shard::reserve(config.listen)?;
-        let reserved_http = config.http_listen.map(shard::reserve).transpose()?;
-        let admin_listener = match config.admin_listen {
+        let reserved = shard::reserve(config.listen.listen)?;
+        let reserved_http = config.listen.http_listen.map(shard::reserve).transpose()?;
+        let admin_listener = match config.admin.admin_listen {
             Some(addr) => Some(
                 tokio::net::TcpListener::bind(addr)
                     .await
@@ -153,22 +148,24 @@ impl Node {
         // Long enough for the lease of a crashed predecessor to expire and pass its safety
         // period, and for its clock key to expire (where the store expires keys), so a
         // restarted cluster whose worker IDs are all still held comes back.
-        let gone = (config.lease_ttl + config.lease_safety)
+        let gone = (config.lease.lease_ttl + config.lease.lease_safety)
             .max(crate::watch::CLOCK_KEY_TTL + std::time::Duration::from_secs(1));
-        let view = keeper.acquire_patiently(gone + config.lease_ttl).await?;
+        let view = keeper
+            .acquire_patiently(gone + config.lease.lease_ttl)
+            .await?;
         let lease = keeper.shared();
         // The clock key says this node is alive to acquirers (on a store that expires keys,
         // a held lease whose holder has no key is taken over once expired): write it now, not
         // only when the watcher's loop starts.
         watcher.publish().await;
 
-        let listeners = shard::listen(reserved, config.shards).and_then(|protocol| {
+        let listeners = shard::listen(reserved, config.listen.shards).and_then(|protocol| {
             let http: Vec<Option<std::net::TcpListener>> = match reserved_http {
-                Some(socket) => shard::listen(socket, config.shards)?
+                Some(socket) => shard::listen(socket, config.listen.shards)?
                     .into_iter()
                     .map(Some)
                     .collect(),
-                None => (0..config.shards).map(|_| None).collect(),
+                None => (0..config.listen.shards).map(|_| None).collect(),
             };
             Ok((protocol, http))
         });
@@ -187,10 +184,10 @@ impl Node {
         let addr = listeners[0]
             .local_addr()
             .map_err(|source| ServeError::Listen {
-                addr: config.listen,
+                addr: config.listen.listen,
                 source,
             })?;
-        let http_addr = match (&http_listeners[0], config.http_listen) {
+        let http_addr = match (&http_listeners[0], config.listen.http_listen) {
             (Some(l), Some(want)) => Some(
                 l.local_addr()
                     .map_err(|source| ServeError::Listen { addr: want, source })?,
@@ -199,16 +196,19 @@ impl Node {
         };
         let (shutdown, shutdown_rx) = watch::channel(false);
         let connections = Arc::new(AtomicUsize::new(0));
-        let mut shards = Vec::with_capacity(config.shards);
-        let mut shard_stats = Vec::with_capacity(config.shards);
-        let handoffs = shard::Handoff::for_shards(config.shards);
+        let mut shards = Vec::with_capacity(config.listen.shards);
+        let mut shard_stats = Vec::with_capacity(config.listen.shards);
+        let handoffs = shard::Handoff::for_shards(config.listen.shards);
         let fronts = listeners.into_iter().zip(http_listeners);
         for (index, ((listener, http_listener), handoff)) in fronts.zip(handoffs).enumerate() {
             let stats = Arc::new(ShardStats::default());
             shard_stats.push(Arc::clone(&stats));
             let ctx = shard::ShardSetup {
                 index,
-                config: config.clone(),
+                listen: config.listen,
+                layout: config.layout,
+                max_rollback_wait: config.clock.max_rollback_wait,
+                shutdown_timeout: config.shutdown.shutdown_timeout,
                 lease: Arc::clone(&lease),
                 stats,
                 shutdown: shutdown_rx.clone(),
@@ -234,7 +234,7 @@ impl Node {
         tasks.push(tokio::spawn(crate::watch::observe(
             shard_stats.clone(),
             config.layout,
-            config.range_warning,
+            config.clock.range_warning,
             clock,
             shutdown_rx.clone(),
         )));
@@ -242,11 +242,11 @@ impl Node {
         let admin = match admin_listener {
             Some(listener) => {
                 let admin_addr = listener.local_addr().map_err(|source| ServeError::Listen {
-                    addr: config.listen,
+                    addr: config.listen.listen,
                     source,
                 })?;
                 let state = crate::admin::AdminState::new(
-                    config.clone(),
+                    Arc::clone(&config),
                     Arc::clone(&lease),
                     shard_stats.clone(),
                     Arc::clone(&draining),
@@ -273,12 +273,12 @@ impl Node {
             event = "node_started",
             listen = %addr,
             http = ?http_addr,
-            shards = config.shards,
+            shards = config.listen.shards,
             worker_first = view.grant.first,
             worker_count = view.grant.count,
             generation = view.grant.generation,
-            store = %config.store,
-            namespace = %config.namespace,
+            store = %config.lease.store,
+            namespace = %config.lease.namespace,
             layout = %config.layout,
             "idgen node started"
         );
@@ -330,13 +330,14 @@ impl Node {
     /// release the lease with the true last-issued timestamp.
     pub async fn shutdown(self) -> Result<Released, ServeError> {
         self.draining.store(true, Ordering::Relaxed);
-        if !self.config.drain_delay.is_zero() {
+        let drain_delay = self.config.shutdown.drain_delay;
+        if !drain_delay.is_zero() {
             tracing::info!(
                 event = "node_draining",
-                delay_ms = crate::lease::duration_ms(self.config.drain_delay),
+                delay_ms = crate::lease::duration_ms(drain_delay),
                 "not ready; draining after the delay"
             );
-            tokio::time::sleep(self.config.drain_delay).await;
+            tokio::time::sleep(drain_delay).await;
         }
         tracing::info!(event = "node_draining", "draining: no new connections");
         let _ = self.shutdown.send(true);

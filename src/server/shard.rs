@@ -11,17 +11,24 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-use super::issuer::ShardGen;
+use super::issuer::{GenSettings, ShardGen};
 use super::stats::{bump, ShardStats};
 use super::{conn, http};
 use super::{ConnGuard, ServeError, ShardExit};
-use crate::config::ServeConfig;
+use crate::config::ListenSection;
+use crate::layout::Layout;
 use crate::lease::keeper::LeaseShared;
 
 /// Everything a shard thread starts with.
 pub(crate) struct ShardSetup {
     pub index: usize,
-    pub config: ServeConfig,
+    /// The node's `[listen]` section: this shard's connection limits and timeouts.
+    pub listen: ListenSection,
+    pub layout: Layout,
+    /// The `[clock]` section's: clock steps back up to this are waited out.
+    pub max_rollback_wait: std::time::Duration,
+    /// The `[shutdown]` section's: longest the drain waits for this shard's connections.
+    pub shutdown_timeout: std::time::Duration,
     pub lease: Arc<LeaseShared>,
     pub stats: Arc<ShardStats>,
     pub shutdown: watch::Receiver<bool>,
@@ -151,7 +158,10 @@ async fn serve(
 ) -> ShardExit {
     let ShardSetup {
         index,
-        config,
+        listen,
+        layout,
+        max_rollback_wait,
+        shutdown_timeout,
         lease,
         stats,
         mut shutdown,
@@ -173,9 +183,14 @@ async fn serve(
         Some(Some(l)) => Some(l),
         None => None,
     };
+    let settings = GenSettings {
+        layout,
+        workers_per_shard: listen.workers_per_shard,
+        max_rollback_wait,
+    };
     let gen = Rc::new(RefCell::new(ShardGen::new(
         index,
-        config.clone(),
+        settings,
         lease,
         Arc::clone(&stats),
     )));
@@ -186,13 +201,14 @@ async fn serve(
     } = handoff;
     let mut dealer = Dealer {
         index,
-        max_connections: config.max_connections,
+        max_connections: listen.max_connections,
         connections,
         peers,
         next,
         tasks: tokio::task::JoinSet::new(),
         protocol: Rc::new(conn::ConnCtx {
-            config: config.clone(),
+            listen,
+            layout,
             gen: Rc::clone(&gen),
             stats: Arc::clone(&stats),
             shutdown: shutdown.clone(),
@@ -200,9 +216,9 @@ async fn serve(
         http: Rc::new(http::HttpCtx {
             gen: Rc::clone(&gen),
             stats: Arc::clone(&stats),
-            max_batch: config.max_batch,
-            idle_timeout: config.idle_timeout,
-            shutdown_timeout: config.shutdown_timeout,
+            max_batch: listen.max_batch,
+            idle_timeout: listen.idle_timeout,
+            shutdown_timeout,
             shutdown: shutdown.clone(),
         }),
         stats,
@@ -233,7 +249,7 @@ async fn serve(
     drop(listener);
     drop(http_listener);
     let mut tasks = dealer.tasks;
-    let drained = tokio::time::timeout(config.shutdown_timeout, async {
+    let drained = tokio::time::timeout(shutdown_timeout, async {
         while tasks.join_next().await.is_some() {}
     })
     .await;
