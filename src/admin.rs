@@ -34,8 +34,8 @@ use serde_json::{json, Value};
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
 use crate::layout::{Id, Layout};
-use crate::lease::keeper::LeaseShared;
-use crate::server::stats::{BATCH_BUCKETS, LATENCY_BUCKETS_US};
+use crate::lease::keeper::{LeaseShared, LeaseStats};
+use crate::server::stats::Family;
 use crate::server::ShardStats;
 use crate::watch::ClockWatch;
 
@@ -331,69 +331,32 @@ impl Collector for Metrics {
             return Ok(());
         };
         let now = SystemClock::new().wall_ms();
-        let load = |f: &dyn Fn(&ShardStats) -> &std::sync::atomic::AtomicU64| -> Vec<u64> {
-            s.shards
-                .iter()
-                .map(|st| f(st).load(Ordering::Relaxed))
-                .collect()
-        };
-        per_shard_counter(
-            &mut enc,
-            "idgen_ids_issued",
-            "IDs issued, by shard",
-            &load(&|st| &st.generator.issued),
-        )?;
-        per_shard_counter(
-            &mut enc,
-            "idgen_requests",
-            "Protocol requests answered (errors included), by shard",
-            &load(&|st| &st.requests),
-        )?;
-        per_shard_counter(
-            &mut enc,
-            "idgen_http_requests",
-            "HTTP ID API requests answered (errors included), by shard",
-            &load(&|st| &st.http_requests),
-        )?;
-        per_shard_counter(
-            &mut enc,
-            "idgen_sequence_exhaustion_waits",
-            "Times a shard waited for the next millisecond because its sequence space was used up",
-            &load(&|st| &st.generator.exhaustion_waits),
-        )?;
-        per_shard_counter(
-            &mut enc,
-            "idgen_clock_rollback_events",
-            "Clock rollbacks detected (one per episode), by shard",
-            &load(&|st| &st.generator.rollback_events),
-        )?;
-        let largest = load(&|st| &st.generator.largest_rollback_ms)
-            .into_iter()
-            .max()
-            .unwrap_or(0);
-        gauge(
-            &mut enc,
-            "idgen_clock_rollback_largest_ms",
-            "Largest clock rollback seen, ms",
-            largest as i64,
-        )?;
-        let behind = s
-            .shards
-            .iter()
-            .any(|st| st.generator.clock_behind.load(Ordering::Relaxed));
-        gauge(
-            &mut enc,
-            "idgen_clock_behind",
-            "1 while a shard's clock is behind the last timestamp it used",
-            i64::from(behind),
-        )?;
+        // The shards' counters, each as it is declared next to its field (ShardStats::METRICS).
+        for m in ShardStats::METRICS {
+            let values: Vec<u64> = s.shards.iter().map(|st| (m.read)(st)).collect();
+            match m.family {
+                Family::PerShard => per_shard_counter(&mut enc, m.name, m.help, &values)?,
+                Family::Total => counter(&mut enc, m.name, m.help, values.iter().sum())?,
+                Family::TotalGauge => {
+                    gauge(&mut enc, m.name, m.help, values.iter().sum::<u64>() as i64)?
+                }
+                Family::Max => gauge(
+                    &mut enc,
+                    m.name,
+                    m.help,
+                    values.iter().copied().max().unwrap_or(0) as i64,
+                )?,
+                Family::Any => gauge(
+                    &mut enc,
+                    m.name,
+                    m.help,
+                    i64::from(values.iter().any(|&v| v != 0)),
+                )?,
+            }
+        }
         {
-            let mut m = enc.encode_descriptor(
-                "idgen_errors",
-                "Error answers, by wire status",
-                None,
-                MetricType::Counter,
-            )?;
+            let (name, help) = ShardStats::ERRORS;
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
             let mut by_status: Vec<(idgen_protocol::Status, u64)> = Vec::new();
             for st in &s.shards {
                 for (status, n) in st.errors_by_status() {
@@ -411,75 +374,37 @@ impl Collector for Metrics {
                 ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
-        let sum_buckets = |f: &dyn Fn(&ShardStats) -> &[std::sync::atomic::AtomicU64; 8]| {
-            let mut out = [0u64; 8];
+        for h in ShardStats::HISTOGRAMS {
+            let mut counts = [0u64; 8];
+            let mut sum = 0u64;
             for st in &s.shards {
-                for (o, a) in out.iter_mut().zip(f(st)) {
-                    *o += a.load(Ordering::Relaxed);
+                for (c, a) in counts.iter_mut().zip((h.buckets)(st)) {
+                    *c += a.load(Ordering::Relaxed);
                 }
+                sum += (h.sum)(st);
             }
-            out
-        };
-        let batch_bounds: Vec<f64> = BATCH_BUCKETS
-            .iter()
-            .map(|&b| {
-                if b == u64::MAX {
-                    f64::INFINITY
-                } else {
-                    b as f64
-                }
-            })
-            .collect();
-        let issued: u64 = load(&|st| &st.generator.issued).iter().sum();
-        histogram(
-            &mut enc,
-            "idgen_batch_size",
-            "IDs per GET_IDS request",
-            &batch_bounds,
-            &sum_buckets(&|st| &st.batch_buckets),
-            issued as f64,
-        )?;
-        let latency_bounds: Vec<f64> = LATENCY_BUCKETS_US
-            .iter()
-            .map(|&b| {
-                if b == u64::MAX {
-                    f64::INFINITY
-                } else {
-                    b as f64 / 1e6
-                }
-            })
-            .collect();
-        let latency_sum: u64 = load(&|st| &st.latency_sum_us).iter().sum();
-        histogram(
-            &mut enc,
-            "idgen_request_latency_seconds",
-            "From reading a request to writing its answer",
-            &latency_bounds,
-            &sum_buckets(&|st| &st.latency_buckets),
-            latency_sum as f64 / 1e6,
-        )?;
-        let open: u64 = load(&|st| &st.connections_open).iter().sum();
-        gauge(
-            &mut enc,
-            "idgen_connections_open",
-            "Open protocol connections",
-            open as i64,
-        )?;
-        counter(
-            &mut enc,
-            "idgen_connections",
-            "Protocol connections accepted",
-            load(&|st| &st.connections_total).iter().sum(),
-        )?;
-        counter(
-            &mut enc,
-            "idgen_connections_refused",
-            "Protocol connections refused at the connection limit",
-            load(&|st| &st.connections_refused).iter().sum(),
-        )?;
+            let bounds: Vec<f64> = h
+                .bounds
+                .iter()
+                .map(|&b| {
+                    if b == u64::MAX {
+                        f64::INFINITY
+                    } else {
+                        b as f64 / h.unit
+                    }
+                })
+                .collect();
+            histogram(
+                &mut enc,
+                h.name,
+                h.help,
+                &bounds,
+                &counts,
+                sum as f64 / h.unit,
+            )?;
+        }
 
         let ls = &s.lease.stats;
-        let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         gauge(
             &mut enc,
             "idgen_lease_time_remaining_seconds",
@@ -487,52 +412,26 @@ impl Collector for Metrics {
             s.lease.time_left_ms(now) as f64 / 1e3,
         )?;
         {
-            let mut m = enc.encode_descriptor(
-                "idgen_lease_renewals",
-                "Lease renewal attempts, by result",
-                None,
-                MetricType::Counter,
-            )?;
-            for (result, n) in [("ok", l(&ls.renew_ok)), ("failed", l(&ls.renew_failed))] {
+            let (name, help) = LeaseStats::RENEWALS;
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (result, n) in ls.renewals() {
                 let labels = [("result", result.to_string())];
                 ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
-        gauge(
-            &mut enc,
-            "idgen_lease_renew_latency_seconds",
-            "Latency of the last lease renewal attempt",
-            l(&ls.renew_latency_us) as f64 / 1e6,
-        )?;
-        counter(
-            &mut enc,
-            "idgen_lease_renew_latency_seconds_sum",
-            "Sum of lease renewal latencies, seconds (divide by idgen_lease_renewals)",
-            l(&ls.renew_latency_us_sum) / 1_000_000,
-        )?;
+        for m in LeaseStats::METRICS {
+            let v = (m.read)(ls);
+            if m.counter {
+                counter(&mut enc, m.name, m.help, v as u64)?;
+            } else {
+                gauge(&mut enc, m.name, m.help, v)?;
+            }
+        }
         gauge(
             &mut enc,
             "idgen_lease_generation",
             "Generation of the lease the node holds (0: none)",
             s.lease.current().map_or(0, |v| v.grant.generation) as i64,
-        )?;
-        counter(
-            &mut enc,
-            "idgen_lease_acquisitions",
-            "Leases acquired (the first and every re-acquisition)",
-            l(&ls.acquisitions),
-        )?;
-        counter(
-            &mut enc,
-            "idgen_lease_lost",
-            "Leases found lost",
-            l(&ls.lost),
-        )?;
-        gauge(
-            &mut enc,
-            "idgen_worker_ids_free",
-            "Worker IDs free in the node's region (or cluster), as of the last look",
-            l(&ls.free_workers) as i64,
         )?;
         let layout = s.config.layout;
         let space = if s.config.lease.region.region().is_some() {

@@ -55,6 +55,69 @@ pub struct LeaseStats {
     pub last_ok_unix_ms: AtomicU64,
 }
 
+/// A lease metric: a value of [`LeaseStats`], declared once, next to what it counts.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseMetric {
+    pub name: &'static str,
+    pub help: &'static str,
+    /// A counter (else a gauge).
+    pub counter: bool,
+    /// The exposed value, from the stats.
+    pub read: fn(&LeaseStats) -> f64,
+}
+
+fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+impl LeaseStats {
+    /// Renewal attempts by result: the name, help, and the `result` label's values.
+    pub const RENEWALS: (&'static str, &'static str) =
+        ("idgen_lease_renewals", "Lease renewal attempts, by result");
+
+    /// `(ok, failed)` renewal attempts.
+    pub fn renewals(&self) -> [(&'static str, u64); 2] {
+        [
+            ("ok", load(&self.renew_ok)),
+            ("failed", load(&self.renew_failed)),
+        ]
+    }
+
+    /// The keeper's other values as the metrics scrape exposes them.
+    pub const METRICS: &'static [LeaseMetric] = &[
+        LeaseMetric {
+            name: "idgen_lease_renew_latency_seconds",
+            help: "Latency of the last lease renewal attempt",
+            counter: false,
+            read: |s| load(&s.renew_latency_us) as f64 / 1e6,
+        },
+        LeaseMetric {
+            name: "idgen_lease_renew_latency_seconds_sum",
+            help: "Sum of lease renewal latencies, seconds (divide by idgen_lease_renewals)",
+            counter: true,
+            read: |s| (load(&s.renew_latency_us_sum) / 1_000_000) as f64,
+        },
+        LeaseMetric {
+            name: "idgen_lease_acquisitions",
+            help: "Leases acquired (the first and every re-acquisition)",
+            counter: true,
+            read: |s| load(&s.acquisitions) as f64,
+        },
+        LeaseMetric {
+            name: "idgen_lease_lost",
+            help: "Leases found lost",
+            counter: true,
+            read: |s| load(&s.lost) as f64,
+        },
+        LeaseMetric {
+            name: "idgen_worker_ids_free",
+            help: "Worker IDs free in the node's region (or cluster), as of the last look",
+            counter: false,
+            read: |s| load(&s.free_workers) as f64,
+        },
+    ];
+}
+
 /// State shared between the keeper and everyone who reads it.
 #[derive(Debug)]
 pub struct LeaseShared {
