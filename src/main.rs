@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use idgen::cli::LayoutSource;
 use idgen::clock::{Clock, SystemClock};
+use idgen::commands::LayoutSource;
 use idgen::config::{LeaseSection, ListenSection, LogFormat, ServeArgs};
-use idgen::server::Node;
+use idgen::node::Node;
 use mimalloc::MiMalloc;
 
 #[global_allocator]
@@ -53,7 +53,7 @@ enum Command {
         json: bool,
     },
     /// Work out a bit layout for a deployment: nodes, regions, peak rate, years.
-    Layout(idgen::calc::LayoutCalcArgs),
+    Layout(idgen::commands::calc::LayoutCalcArgs),
     /// Fetch IDs from a running node and print them, one per line.
     Get {
         /// Node address (host:port).
@@ -99,8 +99,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn layout_calc(args: &idgen::calc::LayoutCalcArgs) -> ExitCode {
-    match args.needs().and_then(|n| idgen::calc::report(&n)) {
+fn layout_calc(args: &idgen::commands::calc::LayoutCalcArgs) -> ExitCode {
+    match args.needs().and_then(|n| idgen::commands::calc::report(&n)) {
         Ok(text) => {
             println!("{text}");
             ExitCode::SUCCESS
@@ -120,7 +120,7 @@ fn decode(ids: &[String], layout: &LayoutSource, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match idgen::cli::decode(&layout, ids, json) {
+    match idgen::commands::decode(&layout, ids, json) {
         Ok(lines) => {
             for l in lines {
                 println!("{l}");
@@ -165,7 +165,9 @@ fn inspect(
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(idgen::cli::inspect(&url, data_dir, namespace, safety, json)) {
+    match rt.block_on(idgen::commands::inspect(
+        &url, data_dir, namespace, safety, json,
+    )) {
         Ok(text) => {
             println!("{text}");
             ExitCode::SUCCESS

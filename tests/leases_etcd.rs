@@ -15,9 +15,9 @@ use idgen::lease::keeper::{Keeper, LeaseShared, LeaseView};
 use idgen::lease::{
     conformance, LeaseConfig, LeaseError, Leases, Owner, Released, MAX_RECORDS_PER_TXN,
 };
+use idgen::node::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
 use idgen::store::etcd::EtcdStore;
 use idgen::store::{Commit, KvStore, Write};
-use idgen::watch::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
 use tokio::sync::watch;
 
 async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use super::issuer::{GenSettings, ShardGen};
-use super::stats::{bump, ShardStats};
+use super::telemetry::{bump, ShardStats};
 use super::{conn, http};
 use super::{ConnGuard, ServeError, ShardExit};
 use crate::config::ListenSection;

@@ -1,7 +1,7 @@
 //! The admin HTTP server, on the control thread (never on a shard): Prometheus metrics, health
 //! endpoints for load balancers, layout and decoding. It issues no IDs: the HTTP ID API
 //! (`POST /ids`, `POST /ids/batch`) is served by the shards on its own address
-//! (`--http-listen`, see `server/http.rs`).
+//! (`--http-listen`, see `node/http.rs`).
 //!
 //! | method and path | answer |
 //! |---|---|
@@ -31,13 +31,12 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
+use super::drift::ClockWatch;
+use super::telemetry::{Family, ShardStats};
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
 use crate::layout::{Id, Layout};
 use crate::lease::keeper::{LeaseShared, LeaseStats};
-use crate::server::stats::Family;
-use crate::server::ShardStats;
-use crate::watch::ClockWatch;
 
 /// What the admin server reads.
 pub struct AdminState {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use idgen_protocol::Status;
 
-use super::stats::ShardStats;
+use super::telemetry::ShardStats;
 use super::ShardExit;
 use crate::clock::{Clock, SystemClock};
 use crate::generator::{Fill, GenError, Generator, Progress, ShardConfig};

@@ -1,8 +1,4 @@
-//! Watching the node from its control thread: clock drift against peers, and audit events for
-//! what the shards only count (clock rollbacks, sequence exhaustion) and for the layout's
-//! timestamp range running out.
-//!
-//! ## Clock drift
+//! Clock drift against the node's peers, watched from the control thread.
 //!
 //! Every node writes its wall clock to `idgen/<ns>/clocks/<instance>` once a second and reads
 //! its peers' keys four times a second. When a peer's value `p` changes between two polls, the
@@ -35,15 +31,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::clock::Clock;
-use crate::layout::Layout;
 use crate::lease::Owner;
-use crate::server::ShardStats;
 use crate::store::{KvStore, Txn};
 
-/// `idgen/<ns>/clocks/`: where nodes publish their clocks, one key per instance.
-pub fn clocks_prefix(namespace: &str) -> String {
-    format!("idgen/{namespace}/clocks/")
-}
+pub use crate::lease::clocks_prefix;
 
 /// How often a node publishes its clock.
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
@@ -296,83 +287,6 @@ impl<C: Clock> ClockWatcher<C> {
                 let _ = tokio::time::timeout(Duration::from_secs(1), txn.commit()).await;
                 return;
             }
-        }
-    }
-}
-
-/// Turns the shards' counters into audit events: clock rollback detected and recovered,
-/// sequence exhaustion (at most one event per shard per 10 s), and the layout's timestamp
-/// range ending within `range_warning`.
-pub async fn observe(
-    shards: Vec<Arc<ShardStats>>,
-    layout: Layout,
-    range_warning: Duration,
-    clock: impl Clock,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    // Per shard: rollback events already reported, and whether a recovery is still owed.
-    let mut reported: Vec<u64> = vec![0; shards.len()];
-    let mut open_episode = vec![false; shards.len()];
-    let mut waits: Vec<u64> = vec![0; shards.len()];
-    let mut last_exhaustion_report = Instant::now();
-    let mut last_range_check: Option<Instant> = None;
-    loop {
-        for (i, s) in shards.iter().enumerate() {
-            let g = &s.generator;
-            // Counting events (not sampling the flag) catches episodes shorter than a poll.
-            let events = g.rollback_events.load(Ordering::Relaxed);
-            if events > reported[i] {
-                tracing::warn!(
-                    event = "clock_rollback_detected",
-                    shard = i,
-                    episodes = events - reported[i],
-                    largest_rollback_ms = g.largest_rollback_ms.load(Ordering::Relaxed),
-                    "clock behind the last timestamp used: shard unavailable until it recovers"
-                );
-                reported[i] = events;
-                open_episode[i] = true;
-            }
-            if open_episode[i] && !g.clock_behind.load(Ordering::Relaxed) {
-                open_episode[i] = false;
-                tracing::info!(
-                    event = "clock_rollback_recovered",
-                    shard = i,
-                    "clock caught up: shard serving again"
-                );
-            }
-        }
-        if last_exhaustion_report.elapsed() >= Duration::from_secs(10) {
-            last_exhaustion_report = Instant::now();
-            for (i, s) in shards.iter().enumerate() {
-                let now = s.generator.exhaustion_waits.load(Ordering::Relaxed);
-                if now > waits[i] {
-                    tracing::warn!(
-                        event = "sequence_exhausted",
-                        shard = i,
-                        waits = now - waits[i],
-                        "sequence space of a millisecond used up (add worker IDs per shard or sequence bits)"
-                    );
-                }
-                waits[i] = now;
-            }
-        }
-        if last_range_check.is_none_or(|t| t.elapsed() >= Duration::from_secs(86_400)) {
-            last_range_check = Some(Instant::now());
-            let left = layout.time_left(clock.wall_ms());
-            if left < range_warning {
-                tracing::warn!(
-                    event = "layout_range_ending",
-                    days_left = left.as_secs() / 86_400,
-                    "the layout's timestamp range runs out soon: plan a new epoch or layout"
-                );
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            _ = shutdown.changed() => {}
-        }
-        if *shutdown.borrow() {
-            return;
         }
     }
 }

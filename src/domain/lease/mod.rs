@@ -14,7 +14,7 @@
 //! | `cluster` | [`ClusterRecord`]: the layout, written once by the first node |
 //! | `generation` | the last generation number granted (a counter) |
 //! | `workers/<first>` | [`WorkerRecord`]: the worker IDs `first .. first + count`: state, owner, generation, `lease_end` |
-//! | `clocks/<instance>` | a node's clock (`crate::watch`); on etcd it expires when the node stops publishing |
+//! | `clocks/<instance>` | a node's clock (`crate::node::drift`); on etcd it expires when the node stops publishing |
 //!
 //! ## Range records
 //!
@@ -79,6 +79,12 @@ use crate::store::{Commit, Entry, KvStore, StoreError, Txn};
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod keeper;
+
+/// `idgen/<ns>/clocks/`: where nodes publish their clocks, one key per instance (written by
+/// `crate::node::drift`; an acquirer reads it to tell a live holder from a gone one).
+pub fn clocks_prefix(namespace: &str) -> String {
+    format!("idgen/{namespace}/clocks/")
+}
 
 #[cfg(test)]
 mod sim;
@@ -608,7 +614,7 @@ impl<'s> Leases<'s> {
         if !self.store.expires_keys() {
             return Ok(Liveness::Unknown);
         }
-        let prefix = crate::watch::clocks_prefix(&self.config.namespace).into_bytes();
+        let prefix = clocks_prefix(&self.config.namespace).into_bytes();
         let keys = self.store.scan(&prefix).await?;
         Ok(Liveness::Publishing(
             keys.iter()

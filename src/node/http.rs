@@ -36,7 +36,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::issuer::{status_of, wait_until, IssueError, ShardGen};
-use super::stats::{bump, drop_one, ShardStats};
+use super::telemetry::{bump, drop_one, ShardStats};
 use crate::generator::{Fill, Progress};
 
 /// Largest request body read (a batch request is `{"count": N}`).

@@ -44,15 +44,18 @@ use crate::config::ServeConfig;
 use crate::lease::keeper::{Keeper, LeaseShared};
 use crate::lease::{LeaseError, Owner, Released};
 use crate::store::{self, StoreError};
-use crate::watch::{ClockWatch, ClockWatcher};
+use drift::{ClockWatch, ClockWatcher};
 
+pub mod admin;
+pub mod audit;
 mod conn;
+pub mod drift;
 mod http;
 pub(crate) mod issuer;
 pub(crate) mod shard;
-pub mod stats;
+pub mod telemetry;
 
-pub use stats::ShardStats;
+pub use telemetry::ShardStats;
 
 /// Why a node could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -149,7 +152,7 @@ impl Node {
         // period, and for its clock key to expire (where the store expires keys), so a
         // restarted cluster whose worker IDs are all still held comes back.
         let gone = (config.lease.lease_ttl + config.lease.lease_safety)
-            .max(crate::watch::CLOCK_KEY_TTL + std::time::Duration::from_secs(1));
+            .max(drift::CLOCK_KEY_TTL + std::time::Duration::from_secs(1));
         let view = keeper
             .acquire_patiently(gone + config.lease.lease_ttl)
             .await?;
@@ -231,7 +234,7 @@ impl Node {
             let rx = shutdown_rx.clone();
             tasks.push(tokio::spawn(async move { watcher.run(rx).await }));
         }
-        tasks.push(tokio::spawn(crate::watch::observe(
+        tasks.push(tokio::spawn(audit::observe(
             shard_stats.clone(),
             config.layout,
             config.clock.range_warning,
@@ -245,7 +248,7 @@ impl Node {
                     addr: config.listen.listen,
                     source,
                 })?;
-                let state = crate::admin::AdminState::new(
+                let state = admin::AdminState::new(
                     Arc::clone(&config),
                     Arc::clone(&lease),
                     shard_stats.clone(),
@@ -261,7 +264,7 @@ impl Node {
                             }
                         }
                     };
-                    if let Err(e) = crate::admin::serve(listener, state, stopped).await {
+                    if let Err(e) = admin::serve(listener, state, stopped).await {
                         tracing::error!(event = "admin_failed", error = %e, "admin HTTP server stopped");
                     }
                 });

@@ -75,8 +75,8 @@ use super::keeper::{Keeper, KeeperTiming, LeaseView};
 use super::*;
 use crate::clock::{Clock, TestClock};
 use crate::layout::{Id, DEFAULT_EPOCH_MS};
-use crate::server::issuer::{GenSettings, IssueError, ShardGen};
-use crate::server::{release_after_shards, ShardExit, ShardStats};
+use crate::node::issuer::{GenSettings, IssueError, ShardGen};
+use crate::node::{release_after_shards, ShardExit, ShardStats};
 use crate::store::memory::{Fault, MemoryStore};
 use crate::store::{BoxFuture, Check, Entry, Write};
 

@@ -1,4 +1,6 @@
-//! Operator commands: `idgen decode` and `idgen inspect`.
+//! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen layout` ([`calc`]).
+
+pub mod calc;
 
 use std::time::Duration;
 
@@ -67,12 +69,12 @@ impl LayoutSource {
 pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<String>, String> {
     let mut out = Vec::with_capacity(ids.len());
     for text in ids {
-        let id = crate::admin::parse_id(text)?;
+        let id = crate::node::admin::parse_id(text)?;
         if id >= 1 << 63 {
             return Err(format!("{text}: the sign bit is set; not an idgen ID"));
         }
         if as_json {
-            out.push(crate::admin::decoded_json(layout, id).to_string());
+            out.push(crate::node::admin::decoded_json(layout, id).to_string());
         } else {
             let p = layout.decompose(crate::layout::Id(id));
             let time = humantime::format_rfc3339_millis(

@@ -812,7 +812,7 @@ async fn a_holder_that_publishes_its_clock_is_not_taken_over(store: &dyn KvStore
     let key = |name: &str| {
         format!(
             "{}{}",
-            crate::watch::clocks_prefix(ns),
+            crate::lease::clocks_prefix(ns),
             owner(name).instance
         )
     };
