@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "etcd")]
 use common::etcd::EtcdCluster;
-use common::node::{http, timestamp_of, worker_of, Conn, NodeProc};
+use common::node::{http, Conn, NodeProc};
 use idgen_protocol::Status;
 use serde_json::Value;
 
@@ -247,9 +247,9 @@ fn http_api_answers_the_seed_calls_with_js_safe_ids_and_clear_errors() {
     let d = json(&b);
     assert_eq!(
         d["timestamp_ms"].as_u64().unwrap(),
-        timestamp_of(&hello, id)
+        hello.decompose(id).timestamp
     );
-    assert_eq!(d["worker"].as_u64().unwrap(), worker_of(&hello, id));
+    assert_eq!(d["worker"].as_u64().unwrap(), hello.decompose(id).worker);
     assert_eq!(d["sequence"].as_u64().unwrap(), id & 4095);
     assert!(d["time"].as_str().unwrap().ends_with('Z'));
 }
@@ -288,12 +288,12 @@ fn decode_agrees_with_the_layout_on_live_ids() {
     for (id, d) in picks.iter().zip(&lines) {
         assert_eq!(
             d["timestamp_ms"].as_u64().unwrap(),
-            timestamp_of(&hello, *id)
+            hello.decompose(*id).timestamp
         );
-        assert_eq!(d["worker"].as_u64().unwrap(), worker_of(&hello, *id));
+        assert_eq!(d["worker"].as_u64().unwrap(), hello.decompose(*id).worker);
         assert_eq!(
             d["unix_ms"].as_u64().unwrap(),
-            hello.epoch_ms + timestamp_of(&hello, *id)
+            hello.epoch_ms + hello.decompose(*id).timestamp
         );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -308,7 +308,7 @@ fn decode_agrees_with_the_layout_on_live_ids() {
         .unwrap();
     let line = String::from_utf8(out.stdout).unwrap();
     assert!(
-        line.contains(&format!("worker={}", worker_of(&hello, picks[1]))),
+        line.contains(&format!("worker={}", hello.decompose(picks[1]).worker)),
         "{line}"
     );
     assert!(line.contains("time=20"), "{line}");
@@ -437,7 +437,7 @@ fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
         }
     };
     assert!(after[0] > *before.last().unwrap());
-    assert!(timestamp_of(&hello, after[0]) >= timestamp_of(&hello, before[99]));
+    assert!(hello.decompose(after[0]).timestamp >= hello.decompose(before[99]).timestamp);
     let t = Instant::now();
     while http(admin, "GET", "/health/ready", None).0 != 200 {
         assert!(

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use common::node::{timestamp_of, worker_of, Conn, NodeProc};
+use common::node::{Conn, NodeProc};
 use common::wall_ms;
 use idgen::layout::Layout;
 use idgen::lease::{LeaseConfig, Leases, Owner, WorkerRecord};
@@ -61,7 +61,7 @@ fn two_nodes_on_one_etcd_have_disjoint_ranges_and_distinct_ids() {
                 let ids = c.get_ids(64).unwrap_or_else(|e| panic!("GET_IDS: {e:?}"));
                 assert_eq!(ids.len(), 64);
                 for id in ids {
-                    let w = worker_of(h, id);
+                    let w = h.decompose(id).worker;
                     assert!(
                         (range.0..range.0 + range.1).contains(&w),
                         "ID {id} has worker {w}, outside shard {} range {range:?}",
@@ -180,7 +180,7 @@ fn kill_9_and_immediate_restart_reuse_workers_only_above_the_old_lease_end() {
         .collect();
     assert_eq!(before.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
     for &id in &old_ids {
-        let (w, ts) = (worker_of(&hello, id), timestamp_of(&hello, id));
+        let (w, ts) = (hello.decompose(id).worker, hello.decompose(id).timestamp);
         assert!(ts < before[&w], "the dead node issued {ts} ≥ its lease_end");
     }
 
@@ -208,7 +208,7 @@ fn kill_9_and_immediate_restart_reuse_workers_only_above_the_old_lease_end() {
     let mut per_worker: BTreeMap<u64, usize> = BTreeMap::new();
     for (mut c, h) in connections(&new, 8) {
         for id in c.get_ids(500).expect("IDs from the restarted node") {
-            let (w, ts) = (worker_of(&h, id), timestamp_of(&h, id));
+            let (w, ts) = (h.decompose(id).worker, h.decompose(id).timestamp);
             assert!(
                 ts > before[&w],
                 "restarted node issued timestamp {ts} for worker {w}, not above its old \
@@ -251,7 +251,7 @@ fn node_fails_closed_without_etcd_and_serves_again_when_it_returns() {
     while stopped.elapsed() < Duration::from_millis(TTL_MS) + Duration::from_secs(3) {
         match c.get_ids(1) {
             Ok(ids) => {
-                let ts = timestamp_of(&hello, ids[0]);
+                let ts = hello.decompose(ids[0]).timestamp;
                 assert!(
                     ts < ceiling_bound,
                     "issued timestamp {ts} ≥ stop time {stop_id_time} + TTL"
@@ -292,7 +292,7 @@ fn node_fails_closed_without_etcd_and_serves_again_when_it_returns() {
     loop {
         match c.get_ids(1) {
             Ok(ids) => {
-                assert!(timestamp_of(&hello, ids[0]) > stop_id_time);
+                assert!(hello.decompose(ids[0]).timestamp > stop_id_time);
                 break;
             }
             Err((status, msg)) => assert_eq!(status, Status::UNAVAILABLE_LEASE, "{msg}"),
@@ -386,7 +386,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     );
 
     let in_new = |id: u64| {
-        let w = worker_of(&new_hello, id);
+        let w = new_hello.decompose(id).worker;
         u64::from(new_hello.worker_first) <= w
             && w < u64::from(new_hello.worker_first + new_hello.worker_count)
     };
@@ -443,7 +443,7 @@ fn a_node_leases_the_whole_default_worker_space_on_a_default_etcd() {
     for (mut c, h) in connections(&node, 32) {
         shards.insert(h.shard, (h.worker_first, h.worker_count));
         for id in c.get_ids(100).expect("IDs") {
-            let w = worker_of(&h, id);
+            let w = h.decompose(id).worker;
             assert!(
                 (u64::from(h.worker_first)..u64::from(h.worker_first + h.worker_count))
                     .contains(&w)

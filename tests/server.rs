@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use common::node::{timestamp_of, worker_of, Conn, NodeProc};
+use common::node::{Conn, NodeProc};
 use idgen_protocol::{encode_request, Request, Response, Status};
 use serde_json::Value;
 
@@ -248,7 +248,7 @@ fn shards_issue_unique_ids_from_their_own_workers() {
             "increasing per connection"
         );
         for id in ids {
-            let w = worker_of(&hello, id);
+            let w = hello.decompose(id).worker;
             assert!(
                 (u64::from(hello.worker_first)..u64::from(hello.worker_first + 3)).contains(&w),
                 "worker {w} outside shard {} range",
@@ -460,7 +460,7 @@ fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         for id in &ids {
             assert!(seen.insert(*id), "duplicate {id}");
-            max_ts = max_ts.max(timestamp_of(&h, *id));
+            max_ts = max_ts.max(h.decompose(*id).timestamp);
         }
         hello = Some(h);
     }
@@ -478,7 +478,7 @@ fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
     let h = hello.unwrap();
     for id in ids {
         assert!(!seen.contains(&id), "reissued {id}");
-        assert!(timestamp_of(&h, id) > max_ts || worker_of(&h, id) >= 2);
+        assert!(h.decompose(id).timestamp > max_ts || h.decompose(id).worker >= 2);
     }
 }
 
@@ -718,7 +718,7 @@ fn http_issuance_spreads_over_every_shard_and_shares_their_id_space() {
         for id in v["ids"].as_array().unwrap() {
             let id = id.as_u64().unwrap();
             assert!(seen.insert(id), "duplicate {id} in round {round}");
-            *workers.entry(worker_of(&hello, id)).or_insert(0) += 1;
+            *workers.entry(hello.decompose(id).worker).or_insert(0) += 1;
         }
         for id in c.get_ids(7).unwrap() {
             assert!(seen.insert(id), "the ID protocol repeated HTTP's {id}");
@@ -786,7 +786,7 @@ fn region_bits_need_a_region_and_the_store_keeps_to_its_region() {
     // Region 1 of 4 with 10 worker bits: worker IDs 256..512.
     assert!(ids
         .iter()
-        .all(|&id| (256..512).contains(&worker_of(&hello, id))));
+        .all(|&id| (256..512).contains(&hello.decompose(id).worker)));
     assert!(first.terminate(Duration::from_secs(10)).success());
     for other in ["2", "global"] {
         let err = NodeProc::try_start_in(Some(data.path()), &region(other), &[])
@@ -1028,7 +1028,7 @@ fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
     assert_eq!(ids.len(), 30_000);
     assert!(ids[0] > before[4] && ids.windows(2).all(|w| w[0] < w[1]));
     for id in &ids {
-        let w = worker_of(&hello, *id);
+        let w = hello.decompose(*id).worker;
         assert!((u64::from(hello.worker_first)..u64::from(hello.worker_first) + 2).contains(&w));
     }
     let after = v2.get_ids(3).unwrap();

@@ -71,11 +71,14 @@ pub use request::{
 };
 pub use response::{
     decode_response, encode_error, encode_hello_ok, encode_ids, encode_ids_header, encode_pong,
-    encode_ranges, max_response_frame, truncate_message, IdParts, IdsIter, IdsRef, RangesIter,
-    RangesRef, Response, ResponseRef, ServerHello, HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE,
+    encode_ranges, max_response_frame, truncate_message, IdsIter, IdsRef, RangesIter, RangesRef,
+    Response, ResponseRef, ServerHello, HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE,
     MAX_IDS_PER_FRAME, PONG_LEN,
 };
 pub use status::{Status, StatusInfo};
+
+/// The ID model HELLO_OK announces ([`ServerHello::layout`], [`ServerHello::workers`]).
+pub use idgen_id::{Layout, LayoutError, Parts, WorkerRange};
 
 /// Magic bytes at the start of the HELLO payload.
 pub const MAGIC: [u8; 4] = *b"IDGN";

@@ -401,13 +401,3 @@ impl Conn {
         }
     }
 }
-
-/// Decodes the timestamp field of an ID under a HELLO_OK layout.
-pub fn timestamp_of(hello: &ServerHello, id: u64) -> u64 {
-    id >> (hello.worker_bits + hello.sequence_bits)
-}
-
-/// Decodes the worker field of an ID under a HELLO_OK layout.
-pub fn worker_of(hello: &ServerHello, id: u64) -> u64 {
-    (id >> hello.sequence_bits) & ((1 << hello.worker_bits) - 1)
-}

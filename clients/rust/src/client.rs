@@ -73,6 +73,7 @@ pub struct Client {
 #[derive(Debug)]
 struct Shared {
     hello: ServerHello,
+    layout: Layout,
     options: ClientOptions,
     commands: mpsc::Sender<Command>,
     conn: Arc<Conn>,
@@ -179,6 +180,8 @@ impl Client {
         let (stream, hello, leftover) = tokio::time::timeout(options.connect_timeout, open(addr))
             .await
             .map_err(|_| Error::Timeout)??;
+        // Every decoded HELLO_OK has a valid layout; checked again rather than assumed.
+        let layout = hello.layout()?;
         let (read, write) = stream.into_split();
         let conn = Arc::new(Conn {
             closed: AtomicBool::new(false),
@@ -206,6 +209,7 @@ impl Client {
         Ok(Client {
             shared: Arc::new(Shared {
                 hello,
+                layout,
                 options,
                 commands,
                 conn,
@@ -253,7 +257,7 @@ impl Client {
 
     /// The ID layout announced by the server, for taking IDs apart.
     pub fn layout(&self) -> Layout {
-        Layout::from_hello(&self.shared.hello)
+        self.shared.layout
     }
 
     /// The options this client was connected with.
