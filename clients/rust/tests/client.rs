@@ -1,14 +1,12 @@
 //! The async and blocking clients against the in-test fake server.
 
-mod common;
-
 use std::collections::HashSet;
 use std::future::Future;
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
-use common::{Action, Config, FakeServer, EPOCH_MS};
 use idgen_client::{Client, ClientOptions, Error, Parts, Status};
+use idgen_testkit::fake::{Action, Config, FakeServer, EPOCH_MS};
 
 /// Every test body is bounded in time.
 async fn bounded<T>(f: impl Future<Output = T>) -> T {
@@ -31,7 +29,7 @@ fn strictly_increasing(ids: &[u64]) -> bool {
 async fn handshake_fields_and_layout_are_exposed() {
     bounded(async {
         let (_server, client) = start().await;
-        assert_eq!(*client.hello(), common::hello(1000));
+        assert_eq!(*client.hello(), idgen_testkit::fake::hello(1000));
         let layout = client.layout();
         assert_eq!(
             (

@@ -2,12 +2,10 @@
 //! server through the real client: the IDs, HELLO_OK fields and statuses the client
 //! reports must be the vector's.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Action, Config, FakeServer};
 use idgen_client::{Client, Error, Status};
+use idgen_testkit::fake::{Action, Config, FakeServer};
 use serde_json::Value;
 
 fn unhex(s: &str) -> Vec<u8> {
