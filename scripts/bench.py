@@ -265,7 +265,7 @@ def idle_connections_rss(count=10_000):
                 return int(line.split()[1])
         return 0
     before = rss_kib()
-    hello = bytes.fromhex("00000009014944474e00010001")
+    hello = protocol_vector("hello_v1")
     socks = []
     for _ in range(min(count, want - 64)):
         s = socket.create_connection((host, int(port)))
@@ -281,6 +281,15 @@ def idle_connections_rss(count=10_000):
     stop(server)
     shutil.rmtree(data, ignore_errors=True)
     return {"connections": len(socks), "rss_mib_before": before / 1024, "rss_mib": after / 1024}
+
+
+def protocol_vector(name):
+    """The bytes of one request vector of protocol/tests/vectors.json (the spec's own)."""
+    with open(ROOT / "protocol" / "tests" / "vectors.json") as f:
+        for v in json.load(f):
+            if v["name"] == name:
+                return bytes.fromhex(v["hex"])
+    raise SystemExit(f"scripts/bench: no vector {name!r} in protocol/tests/vectors.json")
 
 
 def redis_runs(seconds):

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "etcd")]
 use common::etcd::EtcdCluster;
-use common::node::{http, timestamp_of, worker_of, Conn, NodeProc};
+use common::node::{http, NodeProc};
 use idgen_protocol::Status;
+use idgen_testkit::TestConn;
 use serde_json::Value;
 
 const ADMIN: &[&str] = &["--admin-listen", "127.0.0.1:0"];
@@ -128,7 +129,7 @@ fn metrics_parse_and_move_with_traffic() {
     assert!(sum(&before, "idgen_layout_years_left") > 60.0);
     assert_eq!(sum(&before, "idgen_ready"), 1.0);
 
-    let mut c = Conn::open(node.addr);
+    let mut c = TestConn::open(node.addr);
     let mut issued = 0;
     for n in [1u32, 10, 4096, 7] {
         issued += c.get_ids(n).unwrap().len();
@@ -240,16 +241,16 @@ fn http_api_answers_the_seed_calls_with_js_safe_ids_and_clear_errors() {
     assert_eq!(s, 200);
     let layout = json(&b);
     assert_eq!(layout["timestamp_bits"], 41);
-    let c = Conn::open(node.addr);
+    let c = TestConn::open(node.addr);
     let hello = c.hello.unwrap();
     let (s, b) = http(admin, "GET", &format!("/ids/{id}"), None);
     assert_eq!(s, 200);
     let d = json(&b);
     assert_eq!(
         d["timestamp_ms"].as_u64().unwrap(),
-        timestamp_of(&hello, id)
+        hello.decompose(id).timestamp
     );
-    assert_eq!(d["worker"].as_u64().unwrap(), worker_of(&hello, id));
+    assert_eq!(d["worker"].as_u64().unwrap(), hello.decompose(id).worker);
     assert_eq!(d["sequence"].as_u64().unwrap(), id & 4095);
     assert!(d["time"].as_str().unwrap().ends_with('Z'));
 }
@@ -264,7 +265,7 @@ fn decode_agrees_with_the_layout_on_live_ids() {
         "--workers-per-shard",
         "3",
     ]);
-    let mut c = Conn::open(node.addr);
+    let mut c = TestConn::open(node.addr);
     let hello = c.hello.unwrap();
     let ids = c.get_ids(9000).unwrap();
     let picks = [ids[0], ids[4095], ids[4096], ids[8999]];
@@ -288,12 +289,12 @@ fn decode_agrees_with_the_layout_on_live_ids() {
     for (id, d) in picks.iter().zip(&lines) {
         assert_eq!(
             d["timestamp_ms"].as_u64().unwrap(),
-            timestamp_of(&hello, *id)
+            hello.decompose(*id).timestamp
         );
-        assert_eq!(d["worker"].as_u64().unwrap(), worker_of(&hello, *id));
+        assert_eq!(d["worker"].as_u64().unwrap(), hello.decompose(*id).worker);
         assert_eq!(
             d["unix_ms"].as_u64().unwrap(),
-            hello.epoch_ms + timestamp_of(&hello, *id)
+            hello.epoch_ms + hello.decompose(*id).timestamp
         );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -308,7 +309,7 @@ fn decode_agrees_with_the_layout_on_live_ids() {
         .unwrap();
     let line = String::from_utf8(out.stdout).unwrap();
     assert!(
-        line.contains(&format!("worker={}", worker_of(&hello, picks[1]))),
+        line.contains(&format!("worker={}", hello.decompose(picks[1]).worker)),
         "{line}"
     );
     assert!(line.contains("time=20"), "{line}");
@@ -329,7 +330,7 @@ fn readiness_turns_false_before_a_node_without_its_store_stops_serving() {
     let node = start(&["--store", &url, "--shards", "1", "--lease-ttl", "3s"]);
     let admin = node.admin.unwrap();
     assert_eq!(http(admin, "GET", "/health/ready", None).0, 200);
-    let mut c = Conn::open(node.addr);
+    let mut c = TestConn::open(node.addr);
     assert!(c.get_ids(1).is_ok());
 
     etcd.stop_all();
@@ -405,7 +406,7 @@ fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
     )
     .unwrap();
     let admin = node.admin.unwrap();
-    let mut c = Conn::open(node.addr);
+    let mut c = TestConn::open(node.addr);
     let hello = c.hello.unwrap();
     let before = c.get_ids(100).unwrap();
     assert_eq!(http(admin, "GET", "/health/ready", None).0, 200);
@@ -437,7 +438,7 @@ fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
         }
     };
     assert!(after[0] > *before.last().unwrap());
-    assert!(timestamp_of(&hello, after[0]) >= timestamp_of(&hello, before[99]));
+    assert!(hello.decompose(after[0]).timestamp >= hello.decompose(before[99]).timestamp);
     let t = Instant::now();
     while http(admin, "GET", "/health/ready", None).0 != 200 {
         assert!(
@@ -542,8 +543,8 @@ fn a_clock_wait_delays_only_the_requests_that_need_ids() {
     )
     .unwrap();
     // One shard: both connections are its.
-    let mut waiting = Conn::open(node.addr);
-    let mut other = Conn::open(node.addr);
+    let mut waiting = TestConn::open(node.addr);
+    let mut other = TestConn::open(node.addr);
     let before = waiting.get_ids(10).unwrap();
     // One second back: within the bound, so the next request for IDs waits about that long.
     std::fs::write(&offset, "-1s\n").unwrap();

@@ -26,10 +26,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use common::node::{http, try_http, Conn, NodeProc};
+use common::node::{http, try_http, NodeProc};
 use common::{free_port, wall_ms};
 use idgen::layout::Layout;
 use idgen::lease::WorkerState;
+use idgen_testkit::TestConn;
 
 const NODES: usize = 3;
 const PREFIX: &str = "clients";
@@ -132,7 +133,7 @@ impl Cluster {
 /// Takes node `i`'s worker records away, as a rival with a newer generation would (returns
 /// the stolen range, to give back later).
 fn steal(c: &Cluster, i: usize) -> (u64, u64) {
-    let hello = Conn::open(c.listen[i]).hello.expect("HELLO_OK");
+    let hello = TestConn::open(c.listen[i]).hello.expect("HELLO_OK");
     // Both shards' ranges are one contiguous lease: find its span from the admin layout.
     let (_, body) = http(c.admin[i], "GET", "/layout", None);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -315,7 +316,7 @@ fn every_shipped_client_recovers_from_each_fault_within_its_bound_and_no_id_repe
     let stolen = steal(&c, 0);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let h = Conn::open(c.listen[0]).hello.unwrap();
+        let h = TestConn::open(c.listen[0]).hello.unwrap();
         let first = u64::from(h.worker_first);
         if h.worker_count > 0 && !(stolen.0..stolen.0 + stolen.1).contains(&first) {
             break;

@@ -15,9 +15,9 @@ async fn many_tasks_share_one_pipelined_connection() {
         let client = Client::connect(node.addr).await.expect("connect");
         let layout = client.layout();
         assert_eq!(
-            u32::from(layout.timestamp_bits)
-                + u32::from(layout.worker_bits)
-                + u32::from(layout.sequence_bits),
+            u32::from(layout.timestamp_bits())
+                + u32::from(layout.worker_bits())
+                + u32::from(layout.sequence_bits()),
             63
         );
         client.ping().await.expect("ping");
@@ -48,15 +48,13 @@ async fn many_tasks_share_one_pipelined_connection() {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64;
-        let parts = layout.decode(*all.iter().max().unwrap());
+        let parts = layout.decompose(*all.iter().max().unwrap());
         assert!(
             parts.unix_ms.abs_diff(now_ms) < 60_000,
             "{parts:?} vs now {now_ms}"
         );
         let hello = client.hello();
-        assert!((u64::from(hello.worker_first)
-            ..u64::from(hello.worker_first) + u64::from(hello.worker_count))
-            .contains(&parts.worker));
+        assert!(hello.workers().contains(parts.worker));
         // A batch above the server's limit is split by the client and returned whole.
         let big = client.next_ids(150_000).await.expect("split batch");
         assert_eq!(big.len(), 150_000);

@@ -9,12 +9,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use common::node::{timestamp_of, worker_of, Conn, NodeProc};
+use common::node::NodeProc;
 use common::wall_ms;
-use idgen::layout::Layout;
+use idgen::layout::{Layout, WorkerRange};
 use idgen::lease::{LeaseConfig, Leases, Owner, WorkerRecord};
 use idgen::store::etcd::EtcdStore;
 use idgen_protocol::{ServerHello, Status};
+use idgen_testkit::TestConn;
 
 const TTL_MS: u64 = 1500;
 const TTL: &str = "1500ms";
@@ -27,10 +28,10 @@ fn start(cluster: &EtcdCluster, prefix: &str, node_id: &str, extra: &[&str]) -> 
 }
 
 /// Opens `n` connections; returns them with the worker ranges their HELLO_OK announced.
-fn connections(node: &NodeProc, n: usize) -> Vec<(Conn, ServerHello)> {
+fn connections(node: &NodeProc, n: usize) -> Vec<(TestConn, ServerHello)> {
     (0..n)
         .map(|_| {
-            let c = Conn::open(node.addr);
+            let c = TestConn::open(node.addr);
             let h = c.hello.expect("HELLO_OK");
             (c, h)
         })
@@ -47,24 +48,24 @@ fn two_nodes_on_one_etcd_have_disjoint_ranges_and_distinct_ids() {
         start(&cluster, "idgen-two", "node-a", &["--shards", "2"]),
         start(&cluster, "idgen-two", "node-b", &["--shards", "2"]),
     ];
-    let mut ranges: Vec<BTreeMap<u16, (u64, u64)>> = Vec::new();
+    let mut ranges: Vec<BTreeMap<u16, WorkerRange>> = Vec::new();
     let mut all_ids = HashSet::new();
     for node in &nodes {
         let mut conns = connections(node, 16);
         let mut by_shard = BTreeMap::new();
         for (c, h) in conns.iter_mut() {
-            let range = (u64::from(h.worker_first), u64::from(h.worker_count));
-            assert!(range.1 >= 1, "{h:?}");
+            let range = h.workers();
+            assert!(!range.is_empty(), "{h:?}");
             // A shard announces one range on every connection.
             assert_eq!(*by_shard.entry(h.shard).or_insert(range), range, "{h:?}");
             for _ in 0..4 {
                 let ids = c.get_ids(64).unwrap_or_else(|e| panic!("GET_IDS: {e:?}"));
                 assert_eq!(ids.len(), 64);
                 for id in ids {
-                    let w = worker_of(h, id);
+                    let w = h.decompose(id).worker;
                     assert!(
-                        (range.0..range.0 + range.1).contains(&w),
-                        "ID {id} has worker {w}, outside shard {} range {range:?}",
+                        range.contains(w),
+                        "ID {id} has worker {w}, outside shard {} range {range}",
                         h.shard
                     );
                     assert!(all_ids.insert(id), "ID {id} issued twice");
@@ -81,20 +82,16 @@ fn two_nodes_on_one_etcd_have_disjoint_ranges_and_distinct_ids() {
     }
     assert_eq!(all_ids.len(), 2 * 16 * 4 * 64);
     // Within a node the shards' ranges are disjoint, and so are the two nodes' ranges.
-    let flat: Vec<(usize, u64, u64)> = ranges
+    let flat: Vec<(usize, WorkerRange)> = ranges
         .iter()
         .enumerate()
-        .flat_map(|(n, m)| m.values().map(move |&(f, c)| (n, f, c)))
+        .flat_map(|(n, m)| m.values().map(move |&r| (n, r)))
         .collect();
-    for (i, a) in flat.iter().enumerate() {
-        for b in &flat[i + 1..] {
+    for (i, (na, a)) in flat.iter().enumerate() {
+        for (nb, b) in &flat[i + 1..] {
             assert!(
-                a.1 + a.2 <= b.1 || b.1 + b.2 <= a.1,
-                "overlapping worker ranges: node {} {:?} and node {} {:?}",
-                a.0,
-                (a.1, a.2),
-                b.0,
-                (b.1, b.2)
+                a.end() <= b.first || b.end() <= a.first,
+                "overlapping worker ranges: node {na} {a} and node {nb} {b}"
             );
         }
     }
@@ -180,7 +177,7 @@ fn kill_9_and_immediate_restart_reuse_workers_only_above_the_old_lease_end() {
         .collect();
     assert_eq!(before.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
     for &id in &old_ids {
-        let (w, ts) = (worker_of(&hello, id), timestamp_of(&hello, id));
+        let (w, ts) = (hello.decompose(id).worker, hello.decompose(id).timestamp);
         assert!(ts < before[&w], "the dead node issued {ts} ≥ its lease_end");
     }
 
@@ -208,7 +205,7 @@ fn kill_9_and_immediate_restart_reuse_workers_only_above_the_old_lease_end() {
     let mut per_worker: BTreeMap<u64, usize> = BTreeMap::new();
     for (mut c, h) in connections(&new, 8) {
         for id in c.get_ids(500).expect("IDs from the restarted node") {
-            let (w, ts) = (worker_of(&h, id), timestamp_of(&h, id));
+            let (w, ts) = (h.decompose(id).worker, h.decompose(id).timestamp);
             assert!(
                 ts > before[&w],
                 "restarted node issued timestamp {ts} for worker {w}, not above its old \
@@ -235,7 +232,7 @@ fn kill_9_and_immediate_restart_reuse_workers_only_above_the_old_lease_end() {
 fn node_fails_closed_without_etcd_and_serves_again_when_it_returns() {
     let mut cluster = EtcdCluster::start(1);
     let node = start(&cluster, "idgen-outage", "node", &["--shards", "1"]);
-    let mut c = Conn::open(node.addr);
+    let mut c = TestConn::open(node.addr);
     let hello = c.hello.unwrap();
     c.get_ids(10).expect("serves with etcd up");
     std::thread::sleep(Duration::from_millis(700)); // a renewal or two
@@ -251,7 +248,7 @@ fn node_fails_closed_without_etcd_and_serves_again_when_it_returns() {
     while stopped.elapsed() < Duration::from_millis(TTL_MS) + Duration::from_secs(3) {
         match c.get_ids(1) {
             Ok(ids) => {
-                let ts = timestamp_of(&hello, ids[0]);
+                let ts = hello.decompose(ids[0]).timestamp;
                 assert!(
                     ts < ceiling_bound,
                     "issued timestamp {ts} ≥ stop time {stop_id_time} + TTL"
@@ -292,7 +289,7 @@ fn node_fails_closed_without_etcd_and_serves_again_when_it_returns() {
     loop {
         match c.get_ids(1) {
             Ok(ids) => {
-                assert!(timestamp_of(&hello, ids[0]) > stop_id_time);
+                assert!(hello.decompose(ids[0]).timestamp > stop_id_time);
                 break;
             }
             Err((status, msg)) => assert_eq!(status, Status::UNAVAILABLE_LEASE, "{msg}"),
@@ -326,8 +323,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     );
     let http_api = node.http.expect("HTTP ID API address");
     let (mut old, hello) = connections(&node, 1).pop().unwrap();
-    let old_range =
-        u64::from(hello.worker_first)..u64::from(hello.worker_first + hello.worker_count);
+    let old_range = hello.workers();
     assert!(old.get_ids(10).is_ok());
     let options = idgen_client::PoolOptions {
         call_deadline: Duration::from_secs(3),
@@ -350,17 +346,17 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     common::etcd::write_rival_record(
         &cluster,
         "change",
-        old_range.start,
-        old_range.end - old_range.start,
+        old_range.first,
+        old_range.count,
         idgen::lease::WorkerState::Held,
         wall_ms() - Layout::default().epoch_ms() + 120_000,
     );
     // The node notices at its next renewal (TTL/3) and takes another range.
     let deadline = Instant::now() + Duration::from_secs(10);
     let new_hello = loop {
-        let c = Conn::open(node.addr);
+        let c = TestConn::open(node.addr);
         let h = c.hello.expect("HELLO_OK");
-        if h.worker_count > 0 && !old_range.contains(&u64::from(h.worker_first)) {
+        if h.worker_count > 0 && !old_range.contains(u64::from(h.worker_first)) {
             break h;
         }
         assert!(
@@ -386,7 +382,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     );
 
     let in_new = |id: u64| {
-        let w = worker_of(&new_hello, id);
+        let w = new_hello.decompose(id).worker;
         u64::from(new_hello.worker_first) <= w
             && w < u64::from(new_hello.worker_first + new_hello.worker_count)
     };
@@ -443,7 +439,7 @@ fn a_node_leases_the_whole_default_worker_space_on_a_default_etcd() {
     for (mut c, h) in connections(&node, 32) {
         shards.insert(h.shard, (h.worker_first, h.worker_count));
         for id in c.get_ids(100).expect("IDs") {
-            let w = worker_of(&h, id);
+            let w = h.decompose(id).worker;
             assert!(
                 (u64::from(h.worker_first)..u64::from(h.worker_first + h.worker_count))
                     .contains(&w)

@@ -166,7 +166,10 @@ fn inside() {
     };
     let a = start(Some(NODE_UID), "a");
     let b = start(None, "b");
-    let a_range = common::node::Conn::open(a.addr).hello.unwrap().worker_first;
+    let a_range = idgen_testkit::TestConn::open(a.addr)
+        .hello
+        .unwrap()
+        .worker_first;
     let log = Arc::new(Mutex::new(Log::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = vec![
@@ -225,7 +228,10 @@ fn inside() {
     );
     // A's lease expired and passed its safety period: C takes its worker ID.
     let mut c = start(None, "c");
-    let c_range = common::node::Conn::open(c.addr).hello.unwrap().worker_first;
+    let c_range = idgen_testkit::TestConn::open(c.addr)
+        .hello
+        .unwrap()
+        .worker_first;
     assert_eq!(
         c_range, a_range,
         "C must take A's worker ID (the only one not held)"

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use common::node::{timestamp_of, worker_of, Conn, NodeProc};
+use common::node::NodeProc;
 use idgen_protocol::{encode_request, Request, Response, Status};
+use idgen_testkit::TestConn;
 use serde_json::Value;
 
 fn hex(s: &str) -> Vec<u8> {
@@ -40,7 +41,7 @@ fn closes_within(stream: &mut TcpStream, within: Duration) -> bool {
 }
 
 /// Still usable: a PING is answered with its PONG.
-fn assert_usable(c: &mut Conn, what: &str) {
+fn assert_usable(c: &mut TestConn, what: &str) {
     c.send(&Request::Ping { token: 77 });
     match c.recv() {
         Some(Response::Pong(77)) => {}
@@ -68,9 +69,9 @@ fn the_shared_request_vectors_hold_against_the_real_server() {
         };
         let bytes = hex(v["hex"].as_str().unwrap());
         let mut c = if v["connection"] == "new" {
-            Conn::raw(node.addr)
+            TestConn::raw(node.addr)
         } else {
-            Conn::open(node.addr)
+            TestConn::open(node.addr)
         };
         c.send_raw(&bytes).unwrap();
         if v["incomplete"] == true {
@@ -146,7 +147,7 @@ fn the_shared_request_vectors_hold_against_the_real_server() {
 #[test]
 fn thousands_of_pipelined_mixed_requests_are_answered_in_order() {
     let node = NodeProc::start(&["--store", "memory", "--shards", "2"]);
-    let mut c = Conn::open(node.addr);
+    let mut c = TestConn::open(node.addr);
     // A deterministic mix: batches of many sizes, pings, and requests that are refused but
     // keep the connection open.
     let mut reqs = Vec::new();
@@ -227,7 +228,7 @@ fn shards_issue_unique_ids_from_their_own_workers() {
         .map(|_| {
             let addr = node.addr;
             std::thread::spawn(move || {
-                let mut c = Conn::open(addr);
+                let mut c = TestConn::open(addr);
                 let hello = c.hello.unwrap();
                 let mut ids = Vec::new();
                 for n in [1, 7, 4096, 20_000, 3, 5000] {
@@ -248,7 +249,7 @@ fn shards_issue_unique_ids_from_their_own_workers() {
             "increasing per connection"
         );
         for id in ids {
-            let w = worker_of(&hello, id);
+            let w = hello.decompose(id).worker;
             assert!(
                 (u64::from(hello.worker_first)..u64::from(hello.worker_first + 3)).contains(&w),
                 "worker {w} outside shard {} range",
@@ -268,7 +269,7 @@ fn shards_issue_unique_ids_from_their_own_workers() {
 fn a_client_that_stops_reading_costs_bounded_memory_and_others_are_served() {
     let node = NodeProc::start(&["--store", "memory", "--shards", "1"]);
     let before = node.rss_kib();
-    let mut slow = Conn::open(node.addr);
+    let mut slow = TestConn::open(node.addr);
     // Ask for 1 GiB of IDs and read none of them.
     let mut out = BytesMut::new();
     for _ in 0..2048 {
@@ -288,7 +289,7 @@ fn a_client_that_stops_reading_costs_bounded_memory_and_others_are_served() {
     );
     // Another connection on the same shard is served promptly meanwhile.
     let started = Instant::now();
-    let mut other = Conn::open(node.addr);
+    let mut other = TestConn::open(node.addr);
     assert_eq!(other.get_ids(100).unwrap().len(), 100);
     assert!(started.elapsed() < Duration::from_secs(2));
     writer.join().unwrap();
@@ -309,7 +310,7 @@ fn a_client_that_stops_reading_costs_bounded_memory_and_others_are_served() {
 #[test]
 fn hostile_frames_close_only_their_own_connection() {
     let node = NodeProc::start(&["--store", "memory", "--shards", "1"]);
-    let mut bystander = Conn::open(node.addr);
+    let mut bystander = TestConn::open(node.addr);
     assert_eq!(bystander.get_ids(5).unwrap().len(), 5);
     let cases: Vec<(&str, Vec<u8>, bool)> = vec![
         ("4 GiB length prefix", vec![0xff, 0xff, 0xff, 0xff], true),
@@ -324,9 +325,9 @@ fn hostile_frames_close_only_their_own_connection() {
     ];
     for (what, bytes, handshake) in cases {
         let mut c = if handshake {
-            Conn::open(node.addr)
+            TestConn::open(node.addr)
         } else {
-            Conn::raw(node.addr)
+            TestConn::raw(node.addr)
         };
         c.send_raw(&bytes).unwrap();
         match c.recv() {
@@ -342,14 +343,14 @@ fn hostile_frames_close_only_their_own_connection() {
     }
     // Truncated frames and abrupt closes.
     for cut in [1usize, 3, 5, 8] {
-        let mut c = Conn::open(node.addr);
+        let mut c = TestConn::open(node.addr);
         let mut out = BytesMut::new();
         encode_request(&Request::Ping { token: 1 }, &mut out);
         c.send_raw(&out[..cut]).unwrap();
         drop(c);
     }
     // A byte a second (slowloris) gets nothing until the frame completes, and is served then.
-    let mut slow = Conn::open(node.addr);
+    let mut slow = TestConn::open(node.addr);
     let mut out = BytesMut::new();
     encode_request(&Request::GetIds { count: 2 }, &mut out);
     for b in out.iter() {
@@ -380,8 +381,8 @@ fn limits_and_timeouts() {
         "300ms",
     ]);
     // Connection limit: the fourth is refused with OVERLOADED, the others keep working.
-    let mut held: Vec<Conn> = (0..3).map(|_| Conn::open(node.addr)).collect();
-    let mut over = Conn::raw(node.addr);
+    let mut held: Vec<TestConn> = (0..3).map(|_| TestConn::open(node.addr)).collect();
+    let mut over = TestConn::raw(node.addr);
     match over.recv() {
         Some(Response::Error { status, .. }) => assert_eq!(status, Status::OVERLOADED),
         other => panic!("{other:?}"),
@@ -395,11 +396,11 @@ fn limits_and_timeouts() {
         assert!(c.recv().is_none(), "idle connection still open");
     }
     // The slots are free again; a connection that never says HELLO is closed.
-    let mut mute = Conn::raw(node.addr);
+    let mut mute = TestConn::raw(node.addr);
     let t = Instant::now();
     assert!(mute.recv().is_none());
     assert!(t.elapsed() < Duration::from_secs(2));
-    let mut fresh = Conn::open(node.addr);
+    let mut fresh = TestConn::open(node.addr);
     assert_eq!(fresh.get_ids(3).unwrap().len(), 3);
 }
 
@@ -425,7 +426,7 @@ fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
         .map(|_| {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
-                let mut c = Conn::open(addr);
+                let mut c = TestConn::open(addr);
                 let hello = c.hello.unwrap();
                 let mut ids = Vec::new();
                 let mut refused = 0;
@@ -460,7 +461,7 @@ fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         for id in &ids {
             assert!(seen.insert(*id), "duplicate {id}");
-            max_ts = max_ts.max(timestamp_of(&h, *id));
+            max_ts = max_ts.max(h.decompose(*id).timestamp);
         }
         hello = Some(h);
     }
@@ -468,7 +469,7 @@ fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
     // A restart on the same data directory reuses the released range at once, floored at the
     // true last timestamp: everything it issues is above everything issued before.
     let node2 = NodeProc::try_start_in(Some(data.path()), &args, &[]).unwrap();
-    let mut c = Conn::open(node2.addr);
+    let mut c = TestConn::open(node2.addr);
     let h2 = c.hello.unwrap();
     assert!(
         (h2.worker_first..h2.worker_first + h2.worker_count).any(|w| w < 2),
@@ -478,7 +479,7 @@ fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
     let h = hello.unwrap();
     for id in ids {
         assert!(!seen.contains(&id), "reissued {id}");
-        assert!(timestamp_of(&h, id) > max_ts || worker_of(&h, id) >= 2);
+        assert!(h.decompose(id).timestamp > max_ts || h.decompose(id).worker >= 2);
     }
 }
 
@@ -636,7 +637,7 @@ fn a_second_node_on_a_served_address_refuses_to_start() {
             "refused only after {:?}",
             started.elapsed()
         );
-        let mut c = Conn::open(first.addr);
+        let mut c = TestConn::open(first.addr);
         assert!(c.get_ids(10).is_ok(), "the first node still serves");
     }
     // A wildcard listen on the same port conflicts too.
@@ -682,7 +683,7 @@ fn connections_opened_one_by_one_spread_over_every_shard() {
     let mut per_shard = std::collections::BTreeMap::new();
     let mut conns = Vec::new();
     for _ in 0..30 {
-        let mut c = Conn::open(node.addr);
+        let mut c = TestConn::open(node.addr);
         let shard = c.hello.as_ref().unwrap().shard;
         assert!(c.get_ids(5).is_ok());
         *per_shard.entry(shard).or_insert(0) += 1;
@@ -706,7 +707,7 @@ fn http_issuance_spreads_over_every_shard_and_shares_their_id_space() {
         "127.0.0.1:0",
     ]);
     let api = node.http.expect("HTTP ID API address");
-    let mut c = Conn::open(node.addr);
+    let mut c = TestConn::open(node.addr);
     let hello = c.hello.unwrap();
     let mut seen: HashSet<u64> = HashSet::new();
     let mut workers = std::collections::BTreeMap::new();
@@ -718,7 +719,7 @@ fn http_issuance_spreads_over_every_shard_and_shares_their_id_space() {
         for id in v["ids"].as_array().unwrap() {
             let id = id.as_u64().unwrap();
             assert!(seen.insert(id), "duplicate {id} in round {round}");
-            *workers.entry(worker_of(&hello, id)).or_insert(0) += 1;
+            *workers.entry(hello.decompose(id).worker).or_insert(0) += 1;
         }
         for id in c.get_ids(7).unwrap() {
             assert!(seen.insert(id), "the ID protocol repeated HTTP's {id}");
@@ -781,12 +782,12 @@ fn region_bits_need_a_region_and_the_store_keeps_to_its_region() {
         vec!["--region-bits", "2", "--region", r, "--shards", "1"]
     }
     let mut first = NodeProc::try_start_in(Some(data.path()), &region("1"), &[]).unwrap();
-    let ids = Conn::open(first.addr).get_ids(5).unwrap();
-    let hello = Conn::open(first.addr).hello.unwrap();
+    let ids = TestConn::open(first.addr).get_ids(5).unwrap();
+    let hello = TestConn::open(first.addr).hello.unwrap();
     // Region 1 of 4 with 10 worker bits: worker IDs 256..512.
     assert!(ids
         .iter()
-        .all(|&id| (256..512).contains(&worker_of(&hello, id))));
+        .all(|&id| (256..512).contains(&hello.decompose(id).worker)));
     assert!(first.terminate(Duration::from_secs(10)).success());
     for other in ["2", "global"] {
         let err = NodeProc::try_start_in(Some(data.path()), &region(other), &[])
@@ -799,12 +800,12 @@ fn region_bits_need_a_region_and_the_store_keeps_to_its_region() {
     }
     // The same region comes back.
     let again = NodeProc::try_start_in(Some(data.path()), &region("1"), &[]).unwrap();
-    assert!(Conn::open(again.addr).get_ids(1).is_ok());
+    assert!(TestConn::open(again.addr).get_ids(1).is_ok());
 
     // A global pool with region bits takes worker IDs anywhere, and keeps them global.
     let global = tempfile::tempdir().unwrap();
     let g = NodeProc::try_start_in(Some(global.path()), &region("global"), &[]).unwrap();
-    assert!(Conn::open(g.addr).get_ids(1).is_ok());
+    assert!(TestConn::open(g.addr).get_ids(1).is_ok());
     drop(g);
     let err = NodeProc::try_start_in(Some(global.path()), &region("0"), &[])
         .err()
@@ -831,9 +832,9 @@ fn a_second_node_on_a_served_admin_address_refuses_to_start() {
 #[test]
 fn half_closed_sockets_are_answered_then_closed() {
     let node = NodeProc::start(&["--store", "memory", "--shards", "1"]);
-    let mut bystander = Conn::open(node.addr);
+    let mut bystander = TestConn::open(node.addr);
     for round in 0..20u32 {
-        let mut c = Conn::raw(node.addr);
+        let mut c = TestConn::raw(node.addr);
         let mut out = BytesMut::new();
         encode_request(
             &Request::Hello {
@@ -916,13 +917,13 @@ fn ten_thousand_idle_connections_cost_little_and_others_are_served() {
     ]);
     let before = node.rss_kib();
     let mut idle = Vec::with_capacity(want);
-    let mut served = Conn::open(node.addr);
+    let mut served = TestConn::open(node.addr);
     let mut last = 0u64;
     for i in 0..want {
         // Half say HELLO and fall silent, half never say anything (closed by the handshake
         // timeout of 5 s only if the test outlives it; both count while they are open).
         let c = if i % 2 == 0 {
-            Conn::open(node.addr).stream
+            TestConn::open(node.addr).stream
         } else {
             TcpStream::connect(node.addr).expect("connect")
         };
@@ -948,7 +949,7 @@ fn ten_thousand_idle_connections_cost_little_and_others_are_served() {
         rss < 100 * 1024,
         "server RSS {rss} KiB with {want} idle connections"
     );
-    let mut fresh = Conn::open(node.addr);
+    let mut fresh = TestConn::open(node.addr);
     assert_eq!(fresh.get_ids(1000).unwrap().len(), 1000);
     assert!(served.get_ids(10).unwrap()[0] > last);
     drop(idle);
@@ -966,23 +967,23 @@ fn random_bytes_from_many_connections() {
         state ^= state << 17;
         state
     };
-    let mut good = Conn::open(node.addr);
+    let mut good = TestConn::open(node.addr);
     let mut last = 0u64;
     for round in 0..200 {
         let len = 1 + (next() % 200) as usize;
         let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
         // Half after a valid HELLO, half as the first bytes on the connection.
         let mut c = if round % 2 == 0 {
-            Conn::open(node.addr)
+            TestConn::open(node.addr)
         } else {
-            Conn::raw(node.addr)
+            TestConn::raw(node.addr)
         };
         c.stream
             .set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
         let _ = c.send_raw(&bytes);
         let mut buf = [0u8; 4096];
-        // Whatever comes back must be well-formed frames (Conn::recv panics otherwise) or
+        // Whatever comes back must be well-formed frames (TestConn::recv panics otherwise) or
         // nothing: read what arrives within the timeout and drop the connection.
         match c.stream.read(&mut buf) {
             Ok(n) if n >= 5 => {
@@ -1010,7 +1011,7 @@ fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
         "--workers-per-shard",
         "2",
     ]);
-    let mut v2 = Conn::open_version(node.addr, 2);
+    let mut v2 = TestConn::open_version(node.addr, 2);
     let hello = v2.hello.unwrap();
     assert_eq!(hello.version, 2);
     let before = v2.get_ids(5).unwrap();
@@ -1028,7 +1029,7 @@ fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
     assert_eq!(ids.len(), 30_000);
     assert!(ids[0] > before[4] && ids.windows(2).all(|w| w[0] < w[1]));
     for id in &ids {
-        let w = worker_of(&hello, *id);
+        let w = hello.decompose(*id).worker;
         assert!((u64::from(hello.worker_first)..u64::from(hello.worker_first) + 2).contains(&w));
     }
     let after = v2.get_ids(3).unwrap();
@@ -1041,7 +1042,7 @@ fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
     assert_usable(&mut v2, "after GET_RANGES 0");
 
     // A version-1 connection does not know opcode 0x04.
-    let mut v1 = Conn::open(node.addr);
+    let mut v1 = TestConn::open(node.addr);
     assert_eq!(v1.hello.unwrap().version, 1);
     v1.send(&Request::GetRanges { count: 10 });
     match v1.recv() {

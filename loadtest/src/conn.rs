@@ -1,5 +1,7 @@
 //! One load-generating connection: connect, handshake, the pipelined send/receive loop,
-//! reconnects. Everything here is owned by the connection's task; the only things it shares
+//! reconnects. The protocol (the handshake, which answer belongs to which request, what an
+//! ERROR means for the connection) is `idgen_protocol::client`'s; this is the I/O and the
+//! measuring around it. Everything here is owned by the connection's task; the only things it shares
 //! are the read-only [`Config`], the progress channel (one message per second) and the
 //! once-only error notes (error paths only).
 
@@ -10,10 +12,8 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use hdrhistogram::Histogram;
-use idgen_protocol::{
-    decode_response, encode_request, max_response_frame, FrameError, Request, ResponseRef,
-    ServerHello, MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION,
-};
+use idgen_protocol::client::{Answer, Awaits, ClientConn, ClientError, Handshake, HandshakeError};
+use idgen_protocol::{encode_request, FrameError, Request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::UnboundedSender;
@@ -70,6 +70,8 @@ pub struct Config {
     pub interval: Option<Duration>,
     /// The encoded request (the same for every request of the run).
     pub request: Vec<u8>,
+    /// What each idgen request awaits (`None` for Redis).
+    awaits: Option<Awaits>,
     pub progress: Option<UnboundedSender<Interval>>,
     /// Error messages already printed (so that each kind is printed once).
     notes: Mutex<HashSet<String>>,
@@ -92,13 +94,16 @@ impl Config {
         progress: Option<UnboundedSender<Interval>>,
     ) -> Config {
         let mut request = Vec::new();
-        match target {
-            Target::Idgen if ranges => {
-                encode_request(&Request::GetRanges { count: batch }, &mut request)
-            }
-            Target::Idgen => encode_request(&Request::GetIds { count: batch }, &mut request),
-            Target::Redis => redis::encode_incrby(redis_key, batch, &mut request),
+        let idgen_request = match target {
+            Target::Idgen if ranges => Some(Request::GetRanges { count: batch }),
+            Target::Idgen => Some(Request::GetIds { count: batch }),
+            Target::Redis => None,
+        };
+        match &idgen_request {
+            Some(r) => encode_request(r, &mut request),
+            None => redis::encode_incrby(redis_key, batch, &mut request),
         }
+        let awaits = idgen_request.as_ref().and_then(Awaits::of);
         Config {
             target,
             addrs,
@@ -111,6 +116,7 @@ impl Config {
             end,
             interval,
             request,
+            awaits,
             progress,
             notes: Mutex::new(HashSet::new()),
         }
@@ -195,7 +201,8 @@ enum ConnectError {
 struct Conn {
     stream: TcpStream,
     rbuf: BytesMut,
-    max_frame: u32,
+    /// The idgen connection after its handshake (`None` for Redis).
+    protocol: Option<ClientConn>,
 }
 
 struct State<'a> {
@@ -292,69 +299,54 @@ async fn connect(cfg: &Config, addr: SocketAddr) -> Result<Conn, ConnectError> {
     let mut conn = Conn {
         stream,
         rbuf: BytesMut::with_capacity(READ_CHUNK),
-        max_frame: 0,
+        protocol: None,
     };
     if cfg.target == Target::Redis {
         return Ok(conn);
     }
-    let mut hello = Vec::with_capacity(13);
-    encode_request(
-        &Request::Hello {
-            min_version: MIN_SUPPORTED_VERSION,
-            max_version: MAX_SUPPORTED_VERSION,
-        },
-        &mut hello,
-    );
+    let handshake = Handshake::new();
     conn.stream
-        .write_all(&hello)
+        .write_all(&handshake.hello())
         .await
         .map_err(|e| ConnectError::Retry(format!("sending HELLO: {e}")))?;
-    let hello = match timeout(HANDSHAKE_TIMEOUT, read_hello(&mut conn)).await {
+    let mut protocol = match timeout(HANDSHAKE_TIMEOUT, read_hello(&mut conn, handshake)).await {
         Err(_) => return Err(ConnectError::Retry("no HELLO_OK within 5 s".into())),
         Ok(r) => r?,
     };
+    let hello = *protocol.hello();
     if hello.max_batch < cfg.batch {
         return Err(ConnectError::Fatal(format!(
             "{addr}: the server's max_batch is {} but --batch is {}; use --batch {} or less",
             hello.max_batch, cfg.batch, hello.max_batch
         )));
     }
-    if cfg.ranges && hello.version < 2 {
+    if cfg.ranges && !protocol.ranges() {
         return Err(ConnectError::Fatal(format!(
             "{addr}: --ranges needs protocol version 2, the server speaks version {}",
             hello.version
         )));
     }
-    conn.max_frame = max_response_frame(hello.max_batch);
+    // Answers with another count than --batch are counted (`wrong_count`), not refused.
+    protocol.accept_any_count();
+    conn.protocol = Some(protocol);
     Ok(conn)
 }
 
-async fn read_hello(conn: &mut Conn) -> Result<ServerHello, ConnectError> {
+async fn read_hello(conn: &mut Conn, handshake: Handshake) -> Result<ClientConn, ConnectError> {
     loop {
-        // 258 bytes is enough for HELLO_OK and any ERROR (PROTOCOL.md section 7).
-        match decode_response(&conn.rbuf, max_response_frame(0)) {
-            Ok(Some((ResponseRef::HelloOk(hello), used))) => {
+        match handshake.receive(&conn.rbuf) {
+            Ok(Some((protocol, used))) => {
                 conn.rbuf.advance(used);
-                return Ok(hello);
-            }
-            Ok(Some((ResponseRef::Error { status, message }, _))) => {
-                return Err(ConnectError::Retry(format!(
-                    "the server refused the handshake: {status}: {message}"
-                )))
-            }
-            Ok(Some((other, _))) => {
-                return Err(ConnectError::Retry(format!(
-                    "expected HELLO_OK, got {}",
-                    response_name(&other)
-                )))
+                return Ok(protocol);
             }
             Ok(None) => {}
-            Err(e) => {
+            Err(HandshakeError::Frame(e)) => {
                 return Err(ConnectError::Retry(format!(
                     "malformed handshake answer: {e}; {}",
                     describe_bytes(&conn.rbuf)
                 )))
             }
+            Err(e) => return Err(ConnectError::Retry(e.to_string())),
         }
         match conn.stream.read_buf(&mut conn.rbuf).await {
             Ok(0) => {
@@ -365,16 +357,6 @@ async fn read_hello(conn: &mut Conn) -> Result<ServerHello, ConnectError> {
             Ok(_) => {}
             Err(e) => return Err(ConnectError::Retry(format!("reading HELLO_OK: {e}"))),
         }
-    }
-}
-
-fn response_name(r: &ResponseRef<'_>) -> &'static str {
-    match r {
-        ResponseRef::HelloOk(_) => "HELLO_OK",
-        ResponseRef::Ids(_) => "IDS",
-        ResponseRef::Pong(_) => "PONG",
-        ResponseRef::Error { .. } => "ERROR",
-        ResponseRef::Ranges(_) => "RANGES",
     }
 }
 
@@ -447,7 +429,7 @@ impl State<'_> {
     }
 
     /// Queue every request that may be sent now.
-    fn fill(&mut self, now: Instant, wbuf: &mut Vec<u8>) {
+    fn fill(&mut self, now: Instant, wbuf: &mut Vec<u8>, protocol: &mut Option<ClientConn>) {
         while self.inflight.len() < self.cfg.pipeline {
             let (t, due) = match self.next_intended {
                 Some(next) if next > now + OPEN_LOOP_EARLY => break,
@@ -470,6 +452,9 @@ impl State<'_> {
             }
             self.inflight.push_back((t, measured));
             wbuf.extend_from_slice(&self.cfg.request);
+            if let (Some(p), Some(awaits)) = (protocol.as_mut(), self.cfg.awaits) {
+                p.sent(awaits);
+            }
         }
     }
 
@@ -482,7 +467,7 @@ impl State<'_> {
             let now = Instant::now();
             let sending = !self.sending_done(now);
             if sending {
-                self.fill(now, &mut wbuf);
+                self.fill(now, &mut wbuf, &mut conn.protocol);
             }
             if !wbuf.is_empty() {
                 if self.inflight.len() == wbuf.len() / self.cfg.request.len() {
@@ -571,25 +556,28 @@ impl State<'_> {
     }
 
     fn parse_idgen(&mut self, conn: &mut Conn, now: Instant) -> Option<End> {
+        let Some(protocol) = conn.protocol.as_mut() else {
+            return Some(self.malformed("an idgen answer before the handshake", &conn.rbuf));
+        };
         loop {
-            let (response, used) = match decode_response(&conn.rbuf, conn.max_frame) {
+            let (answer, used) = match protocol.decode(&conn.rbuf) {
                 Ok(Some(r)) => r,
                 Ok(None) => return None,
-                Err(e) => {
+                Err(ClientError::Frame(e)) => {
                     if matches!(e, FrameError::IdTopBitSet { .. }) {
                         self.stats.sign_bit += 1;
                     }
                     return Some(self.malformed(&e.to_string(), &conn.rbuf));
                 }
+                Err(e) => return Some(self.malformed(&e.to_string(), &conn.rbuf)),
             };
+            // The protocol matched the answer to the oldest request; this is its timing.
             let Some((sent, measured)) = self.inflight.pop_front() else {
                 return Some(self.malformed("an answer with no request outstanding", &conn.rbuf));
             };
-            match response {
-                ResponseRef::Ids(ids) if !self.cfg.ranges => {
-                    self.answer_ids(sent, measured, now, ids.len(), ids.iter())
-                }
-                ResponseRef::Ranges(runs) if self.cfg.ranges => self.answer_ids(
+            match answer {
+                Answer::Ids(ids) => self.answer_ids(sent, measured, now, ids.len(), ids.iter()),
+                Answer::Ranges(runs) => self.answer_ids(
                     sent,
                     measured,
                     now,
@@ -597,27 +585,31 @@ impl State<'_> {
                     runs.iter()
                         .flat_map(|(first, n)| first..first + u64::from(n)),
                 ),
-                ResponseRef::Error { status, message } => {
+                Answer::Refused(refusal) => {
+                    let status = refusal.status;
                     let name = status
                         .name()
                         .map_or_else(|| status.to_string(), str::to_owned);
                     self.error(&name);
                     self.cfg.note(
                         &format!("status {}", status.code()),
-                        &format!("{}: server answered {status}: {message}", self.addr),
+                        &format!(
+                            "{}: server answered {status}: {}",
+                            self.addr, refusal.message
+                        ),
                     );
                     self.answered(measured, now);
-                    if status.closes_connection() {
+                    if refusal.after.closes() {
                         conn.rbuf.advance(used);
                         return Some(
                             self.abandon(&name, &format!("{status} closes the connection")),
                         );
                     }
                 }
-                other => {
-                    let what = format!("unexpected {} frame", response_name(&other));
+                Answer::Pong(token) => {
+                    // Never asked for: no PING is sent.
                     self.inflight.push_front((sent, measured));
-                    return Some(self.malformed(&what, &conn.rbuf));
+                    return Some(self.malformed(&format!("unexpected PONG {token}"), &conn.rbuf));
                 }
             }
             conn.rbuf.advance(used);

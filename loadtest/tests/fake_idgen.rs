@@ -1,202 +1,60 @@
-//! idgen-loadtest against a scriptable in-test fake idgen server built on idgen-protocol:
+//! idgen-loadtest against the test kit's scriptable fake idgen server (`idgen_testkit::fake`):
 //! the JSON report must count duplicates, out-of-order IDs, errors and reconnects exactly.
 
 mod common;
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::net::TcpListener;
 use std::time::Duration;
 
-use bytes::BufMut;
-use idgen_protocol::{
-    decode_request, encode_error, encode_hello_ok, encode_ids, Decoded, Limits, Request,
-    ServerConnState, ServerHello, Status,
-};
+use idgen_protocol::Status;
+use idgen_testkit::fake::{Action, Config, FakeServer, Ids};
 
 use common::{run_loadtest, Run};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-/// What the fake server does with the GET_IDS number `n` (counted over all connections).
-#[derive(Clone, Copy, Debug)]
-enum Action {
-    /// Answer with the previous ID again (a duplicate, hence also out of order).
-    Duplicate,
-    /// Answer with a fresh ID lower than every ID handed out so far.
-    OutOfOrder,
-    /// Answer with an ERROR frame; a closing status also closes the connection.
-    Error(Status),
-    /// Answer with one ID more than asked.
-    WrongCount,
-    /// Answer with an IDS frame whose only ID has the top bit set.
-    SignBit,
-    /// Answer with a frame of unknown opcode 0x7F.
-    Malformed,
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Ids {
-    /// One counter for the whole server: IDs unique and increasing everywhere.
-    Global,
-    /// Every connection counts from the same start: connections duplicate each other.
-    SameForEach,
-}
-
+/// The kit's fake server, scripted by GET_IDS number (counted over all connections); derefs
+/// to its address ("127.0.0.1:port"). It stops when dropped.
 struct Fake {
-    max_batch: u32,
-    ids: Ids,
-    script: HashMap<u64, Action>,
-    requests: AtomicU64,
-    next_global: AtomicU64,
-    next_low: AtomicU64,
+    addr: String,
+    _server: FakeServer,
 }
 
-const BASE: u64 = 1 << 40;
+impl std::ops::Deref for Fake {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.addr
+    }
+}
 
-/// Start the fake server on 127.0.0.1:0; returns "127.0.0.1:port". Its threads end with the
-/// test process.
-fn start_fake(max_batch: u32, ids: Ids, script: &[(u64, Action)]) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let fake = Arc::new(Fake {
+fn start_fake(max_batch: u32, ids: Ids, script: &[(u64, Action)]) -> Fake {
+    let server = FakeServer::spawn(Config {
         max_batch,
         ids,
-        script: script.iter().copied().collect(),
-        requests: AtomicU64::new(0),
-        next_global: AtomicU64::new(BASE),
-        next_low: AtomicU64::new(1),
+        ..Config::default()
     });
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let fake = Arc::clone(&fake);
-            std::thread::spawn(move || serve(&fake, stream));
-        }
-    });
-    addr
-}
-
-fn serve(fake: &Fake, mut stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let limits = Limits {
-        max_request_frame: 64,
-        max_batch: fake.max_batch,
-    };
-    let mut state = ServerConnState::new();
-    let mut next_local = BASE;
-    let mut last: u64 = 0;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
-        let mut out = Vec::new();
-        let mut close = false;
-        let mut used_total = 0;
-        while !close {
-            let (decoded, used) = match decode_request(&buf[used_total..], &limits) {
-                Ok(Some(d)) => d,
-                Ok(None) => break,
-                Err(e) => {
-                    encode_error(e.status(), &e.to_string(), &mut out);
-                    close = true;
-                    break;
-                }
-            };
-            used_total += used;
-            if let Err(e) = state.check(&decoded) {
-                encode_error(e.status(), &e.to_string(), &mut out);
-                close = true;
-                break;
-            }
-            let count = match decoded {
-                Decoded::Request(Request::Hello { .. }) => {
-                    encode_hello_ok(&hello(fake.max_batch), &mut out);
-                    continue;
-                }
-                Decoded::Request(Request::GetIds { count }) => count as u64,
-                Decoded::Request(Request::Ping { token }) => {
-                    idgen_protocol::encode_pong(token, &mut out);
-                    continue;
-                }
-                // The fake announces protocol version 1, which has no GET_RANGES: version-1
-                // decoding reports opcode 0x04 as a Reject, so this arm cannot be reached.
-                Decoded::Request(Request::GetRanges { .. }) => unreachable!(),
-                Decoded::Reject { status, message } => {
-                    encode_error(status, message, &mut out);
-                    continue;
-                }
-            };
-            let n = fake.requests.fetch_add(1, Ordering::SeqCst);
-            let mut take = |k: u64| match fake.ids {
-                Ids::Global => fake.next_global.fetch_add(k, Ordering::SeqCst),
-                Ids::SameForEach => {
-                    let first = next_local;
-                    next_local += k;
-                    first
-                }
-            };
-            let ids: Vec<u64> = match fake.script.get(&n) {
-                None => {
-                    let first = take(count);
-                    (first..first + count).collect()
-                }
-                Some(Action::Duplicate) => vec![last; count as usize],
-                Some(Action::OutOfOrder) => {
-                    let first = fake.next_low.fetch_add(count, Ordering::SeqCst);
-                    (first..first + count).collect()
-                }
-                Some(Action::WrongCount) => {
-                    let first = take(count + 1);
-                    (first..first + count + 1).collect()
-                }
-                Some(Action::Error(status)) => {
-                    encode_error(*status, "scripted error", &mut out);
-                    close = status.closes_connection();
-                    continue;
-                }
-                Some(Action::SignBit) => {
-                    out.put_u32(13);
-                    out.put_u8(0x82);
-                    out.put_u32(1);
-                    out.put_u64(1 << 63);
-                    continue;
-                }
-                Some(Action::Malformed) => {
-                    out.extend_from_slice(&[0, 0, 0, 1, 0x7f]);
-                    continue;
-                }
-            };
-            last = *ids.last().expect("at least one id");
-            encode_ids(&ids, &mut out);
-        }
-        buf.drain(..used_total);
-        if stream.write_all(&out).is_err() || close {
-            return;
-        }
+    server.control.script_at(script);
+    Fake {
+        addr: server.addr.to_string(),
+        _server: server,
     }
 }
 
-fn hello(max_batch: u32) -> ServerHello {
-    ServerHello {
-        version: 1,
-        epoch_ms: 1_704_067_200_000,
-        timestamp_bits: 41,
-        worker_bits: 10,
-        sequence_bits: 12,
-        region_bits: 0,
-        max_batch,
-        max_request_frame: 64,
-        worker_first: 0,
-        worker_count: 1024,
-        shard: 0,
-    }
+/// An ERROR frame with this status (closing the connection if the status does).
+fn error(status: Status) -> Action {
+    Action::Error(status, "scripted error")
+}
+
+/// An IDS frame whose only ID has the top bit set.
+fn sign_bit() -> Action {
+    let mut frame = vec![0, 0, 0, 13, 0x82, 0, 0, 0, 1];
+    frame.extend_from_slice(&(1u64 << 63).to_be_bytes());
+    Action::Raw(frame)
+}
+
+/// A frame of unknown opcode 0x7F.
+fn malformed() -> Action {
+    Action::Raw(vec![0, 0, 0, 1, 0x7f])
 }
 
 fn run(addr: &str, extra: &[&str]) -> Run {
@@ -213,7 +71,7 @@ fn n(v: &serde_json::Value, key: &str) -> u64 {
 
 #[test]
 fn clean_run_has_every_field_and_exits_0() {
-    let addr = start_fake(65536, Ids::Global, &[]);
+    let addr = start_fake(65536, Ids::Shared, &[]);
     let r = run(
         &addr,
         &[
@@ -254,11 +112,11 @@ fn clean_run_has_every_field_and_exits_0() {
 fn counts_duplicates_out_of_order_and_errors_exactly() {
     let addr = start_fake(
         65536,
-        Ids::Global,
+        Ids::Shared,
         &[
             (10, Action::Duplicate),
             (20, Action::OutOfOrder),
-            (30, Action::Error(Status::INVALID_COUNT)),
+            (30, error(Status::INVALID_COUNT)),
         ],
     );
     let r = run(&addr, &["--requests", "100", "--pipeline", "4", "--verify"]);
@@ -281,7 +139,7 @@ fn counts_duplicates_out_of_order_and_errors_exactly() {
 
 #[test]
 fn out_of_order_alone_fails_verify() {
-    let addr = start_fake(65536, Ids::Global, &[(3, Action::OutOfOrder)]);
+    let addr = start_fake(65536, Ids::Shared, &[(3, Action::OutOfOrder)]);
     let r = run(&addr, &["--requests", "10", "--verify"]);
     assert_eq!(r.code, 1);
     let v = r.json();
@@ -295,7 +153,7 @@ fn out_of_order_alone_fails_verify() {
 
 #[test]
 fn duplicates_across_connections() {
-    let addr = start_fake(65536, Ids::SameForEach, &[]);
+    let addr = start_fake(65536, Ids::PerConnection, &[]);
     let r = run(
         &addr,
         &[
@@ -319,7 +177,7 @@ fn duplicates_across_connections() {
 
 #[test]
 fn wrong_count_and_sign_bit_fail_verify() {
-    let addr = start_fake(65536, Ids::Global, &[(2, Action::WrongCount)]);
+    let addr = start_fake(65536, Ids::Shared, &[(2, Action::WrongCount)]);
     let r = run(&addr, &["--requests", "5", "--batch", "4", "--verify"]);
     assert_eq!(r.code, 1);
     let v = r.json();
@@ -327,7 +185,7 @@ fn wrong_count_and_sign_bit_fail_verify() {
     assert_eq!(n(&v, "ids"), 21);
     assert_eq!(n(&v, "duplicates"), 0);
 
-    let addr = start_fake(65536, Ids::Global, &[(2, Action::SignBit)]);
+    let addr = start_fake(65536, Ids::Shared, &[(2, sign_bit())]);
     let r = run(&addr, &["--requests", "5", "--verify"]);
     assert_eq!(r.code, 1, "stderr: {}", r.stderr);
     let v = r.json();
@@ -339,11 +197,7 @@ fn wrong_count_and_sign_bit_fail_verify() {
 
 #[test]
 fn closing_status_reconnects() {
-    let addr = start_fake(
-        65536,
-        Ids::Global,
-        &[(5, Action::Error(Status::SHUTTING_DOWN))],
-    );
+    let addr = start_fake(65536, Ids::Shared, &[(5, error(Status::SHUTTING_DOWN))]);
     let r = run(&addr, &["--requests", "50", "--pipeline", "4", "--verify"]);
     assert_eq!(r.code, 0, "stderr: {}", r.stderr);
     let v = r.json();
@@ -359,11 +213,7 @@ fn closing_status_reconnects() {
 fn range_changed_reconnects_and_the_run_goes_on() {
     // A node whose worker range changed closes the connection with RANGE_CHANGED: the load
     // tester reconnects (a new HELLO_OK) and finishes the run.
-    let addr = start_fake(
-        65536,
-        Ids::Global,
-        &[(7, Action::Error(Status::RANGE_CHANGED))],
-    );
+    let addr = start_fake(65536, Ids::Shared, &[(7, error(Status::RANGE_CHANGED))]);
     let r = run(&addr, &["--requests", "50", "--pipeline", "4", "--verify"]);
     assert_eq!(r.code, 0, "stderr: {}", r.stderr);
     let v = r.json();
@@ -375,7 +225,7 @@ fn range_changed_reconnects_and_the_run_goes_on() {
 
 #[test]
 fn malformed_frame_is_described_once_and_reconnects() {
-    let addr = start_fake(65536, Ids::Global, &[(3, Action::Malformed)]);
+    let addr = start_fake(65536, Ids::Shared, &[(3, malformed())]);
     let r = run(&addr, &["--requests", "20", "--verify"]);
     assert_eq!(r.code, 0, "stderr: {}", r.stderr);
     let v = r.json();
@@ -397,7 +247,7 @@ fn malformed_frame_is_described_once_and_reconnects() {
 
 #[test]
 fn refuses_batch_above_max_batch() {
-    let addr = start_fake(100, Ids::Global, &[]);
+    let addr = start_fake(100, Ids::Shared, &[]);
     let r = run(&addr, &["--requests", "5", "--batch", "101"]);
     assert_eq!(r.code, 2);
     assert!(
@@ -410,7 +260,7 @@ fn refuses_batch_above_max_batch() {
 
 #[test]
 fn open_loop_sends_at_the_requested_rate() {
-    let addr = start_fake(65536, Ids::Global, &[]);
+    let addr = start_fake(65536, Ids::Shared, &[]);
     let r = run(
         &addr,
         &[

@@ -14,6 +14,11 @@
 //! |---|---|---|
 //! | server | [`decode_request`] → [`Decoded`], plus [`ServerConnState`] for HELLO-first | [`encode_hello_ok`], [`encode_ids_header`], [`encode_ids`], [`encode_pong`], [`encode_error`] |
 //! | client | [`decode_response`] → [`ResponseRef`] | [`encode_request`] |
+//! | client, with the conversation | [`client::Handshake`] → [`client::ClientConn::decode`] → [`client::Answer`] | [`client::Handshake::hello`], [`client::ClientConn::get_ids`] |
+//!
+//! [`client`] is the client side of a whole connection, still sans-IO: the handshake, the
+//! requests outstanding, each answer matched to its request, and every ERROR read once from
+//! [`Status::TABLE`] as what to do next ([`client::After`]).
 //!
 //! With the `codec` feature, `codec` wraps these as `tokio-util` codecs. Wire status codes
 //! are [`Status`].
@@ -57,6 +62,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod client;
 #[cfg(feature = "codec")]
 pub mod codec;
 mod error;
@@ -71,11 +77,14 @@ pub use request::{
 };
 pub use response::{
     decode_response, encode_error, encode_hello_ok, encode_ids, encode_ids_header, encode_pong,
-    encode_ranges, max_response_frame, truncate_message, IdParts, IdsIter, IdsRef, RangesIter,
-    RangesRef, Response, ResponseRef, ServerHello, HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE,
+    encode_ranges, max_response_frame, truncate_message, IdsIter, IdsRef, RangesIter, RangesRef,
+    Response, ResponseRef, ServerHello, HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE,
     MAX_IDS_PER_FRAME, PONG_LEN,
 };
 pub use status::{Status, StatusInfo};
+
+/// The ID model HELLO_OK announces ([`ServerHello::layout`], [`ServerHello::workers`]).
+pub use idgen_id::{Layout, LayoutError, Parts, WorkerRange};
 
 /// Magic bytes at the start of the HELLO payload.
 pub const MAGIC: [u8; 4] = *b"IDGN";

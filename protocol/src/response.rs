@@ -2,6 +2,7 @@
 //! HELLO_OK layout helpers for taking IDs apart.
 
 use bytes::BufMut;
+use idgen_id::{Layout, Parts, WorkerRange};
 
 use crate::{FrameError, Status, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG, OP_RANGES};
 
@@ -62,72 +63,47 @@ pub struct ServerHello {
     pub shard: u16,
 }
 
-/// An ID split into its fields according to a [`ServerHello`] layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IdParts {
-    /// Milliseconds since the ID epoch (the timestamp field).
-    pub ms_since_epoch: u64,
-    /// `epoch_ms + ms_since_epoch`: Unix time in milliseconds.
-    pub unix_ms: u64,
-    /// The whole worker field (region bits included).
-    pub worker: u64,
-    /// The top `region_bits` of the worker field.
-    pub region: u64,
-    /// The sequence field.
-    pub sequence: u64,
-}
-
-const fn mask(bits: u32) -> u64 {
-    if bits >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
-    }
-}
-
 impl ServerHello {
-    /// Check the layout: `timestamp_bits + worker_bits + sequence_bits == 63` (the top bit
-    /// of every ID is 0) and `region_bits <= worker_bits`.
-    pub const fn validate_layout(&self) -> Result<(), FrameError> {
-        let sum = self.timestamp_bits as u32 + self.worker_bits as u32 + self.sequence_bits as u32;
-        if sum != 63 || self.region_bits > self.worker_bits {
-            return Err(FrameError::BadLayout {
+    /// The announced layout, checked by the wire's rule: `timestamp_bits + worker_bits +
+    /// sequence_bits == 63` (the top bit of every ID is 0) and `region_bits <= worker_bits`
+    /// ([`Layout::announced`]). Every decoded HELLO_OK passes.
+    pub const fn layout(&self) -> Result<Layout, FrameError> {
+        match Layout::announced(
+            self.epoch_ms,
+            self.timestamp_bits,
+            self.worker_bits,
+            self.sequence_bits,
+            self.region_bits,
+        ) {
+            Ok(layout) => Ok(layout),
+            Err(_) => Err(FrameError::BadLayout {
                 timestamp_bits: self.timestamp_bits,
                 worker_bits: self.worker_bits,
                 sequence_bits: self.sequence_bits,
                 region_bits: self.region_bits,
-            });
+            }),
         }
-        Ok(())
     }
 
-    /// Split `id` into timestamp, worker, region and sequence. Assumes a valid layout
-    /// (as every decoded HELLO_OK has).
-    pub const fn decompose(&self, id: u64) -> IdParts {
-        let seq_bits = self.sequence_bits as u32;
-        let worker_bits = self.worker_bits as u32;
-        let shift_ts = seq_bits + worker_bits;
-        let ms =
-            (if shift_ts >= 64 { 0 } else { id >> shift_ts }) & mask(self.timestamp_bits as u32);
-        let worker = (if seq_bits >= 64 { 0 } else { id >> seq_bits }) & mask(worker_bits);
-        let region_shift = worker_bits
-            - if self.region_bits as u32 > worker_bits {
-                worker_bits
-            } else {
-                self.region_bits as u32
-            };
-        let region = if region_shift >= 64 {
-            0
-        } else {
-            worker >> region_shift
-        };
-        IdParts {
-            ms_since_epoch: ms,
-            unix_ms: self.epoch_ms.saturating_add(ms),
-            worker,
-            region,
-            sequence: id & mask(seq_bits),
+    /// Check the layout (see [`ServerHello::layout`]).
+    pub const fn validate_layout(&self) -> Result<(), FrameError> {
+        match self.layout() {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Split `id` into its fields with the announced layout. Meant for a decoded HELLO_OK
+    /// (whose layout is valid); a hand-made one with an invalid layout decomposes with the
+    /// default layout instead.
+    pub fn decompose(&self, id: u64) -> Parts {
+        self.layout().unwrap_or_default().decompose(id)
+    }
+
+    /// The worker range of the shard serving this connection (`worker_first` and
+    /// `worker_count`, which the wire carries as `u32`s).
+    pub const fn workers(&self) -> WorkerRange {
+        WorkerRange::new(self.worker_first as u64, self.worker_count as u64)
     }
 }
 
@@ -901,7 +877,7 @@ mod tests {
         let (ms, worker, seq) = (123_456_789u64, 700u64, 4095u64);
         let id = (ms << 22) | (worker << 12) | seq;
         let p = h.decompose(id);
-        assert_eq!(p.ms_since_epoch, ms);
+        assert_eq!(p.timestamp, ms);
         assert_eq!(p.unix_ms, h.epoch_ms + ms);
         assert_eq!(p.worker, worker);
         assert_eq!(p.region, 0);
@@ -912,5 +888,17 @@ mod tests {
         };
         assert_eq!(r.decompose(id).region, 700 >> 7);
         assert_eq!(r.decompose(id).worker, 700);
+        assert_eq!(r.decompose(id).node, 700 & 127);
+        assert_eq!(r.layout().unwrap().region_bits(), 3);
+        // A layout the wire allows although no node runs it: a zero-width field.
+        let zero = ServerHello {
+            timestamp_bits: 63,
+            worker_bits: 0,
+            sequence_bits: 0,
+            ..h
+        };
+        assert_eq!(zero.validate_layout(), Ok(()));
+        assert_eq!(zero.decompose(5).timestamp, 5);
+        assert_eq!(h.workers(), WorkerRange::new(512, 512));
     }
 }

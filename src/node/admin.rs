@@ -198,9 +198,9 @@ async fn ready(State(state): State<Arc<AdminState>>) -> Response {
 }
 
 /// Parses an ID written in decimal, base62 (11 characters) or Crockford base32 (13), the
-/// forms of the client libraries (`clients/vectors/FORMS.md`).
+/// forms of the ID model (`clients/vectors/FORMS.md`).
 pub fn parse_id(text: &str) -> Result<u64, String> {
-    use idgen_client::forms;
+    use crate::layout::forms;
     let t = text.trim();
     let parsed = if !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit()) {
         forms::parse_decimal(t)

@@ -28,7 +28,7 @@ use super::issuer::{status_of, wait_until, IssueError, ShardGen};
 use super::telemetry::{bump, drop_one, ShardStats};
 use crate::config::ListenSection;
 use crate::generator::{Fill, Progress};
-use crate::layout::Layout;
+use crate::layout::{Layout, WorkerRange};
 
 /// Stop decoding requests once this much output is waiting to be written.
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
@@ -103,7 +103,7 @@ struct Conn {
     read_size: usize,
     /// The worker range announced in HELLO_OK: IDs from any other range (the node's lease
     /// changed since) are not handed out on this connection (PROTOCOL.md §4.1).
-    announced: (u64, u64),
+    announced: WorkerRange,
     /// A closing status was answered: close once it is written.
     closing: bool,
     /// The request in progress, waiting for the clock (nothing after it is decoded meanwhile).
@@ -127,7 +127,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
         answered: 0,
         runs: Vec::new(),
         read_size: INITIAL_INPUT,
-        announced: (0, 0),
+        announced: WorkerRange::default(),
         closing: false,
         pending: None,
     };
@@ -319,8 +319,8 @@ impl Conn {
 
     fn hello(&mut self) {
         let mut gen = self.ctx.gen.borrow_mut();
-        let (first, count) = gen.range();
-        self.announced = (first, count);
+        let announced = gen.range();
+        self.announced = announced;
         let layout = self.ctx.layout;
         let hello = ServerHello {
             version: self
@@ -334,8 +334,8 @@ impl Conn {
             region_bits: layout.region_bits(),
             max_batch: self.limits.max_batch,
             max_request_frame: self.limits.max_request_frame,
-            worker_first: u32::try_from(first).unwrap_or(u32::MAX),
-            worker_count: u32::try_from(count).unwrap_or(0),
+            worker_first: u32::try_from(announced.first).unwrap_or(u32::MAX),
+            worker_count: u32::try_from(announced.count).unwrap_or(0),
             shard: u16::try_from(gen.index()).unwrap_or(u16::MAX),
         };
         encode_hello_ok(&hello, &mut self.out);

@@ -12,7 +12,7 @@ use super::telemetry::ShardStats;
 use super::ShardExit;
 use crate::clock::{Clock, SystemClock};
 use crate::generator::{Fill, GenError, Generator, Progress, ShardConfig};
-use crate::layout::Layout;
+use crate::layout::{Layout, WorkerRange};
 use crate::lease::keeper::LeaseShared;
 
 /// The shard's generator, rebuilt when the node's lease changes. Generic over the clock only
@@ -27,8 +27,8 @@ pub(crate) struct ShardGen<C: Clock + Clone = SystemClock> {
     stats: Arc<ShardStats>,
     clock: C,
     current: Option<(u64, Generator<C>)>,
-    /// The worker sub-range `(first, count)` of `current`'s generator; `(0, 0)` without one.
-    current_range: (u64, u64),
+    /// The worker sub-range of `current`'s generator; empty without one.
+    current_range: WorkerRange,
 }
 
 /// Why a request for IDs could not be served.
@@ -77,7 +77,7 @@ impl<C: Clock + Clone> ShardGen<C> {
             stats,
             clock,
             current: None,
-            current_range: (0, 0),
+            current_range: WorkerRange::default(),
         };
         g.refresh();
         g
@@ -124,7 +124,8 @@ impl<C: Clock + Clone> ShardGen<C> {
                     "shard generator ready"
                 );
                 self.current = Some((view.grant.generation, g));
-                self.current_range = (shard_config.worker_first, shard_config.worker_count);
+                self.current_range =
+                    WorkerRange::new(shard_config.worker_first, shard_config.worker_count);
                 true
             }
             Err(e) => {
@@ -134,10 +135,10 @@ impl<C: Clock + Clone> ShardGen<C> {
         }
     }
 
-    /// The worker sub-range `(first, count)` of the generator that issues now, after picking up
-    /// a new lease if the node holds one; `(0, 0)` while the shard has none. A connection
+    /// The worker sub-range of the generator that issues now, after picking up a new lease if
+    /// the node holds one; empty while the shard has none. A connection
     /// announces this in HELLO_OK and is served only while it stays the same.
-    pub(crate) fn range(&mut self) -> (u64, u64) {
+    pub(crate) fn range(&mut self) -> WorkerRange {
         self.refresh();
         self.current_range
     }
@@ -154,7 +155,7 @@ impl<C: Clock + Clone> ShardGen<C> {
     /// request, in any call, may be used.
     pub(crate) fn issue(
         &mut self,
-        announced: (u64, u64),
+        announced: WorkerRange,
         fill: &mut Fill,
         mut emit: impl FnMut(u64, u64),
     ) -> Result<Progress, IssueError> {
@@ -217,7 +218,7 @@ impl<C: Clock + Clone> ShardGen<C> {
     #[cfg(test)]
     pub(crate) fn issue_blocking(
         &mut self,
-        announced: (u64, u64),
+        announced: WorkerRange,
         n: u64,
         mut emit: impl FnMut(u64, u64),
     ) -> Result<(), IssueError> {
@@ -324,7 +325,7 @@ mod tests {
             // Meanwhile the keeper took a new generation of the same range, far ahead.
             lease.publish_for_test(Some(view(2 * round + 2, 0, ceiling + 60_000)));
             let mut emitted = 0;
-            let result = g.issue_blocking((0, 1), 3 * per_ms, |_, n| emitted += n);
+            let result = g.issue_blocking(WorkerRange::new(0, 1), 3 * per_ms, |_, n| emitted += n);
             match result {
                 Ok(()) => assert_eq!(emitted, 3 * per_ms, "an answer holds exactly the IDs asked"),
                 Err(_) => {
@@ -349,9 +350,11 @@ mod tests {
         let far = now_id_ms(layout) + 60_000;
         let lease = LeaseShared::for_test(layout, Some(view(1, 0, far)));
         let mut g = shard(&lease);
-        assert_eq!(g.range(), (0, 1));
+        assert_eq!(g.range(), WorkerRange::new(0, 1));
         let mut emitted = 0;
-        assert!(g.issue_blocking((0, 1), 10, |_, n| emitted += n).is_ok());
+        assert!(g
+            .issue_blocking(WorkerRange::new(0, 1), 10, |_, n| emitted += n)
+            .is_ok());
         assert_eq!(emitted, 10);
         // The lease is lost (the keeper lowers the old ceiling to 0) and another range taken.
         lease.current().unwrap().ceiling.lower_to(0);
@@ -360,16 +363,16 @@ mod tests {
         // timestamp is below the old lease end, which fences the next holder.)
         std::thread::sleep(std::time::Duration::from_millis(2));
         emitted = 0;
-        let refused = g.issue_blocking((0, 1), 10, |_, n| emitted += n);
+        let refused = g.issue_blocking(WorkerRange::new(0, 1), 10, |_, n| emitted += n);
         assert!(matches!(refused, Err(IssueError::RangeChanged)));
         assert_eq!(
             emitted, 0,
             "no ID is drawn for a connection that will be closed"
         );
         // A connection that learned the new range is served from it.
-        assert_eq!(g.range(), (5, 1));
+        assert_eq!(g.range(), WorkerRange::new(5, 1));
         assert!(g
-            .issue_blocking((5, 1), 10, |first, n| {
+            .issue_blocking(WorkerRange::new(5, 1), 10, |first, n| {
                 emitted += n;
                 assert_eq!(layout.decompose(crate::layout::Id(first)).worker, 5);
             })
@@ -377,7 +380,7 @@ mod tests {
         assert_eq!(emitted, 10);
         // A connection from before any lease (announced 0..0) is told to reconnect too.
         assert!(matches!(
-            g.issue_blocking((0, 0), 1, |_, _| {}),
+            g.issue_blocking(WorkerRange::new(0, 0), 1, |_, _| {}),
             Err(IssueError::RangeChanged)
         ));
     }

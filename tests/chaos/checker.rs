@@ -77,7 +77,7 @@ pub(crate) fn check_safety(hist: &History, stop_checks: &[StopCheck]) -> Safety 
                 }
                 for &(first, n) in c.batch_runs(b) {
                     after += u64::from(n);
-                    if c.hello.decompose(first).ms_since_epoch >= s.bound_ms {
+                    if c.hello.decompose(first).timestamp >= s.bound_ms {
                         beyond += u64::from(n);
                     }
                 }

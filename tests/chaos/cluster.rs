@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::common::etcd::EtcdCluster;
 use crate::common::node::{self, NodeProc};
 use crate::history::Shared;
-use crate::workload::{Answer, Client};
+use crate::workload::connect;
 use crate::{FAKETIME_LIB, MAIN};
 
 pub(crate) struct Cluster {
@@ -89,10 +89,9 @@ impl Cluster {
         for i in 0..MAIN {
             let Some(p) = &self.nodes[i] else { continue };
             loop {
-                let ok = Client::connect(p.addr)
-                    .and_then(|(mut c, _)| c.get_ids(1))
-                    .map(|a| matches!(a, Answer::Ids(_)))
-                    .unwrap_or(false);
+                let ok = connect(p.addr)
+                    .and_then(|(mut c, _)| c.try_get_ids(1))
+                    .is_ok_and(|a| a.is_ok());
                 if ok {
                     break;
                 }

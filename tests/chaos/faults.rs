@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{lease_range, Cluster};
 use crate::common::node::http;
-use crate::workload::{Answer, Client};
+use crate::workload::connect;
 use crate::{ms, unix_ms, Rng, SAFETY, TTL};
 
 /// One injected fault, for the report.
@@ -203,10 +203,9 @@ impl Chaos {
         let back = Instant::now();
         let p = self.c.node(i);
         let recovered = loop {
-            let ok = Client::connect(p.addr)
-                .and_then(|(mut c, _)| c.get_ids(1))
-                .map(|a| matches!(a, Answer::Ids(_)))
-                .unwrap_or(false);
+            let ok = connect(p.addr)
+                .and_then(|(mut c, _)| c.try_get_ids(1))
+                .is_ok_and(|a| a.is_ok());
             if ok {
                 break back.elapsed();
             }
@@ -278,7 +277,7 @@ impl Chaos {
     pub(crate) fn stop_cont(&mut self, i: usize) {
         self.wait_space_settled();
         let old = lease_range(self.c.node(i)).unwrap_or((0, 0));
-        let epoch = Client::connect(self.c.node(i).addr)
+        let epoch = connect(self.c.node(i).addr)
             .map(|(_, h)| h.epoch_ms)
             .unwrap_or(0);
         let t = Instant::now();

@@ -1,95 +1,27 @@
 //! The workload: client threads on a non-panicking client that record every answer.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use idgen_protocol::{
-    decode_response, encode_request, max_response_frame, Request, ResponseRef, ServerHello, Status,
-};
+use idgen_protocol::client::Handshake;
+use idgen_protocol::ServerHello;
+use idgen_testkit::{TestConn, Timeouts};
 
 use crate::history::{ConnLog, ErrRec, History, Shared};
 use crate::Rng;
 
-pub(crate) struct Client {
-    pub(crate) stream: TcpStream,
-    pub(crate) buf: BytesMut,
-    pub(crate) max_frame: u32,
-}
-
-pub(crate) enum Answer {
-    Ids(Vec<u64>),
-    Error(Status, String),
-}
-
-impl Client {
-    pub(crate) fn connect(addr: SocketAddr) -> Result<(Client, ServerHello), String> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
-            .map_err(|e| format!("connect: {e}"))?;
-        stream
-            .set_read_timeout(Some(Duration::from_millis(1000)))
-            .map_err(|e| e.to_string())?;
-        stream
-            .set_write_timeout(Some(Duration::from_millis(1000)))
-            .map_err(|e| e.to_string())?;
-        let _ = stream.set_nodelay(true);
-        let mut c = Client {
-            stream,
-            buf: BytesMut::new(),
-            max_frame: max_response_frame(0),
-        };
-        c.send(&Request::Hello {
-            min_version: 1,
-            max_version: 1,
-        })?;
-        let hello = c.recv(|r| match r {
-            ResponseRef::HelloOk(h) => Ok(h),
-            ResponseRef::Error { status, message } => Err(format!("HELLO: {status} {message}")),
-            other => Err(format!("HELLO answered with {other:?}")),
-        })??;
-        c.max_frame = max_response_frame(hello.max_batch);
-        Ok((c, hello))
-    }
-
-    pub(crate) fn send(&mut self, req: &Request) -> Result<(), String> {
-        let mut out = BytesMut::new();
-        encode_request(req, &mut out);
-        self.stream
-            .write_all(&out)
-            .map_err(|e| format!("write: {e}"))
-    }
-
-    pub(crate) fn recv<T>(&mut self, f: impl FnOnce(ResponseRef<'_>) -> T) -> Result<T, String> {
-        loop {
-            match decode_response(&self.buf, self.max_frame) {
-                Ok(Some((resp, used))) => {
-                    let out = f(resp);
-                    let _ = self.buf.split_to(used);
-                    return Ok(out);
-                }
-                Ok(None) => {}
-                Err(e) => return Err(format!("bad frame from the server: {e}")),
-            }
-            let mut chunk = [0u8; 65536];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return Err("closed by the server".into()),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(format!("read: {e}")),
-            }
-        }
-    }
-
-    pub(crate) fn get_ids(&mut self, n: u32) -> Result<Answer, String> {
-        self.send(&Request::GetIds { count: n })?;
-        self.recv(|r| match r {
-            ResponseRef::Ids(ids) => Ok(Answer::Ids(ids.to_vec())),
-            ResponseRef::Error { status, message } => Ok(Answer::Error(status, message.into())),
-            other => Err(format!("GET_IDS answered with {other:?}")),
-        })?
-    }
+/// The kit's connection, speaking version 1, with short limits (a fault must not stall a
+/// client thread).
+pub(crate) fn connect(addr: SocketAddr) -> Result<(TestConn, ServerHello), String> {
+    let timeouts = Timeouts {
+        connect: Duration::from_millis(500),
+        io: Duration::from_millis(1000),
+    };
+    let c = TestConn::try_open(addr, Handshake::offering(1, 1), timeouts)?;
+    let hello = *c.hello();
+    Ok((c, hello))
 }
 
 /// One client thread: a connection to `node` at a time, random batch sizes, recording all.
@@ -109,7 +41,7 @@ pub(crate) fn client_thread(shared: Arc<Shared>, node: usize, seed: u64) -> Hist
             std::thread::sleep(Duration::from_millis(20));
             continue;
         };
-        let (mut c, hello) = match Client::connect(addr) {
+        let (mut c, hello) = match connect(addr) {
             Ok(x) => x,
             Err(e) => {
                 err(&mut h, e);
@@ -120,15 +52,15 @@ pub(crate) fn client_thread(shared: Arc<Shared>, node: usize, seed: u64) -> Hist
         let mut log = ConnLog::new(node, shared.conn_ids.fetch_add(1, Ordering::Relaxed), hello);
         while !shared.stop.load(Ordering::Relaxed) {
             let n = 1 + rng.below(shared.max_batch) as u32;
-            match c.get_ids(n) {
-                Ok(Answer::Ids(ids)) => {
+            match c.try_get_ids(n) {
+                Ok(Ok(ids)) => {
                     let at = Instant::now();
                     if ids.len() != n as usize {
                         err(&mut h, format!("asked {n} IDs, got {}", ids.len()));
                     }
                     log.push(at, ids);
                 }
-                Ok(Answer::Error(status, message)) => {
+                Ok(Err((status, message))) => {
                     err(&mut h, format!("{status}: {message}"));
                     // 3xx: this node cannot serve now; reconnect (a new HELLO) after a pause.
                     std::thread::sleep(Duration::from_millis(20));

@@ -70,6 +70,7 @@ pub fn doc_files(root: &Path) -> Vec<PathBuf> {
         "clients/rust/README.md",
         "clients/python/README.md",
         "clients/vectors/FORMS.md",
+        "id/README.md",
         "loadtest/README.md",
         "protocol/README.md",
         "protocol/PROTOCOL.md",
@@ -81,6 +82,7 @@ pub fn doc_files(root: &Path) -> Vec<PathBuf> {
     for (dir, ext) in [
         ("docs", "md"),
         ("src", "rs"),
+        ("id/src", "rs"),
         ("protocol/src", "rs"),
         ("clients/rust/src", "rs"),
         ("loadtest/src", "rs"),

@@ -1,12 +1,15 @@
 //! The async client: one TCP connection, a writer task and a reader task.
 //!
-//! Callers hand a [`Command`] to the writer through an mpsc channel. The writer encodes
-//! every command queued at that moment into one buffer, appends one [`Pending`] entry per
-//! command to the shared in-order queue (before the bytes reach the socket, so an answer
-//! can never overtake its entry), and writes the buffer with one `write_all`. The reader
-//! decodes answers and hands each to the oldest pending entry; a command that was split
-//! into several GET_IDS frames consumes that many answers. Any transport or protocol
-//! failure fails every pending entry, marks the connection closed, and stops both tasks.
+//! The protocol itself (the handshake, which answer belongs to which request, and what an
+//! ERROR means for the connection) is `idgen_protocol::client`'s; this module is the I/O
+//! around it. Callers hand a [`Command`] to the writer through an mpsc channel. The writer
+//! encodes every command queued at that moment into one buffer through the shared
+//! [`ClientConn`], appends one [`Pending`] entry per command to the shared in-order queue
+//! (before the bytes reach the socket, so an answer can never overtake its entry), and
+//! writes the buffer with one `write_all`. The reader decodes answers with the same
+//! `ClientConn` and hands each to the oldest pending entry; a command that was split into
+//! several GET_IDS frames consumes that many answers. Any transport or protocol failure
+//! fails every pending entry, marks the connection closed, and stops both tasks.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -15,10 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
-use idgen_protocol::{
-    decode_response, encode_request, max_response_frame, Request, ResponseRef, ServerHello,
-    MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION,
-};
+use idgen_protocol::client::{Answer, ClientConn, ClientError, Handshake, HandshakeError};
+use idgen_protocol::ServerHello;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpStream, ToSocketAddrs};
@@ -73,6 +74,7 @@ pub struct Client {
 #[derive(Debug)]
 struct Shared {
     hello: ServerHello,
+    layout: Layout,
     options: ClientOptions,
     commands: mpsc::Sender<Command>,
     conn: Arc<Conn>,
@@ -89,11 +91,13 @@ struct Conn {
     stop_writer: Notify,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Queue {
     /// Set once, when the connection fails.
     closed: Option<Error>,
     pending: VecDeque<Pending>,
+    /// The protocol's view of the connection: every frame sent and not answered yet.
+    protocol: ClientConn,
 }
 
 #[derive(Debug)]
@@ -176,20 +180,27 @@ impl Client {
         addr: impl ToSocketAddrs,
         options: ClientOptions,
     ) -> Result<Client, Error> {
-        let (stream, hello, leftover) = tokio::time::timeout(options.connect_timeout, open(addr))
-            .await
-            .map_err(|_| Error::Timeout)??;
+        let (stream, protocol, leftover) =
+            tokio::time::timeout(options.connect_timeout, open(addr))
+                .await
+                .map_err(|_| Error::Timeout)??;
+        let hello = *protocol.hello();
+        let layout = protocol.layout();
+        // Protocol version 2 answers batches as runs of consecutive IDs (RANGES): a few bytes
+        // for thousands of IDs, expanded here.
+        let ranges = protocol.ranges();
         let (read, write) = stream.into_split();
         let conn = Arc::new(Conn {
             closed: AtomicBool::new(false),
-            queue: Mutex::new(Queue::default()),
+            queue: Mutex::new(Queue {
+                closed: None,
+                pending: VecDeque::new(),
+                protocol,
+            }),
             stop_reader: Notify::new(),
             stop_writer: Notify::new(),
         });
         let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
-        // Protocol version 2 answers batches as runs of consecutive IDs (RANGES): a few bytes
-        // for thousands of IDs, expanded here.
-        let ranges = hello.version >= 2;
         tokio::spawn(write_loop(
             write,
             rx,
@@ -197,15 +208,11 @@ impl Client {
             hello.max_batch.max(1),
             ranges,
         ));
-        tokio::spawn(read_loop(
-            read,
-            leftover,
-            conn.clone(),
-            max_response_frame(hello.max_batch),
-        ));
+        tokio::spawn(read_loop(read, leftover, conn.clone()));
         Ok(Client {
             shared: Arc::new(Shared {
                 hello,
+                layout,
                 options,
                 commands,
                 conn,
@@ -253,7 +260,7 @@ impl Client {
 
     /// The ID layout announced by the server, for taking IDs apart.
     pub fn layout(&self) -> Layout {
-        Layout::from_hello(&self.shared.hello)
+        self.shared.layout
     }
 
     /// The options this client was connected with.
@@ -291,8 +298,8 @@ impl Client {
 }
 
 /// Connect (trying every resolved address), set TCP_NODELAY, and do the handshake.
-/// Returns the stream, the HELLO_OK and any bytes read past it.
-async fn open(addr: impl ToSocketAddrs) -> Result<(TcpStream, ServerHello, BytesMut), Error> {
+/// Returns the stream, the connection's protocol state and any bytes read past HELLO_OK.
+async fn open(addr: impl ToSocketAddrs) -> Result<(TcpStream, ClientConn, BytesMut), Error> {
     let mut last: Option<std::io::Error> = None;
     let mut stream = None;
     for a in tokio::net::lookup_host(addr).await? {
@@ -308,42 +315,13 @@ async fn open(addr: impl ToSocketAddrs) -> Result<(TcpStream, ServerHello, Bytes
         last.unwrap_or_else(|| std::io::Error::other("address resolved to no socket address"))
     })?;
 
-    let mut hello_frame = Vec::with_capacity(13);
-    encode_request(
-        &Request::Hello {
-            min_version: MIN_SUPPORTED_VERSION,
-            max_version: MAX_SUPPORTED_VERSION,
-        },
-        &mut hello_frame,
-    );
-    stream.write_all(&hello_frame).await?;
-
+    let handshake = Handshake::new();
+    stream.write_all(&handshake.hello()).await?;
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     loop {
-        // Before HELLO_OK only HELLO_OK or ERROR may arrive: 258 bytes covers both.
-        if let Some((response, used)) = decode_response(&buf, max_response_frame(0))? {
-            let hello = match response {
-                ResponseRef::HelloOk(h) => h,
-                ResponseRef::Error { status, message } => {
-                    return Err(Error::Server {
-                        status,
-                        message: message.to_owned(),
-                    })
-                }
-                other => {
-                    return Err(Error::UnexpectedResponse(format!(
-                        "{other:?} in answer to HELLO"
-                    )))
-                }
-            };
-            if !(MIN_SUPPORTED_VERSION..=MAX_SUPPORTED_VERSION).contains(&hello.version) {
-                return Err(Error::UnexpectedResponse(format!(
-                    "server picked protocol version {}, offered {MIN_SUPPORTED_VERSION}..={MAX_SUPPORTED_VERSION}",
-                    hello.version
-                )));
-            }
+        if let Some((protocol, used)) = handshake.receive(&buf).map_err(handshake_error)? {
             buf.advance(used);
-            return Ok((stream, hello, buf));
+            return Ok((stream, protocol, buf));
         }
         if stream.read_buf(&mut buf).await? == 0 {
             return Err(std::io::Error::new(
@@ -352,6 +330,23 @@ async fn open(addr: impl ToSocketAddrs) -> Result<(TcpStream, ServerHello, Bytes
             )
             .into());
         }
+    }
+}
+
+fn handshake_error(e: HandshakeError) -> Error {
+    match e {
+        HandshakeError::Refused {
+            status, message, ..
+        } => Error::Server { status, message },
+        HandshakeError::Frame(e) => Error::Protocol(e),
+        other => Error::UnexpectedResponse(other.to_string()),
+    }
+}
+
+fn answer_error(e: ClientError) -> Error {
+    match e {
+        ClientError::Frame(e) => Error::Protocol(e),
+        other => Error::UnexpectedResponse(other.to_string()),
     }
 }
 
@@ -420,12 +415,11 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
             let mut left = count;
             while left > 0 {
                 let part = left.min(batch);
-                let request = if ranges {
-                    Request::GetRanges { count: part }
+                if ranges {
+                    queue.protocol.get_ranges(part, buf);
                 } else {
-                    Request::GetIds { count: part }
-                };
-                encode_request(&request, buf);
+                    queue.protocol.get_ids(part, buf);
+                }
                 left -= part;
             }
             queue.pending.push_back(Pending::Ids {
@@ -437,13 +431,13 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
             });
         }
         Command::Ping { token, reply } => {
-            encode_request(&Request::Ping { token }, buf);
+            queue.protocol.ping(token, buf);
             queue.pending.push_back(Pending::Ping { token, reply });
         }
     }
 }
 
-async fn read_loop(mut read: OwnedReadHalf, mut buf: BytesMut, conn: Arc<Conn>, max_frame: u32) {
+async fn read_loop(mut read: OwnedReadHalf, mut buf: BytesMut, conn: Arc<Conn>) {
     if buf.capacity() < READ_BUFFER {
         buf.reserve(READ_BUFFER - buf.len());
     }
@@ -455,10 +449,10 @@ async fn read_loop(mut read: OwnedReadHalf, mut buf: BytesMut, conn: Arc<Conn>, 
                 break;
             }
             loop {
-                match decode_response(&buf, max_frame) {
+                match queue.protocol.decode(&buf) {
                     Ok(None) => break,
                     Ok(Some((response, used))) => {
-                        let outcome = answer(&mut queue, response);
+                        let outcome = answer(&mut queue.pending, response);
                         buf.advance(used);
                         if let Err(cause) = outcome {
                             conn.fail(&mut queue, cause);
@@ -466,7 +460,7 @@ async fn read_loop(mut read: OwnedReadHalf, mut buf: BytesMut, conn: Arc<Conn>, 
                         }
                     }
                     Err(e) => {
-                        conn.fail(&mut queue, Error::Protocol(e));
+                        conn.fail(&mut queue, answer_error(e));
                         return;
                     }
                 }
@@ -500,71 +494,67 @@ async fn read_loop(mut read: OwnedReadHalf, mut buf: BytesMut, conn: Arc<Conn>, 
     }
 }
 
-/// Hand one answer to the oldest pending entry. `Err` is a reason to drop the
-/// connection (every pending entry gets it).
-fn answer(queue: &mut Queue, response: ResponseRef<'_>) -> Result<(), Error> {
-    let Some(front) = queue.pending.front_mut() else {
+/// Hand one answer (already matched to its frame by the protocol's `ClientConn`) to the
+/// oldest pending entry. `Err` is a reason to drop the connection (every pending entry gets
+/// it).
+fn answer(pending: &mut VecDeque<Pending>, response: Answer<'_>) -> Result<(), Error> {
+    let Some(front) = pending.front_mut() else {
         return Err(Error::UnexpectedResponse(format!(
-            "{response:?} with no request outstanding"
+            "{response:?} with no call outstanding"
         )));
     };
     // A closing ERROR answers its own request and ends the connection; the requests behind
     // it stay unanswered and get the same error (for SHUTTING_DOWN: retry elsewhere).
     let mut closing = None;
-    let done = match (front, response) {
-        (
-            Pending::Ids {
-                remaining,
-                batch,
-                ids,
-                failed,
-                reply,
-            },
-            response,
-        ) => {
+    let mut refused = None;
+    if let Answer::Refused(r) = response {
+        let e = Error::Server {
+            status: r.status,
+            message: r.message.to_owned(),
+        };
+        if r.after.closes() {
+            closing = Some(e.clone());
+        }
+        refused = Some(e);
+    }
+    let done = match front {
+        Pending::Ids {
+            remaining,
+            batch,
+            ids,
+            failed,
+            reply,
+        } => {
             let part = (*remaining).min(*batch);
             match response {
-                ResponseRef::Ids(got) if got.len() == part as usize => {
+                Answer::Ids(got) => {
                     // Skip the copy when the caller has given up (timed out).
                     if failed.is_none() && !reply.is_closed() {
                         ids.extend(got.iter());
                     }
                 }
-                ResponseRef::Ranges(runs) if runs.total() == part => {
+                Answer::Ranges(runs) => {
                     if failed.is_none() && !reply.is_closed() {
                         runs.expand_into(ids);
                     }
                 }
-                ResponseRef::Error { status, message } => {
-                    let e = Error::Server {
-                        status,
-                        message: message.to_owned(),
-                    };
-                    if status.closes_connection() {
-                        closing = Some(e.clone());
+                Answer::Refused(_) => {
+                    if let Some(e) = refused.take() {
+                        failed.get_or_insert(e);
                     }
-                    failed.get_or_insert(e);
                 }
-                other => {
+                Answer::Pong(_) => {
                     return Err(Error::UnexpectedResponse(format!(
-                        "{other:?} in answer to GET_IDS of {part}"
+                        "{response:?} in answer to GET_IDS of {part}"
                     )))
                 }
             }
             *remaining -= part;
             *remaining == 0 || closing.is_some()
         }
-        (Pending::Ping { token, .. }, response) => match response {
-            ResponseRef::Pong(t) if t == *token => true,
-            ResponseRef::Error { status, message } => {
-                if status.closes_connection() {
-                    closing = Some(Error::Server {
-                        status,
-                        message: message.to_owned(),
-                    });
-                }
-                true
-            }
+        Pending::Ping { token, .. } => match response {
+            Answer::Pong(t) if t == *token => true,
+            Answer::Refused(_) => true,
             other => {
                 return Err(Error::UnexpectedResponse(format!(
                     "{other:?} in answer to PING {token}"
@@ -573,8 +563,8 @@ fn answer(queue: &mut Queue, response: ResponseRef<'_>) -> Result<(), Error> {
         },
     };
     if done {
-        if let Some(entry) = queue.pending.pop_front() {
-            finish(entry, response);
+        if let Some(entry) = pending.pop_front() {
+            finish(entry, refused);
         }
     }
     match closing {
@@ -583,8 +573,8 @@ fn answer(queue: &mut Queue, response: ResponseRef<'_>) -> Result<(), Error> {
     }
 }
 
-/// Answer a completed entry.
-fn finish(entry: Pending, last: ResponseRef<'_>) {
+/// Answer a completed entry; `refused` is the ERROR of its last frame, if it was one.
+fn finish(entry: Pending, refused: Option<Error>) {
     match entry {
         Pending::Ids {
             ids, failed, reply, ..
@@ -595,12 +585,9 @@ fn finish(entry: Pending, last: ResponseRef<'_>) {
             });
         }
         Pending::Ping { reply, .. } => {
-            let _ = reply.send(match last {
-                ResponseRef::Error { status, message } => Err(Error::Server {
-                    status,
-                    message: message.to_owned(),
-                }),
-                _ => Ok(()),
+            let _ = reply.send(match refused {
+                Some(e) => Err(e),
+                None => Ok(()),
             });
         }
     }

@@ -90,7 +90,7 @@
 //! println!("max batch {}", client.hello().max_batch);
 //!
 //! let id = client.next_id().await?;
-//! let parts = client.layout().decode(id);
+//! let parts = client.layout().decompose(id);
 //! println!("{id}: issued at {} ms, worker {}", parts.unix_ms, parts.worker);
 //!
 //! // Clones share the connection; their requests are pipelined on it.
@@ -125,16 +125,19 @@
 pub mod blocking;
 mod client;
 mod error;
-pub mod forms;
-mod layout;
 pub mod mask;
 mod pool;
 mod prefetch;
 
 pub use client::{Client, ClientOptions};
 pub use error::Error;
+/// The ID model, shared with the server and the protocol crate (`idgen-id`): the layout the
+/// server announced ([`Client::layout`]), the parts of an ID, worker ranges, and the text
+/// forms.
+pub use idgen_id::{forms, Id, Layout, LayoutError, Parts, WorkerRange};
 pub use idgen_protocol::{FrameError, ServerHello, Status};
-pub use layout::{IdParts, Layout};
+/// The former name of [`Parts`].
+pub type IdParts = Parts;
 pub use pool::{NodeInfo, Pool, PoolOptions};
 pub use prefetch::{PrefetchOptions, PrefetchPool, PrefetchStats};
 

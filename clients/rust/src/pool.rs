@@ -130,7 +130,7 @@ pub struct NodeInfo {
 /// let id = pool.next_id().await?;
 /// let batch = pool.next_ids(500).await?; // exactly 500, or an error
 /// assert_eq!(batch.len(), 500);
-/// println!("{id} issued at {} ms", pool.layout().decode(id).unix_ms);
+/// println!("{id} issued at {} ms", pool.layout().decompose(id).unix_ms);
 /// # Ok(())
 /// # }
 /// ```

@@ -1,13 +1,11 @@
 //! The blocking `Pool` and `PrefetchPool` from plain threads (the fake nodes run on a
 //! runtime of their own).
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{Config, FakeServer, Mode};
 use idgen_client::{blocking, PoolOptions, PrefetchOptions, Status};
+use idgen_testkit::fake::{Config, FakeServer, Mode};
 
 fn options() -> PoolOptions {
     PoolOptions {

@@ -1,14 +1,12 @@
 //! The async and blocking clients against the in-test fake server.
 
-mod common;
-
 use std::collections::HashSet;
 use std::future::Future;
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
-use common::{Action, Config, FakeServer, EPOCH_MS};
-use idgen_client::{Client, ClientOptions, Error, IdParts, Status};
+use idgen_client::{Client, ClientOptions, Error, Parts, Status};
+use idgen_testkit::fake::{Action, Config, FakeServer, EPOCH_MS};
 
 /// Every test body is bounded in time.
 async fn bounded<T>(f: impl Future<Output = T>) -> T {
@@ -31,20 +29,20 @@ fn strictly_increasing(ids: &[u64]) -> bool {
 async fn handshake_fields_and_layout_are_exposed() {
     bounded(async {
         let (_server, client) = start().await;
-        assert_eq!(*client.hello(), common::hello(1000));
+        assert_eq!(*client.hello(), idgen_testkit::fake::hello(1000));
         let layout = client.layout();
         assert_eq!(
             (
-                layout.epoch_ms,
-                layout.timestamp_bits,
-                layout.worker_bits,
-                layout.sequence_bits,
-                layout.region_bits
+                layout.epoch_ms(),
+                layout.timestamp_bits(),
+                layout.worker_bits(),
+                layout.sequence_bits(),
+                layout.region_bits()
             ),
             (EPOCH_MS, 41, 10, 12, 0)
         );
         let id = client.next_id().await.unwrap();
-        let parts: IdParts = layout.decode(id);
+        let parts: Parts = layout.decompose(id);
         assert_eq!(parts.worker, 512);
         assert_eq!(parts.timestamp, 63_072_000_123);
         assert_eq!(parts.unix_ms, EPOCH_MS + 63_072_000_123);
@@ -391,7 +389,7 @@ fn blocking_client_works_from_plain_threads() {
 
     let client = idgen_client::blocking::Client::connect(addr).unwrap();
     assert_eq!(client.hello().max_batch, 1000);
-    assert_eq!(client.layout().sequence_bits, 12);
+    assert_eq!(client.layout().sequence_bits(), 12);
     client.ping().unwrap();
     let threads: Vec<_> = (0..4)
         .map(|_| {

@@ -1,13 +1,11 @@
 //! `Pool` failover, health and batch semantics against several fake nodes.
 
-mod common;
-
 use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use common::{Action, Config, FakeServer, Mode};
 use idgen_client::{Error, Pool, PoolOptions, Status};
+use idgen_testkit::fake::{Action, Config, FakeServer, Mode};
 
 /// Every test body is bounded in time.
 async fn bounded<T>(f: impl Future<Output = T>) -> T {

@@ -1,14 +1,12 @@
 //! `PrefetchPool` against fake nodes: distinct IDs under concurrency, background refills,
 //! the high-water mark, waiting and errors.
 
-mod common;
-
 use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use common::{Action, Config, FakeServer, Mode};
 use idgen_client::{Error, Pool, PoolOptions, PrefetchOptions, PrefetchPool, Status};
+use idgen_testkit::fake::{Action, Config, FakeServer, Mode};
 
 async fn bounded<T>(f: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), f)

@@ -2,12 +2,10 @@
 //! server through the real client: the IDs, HELLO_OK fields and statuses the client
 //! reports must be the vector's.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Action, Config, FakeServer};
 use idgen_client::{Client, Error, Status};
+use idgen_testkit::fake::{Action, Config, FakeServer};
 use serde_json::Value;
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -45,15 +43,15 @@ async fn response_vectors_agree_with_the_client() {
                     let h = client.hello();
                     let l = client.layout();
                     assert_eq!(h.version as u64, d["version"].as_u64().unwrap());
-                    assert_eq!(l.epoch_ms, dec(&d["epoch_ms"]));
+                    assert_eq!(l.epoch_ms(), dec(&d["epoch_ms"]));
                     assert_eq!(h.max_batch as u64, d["max_batch"].as_u64().unwrap());
                     assert_eq!(h.worker_first as u64, d["worker_first"].as_u64().unwrap());
                     assert_eq!(h.shard as u64, d["shard"].as_u64().unwrap());
                     for (got, key) in [
-                        (l.timestamp_bits, "timestamp_bits"),
-                        (l.worker_bits, "worker_bits"),
-                        (l.sequence_bits, "sequence_bits"),
-                        (l.region_bits, "region_bits"),
+                        (l.timestamp_bits(), "timestamp_bits"),
+                        (l.worker_bits(), "worker_bits"),
+                        (l.sequence_bits(), "sequence_bits"),
+                        (l.region_bits(), "region_bits"),
                     ] {
                         assert_eq!(got as u64, d[key].as_u64().unwrap(), "{key}");
                     }

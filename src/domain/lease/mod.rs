@@ -71,7 +71,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{Layout, LayoutError};
+use crate::layout::{Layout, LayoutError, WorkerRange};
 use crate::store::{Commit, Entry, KvStore, StoreError, Txn};
 
 // The conformance suites are for tests only: this crate's, and the integration tests with the
@@ -312,6 +312,11 @@ impl Grant {
             floor: self.floor,
         }
     }
+
+    /// The granted worker IDs, `first .. first + count`.
+    pub const fn workers(&self) -> WorkerRange {
+        WorkerRange::new(self.first, self.count)
+    }
 }
 
 /// What a grant fixes for its whole life: the worker range, the generation and the floor. Its
@@ -326,6 +331,13 @@ pub struct GrantTerms {
     pub generation: u64,
     /// Issue only timestamps strictly above this (ID-time ms).
     pub floor: u64,
+}
+
+impl GrantTerms {
+    /// The granted worker IDs, `first .. first + count`.
+    pub const fn workers(&self) -> WorkerRange {
+        WorkerRange::new(self.first, self.count)
+    }
 }
 
 /// Why a lease operation failed.
@@ -508,7 +520,7 @@ impl<'s> Leases<'s> {
     }
 
     /// The worker IDs a grant may come from: the node's region, or the whole space.
-    fn search_space(&self) -> Result<(u64, u64), LeaseError> {
+    fn search_space(&self) -> Result<WorkerRange, LeaseError> {
         match self.config.region {
             RegionScope::Region(r) => {
                 if r >= self.layout.region_count() {
@@ -519,9 +531,9 @@ impl<'s> Leases<'s> {
                     )));
                 }
                 let size = self.layout.workers_per_region();
-                Ok((r * size, (r + 1) * size))
+                Ok(WorkerRange::new(r * size, size))
             }
-            RegionScope::Global => Ok((0, self.layout.worker_count())),
+            RegionScope::Global => Ok(WorkerRange::new(0, self.layout.worker_count())),
         }
     }
 
@@ -773,7 +785,8 @@ impl<'s> Leases<'s> {
     /// merging small records first where the window overlaps too many (see the module docs).
     pub async fn acquire(&self, now_unix_ms: u64) -> Result<Grant, LeaseError> {
         let wanted = self.config.workers;
-        let (lo, hi) = self.search_space()?;
+        let space = self.search_space()?;
+        let (lo, hi) = (space.first, space.end());
         if wanted == 0 || wanted > hi - lo {
             return Err(LeaseError::BadRequest(format!(
                 "asked for {wanted} worker IDs; the {} has {}",
@@ -952,7 +965,7 @@ impl<'s> Leases<'s> {
     /// the one the grant wrote: held by this process, under the grant's generation, as wide.
     async fn read_own(&self, txn: &mut Txn<'_>, grant: &Grant) -> Result<WorkerRecord, LeaseError> {
         let key = self.worker_key(grant.first);
-        let range = format!("workers {}..{}", grant.first, grant.first + grant.count);
+        let range = format!("workers {}", grant.workers());
         let Some(raw) = txn.get(&key).await? else {
             return Err(LeaseError::Lost(format!("{range}: record is gone")));
         };
@@ -1068,7 +1081,8 @@ impl<'s> Leases<'s> {
 
     /// Free and held worker IDs in the node's search space, as an acquirer would see them now.
     pub async fn occupancy(&self, now_unix_ms: u64) -> Result<Occupancy, LeaseError> {
-        let (lo, hi) = self.search_space()?;
+        let space = self.search_space()?;
+        let (lo, hi) = (space.first, space.end());
         let now = self.id_time(now_unix_ms);
         let blocked: u64 = self
             .view(lo, hi, now)

@@ -74,7 +74,7 @@ use std::time::Duration;
 use super::keeper::{Keeper, KeeperTiming, LeaseView};
 use super::*;
 use crate::clock::{Clock, TestClock};
-use crate::layout::{Id, DEFAULT_EPOCH_MS};
+use crate::layout::{Id, WorkerRange, DEFAULT_EPOCH_MS};
 use crate::node::issuer::{GenSettings, IssueError, ShardGen};
 use crate::node::{release_after_shards, ShardExit, ShardStats};
 use crate::store::memory::{Fault, MemoryStore};
@@ -326,7 +326,7 @@ struct Shard {
     gen: ShardGen<TestClock>,
     stats: Arc<ShardStats>,
     /// The range the connection's HELLO_OK announced; `None`: reconnect first.
-    announced: Option<(u64, u64)>,
+    announced: Option<WorkerRange>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -600,7 +600,7 @@ impl Sim {
         };
         let g = &view.grant;
         if !self.grants.contains_key(&g.generation) {
-            for w in g.first..g.first + g.count {
+            for w in g.workers().ids() {
                 if let Some(gens) = self.issued.get(&w) {
                     for (&older, &(_, hi)) in gens.range(..g.generation) {
                         assert!(
@@ -657,13 +657,13 @@ impl Sim {
         self.totals.ids += count;
         for w in a.worker..=b.worker {
             assert!(
-                (grant.first..grant.first + grant.count).contains(&w),
+                WorkerRange::new(grant.first, grant.count).contains(w),
                 "{who} issued for worker {w} outside generation {generation}'s range {}+{}",
                 grant.first,
                 grant.count
             );
             for (&newer, seen) in self.grants.range(generation + 1..) {
-                if (seen.first..seen.first + seen.count).contains(&w) {
+                if WorkerRange::new(seen.first, seen.count).contains(w) {
                     assert!(
                         ts <= seen.floor,
                         "worker {w}: {who} issued ts {ts} under generation {generation}, above the floor {} of newer generation {newer} (held by {})",

@@ -1,5 +1,5 @@
 //! String forms of IDs: decimal, base62 and Crockford base32, exactly as specified in
-//! `clients/vectors/FORMS.md` (shared by every idgen client).
+//! `clients/vectors/FORMS.md` in the idgen repository (shared by every idgen client).
 //!
 //! | form | width | alphabet | sorts like the number |
 //! |---|---|---|---|
@@ -14,7 +14,7 @@
 //! problem: empty, length, characters, leading zero (decimal), range.
 //!
 //! ```
-//! use idgen_client::forms::{self, FormError};
+//! use idgen_id::forms::{self, FormError};
 //!
 //! let id = 721_864_159_923_240_960;
 //! assert_eq!(forms::to_decimal(id)?, "721864159923240960");
@@ -167,7 +167,7 @@ fn parse_fixed(
 /// where string order matters. Fails only for `id ≥ 2^63`.
 ///
 /// ```
-/// assert_eq!(idgen_client::forms::to_decimal(4096).unwrap(), "4096");
+/// assert_eq!(idgen_id::forms::to_decimal(4096).unwrap(), "4096");
 /// ```
 pub fn to_decimal(id: u64) -> Result<String, FormError> {
     check_range(id)?;
@@ -178,7 +178,7 @@ pub fn to_decimal(id: u64) -> Result<String, FormError> {
 /// below `2^63`.
 ///
 /// ```
-/// use idgen_client::forms::{parse_decimal, FormError};
+/// use idgen_id::forms::{parse_decimal, FormError};
 /// assert_eq!(parse_decimal("4096"), Ok(4096));
 /// assert_eq!(parse_decimal("-5"), Err(FormError::InvalidCharacter { ch: '-', position: 0 }));
 /// assert_eq!(parse_decimal("9223372036854775808"), Err(FormError::OutOfRange));
@@ -214,7 +214,7 @@ pub fn parse_decimal(text: &str) -> Result<u64, FormError> {
 /// Sorts like the number. Fails only for `id ≥ 2^63`.
 ///
 /// ```
-/// assert_eq!(idgen_client::forms::to_base62(62).unwrap(), "00000000010");
+/// assert_eq!(idgen_id::forms::to_base62(62).unwrap(), "00000000010");
 /// ```
 pub fn to_base62(id: u64) -> Result<String, FormError> {
     check_range(id)?;
@@ -225,7 +225,7 @@ pub fn to_base62(id: u64) -> Result<String, FormError> {
 /// `2^63`.
 ///
 /// ```
-/// use idgen_client::forms::{parse_base62, FormError};
+/// use idgen_id::forms::{parse_base62, FormError};
 /// assert_eq!(parse_base62("0000000000z"), Ok(61));
 /// assert_eq!(parse_base62("AzL8n0Y58m8"), Err(FormError::OutOfRange));
 /// ```
@@ -243,7 +243,7 @@ pub fn parse_base62(text: &str) -> Result<u64, FormError> {
 /// number. Fails only for `id ≥ 2^63`.
 ///
 /// ```
-/// assert_eq!(idgen_client::forms::to_base32(4095).unwrap(), "00000000003ZZ");
+/// assert_eq!(idgen_id::forms::to_base32(4095).unwrap(), "00000000003ZZ");
 /// ```
 pub fn to_base32(id: u64) -> Result<String, FormError> {
     check_range(id)?;
@@ -254,7 +254,7 @@ pub fn to_base32(id: u64) -> Result<String, FormError> {
 /// `I`/`L` read as `1` and `O` as `0`; no hyphens; below `2^63`.
 ///
 /// ```
-/// use idgen_client::forms::parse_base32;
+/// use idgen_id::forms::parse_base32;
 /// assert_eq!(parse_base32("0000000000OIL"), Ok(33));
 /// assert_eq!(parse_base32("00000000003zz"), Ok(4095));
 /// ```

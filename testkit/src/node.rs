@@ -1,10 +1,10 @@
-//! A real `idgen serve` process for integration tests, and a minimal blocking protocol client.
+//! A real `idgen serve` process for integration tests, and plain HTTP/1.1 requests to its
+//! admin API.
 //!
-//! The node runs the binary Cargo built for this package, listening on 127.0.0.1:0; the address
-//! comes from the `listening on …` line it prints. Its stderr (the logs) goes to a file whose
-//! tail is shown when a test fails. Drop kills the process (only the one it started).
-
-#![allow(dead_code)]
+//! The node runs the `idgen` binary Cargo built next to the test (see [`idgen_binary`]),
+//! listening on 127.0.0.1:0; the address comes from the `listening on …` line it prints. Its
+//! stderr (the logs) goes to a file whose tail is shown when a test fails. Drop kills the
+//! process (only the one it started).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -12,11 +12,27 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use idgen_protocol::{
-    decode_response, encode_request, max_response_frame, Request, Response, ServerHello, Status,
-    DEFAULT_MAX_BATCH,
-};
+/// The `idgen` binary: `IDGEN_BIN` if set, else the one Cargo built into the target directory
+/// of the running test (`target/<profile>/idgen`, next to the test's `deps/`). Cargo builds it
+/// for every integration test of the `idgen` package.
+pub fn idgen_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("IDGEN_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the test's own path");
+    let mut dir = exe.parent().expect("the test's directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join(format!("idgen{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it (`cargo build --bin idgen`, done by `cargo test -p idgen`) or \
+         set IDGEN_BIN",
+        bin.display()
+    );
+    bin
+}
 
 pub struct NodeProc {
     child: Child,
@@ -72,7 +88,7 @@ impl NodeProc {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("idgen.log");
         let data = data_dir.map_or_else(|| dir.path().join("data"), Path::to_path_buf);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_idgen"));
+        let mut cmd = Command::new(idgen_binary());
         cmd.arg("serve");
         // Base flags the caller does not set itself.
         for pair in BASE_ARGS.chunks(2) {
@@ -306,108 +322,4 @@ pub fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-/// A blocking protocol connection.
-pub struct Conn {
-    pub stream: TcpStream,
-    buf: BytesMut,
-    max_frame: u32,
-    pub hello: Option<ServerHello>,
-}
-
-impl Conn {
-    /// Connects without a handshake.
-    pub fn raw(addr: SocketAddr) -> Conn {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        stream.set_nodelay(true).expect("nodelay");
-        Conn {
-            stream,
-            buf: BytesMut::new(),
-            max_frame: max_response_frame(DEFAULT_MAX_BATCH),
-            hello: None,
-        }
-    }
-
-    /// Connects and completes the handshake, speaking protocol version 1.
-    pub fn open(addr: SocketAddr) -> Conn {
-        Self::open_version(addr, 1)
-    }
-
-    /// Connects offering versions `1..=max_version`.
-    pub fn open_version(addr: SocketAddr, max_version: u16) -> Conn {
-        let mut c = Self::raw(addr);
-        c.send(&Request::Hello {
-            min_version: 1,
-            max_version,
-        });
-        match c.recv().expect("HELLO_OK") {
-            Response::HelloOk(h) => {
-                c.max_frame = max_response_frame(h.max_batch);
-                c.hello = Some(h);
-            }
-            other => panic!("expected HELLO_OK, got {other:?}"),
-        }
-        c
-    }
-
-    pub fn send(&mut self, req: &Request) {
-        let mut out = BytesMut::new();
-        encode_request(req, &mut out);
-        self.stream.write_all(&out).expect("write");
-    }
-
-    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(bytes)
-    }
-
-    /// The next answer; `None` when the server closed the connection.
-    pub fn recv(&mut self) -> Option<Response> {
-        loop {
-            match decode_response(&self.buf, self.max_frame) {
-                Ok(Some((resp, used))) => {
-                    let owned = resp.into_owned();
-                    let _ = self.buf.split_to(used);
-                    return Some(owned);
-                }
-                Ok(None) => {}
-                Err(e) => panic!("server sent a bad frame: {e}"),
-            }
-            let mut chunk = [0u8; 65536];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::ConnectionReset
-                        || e.kind() == std::io::ErrorKind::BrokenPipe =>
-                {
-                    return None
-                }
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
-
-    /// GET_IDS: the IDs, or the error status and message.
-    pub fn get_ids(&mut self, n: u32) -> Result<Vec<u64>, (Status, String)> {
-        self.send(&Request::GetIds { count: n });
-        match self.recv() {
-            Some(Response::Ids(ids)) => Ok(ids),
-            Some(Response::Error { status, message }) => Err((status, message)),
-            other => panic!("unexpected answer {other:?}"),
-        }
-    }
-}
-
-/// Decodes the timestamp field of an ID under a HELLO_OK layout.
-pub fn timestamp_of(hello: &ServerHello, id: u64) -> u64 {
-    id >> (hello.worker_bits + hello.sequence_bits)
-}
-
-/// Decodes the worker field of an ID under a HELLO_OK layout.
-pub fn worker_of(hello: &ServerHello, id: u64) -> u64 {
-    (id >> hello.sequence_bits) & ((1 << hello.worker_bits) - 1)
 }

@@ -1,7 +1,11 @@
 //! A scriptable in-test idgen server on 127.0.0.1:0, built on the protocol crate's
-//! server-side decode/encode functions.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! server-side decode/encode functions: the client's tests fail over between such servers,
+//! the load tester's tests count the faults it injects.
+//!
+//! Each GET_IDS or PING takes the next step of the server's script ([`Control::push`],
+//! [`Control::script_at`]); without one it is answered normally (or refused, in
+//! [`Mode::Refuse`]). The server runs on the caller's Tokio runtime ([`FakeServer::start`])
+//! or on its own ([`FakeServer::spawn`], for tests without a runtime).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -20,6 +24,13 @@ use tokio::net::{TcpListener, TcpStream};
 /// What the server does instead of answering the next GET_IDS or PING normally.
 #[derive(Debug, Clone)]
 pub enum Action {
+    /// Answer GET_IDS with the last ID of this connection, `count` times (a duplicate,
+    /// hence also out of order).
+    Duplicate,
+    /// Answer GET_IDS with fresh IDs lower than every ID handed out so far.
+    OutOfOrder,
+    /// Answer GET_IDS with one ID more than asked.
+    WrongCount,
     /// Answer with this ERROR; close afterwards if the status says so.
     Error(Status, &'static str),
     /// Close the connection without answering this request or any later one.
@@ -45,6 +56,18 @@ pub struct Config {
     /// The first ID's sequence offset: give each fake node of one test its own range
     /// (e.g. `k << 40`) so that their IDs cannot coincide.
     pub first_seq: u64,
+    /// Where the IDs come from.
+    pub ids: Ids,
+}
+
+/// Where a fake server's IDs come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Ids {
+    /// One counter for the whole server: IDs unique and increasing everywhere.
+    #[default]
+    Shared,
+    /// Every connection counts from the same start: connections duplicate each other.
+    PerConnection,
 }
 
 impl Default for Config {
@@ -54,6 +77,7 @@ impl Default for Config {
             hello_raw: None,
             silent_handshake: false,
             first_seq: 0,
+            ids: Ids::Shared,
         }
     }
 }
@@ -102,11 +126,24 @@ pub struct Control {
     pub connections: AtomicUsize,
     /// Next sequence number; IDs are `base | seq` with the default layout's worker 512.
     next: AtomicU64,
+    /// Next ID of [`Action::OutOfOrder`], below every ID of the counter.
+    next_low: AtomicU64,
 }
 
 impl Control {
     pub fn push(&self, action: Action) {
         self.script.lock().unwrap().push_back(action);
+    }
+
+    /// Replaces the script: request number `n` (from 0, over all connections) gets the
+    /// action given for `n`, every other one is served.
+    pub fn script_at(&self, steps: &[(u64, Action)]) {
+        let len = steps.iter().map(|(n, _)| n + 1).max().unwrap_or(0);
+        let mut script: VecDeque<Action> = (0..len).map(|_| Action::Serve).collect();
+        for (n, action) in steps {
+            script[*n as usize] = action.clone();
+        }
+        *self.script.lock().unwrap() = script;
     }
 
     pub fn set_mode(&self, mode: Mode) {
@@ -144,34 +181,64 @@ impl Control {
     }
 
     /// `count` strictly increasing IDs (worker 512, a fixed timestamp, then a counter
-    /// that spills into the timestamp: still 63-bit and increasing).
-    fn ids(&self, count: u32) -> Vec<u64> {
-        let start = self.next.fetch_add(u64::from(count), Ordering::Relaxed);
-        let base = (63_072_000_123u64 << 22) | (512 << 12);
+    /// that spills into the timestamp: still 63-bit and increasing), from the server's
+    /// counter or from `own` (the connection's, with [`Ids::PerConnection`]).
+    fn ids(&self, count: u32, own: Option<&mut u64>) -> Vec<u64> {
+        let start = match own {
+            Some(next) => {
+                let start = *next;
+                *next += u64::from(count);
+                start
+            }
+            None => self.next.fetch_add(u64::from(count), Ordering::Relaxed),
+        };
         (start..start + u64::from(count))
-            .map(|i| base + i)
+            .map(|i| ID_BASE + i)
             .collect()
     }
 }
+
+/// The first ID of a fake server's counter (sequence 0).
+pub const ID_BASE: u64 = (63_072_000_123u64 << 22) | (512 << 12);
 
 pub struct FakeServer {
     pub addr: SocketAddr,
     pub control: Arc<Control>,
     task: tokio::task::JoinHandle<()>,
+    /// The server's own runtime ([`FakeServer::spawn`]).
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Drop for FakeServer {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
 impl FakeServer {
+    /// Starts the server on a runtime of its own, for a test without one; it stops when
+    /// dropped.
+    pub fn spawn(config: Config) -> FakeServer {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut server = rt.block_on(Self::start(config));
+        server.runtime = Some(rt);
+        server
+    }
+
+    /// Starts the server on the current Tokio runtime.
     pub async fn start(config: Config) -> FakeServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let control = Arc::new(Control::default());
         control.next.store(config.first_seq, Ordering::Relaxed);
+        control.next_low.store(1, Ordering::Relaxed);
         let ctl = control.clone();
         let task = tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
@@ -187,6 +254,7 @@ impl FakeServer {
             addr,
             control,
             task,
+            runtime: None,
         }
     }
 }
@@ -199,6 +267,9 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
     let mut state = ServerConnState::new();
     let mut buf = BytesMut::with_capacity(4096);
     let mut out: Vec<u8> = Vec::new();
+    // This connection's counter (Ids::PerConnection) and last ID sent.
+    let mut own_next = config.first_seq;
+    let mut last: u64 = 0;
     loop {
         let killed = ctl.kill.notified();
         tokio::pin!(killed);
@@ -259,11 +330,38 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
             if let Some(Action::Delay(d)) = action {
                 tokio::time::sleep(d).await;
             }
-            match action {
-                None | Some(Action::Serve) | Some(Action::Delay(_)) => match request {
+            let own = (config.ids == Ids::PerConnection).then_some(&mut own_next);
+            match (action, request) {
+                (Some(Action::Duplicate), Request::GetIds { count }) => {
+                    encode_ids(&vec![last; count as usize], &mut out);
+                }
+                (Some(Action::OutOfOrder), Request::GetIds { count }) => {
+                    let first = ctl.next_low.fetch_add(u64::from(count), Ordering::Relaxed);
+                    let ids: Vec<u64> = (first..first + u64::from(count)).collect();
+                    last = *ids.last().unwrap_or(&last);
+                    encode_ids(&ids, &mut out);
+                }
+                (Some(Action::WrongCount), Request::GetIds { count }) => {
+                    let ids = ctl.ids(count + 1, own);
+                    last = *ids.last().unwrap_or(&last);
+                    encode_ids(&ids, &mut out);
+                }
+                (
+                    None
+                    | Some(
+                        Action::Serve
+                        | Action::Delay(_)
+                        | Action::Duplicate
+                        | Action::OutOfOrder
+                        | Action::WrongCount,
+                    ),
+                    request,
+                ) => match request {
                     Request::GetIds { count } => {
                         ctl.get_ids.lock().unwrap().push(count);
-                        encode_ids(&ctl.ids(count), &mut out);
+                        let ids = ctl.ids(count, own);
+                        last = *ids.last().unwrap_or(&last);
+                        encode_ids(&ids, &mut out);
                     }
                     Request::Ping { token } => {
                         ctl.pings.fetch_add(1, Ordering::Relaxed);
@@ -273,19 +371,19 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
                     // never yields GET_RANGES, and HELLO was answered above.
                     Request::Hello { .. } | Request::GetRanges { .. } => unreachable!(),
                 },
-                Some(Action::Error(status, message)) => {
+                (Some(Action::Error(status, message)), _) => {
                     encode_error(status, message, &mut out);
                     if status.closes_connection() {
                         let _ = sock.write_all(&out).await;
                         return;
                     }
                 }
-                Some(Action::Raw(bytes)) => out.extend_from_slice(&bytes),
-                Some(Action::Drop) => {
+                (Some(Action::Raw(bytes)), _) => out.extend_from_slice(&bytes),
+                (Some(Action::Drop), _) => {
                     let _ = sock.write_all(&out).await;
                     return;
                 }
-                Some(Action::Hang(limit)) => {
+                (Some(Action::Hang(limit)), _) => {
                     let _ = sock.write_all(&out).await;
                     hang(sock, limit).await;
                     return;
