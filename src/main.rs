@@ -60,7 +60,7 @@ enum Command {
         #[arg(long, default_value_t = ListenSection::default().listen.to_string(), env = "IDGEN_ADDR")]
         addr: String,
         /// How many IDs.
-        #[arg(short = 'n', long = "count", default_value_t = 1)]
+        #[arg(short = 'n', long = "count", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         count: u32,
     },
 }
@@ -181,14 +181,14 @@ fn inspect(
 
 fn get(addr: &str, count: u32) -> ExitCode {
     use std::io::Write;
-    let client = match idgen_client::blocking::Client::connect(addr) {
+    let mut conn = match idgen::commands::node_conn::NodeConn::connect(addr) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("idgen get: cannot connect to {addr}: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let ids = match client.next_ids(count) {
+    let ids = match conn.ids(u64::from(count)) {
         Ok(ids) => ids,
         Err(e) => {
             eprintln!("idgen get: {addr}: {e}");

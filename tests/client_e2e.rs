@@ -98,3 +98,32 @@ fn blocking_client_and_the_get_command() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("127.0.0.1:1"));
 }
+
+/// `idgen get` asks for more IDs than one request may carry in several requests, and a count
+/// of zero is a usage error, not an empty answer.
+#[test]
+fn the_get_command_splits_counts_over_the_nodes_max_batch() {
+    let node = NodeProc::start(&["--store", "memory", "--shards", "1", "--max-batch", "100"]);
+    let get = |n: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+            .args(["get", "--addr", &node.addr.to_string(), "-n", n])
+            .output()
+            .unwrap()
+    };
+    let out = get("250");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().expect("one decimal ID per line"))
+        .collect();
+    assert_eq!(ids.len(), 250);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let out = get("0");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+}

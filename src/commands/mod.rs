@@ -1,6 +1,7 @@
 //! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen layout` ([`calc`]).
 
 pub mod calc;
+pub mod node_conn;
 
 use std::time::Duration;
 
@@ -38,9 +39,9 @@ impl LayoutSource {
     /// The layout, from the node if `--addr` is given, else from the flags.
     pub fn layout(&self) -> Result<Layout, String> {
         if let Some(addr) = &self.addr {
-            let client = idgen_client::blocking::Client::connect(addr.as_str())
+            let conn = node_conn::NodeConn::connect(addr)
                 .map_err(|e| format!("cannot read the layout from {addr}: {e}"))?;
-            let h = client.hello();
+            let h = conn.hello();
             return Layout::new(
                 h.epoch_ms,
                 h.timestamp_bits,
