@@ -382,8 +382,9 @@ fn readiness_turns_false_before_a_node_without_its_store_stops_serving() {
     assert!(c.get_ids(10).is_ok());
 }
 
-#[test]
-fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
+/// A node whose wall clock follows the offset written to the returned file (libfaketime,
+/// read on every call; the monotonic clock stays real). Keep the directory alive.
+fn faketime_node(args: &[&str]) -> (NodeProc, std::path::PathBuf, tempfile::TempDir) {
     let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
     assert!(
         std::path::Path::new(lib).exists(),
@@ -393,10 +394,8 @@ fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
     let offset = dir.path().join("faketime");
     std::fs::write(&offset, "+0\n").unwrap();
     let offset_str = offset.to_str().unwrap().to_string();
-    let mut args: Vec<&str> = ADMIN.to_vec();
-    args.extend_from_slice(&["--store", "memory", "--shards", "1"]);
     let node = NodeProc::try_start(
-        &args,
+        args,
         &[
             ("LD_PRELOAD", lib),
             ("FAKETIME_TIMESTAMP_FILE", &offset_str),
@@ -405,6 +404,14 @@ fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
         ],
     )
     .unwrap();
+    (node, offset, dir)
+}
+
+#[test]
+fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
+    let mut args: Vec<&str> = ADMIN.to_vec();
+    args.extend_from_slice(&["--store", "memory", "--shards", "1"]);
+    let (node, offset, _dir) = faketime_node(&args);
     let admin = node.admin.unwrap();
     let mut c = TestConn::open(node.addr);
     let hello = c.hello.unwrap();
@@ -514,34 +521,16 @@ fn inspect_shows_the_leases_of_a_live_cluster() {
 /// has caught up, above everything issued before.
 #[test]
 fn a_clock_wait_delays_only_the_requests_that_need_ids() {
-    let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-    assert!(
-        std::path::Path::new(lib).exists(),
-        "libfaketime is missing: install Debian's `faketime` (scripts/test does)"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let offset = dir.path().join("faketime");
-    std::fs::write(&offset, "+0\n").unwrap();
-    let offset_str = offset.to_str().unwrap().to_string();
-    let node = NodeProc::try_start(
-        &[
-            "--store",
-            "memory",
-            "--shards",
-            "1",
-            "--max-rollback-wait",
-            "1s",
-            "--max-drift",
-            "1h",
-        ],
-        &[
-            ("LD_PRELOAD", lib),
-            ("FAKETIME_TIMESTAMP_FILE", &offset_str),
-            ("FAKETIME_NO_CACHE", "1"),
-            ("DONT_FAKE_MONOTONIC", "1"),
-        ],
-    )
-    .unwrap();
+    let (node, offset, _dir) = faketime_node(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--max-rollback-wait",
+        "1s",
+        "--max-drift",
+        "1h",
+    ]);
     // One shard: both connections are its.
     let mut waiting = TestConn::open(node.addr);
     let mut other = TestConn::open(node.addr);

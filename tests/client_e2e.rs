@@ -73,20 +73,7 @@ fn blocking_client_and_the_get_command() {
     let b = client.next_ids(10).unwrap();
     assert!(b[0] > a && b.windows(2).all(|w| w[0] < w[1]));
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
-        .args(["get", "--addr", &node.addr.to_string(), "-n", "2500"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ids: Vec<u64> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().expect("one decimal ID per line"))
-        .collect();
+    let ids = get_command(node.addr, 2500);
     assert_eq!(ids.len(), 2500);
     assert!(ids[0] > b[9] && ids.windows(2).all(|w| w[0] < w[1]));
 
@@ -104,26 +91,31 @@ fn blocking_client_and_the_get_command() {
 #[test]
 fn the_get_command_splits_counts_over_the_nodes_max_batch() {
     let node = NodeProc::start(&["--store", "memory", "--shards", "1", "--max-batch", "100"]);
-    let get = |n: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
-            .args(["get", "--addr", &node.addr.to_string(), "-n", n])
-            .output()
-            .unwrap()
-    };
-    let out = get("250");
+    let ids = get_command(node.addr, 250);
+    assert_eq!(ids.len(), 250);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["get", "--addr", &node.addr.to_string(), "-n", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+}
+
+/// `idgen get --addr ADDR -n N`, which must succeed: its IDs, one per line.
+fn get_command(addr: std::net::SocketAddr, n: u32) -> Vec<u64> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .args(["get", "--addr", &addr.to_string(), "-n", &n.to_string()])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ids: Vec<u64> = String::from_utf8(out.stdout)
+    String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| l.parse().expect("one decimal ID per line"))
-        .collect();
-    assert_eq!(ids.len(), 250);
-    assert!(ids.windows(2).all(|w| w[0] < w[1]));
-    let out = get("0");
-    assert!(!out.status.success());
-    assert!(out.stdout.is_empty());
+        .collect()
 }

@@ -204,28 +204,14 @@ impl Layout {
                 return Err(LayoutError::ZeroWidth { field });
             }
         }
-        let sum = u32::from(timestamp_bits) + u32::from(worker_bits) + u32::from(sequence_bits);
-        if sum != u32::from(PAYLOAD_BITS) {
-            return Err(LayoutError::WidthSum {
-                timestamp: timestamp_bits,
-                worker: worker_bits,
-                sequence: sequence_bits,
-                sum,
-            });
-        }
-        if region_bits > worker_bits {
-            return Err(LayoutError::RegionTooWide {
-                region: region_bits,
-                worker: worker_bits,
-            });
-        }
-        Ok(Layout {
+        // Beyond non-zero widths, the wire's rule.
+        Layout::announced(
             epoch_ms,
             timestamp_bits,
             worker_bits,
             sequence_bits,
             region_bits,
-        })
+        )
     }
 
     /// A layout as HELLO_OK announces it: the rule of the wire (`PROTOCOL.md`, HELLO_OK) is

@@ -512,8 +512,8 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
     }
 
     /// Renews until `shutdown` turns true. If the loop ends any other way (a panic, such as a
-    /// failed invariant assertion, or its task dropped), the shards stop at once: see
-    /// [`StopOnExit`].
+    /// failed invariant assertion, or its task dropped), the shards stop at once: the ceiling
+    /// is lowered to 0 and the view withdrawn (`StopOnExit`).
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) {
         let guard = StopOnExit(Some(self));
         self.run_until(&mut shutdown).await;

@@ -189,8 +189,8 @@ impl EtcdStore {
     }
 
     /// One page of a scan of `prefix`: at most `limit` keys after `after` (from the first key
-    /// of the prefix if `None`), read at `revision` (the newest if `None`). [`scan`]
-    /// (KvStore::scan) is a loop of these at the first page's revision.
+    /// of the prefix if `None`), read at `revision` (the newest if `None`).
+    /// [`scan`](KvStore::scan) is a loop of these at the first page's revision.
     pub async fn scan_page(
         &self,
         prefix: &[u8],
