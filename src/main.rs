@@ -269,7 +269,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         if let Some(http) = node.http_addr() {
             println!("HTTP ID API on http://{http}");
         }
-        if let Some(v) = view {
+        if let Some(v) = &view {
             println!(
                 "worker IDs {}..{} (generation {}), store {}",
                 v.grant.first,
@@ -278,9 +278,25 @@ fn serve(args: ServeArgs) -> ExitCode {
                 node.config().lease.store
             );
         }
+        // The lease is held and every listener is up: tell systemd (Type=notify), if it
+        // started us; without NOTIFY_SOCKET this does nothing.
+        let status = format!(
+            "serving on {}; worker IDs {}",
+            node.local_addr(),
+            view.as_ref()
+                .map_or_else(|| "none".to_string(), |v| v.grant.workers().to_string())
+        );
+        notify_systemd(&[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status(&status),
+        ]);
         if let Err(e) = wait_for_signal().await {
             eprintln!("idgen: cannot wait for signals: {e}");
         }
+        notify_systemd(&[
+            sd_notify::NotifyState::Stopping,
+            sd_notify::NotifyState::Status("draining, then releasing the lease"),
+        ]);
         match node.shutdown().await {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
@@ -289,6 +305,14 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         }
     })
+}
+
+/// Sends `states` to systemd's notification socket, if there is one; a failure is logged, never
+/// fatal (the node serves either way).
+fn notify_systemd(states: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(event = "systemd_notify_failed", error = %e, "cannot notify systemd");
+    }
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {
