@@ -218,8 +218,8 @@ def dockerfile(root):
     check(re.search(r"^USER\s+\d+", text, re.M) is not None, "a numeric non-root USER")
     check(re.search(r"^EXPOSE 7420 7421 7422$", text, re.M) is not None, "EXPOSE 7420 7421 7422")
     check(
-        re.search(r"HEALTHCHECK[^\n]*\n[^\n]*/health/ready", text) is not None,
-        "HEALTHCHECK on /health/ready",
+        re.search(r'HEALTHCHECK[^\n]*\n[^\n]*"idgen", "health", "--ready"', text) is not None,
+        "HEALTHCHECK: idgen health --ready (/health/ready)",
     )
     check('ENTRYPOINT ["idgen"]' in text, 'ENTRYPOINT ["idgen"]')
     check(

@@ -54,6 +54,20 @@ enum Command {
     },
     /// Work out a bit layout for a deployment: nodes, regions, peak rate, years.
     Layout(idgen::commands::calc::LayoutCalcArgs),
+    /// Check a running node's health on its admin port: exit 0 if live (ready with --ready),
+    /// 1 if not or if it does not answer. For container health checks.
+    Health {
+        /// The node's admin address (host:port).
+        #[arg(long, default_value = "127.0.0.1:7421", env = "IDGEN_ADMIN_ADDR")]
+        addr: String,
+        /// Ask /health/ready (holds a lease with time left, clock fine, not draining) instead
+        /// of /health/live.
+        #[arg(long)]
+        ready: bool,
+        /// Give up after this long.
+        #[arg(long, default_value = "2s")]
+        timeout: String,
+    },
     /// Fetch IDs from a running node and print them, one per line.
     Get {
         /// Node address (host:port).
@@ -77,6 +91,11 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Get { addr, count } => get(&addr, count),
+        Command::Health {
+            addr,
+            ready,
+            timeout,
+        } => health(&addr, ready, &timeout),
         Command::Layout(args) => layout_calc(&args),
         Command::Decode { ids, layout, json } => decode(&ids, &layout, json),
         Command::Inspect {
@@ -205,6 +224,32 @@ fn get(addr: &str, count: u32) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+fn health(addr: &str, ready: bool, timeout: &str) -> ExitCode {
+    use idgen::commands::health::{check, Health};
+    let timeout = match idgen::config::parse_duration("timeout", timeout) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("idgen health: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let what = if ready { "ready" } else { "live" };
+    match check(addr, ready, timeout) {
+        Ok(Health::Ok) => {
+            println!("{addr}: {what}");
+            ExitCode::SUCCESS
+        }
+        Ok(Health::Not(status, body)) => {
+            eprintln!("idgen health: {addr}: not {what} ({status}): {body}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("idgen health: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn init_logging(format: LogFormat) {

@@ -568,3 +568,46 @@ fn a_clock_wait_delays_only_the_requests_that_need_ids() {
     assert!(after[0] > *before.last().unwrap());
     std::fs::write(&offset, "+0\n").unwrap();
 }
+
+/// `idgen health`: the exit status of a container health check, from the admin port.
+#[test]
+fn the_health_command_reports_live_and_ready_as_its_exit_status() {
+    let mut node = start(&["--store", "memory", "--shards", "1", "--drain-delay", "3s"]);
+    let admin = node.admin.unwrap().to_string();
+    let health = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+            .args(["health", "--addr", &admin])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(health(&[]).0, Some(0), "{:?}", health(&[]));
+    assert_eq!(
+        health(&["--ready"]).0,
+        Some(0),
+        "{:?}",
+        health(&["--ready"])
+    );
+    // Draining: still live, no longer ready, and the reason is printed.
+    node.signal("TERM");
+    let t = Instant::now();
+    let (code, stderr) = loop {
+        let got = health(&["--ready"]);
+        if got.0 != Some(0) || t.elapsed() > Duration::from_secs(2) {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("draining"), "{stderr}");
+    assert_eq!(health(&[]).0, Some(0), "a draining node is still live");
+    assert!(node.wait(Duration::from_secs(30)).success());
+    // Nothing answers: 1, naming the address.
+    let (code, stderr) = health(&[]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains(&admin), "{stderr}");
+}

@@ -1,6 +1,7 @@
 //! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen layout` ([`calc`]).
 
 pub mod calc;
+pub mod health;
 pub mod node_conn;
 
 use std::time::Duration;

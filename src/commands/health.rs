@@ -1,0 +1,75 @@
+//! `idgen health [--ready]`: a running node's health from its admin port, as an exit status, for
+//! container health checks and scripts that have no HTTP client (the image needs no `curl`).
+//!
+//! Exit status 0: `GET /health/live` (or `/health/ready` with `--ready`) answered 200. Status 1:
+//! any other answer (the body, with readiness's reasons, goes to stderr), or no answer within
+//! the timeout.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+
+/// What the check found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Health {
+    /// 200: live (or ready).
+    Ok,
+    /// Another status, with the answer's body.
+    Not(u16, String),
+}
+
+/// Asks the admin server at `addr` for `/health/live`, or `/health/ready` if `ready`, within
+/// `timeout` in all. `Err`: no answer (refused, timed out, not HTTP).
+pub fn check(addr: &str, ready: bool, timeout: Duration) -> Result<Health, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let path = if ready {
+        "/health/ready"
+    } else {
+        "/health/live"
+    };
+    rt.block_on(async {
+        tokio::time::timeout(timeout, get(addr, path))
+            .await
+            .map_err(|_| format!("{addr}: no answer within {timeout:?}"))?
+    })
+}
+
+async fn get(addr: &str, path: &str) -> Result<Health, String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let conn = tokio::spawn(conn);
+    let request = Request::get(path)
+        .header(hyper::header::HOST, addr)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("{addr}{path}: {e}"))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("{addr}{path}: {e}"))?
+        .to_bytes();
+    conn.abort();
+    if status == StatusCode::OK {
+        Ok(Health::Ok)
+    } else {
+        Ok(Health::Not(
+            status.as_u16(),
+            String::from_utf8_lossy(&body).into_owned(),
+        ))
+    }
+}
