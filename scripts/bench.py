@@ -191,15 +191,14 @@ def http_runs(seconds, batch=65536):
     big = scripts / "batch.lua"
     big.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                    f'wrk.body = \'{{"count": {batch}}}\'\n')
+    batch100 = scripts / "batch100.lua"
+    batch100.write_text('wrk.method = "POST"\nwrk.body = \'{"count": 100}\'\n')
     rows = []
     for name, url, script, per_request in [
             ("GET /health/live (same listener)", f"http://{api}/health/live", None, 0),
             ("POST /ids", f"http://{api}/ids", post, 1),
-            ("POST /ids/batch 100", f"http://{api}/ids/batch", None, 100),
+            ("POST /ids/batch 100", f"http://{api}/ids/batch", batch100, 100),
             ("GET /health/live (admin port)", f"http://{admin}/health/live", None, 0)]:
-        if per_request == 100:
-            script = scripts / "batch100.lua"
-            script.write_text('wrk.method = "POST"\nwrk.body = \'{"count": 100}\'\n')
         before = scrape(admin)
         rps, lat, errors = wrk(url, seconds, str(script) if script else None)
         after = scrape(admin)

@@ -381,8 +381,7 @@ impl Conn {
 
     /// Counts a request answered with `count` IDs.
     fn served(&self, count: u32) {
-        bump(&self.ctx.stats.id_requests, 1);
-        self.ctx.stats.batch(u64::from(count));
+        self.ctx.stats.served(u64::from(count));
     }
 
     /// Answers a request that got no IDs with its ERROR frame; a status that closes the

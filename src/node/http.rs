@@ -161,8 +161,7 @@ async fn issue(
             Progress::RetryAt(at) => wait_until(&ctx.gen, at).await,
         }
     }
-    bump(&ctx.stats.id_requests, 1);
-    ctx.stats.batch(u64::from(count));
+    ctx.stats.served(u64::from(count));
     Ok(())
 }
 

@@ -198,8 +198,11 @@ impl ShardStats {
         bump(&self.errors[i], 1);
     }
 
+    /// Counts a request answered with `count` IDs (either front): one more ID request, and its
+    /// batch size.
     #[inline]
-    pub(crate) fn batch(&self, count: u64) {
+    pub(crate) fn served(&self, count: u64) {
+        bump(&self.id_requests, 1);
         let i = BATCH_BUCKETS
             .iter()
             .position(|&b| count <= b)
