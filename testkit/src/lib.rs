@@ -11,11 +11,13 @@
 //! The handshake is the protocol crate's (`idgen_protocol::client::Handshake`), as in every
 //! client; only the loopback interface is used.
 
+pub mod certs;
 pub mod conn;
 pub mod etcd;
 pub mod fake;
 pub mod node;
 
+pub use certs::{CertFiles, TestCa, Validity};
 pub use conn::{TestConn, Timeouts};
 pub use etcd::EtcdCluster;
 pub use fake::FakeServer;
