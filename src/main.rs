@@ -67,6 +67,8 @@ enum Command {
         /// Give up after this long.
         #[arg(long, default_value = "2s")]
         timeout: String,
+        #[command(flatten)]
+        tls: idgen::commands::tls::ClientTls,
     },
     /// Fetch IDs from a running node and print them, one per line.
     Get {
@@ -76,6 +78,8 @@ enum Command {
         /// How many IDs.
         #[arg(short = 'n', long = "count", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         count: u32,
+        #[command(flatten)]
+        tls: idgen::commands::tls::ClientTls,
     },
 }
 
@@ -90,12 +94,13 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => serve(*args),
-        Command::Get { addr, count } => get(&addr, count),
+        Command::Get { addr, count, tls } => get(&addr, count, &tls),
         Command::Health {
             addr,
             ready,
             timeout,
-        } => health(&addr, ready, &timeout),
+            tls,
+        } => health(&addr, ready, &timeout, &tls),
         Command::Layout(args) => layout_calc(&args),
         Command::Decode { ids, layout, json } => decode(&ids, &layout, json),
         Command::Inspect {
@@ -198,9 +203,9 @@ fn inspect(
     }
 }
 
-fn get(addr: &str, count: u32) -> ExitCode {
+fn get(addr: &str, count: u32, tls: &idgen::commands::tls::ClientTls) -> ExitCode {
     use std::io::Write;
-    let mut conn = match idgen::commands::node_conn::NodeConn::connect(addr) {
+    let mut conn = match idgen::commands::node_conn::NodeConn::connect(addr, tls) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("idgen get: cannot connect to {addr}: {e}");
@@ -226,7 +231,12 @@ fn get(addr: &str, count: u32) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn health(addr: &str, ready: bool, timeout: &str) -> ExitCode {
+fn health(
+    addr: &str,
+    ready: bool,
+    timeout: &str,
+    tls: &idgen::commands::tls::ClientTls,
+) -> ExitCode {
     use idgen::commands::health::{check, Health};
     let timeout = match idgen::config::parse_duration("timeout", timeout) {
         Ok(t) => t,
@@ -236,7 +246,7 @@ fn health(addr: &str, ready: bool, timeout: &str) -> ExitCode {
         }
     };
     let what = if ready { "ready" } else { "live" };
-    match check(addr, ready, timeout) {
+    match check(addr, ready, timeout, tls) {
         Ok(Health::Ok) => {
             println!("{addr}: {what}");
             ExitCode::SUCCESS

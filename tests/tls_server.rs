@@ -616,3 +616,96 @@ fn raise_fd_limit(want: u64) {
         }
     }
 }
+
+#[test]
+fn operator_commands_speak_tls() {
+    let ca = TestCa::new("idgen test ca");
+    let clients = TestCa::new("idgen client ca");
+    let server = ca.server();
+    let node = NodeProc::start(&[
+        "--tls-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        path(&server.cert),
+        "--tls-key",
+        path(&server.key),
+        "--tls-client-ca",
+        path(&clients.ca),
+        "--tls-admin",
+        "tls",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let me = clients.client("operator");
+    let idgen = |args: &[&str]| {
+        let out = std::process::Command::new(idgen_testkit::node::idgen_binary())
+            .args(args)
+            .output()
+            .expect("run idgen");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let tls_addr = format!("localhost:{}", node.tls.unwrap().port());
+    let (code, stdout, stderr) = idgen(&[
+        "get",
+        "--addr",
+        &tls_addr,
+        "-n",
+        "5",
+        "--tls-ca",
+        path(&ca.ca),
+        "--tls-cert",
+        path(&me.cert),
+        "--tls-key",
+        path(&me.key),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    // Without a client certificate, or trusting another authority: refused.
+    let (code, _, stderr) = idgen(&["get", "--addr", &tls_addr, "--tls-ca", path(&ca.ca)]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let (code, _, stderr) = idgen(&[
+        "get",
+        "--addr",
+        &tls_addr,
+        "--tls-ca",
+        path(&clients.ca),
+        "--tls-cert",
+        path(&me.cert),
+        "--tls-key",
+        path(&me.key),
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("certificate"), "{stderr}");
+    // Health over HTTPS, and not over plain HTTP.
+    let admin = format!("localhost:{}", node.admin.unwrap().port());
+    let (code, _, stderr) = idgen(&["health", "--addr", &admin, "--tls-ca", path(&ca.ca)]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, _) = idgen(&["health", "--addr", &admin]);
+    assert_eq!(code, Some(1));
+    // The name to verify can be given apart from the address dialed.
+    let by_ip = node.admin.unwrap().to_string();
+    let (code, _, stderr) = idgen(&[
+        "health",
+        "--addr",
+        &by_ip,
+        "--tls-ca",
+        path(&ca.ca),
+        "--tls-server-name",
+        "localhost",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = idgen(&[
+        "health",
+        "--addr",
+        &by_ip,
+        "--tls-ca",
+        path(&ca.ca),
+        "--tls-server-name",
+        "db.example",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+}

@@ -3,7 +3,7 @@
 //!
 //! Exit status 0: `GET /health/live` (or `/health/ready` with `--ready`) answered 200. Status 1:
 //! any other answer (the body, with readiness's reasons, goes to stderr), or no answer within
-//! the timeout.
+//! the timeout. With `--tls-ca`, over HTTPS (the node's certificate verified).
 
 use std::time::Duration;
 
@@ -11,6 +11,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
+
+use super::tls::{ClientTls, Connector};
 
 /// What the check found.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,8 +24,15 @@ pub enum Health {
 }
 
 /// Asks the admin server at `addr` for `/health/live`, or `/health/ready` if `ready`, within
-/// `timeout` in all. `Err`: no answer (refused, timed out, not HTTP).
-pub fn check(addr: &str, ready: bool, timeout: Duration) -> Result<Health, String> {
+/// `timeout` in all, over TLS if `tls` says so. `Err`: no answer (refused, timed out, not
+/// HTTP, a certificate that does not verify).
+pub fn check(
+    addr: &str,
+    ready: bool,
+    timeout: Duration,
+    tls: &ClientTls,
+) -> Result<Health, String> {
+    let connector = tls.connector(addr, b"http/1.1")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -34,16 +43,32 @@ pub fn check(addr: &str, ready: bool, timeout: Duration) -> Result<Health, Strin
         "/health/live"
     };
     rt.block_on(async {
-        tokio::time::timeout(timeout, get(addr, path))
+        tokio::time::timeout(timeout, get(addr, path, connector))
             .await
             .map_err(|_| format!("{addr}: no answer within {timeout:?}"))?
     })
 }
 
-async fn get(addr: &str, path: &str) -> Result<Health, String> {
+async fn get(addr: &str, path: &str, tls: Option<Connector>) -> Result<Health, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("{addr}: {e}"))?;
+    match tls {
+        None => request(stream, addr, path).await,
+        Some(c) => {
+            let stream = tokio_rustls::TlsConnector::from(c.config)
+                .connect(c.name, stream)
+                .await
+                .map_err(|e| format!("{addr}: TLS: {e}"))?;
+            request(stream, addr, path).await
+        }
+    }
+}
+
+async fn request<IO>(stream: IO, addr: &str, path: &str) -> Result<Health, String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("{addr}: {e}"))?;

@@ -3,6 +3,7 @@
 pub mod calc;
 pub mod health;
 pub mod node_conn;
+pub mod tls;
 
 use std::time::Duration;
 
@@ -23,6 +24,8 @@ pub struct LayoutSource {
     /// Read the layout from a running node's ID protocol (host:port) instead of flags.
     #[arg(long, env = "IDGEN_ADDR")]
     pub addr: Option<String>,
+    #[command(flatten)]
+    pub tls: tls::ClientTls,
     /// ID epoch: RFC 3339 or ms since the Unix epoch [default: 2026-01-01T00:00:00Z].
     #[arg(long)]
     pub epoch: Option<String>,
@@ -40,7 +43,7 @@ impl LayoutSource {
     /// The layout, from the node if `--addr` is given, else from the flags.
     pub fn layout(&self) -> Result<Layout, String> {
         if let Some(addr) = &self.addr {
-            let conn = node_conn::NodeConn::connect(addr)
+            let conn = node_conn::NodeConn::connect(addr, &self.tls)
                 .map_err(|e| format!("cannot read the layout from {addr}: {e}"))?;
             let h = conn.hello();
             return Layout::new(

@@ -1,46 +1,94 @@
 //! A blocking connection to a running node, for the operator commands (`idgen get`,
 //! `idgen decode --addr`): the protocol crate's sans-IO client (`idgen_protocol::client`) over a
-//! standard TCP stream with timeouts. The server crate needs no client library for this: the
+//! standard TCP stream with timeouts, or TLS over it (rustls). The server crate needs no client library for this: the
 //! handshake, the framing and the reading of every status come from the protocol crate.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use idgen_protocol::client::{Answer, ClientConn, Handshake};
 use idgen_protocol::ServerHello;
 
+use super::tls::{ClientTls, Connector};
+
 /// Connect, read and write timeouts of an operator command.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The connection under the protocol: TCP, or TLS over TCP.
+enum Stream {
+    Tcp(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// An open connection after HELLO_OK.
 pub struct NodeConn {
-    stream: TcpStream,
+    stream: Stream,
     conn: ClientConn,
     /// Bytes read and not yet decoded.
     buf: Vec<u8>,
 }
 
 impl NodeConn {
-    /// Connects to `addr` (`host:port`; every address it resolves to is tried in turn) and
-    /// completes the handshake.
-    pub fn connect(addr: &str) -> Result<NodeConn, String> {
+    /// Connects to `addr` (`host:port`; every address it resolves to is tried in turn), over
+    /// TLS if `tls` says so, and completes the handshake.
+    pub fn connect(addr: &str, tls: &ClientTls) -> Result<NodeConn, String> {
+        let connector = tls.connector(addr, b"idgen/1")?;
         let mut last = format!("{addr}: resolves to no address");
         let addrs = addr.to_socket_addrs().map_err(|e| format!("{addr}: {e}"))?;
         for a in addrs {
             match TcpStream::connect_timeout(&a, TIMEOUT) {
-                Ok(stream) => return NodeConn::handshake(stream),
+                Ok(stream) => return NodeConn::handshake(stream, connector.as_ref()),
                 Err(e) => last = format!("{a}: {e}"),
             }
         }
         Err(last)
     }
 
-    fn handshake(mut stream: TcpStream) -> Result<NodeConn, String> {
+    fn handshake(tcp: TcpStream, tls: Option<&Connector>) -> Result<NodeConn, String> {
         let io = |e: std::io::Error| e.to_string();
-        stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
-        stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
-        let _ = stream.set_nodelay(true);
+        tcp.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
+        tcp.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
+        let _ = tcp.set_nodelay(true);
+        let mut stream = match tls {
+            None => Stream::Tcp(tcp),
+            Some(c) => {
+                let session = rustls::ClientConnection::new(Arc::clone(&c.config), c.name.clone())
+                    .map_err(|e| format!("TLS: {e}"))?;
+                let mut s = rustls::StreamOwned::new(session, tcp);
+                while s.conn.is_handshaking() {
+                    s.conn
+                        .complete_io(&mut s.sock)
+                        .map_err(|e| format!("TLS handshake: {e}"))?;
+                }
+                Stream::Tls(Box::new(s))
+            }
+        };
         let hs = Handshake::new();
         stream.write_all(&hs.hello()).map_err(io)?;
         let mut buf = Vec::new();
@@ -91,7 +139,7 @@ impl NodeConn {
 }
 
 /// Reads what the socket has onto `buf`; the end of the stream is an error (an answer is due).
-fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(), String> {
+fn read_more(stream: &mut Stream, buf: &mut Vec<u8>) -> Result<(), String> {
     let mut chunk = [0u8; 64 * 1024];
     match stream.read(&mut chunk) {
         Ok(0) => Err("the node closed the connection".to_string()),
