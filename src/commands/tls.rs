@@ -11,7 +11,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
 /// How an operator command reaches a node over TLS. No environment variables: a container's
-/// health check runs with the node's own `IDGEN_TLS_*` settings in its environment.
+/// health check runs with the node's own TLS settings (`IDGEN_TLS_CERT` and the rest) in its
+/// environment.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ClientTls {
     /// Connect over TLS, verifying the node's certificate against these authorities (PEM).
