@@ -5,7 +5,9 @@ loopback only, every load bounded in time.
 
     scripts/bench [--seconds 5] [--out docs/bench] [--skip-build] [--quick]
 
-Prints a table (each row with its ratio to the best peer and to the limit), writes
+Prints a table (each row with its ratio to the best peer and to the limit), the TLS rows beside
+plaintext on one node (with the server's CPU time per request and per ID), TLS handshakes per
+second and the memory of 10,000 idle TLS connections, and writes
 <out>/latest.json and <out>/chart.svg (throughput and latency percentiles per system).
 Needs iperf3, wrk, redis-server and postgresql: run it through scripts/bench, which installs them
 (scripts/deps bench) and then runs this file.
@@ -282,6 +284,156 @@ def idle_connections_rss(count=10_000):
     return {"connections": len(socks), "rss_mib_before": before / 1024, "rss_mib": after / 1024}
 
 
+def test_certs():
+    """A throwaway CA and a server certificate for localhost (the test kit's idgen-test-certs)."""
+    d = Path(tempfile.mkdtemp(prefix="idgen-bench-certs-"))
+    subprocess.run([str(TARGET / "release" / "idgen-test-certs"), str(d)], check=True,
+                   capture_output=True)
+    return d
+
+
+def cpu_ns(pid):
+    """User + system CPU time of a process so far, in ns (/proc/<pid>/stat)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks * 1e9 / os.sysconf("SC_CLK_TCK")
+
+
+def start_tls_node(certs, extra=()):
+    """A node (2 shards, memory store) serving the ID protocol plaintext and over TLS; returns
+    (process, plaintext address, TLS address)."""
+    data = tempfile.mkdtemp(prefix="idgen-bench-")
+    server = start([str(TARGET / "release" / "idgen"), "serve", "--listen", "127.0.0.1:0",
+                    "--tls-listen", "127.0.0.1:0", "--tls-cert", str(certs / "server.crt"),
+                    "--tls-key", str(certs / "server.key"), "--admin-listen", "off",
+                    "--http-listen", "off", "--store", "memory", "--shards", "2",
+                    "--workers-per-shard", "64", "--data-dir", data, *extra],
+                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    plain = tls = None
+    while plain is None or tls is None:
+        line = server.stdout.readline()
+        if not line:
+            raise SystemExit("idgen with TLS did not start")
+        if m := re.match(r"listening with TLS on (\S+)", line):
+            tls = m.group(1)
+        elif m := re.match(r"listening on (\S+)", line):
+            plain = m.group(1)
+    return server, plain, tls
+
+
+def tls_runs(seconds, certs):
+    """Plaintext and TLS side by side on one node: each workload on the plaintext address,
+    then the same on the TLS address, with the server's CPU time per request and per ID."""
+    server, plain, tls = start_tls_node(certs)
+    tls_args = ["--tls-ca", str(certs / "ca.crt"), "--tls-server-name", "localhost"]
+    rows = []
+    for name, args in WORKLOADS:
+        for transport, addr, extra in (("plaintext", plain, []), ("TLS", tls, tls_args)):
+            before = cpu_ns(server.pid)
+            r = loadtest(["--addr", addr, *extra, *args], seconds, f"idgen {transport}", name)
+            spent = cpu_ns(server.pid) - before
+            # The load tester's warm-up second is served too: count its share of the work.
+            served = seconds + 1
+            r["server_cpu_ns_per_request"] = spent / max(r["requests_per_sec"] * served, 1)
+            r["server_cpu_ns_per_id"] = spent / max(r["ids_per_sec"] * served, 1)
+            r["transport"] = transport
+            rows.append(r)
+    stop(server)
+    return rows
+
+
+def handshake_worker(addr, ca, seconds, out):
+    import ssl
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols(["idgen/1"])
+    host, port = addr.rsplit(":", 1)
+    n = 0
+    end = time.time() + seconds
+    while time.time() < end:
+        with socket.create_connection((host, int(port))) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost"):
+                n += 1
+    out.put(n)
+
+
+def handshakes(seconds, certs, workers=2):
+    """Full TLS handshakes per second against one node (new connections, no resumption), and
+    the server's CPU time per handshake."""
+    import multiprocessing
+    server, _, tls = start_tls_node(certs)
+    q = multiprocessing.Queue()
+    before = cpu_ns(server.pid)
+    ps = [multiprocessing.Process(target=handshake_worker,
+                                  args=(tls, str(certs / "ca.crt"), seconds, q))
+          for _ in range(workers)]
+    for p in ps:
+        p.start()
+    total = sum(q.get(timeout=seconds + 30) for _ in ps)
+    for p in ps:
+        p.join(10)
+    spent = cpu_ns(server.pid) - before
+    stop(server)
+    return {"handshakes_per_sec": total / seconds, "handshakes": total,
+            "server_cpu_us_per_handshake": spent / max(total, 1) / 1e3}
+
+
+def idle_tls_rss(certs, count=10_000):
+    """Server resident memory with `count` idle TLS connections that completed the HELLO."""
+    import resource
+    import ssl
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, count + 1024)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # children inherit it
+    server, _, tls = start_tls_node(certs)
+    host, port = tls.rsplit(":", 1)
+    def rss_kib():
+        for line in open(f"/proc/{server.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+    before = rss_kib()
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    ctx.set_alpn_protocols(["idgen/1"])
+    hello = protocol_vector("hello_v1")
+    socks = []
+    started = time.time()
+    for _ in range(min(count, want - 64)):
+        s = ctx.wrap_socket(socket.create_connection((host, int(port))), server_hostname="localhost")
+        s.sendall(hello)
+        socks.append(s)
+    for s in socks:
+        s.settimeout(5)
+        s.recv(64)  # HELLO_OK
+    opened = time.time() - started
+    time.sleep(1)
+    after = rss_kib()
+    for s in socks:
+        s.close()
+    stop(server)
+    return {"connections": len(socks), "rss_mib_before": before / 1024, "rss_mib": after / 1024,
+            "seconds_to_open": opened}
+
+
+def print_tls(rows, hs, idle):
+    print(f"{'transport':<10} {'workload':<26} {'IDs/s':>14} {'req/s':>12} {'p50 µs':>8} {'p99 µs':>8} "
+          f"{'CPU ns/req':>10} {'CPU ns/ID':>9} {'× plaintext':>11}")
+    plain = {r["workload"]: r for r in rows if r["transport"] == "plaintext"}
+    for r in rows:
+        base = plain[r["workload"]]
+        # One ID per request compares requests/s, batches compare IDs/s.
+        key = "ids_per_sec" if r["workload"] == "big batches" else "requests_per_sec"
+        r["ratio_to_plaintext"] = r[key] / base[key] if base[key] else None
+        lat = r.get("latency_us", {})
+        print(f"{r['transport']:<10} {r['workload']:<26} {r['ids_per_sec']:>14,.0f} "
+              f"{r['requests_per_sec']:>12,.0f} {lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} "
+              f"{r['server_cpu_ns_per_request']:>10,.0f} {r['server_cpu_ns_per_id']:>9.2f} "
+              f"{(r['ratio_to_plaintext'] or 0):>11.2f}")
+    print(f"TLS handshakes: {hs['handshakes_per_sec']:,.0f}/s (2 client processes), "
+          f"server CPU {hs['server_cpu_us_per_handshake']:.0f} µs per handshake")
+    print(f"idle TLS connections: {idle['connections']} open in {idle['seconds_to_open']:.1f} s, "
+          f"server RSS {idle['rss_mib']:.1f} MiB (idle server {idle['rss_mib_before']:.1f} MiB)")
+
+
 def protocol_vector(name):
     """The bytes of one request vector of protocol/tests/vectors.json (the spec's own)."""
     with open(ROOT / "protocol" / "tests" / "vectors.json") as f:
@@ -485,12 +637,17 @@ def main():
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--http-only", action="store_true",
                     help="only the HTTP ID API rows and the renewal check (prints, writes nothing)")
+    ap.add_argument("--tls-only", action="store_true",
+                    help="only the TLS rows beside plaintext, handshakes and idle TLS connections "
+                         "(prints, writes nothing)")
     a = ap.parse_args()
     seconds = 2 if a.quick else a.seconds
     if not a.skip_build:
         log("building release binaries")
         subprocess.run(["cargo", "build", "--release", "-p", "idgen", "-p", "idgen-loadtest"],
                        cwd=ROOT, check=True)
+        subprocess.run(["cargo", "build", "--release", "-p", "idgen-testkit", "--bin",
+                        "idgen-test-certs"], cwd=ROOT, check=True)
     if a.http_only:
         try:
             http_rows, renewal = http_runs(seconds)
@@ -499,7 +656,20 @@ def main():
                 stop(p, signal.SIGKILL)
         print_http(http_rows, renewal)
         return
+    if a.tls_only:
+        certs = test_certs()
+        try:
+            tls_rows = tls_runs(seconds, certs)
+            hs = handshakes(seconds, certs)
+            idle_tls = idle_tls_rss(certs)
+        finally:
+            for p in procs:
+                stop(p, signal.SIGKILL)
+            shutil.rmtree(certs, ignore_errors=True)
+        print_tls(tls_rows, hs, idle_tls)
+        return
     rows = []
+    certs = test_certs()
     try:
         log("loopback limit (iperf3)")
         rows.append(loopback_limit(seconds))
@@ -519,11 +689,16 @@ def main():
         http_rows, renewal = http_runs(seconds)
         log("10,000 idle connections")
         idle = idle_connections_rss()
+        log("TLS beside plaintext, handshakes, 10,000 idle TLS connections")
+        tls_rows = tls_runs(seconds, certs)
+        hs = handshakes(seconds, certs)
+        idle_tls = idle_tls_rss(certs)
         log("in-process (criterion)")
         inproc = in_process(a.quick)
     finally:
         for p in procs:
             stop(p, signal.SIGKILL)
+        shutil.rmtree(certs, ignore_errors=True)
     limit = rows[0]["ids_per_sec"]
     peers = [r for r in rows if not r["system"].startswith("idgen") and r["workload"] != "bytes"]
     for r in peers:
@@ -543,6 +718,8 @@ def main():
     print_http(http_rows, renewal)
     print(f"idle connections: {idle['connections']} open, server RSS {idle['rss_mib']:.1f} MiB "
           f"(idle server {idle['rss_mib_before']:.1f} MiB)")
+    print()
+    print_tls(tls_rows, hs, idle_tls)
     print(f"in-process: next_id {inproc['next_id_ns']:.1f} ns (wall clock read alone {inproc['wall_clock_read_ns']:.1f} ns), "
           f"uuid v7 {inproc['uuid_v7_ns']:.1f} ns → {inproc['uuid_v7_ns']/inproc['next_id_ns']:.1f}× ; "
           f"batch of 4096 {4096/inproc['batch_4096_ns']:.2f} G IDs/s vs bare loop {4096/inproc['bare_loop_4096_ns']:.2f} G/s "
@@ -556,7 +733,10 @@ def main():
                                                  "seconds_per_run": seconds, "machine": machine,
                                                  "rows": rows, "in_process": inproc,
                                                  "http": http_rows, "renewals": renewal,
-                                                 "idle_connections": idle}, indent=1))
+                                                 "idle_connections": idle,
+                                                 "tls": {"rows": tls_rows, "handshakes": hs,
+                                                         "idle_connections": idle_tls}},
+                                                indent=1))
     svg_chart(rows, out / "chart.svg")
     log(f"wrote {out/'latest.json'} and {out/'chart.svg'}")
 
