@@ -248,6 +248,13 @@ def http_runs(seconds, batch=65536):
     return rows, {"batch": batch, "idle": idle, "under_http_batches": loaded}
 
 
+def rss_kib_of(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
 def idle_connections_rss(count=10_000):
     """Server resident memory with `count` idle connections that completed the handshake."""
     import resource
@@ -260,11 +267,7 @@ def idle_connections_rss(count=10_000):
                     "--data-dir", data],
                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     host, port = re.match(r"listening on (\S+)", server.stdout.readline()).group(1).rsplit(":", 1)
-    def rss_kib():
-        for line in open(f"/proc/{server.pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
+    rss_kib = lambda: rss_kib_of(server.pid)
     before = rss_kib()
     hello = protocol_vector("hello_v1")
     socks = []
@@ -386,11 +389,7 @@ def idle_tls_rss(certs, count=10_000):
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # children inherit it
     server, _, tls = start_tls_node(certs)
     host, port = tls.rsplit(":", 1)
-    def rss_kib():
-        for line in open(f"/proc/{server.pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
+    rss_kib = lambda: rss_kib_of(server.pid)
     before = rss_kib()
     ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     ctx.set_alpn_protocols(["idgen/1"])

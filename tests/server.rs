@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use common::node::NodeProc;
 use idgen_protocol::{encode_request, Request, Response, Status};
-use idgen_testkit::TestConn;
+use idgen_testkit::{closes_within, TestConn};
 use serde_json::Value;
 
 fn hex(s: &str) -> Vec<u8> {
@@ -23,22 +23,6 @@ fn hex(s: &str) -> Vec<u8> {
 }
 
 /// True if the peer closes within `within` (EOF or reset), reading and discarding anything.
-fn closes_within(stream: &mut TcpStream, within: Duration) -> bool {
-    stream
-        .set_read_timeout(Some(Duration::from_millis(50)))
-        .unwrap();
-    let deadline = Instant::now() + within;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < deadline {
-        match stream.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => {}
-        }
-    }
-    false
-}
 
 /// Still usable: a PING is answered with its PONG.
 fn assert_usable(c: &mut TestConn, what: &str) {

@@ -14,7 +14,7 @@ use idgen_protocol::client::Handshake;
 use idgen_protocol::{Request, Response};
 use idgen_testkit::certs::client_config;
 use idgen_testkit::node::{http, try_http, try_https};
-use idgen_testkit::{CertFiles, NodeProc, TestCa, TestConn, Timeouts, Validity};
+use idgen_testkit::{closes_within, CertFiles, NodeProc, TestCa, TestConn, Timeouts, Validity};
 
 const ALPN: &[u8] = b"idgen/1";
 
@@ -77,23 +77,6 @@ fn refused(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> String {
             Ok(answer) => panic!("a refused client got an answer: {answer:?}"),
         },
     }
-}
-
-fn closes_within(stream: &mut TcpStream, within: Duration) -> bool {
-    stream
-        .set_read_timeout(Some(Duration::from_millis(50)))
-        .unwrap();
-    let deadline = Instant::now() + within;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < deadline {
-        match stream.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => {}
-        }
-    }
-    false
 }
 
 fn metric(admin: SocketAddr, line_prefix: &str) -> Option<f64> {

@@ -452,6 +452,20 @@ fn per_shard_counter(
     Ok(())
 }
 
+/// A counter family: one series per label set.
+fn labelled_counter<L: prometheus_client::encoding::EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl Iterator<Item = (L, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, n) in series {
+        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 fn histogram(
     enc: &mut DescriptorEncoder,
     name: &str,
@@ -628,36 +642,36 @@ impl Collector for Metrics {
 /// The TLS counters: handshakes by listener and outcome, connections by client identity (a
 /// bounded label set), reloads, and the serving certificate's expiry.
 fn tls_metrics(enc: &mut DescriptorEncoder, stats: &TlsStats) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(
+    let handshakes = stats
+        .handshakes()
+        .into_iter()
+        .map(|(front, result, n)| ([("listener", front), ("result", result)], n));
+    labelled_counter(
+        enc,
         "idgen_tls_handshakes",
         "TLS handshakes, by listener (protocol, http, admin) and result (ok, failed, timeout)",
-        None,
-        MetricType::Counter,
+        handshakes,
     )?;
-    for (front, result, n) in stats.handshakes() {
-        let labels = [("listener", front), ("result", result)];
-        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
-    }
-    let mut m = enc.encode_descriptor(
+    let clients = stats
+        .clients()
+        .into_iter()
+        .map(|(identity, n)| ([("identity", identity)], n));
+    labelled_counter(
+        enc,
         "idgen_tls_client_connections",
         "TLS connections accepted, by client identity (URI or DNS SAN, else CN; anonymous without a certificate; the first 32 identities, then other)",
-        None,
-        MetricType::Counter,
+        clients,
     )?;
-    for (identity, n) in stats.clients() {
-        let labels = [("identity", identity)];
-        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
-    }
-    let mut m = enc.encode_descriptor(
+    let reloads = stats
+        .reloads()
+        .into_iter()
+        .map(|(result, n)| ([("result", result)], n));
+    labelled_counter(
+        enc,
         "idgen_tls_reloads",
         "Reloads of the TLS files after they changed, by result (applied, failed: the previous ones keep serving)",
-        None,
-        MetricType::Counter,
+        reloads,
     )?;
-    for (result, n) in stats.reloads() {
-        let labels = [("result", result)];
-        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
-    }
     gauge(
         enc,
         "idgen_tls_certificate_expiry_timestamp_seconds",

@@ -17,6 +17,23 @@ use idgen_protocol::{
     DEFAULT_MAX_BATCH,
 };
 
+/// Whether the peer closes (or resets) `stream` within `within`; whatever it sends first is
+/// read and dropped.
+pub fn closes_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let deadline = std::time::Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while std::time::Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => {}
+        }
+    }
+    false
+}
+
 /// Limits of one test connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {

@@ -18,7 +18,7 @@ pub mod fake;
 pub mod node;
 
 pub use certs::{CertFiles, TestCa, Validity};
-pub use conn::{TestConn, Timeouts};
+pub use conn::{closes_within, TestConn, Timeouts};
 pub use etcd::EtcdCluster;
 pub use fake::FakeServer;
 pub use node::NodeProc;
