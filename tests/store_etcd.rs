@@ -85,7 +85,8 @@ async fn etcd_store_conforms_in_independent_namespaces() {
         url,
         StoreUrl::Etcd {
             endpoints: cluster.endpoints(),
-            prefix: "idgen-a".into()
+            prefix: "idgen-a".into(),
+            tls: false,
         }
     );
 }

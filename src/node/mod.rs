@@ -112,12 +112,16 @@ impl Node {
     pub async fn start(config: ServeConfig) -> Result<Node, ServeError> {
         let clock = SystemClock::new();
         let config = Arc::new(config);
-        let store = store::open(&config.lease.store, &config.lease.data_dir)
-            .await
-            .map_err(|source| ServeError::Store {
-                url: config.lease.store.to_string(),
-                source,
-            })?;
+        let store = store::open(
+            &config.lease.store,
+            &config.lease.data_dir,
+            &config.lease.access,
+        )
+        .await
+        .map_err(|source| ServeError::Store {
+            url: config.lease.store.to_string(),
+            source,
+        })?;
         let lease_config = config.lease.lease_config(config.listen.workers());
         let owner = Owner::this_process(config.lease.node_id.clone(), clock.wall_ms());
         let clock_watch = ClockWatch::new(config.clock.max_drift);
