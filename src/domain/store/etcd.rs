@@ -135,12 +135,23 @@ fn not_sent(e: &etcd_client::Error) -> bool {
     }
 }
 
-/// Whether an error message reads like a failed TLS handshake.
-fn looks_like_tls(m: &str) -> bool {
+/// Whether an error message reads like a connection that was opened and then failed or was
+/// closed by etcd (a refused certificate, a TLS server given plaintext), rather than one that
+/// could not be opened at all (nothing listening) or timed out.
+fn closed_on_us(m: &str) -> bool {
     let m = m.to_ascii_lowercase();
-    ["certificate", "tls", "handshake", "alert", "invalid peer"]
-        .iter()
-        .any(|w| m.contains(w))
+    let opened = [
+        "certificate",
+        "handshake",
+        "alert",
+        "connection closed",
+        "broken pipe",
+        "connection reset",
+        "transport error",
+    ];
+    opened.iter().any(|w| m.contains(w))
+        && !m.contains("connection refused")
+        && !m.contains("tcp connect error")
 }
 
 fn tls_identity(access: &EtcdAccess) -> bool {
@@ -270,7 +281,7 @@ impl EtcdStore {
         // refuses or a missing permission fails here, clearly.
         match store.get(b"\0probe").await {
             Ok(_) => Ok(store),
-            Err(StoreError::Unavailable(m)) if tls && looks_like_tls(&m) => {
+            Err(StoreError::Unavailable(m)) if tls && closed_on_us(&m) => {
                 Err(StoreError::Unavailable(format!(
                     "{m} (the TLS handshake with etcd failed: check that etcd_ca holds the \
                      authority of etcd's certificate, that the certificate names the endpoint \
@@ -281,6 +292,12 @@ impl EtcdStore {
                     } else {
                         ": none is set"
                     }
+                )))
+            }
+            Err(StoreError::Unavailable(m)) if !tls && closed_on_us(&m) => {
+                Err(StoreError::Unavailable(format!(
+                    "{m} (etcd closed the connection: if it serves TLS, write the store as \
+                     etcds://)"
                 )))
             }
             Err(StoreError::Invalid(m)) if m.contains("permission denied") => {
@@ -632,7 +649,24 @@ impl KvStore for EtcdStore {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{closed_on_us, prefix_end};
+
+    #[test]
+    fn connections_closed_by_etcd_are_told_from_nothing_listening() {
+        for closed in [
+            r#"grpc request error: code: 'Unknown error', message: "transport error", source: tonic::transport::Error(Transport, hyper::Error(Io, Custom { kind: BrokenPipe, error: "stream closed because of a broken pipe" }))"#,
+            r#"message: "operation was canceled", source: tonic::transport::Error(Transport, hyper::Error(Canceled, "connection closed"))"#,
+            r#"message: "invalid peer certificate: UnknownIssuer""#,
+        ] {
+            assert!(closed_on_us(closed), "{closed}");
+        }
+        for not_opened in [
+            r#"message: "tcp connect error", source: tonic::transport::Error(Transport, ConnectError(ConnectError("tcp connect error", Os { code: 111, kind: ConnectionRefused, message: "Connection refused" })))"#,
+            "etcds 127.0.0.1:1/tls get: timed out after 3s",
+        ] {
+            assert!(!closed_on_us(not_opened), "{not_opened}");
+        }
+    }
 
     #[test]
     fn prefix_ends_as_etcd_computes_them() {
