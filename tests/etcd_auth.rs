@@ -8,6 +8,7 @@
 mod common;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::etcd::{enable_auth, ClientAuth, EtcdCluster, TestUser};
 use common::node::{idgen_binary, NodeProc};
@@ -137,7 +138,7 @@ fn client_certificates_let_a_node_lease_and_the_wrong_ones_fail_closed() {
         ],
     );
     // Several renewals (every TTL/3) later, the running node still holds its lease.
-    std::thread::sleep(std::time::Duration::from_millis(3000));
+    std::thread::sleep(Duration::from_millis(3000));
     serves(&node);
     assert!(
         !node.log().contains("lease_lost"),
@@ -155,14 +156,15 @@ fn client_certificates_let_a_node_lease_and_the_wrong_ones_fail_closed() {
 
 /// etcd over TLS (server certificate only) with `auth enable`: a node authenticates as a user
 /// whose password it reads from a file, another with the password in IDGEN_ETCD_PASSWORD; both
-/// lease disjoint worker IDs and serve. A wrong password, no user, or a user without a role
+/// lease disjoint worker IDs and serve, and serve again after etcd restarted (and forgot their
+/// tokens). A wrong password, no user, or a user without a role
 /// fail at start-up, naming the cause. The password is never a flag, and shows neither in a
 /// node's log nor in `--check-config`.
 #[test]
 fn passwords_from_a_file_or_the_environment_and_never_in_the_logs() {
     const PASSWORD: &str = "pw-7f3a9c1e-never-logged";
     let ca = TestCa::new("etcd test ca");
-    let cluster = EtcdCluster::start_tls(1, EtcdTls::from_ca(&ca, false));
+    let mut cluster = EtcdCluster::start_tls(1, EtcdTls::from_ca(&ca, false));
     enable_auth(
         &cluster,
         &ClientAuth {
@@ -285,6 +287,26 @@ fn passwords_from_a_file_or_the_environment_and_never_in_the_logs() {
     assert!(printed.contains("etcd_user = \"idgen\""), "{printed}");
     let printed = check(&[("IDGEN_ETCD_PASSWORD", PASSWORD)], None);
     assert!(printed.contains("IDGEN_ETCD_PASSWORD"), "{printed}");
+
+    // etcd restarts and forgets its tokens: the nodes authenticate again and serve again.
+    cluster.kill(0);
+    cluster.restart(0);
+    // Past a TTL, so what the nodes serve then needs renewals on the restarted etcd.
+    std::thread::sleep(Duration::from_millis(3000));
+    for node in [&a, &b] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match TestConn::open(node.addr).get_ids(1) {
+                Ok(ids) if ids.len() == 1 => break,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "no IDs 20 s after etcd restarted: {other:?}; log:\n{}",
+                    node.log()
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 
     // Nothing the running nodes logged holds the password.
     for (name, node) in [("file", &a), ("environment", &b)] {
