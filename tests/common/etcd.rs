@@ -70,7 +70,7 @@ pub struct TestUser<'a> {
 
 /// An etcd-client connected to `cluster` as `auth` says.
 #[cfg(feature = "etcd")]
-pub async fn etcd_client(cluster: &EtcdCluster, auth: &ClientAuth<'_>) -> etcd_client::Client {
+pub async fn connect_client(cluster: &EtcdCluster, auth: &ClientAuth<'_>) -> etcd_client::Client {
     use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
     let mut options = ConnectOptions::new().with_timeout(std::time::Duration::from_secs(5));
     let endpoints: Vec<String> = match cluster.tls() {
@@ -115,7 +115,7 @@ pub fn enable_auth(
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let mut c = etcd_client(cluster, auth).await;
+        let mut c = connect_client(cluster, auth).await;
         c.user_add("root", root_password, None)
             .await
             .expect("add the root user");
