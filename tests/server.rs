@@ -22,8 +22,6 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// True if the peer closes within `within` (EOF or reset), reading and discarding anything.
-
 /// Still usable: a PING is answered with its PONG.
 fn assert_usable(c: &mut TestConn, what: &str) {
     c.send(&Request::Ping { token: 77 });

@@ -102,7 +102,7 @@ pub async fn inspect(
     safety: Duration,
     as_json: bool,
 ) -> Result<String, String> {
-    let store = crate::store::open(url, data_dir)
+    let store = crate::store::open(url, data_dir, &crate::store::StoreAccess::default())
         .await
         .map_err(|e| format!("cannot open the store {url}: {e}"))?;
     let now = SystemClock::new().wall_ms();

@@ -336,6 +336,11 @@ impl ServeConfig {
             if name == "lease" && self.lease.node_id.is_none() {
                 out.push_str("# node_id is not set: the host name\n");
             }
+            if name == "lease" && self.lease.etcd_password_from_env() {
+                out.push_str(
+                    "# the etcd password comes from IDGEN_ETCD_PASSWORD (never written)\n",
+                );
+            }
         }
         Ok(out)
     }

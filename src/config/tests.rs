@@ -217,6 +217,7 @@ fn the_printed_configuration_reads_back_as_itself() {
         region: Some("2".into()),
         lease_ttl: Some("3s".into()),
         lease_safety: Some("7s".into()),
+        ..LeaseArgs::default()
     };
     s.layout = LayoutArgs {
         epoch: Some((DEFAULT_EPOCH_MS + 123).to_string()),

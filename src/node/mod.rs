@@ -119,12 +119,16 @@ impl Node {
         let config = Arc::new(config);
         // Certificate files first: a bad one fails before the store is touched.
         let tls = tls::ServerTls::new(&config.tls)?;
-        let store = store::open(&config.lease.store, &config.lease.data_dir)
-            .await
-            .map_err(|source| ServeError::Store {
-                url: config.lease.store.to_string(),
-                source,
-            })?;
+        let store = store::open(
+            &config.lease.store,
+            &config.lease.data_dir,
+            &config.lease.access,
+        )
+        .await
+        .map_err(|source| ServeError::Store {
+            url: config.lease.store.to_string(),
+            source,
+        })?;
         let lease_config = config.lease.lease_config(config.listen.workers());
         let owner = Owner::this_process(config.lease.node_id.clone(), clock.wall_ms());
         let clock_watch = ClockWatch::new(config.clock.max_drift);

@@ -5,6 +5,14 @@
 //! Every member listens on 127.0.0.1 only, with ports found free by binding port 0, and keeps
 //! its data and log in a temporary directory removed with the cluster. Dropping the cluster
 //! kills the processes it started (through their own `Child` handles).
+//!
+//! [`EtcdCluster::start_tls`] serves the client URLs over TLS with a server certificate of a
+//! [`TestCa`] (and, with [`EtcdTls::client_cert_auth`], asks every client for a certificate of
+//! that authority: `--client-cert-auth`). Health is then read from a plaintext metrics URL of
+//! each member (`--listen-metrics-urls`), so the harness needs no TLS client of its own.
+//! Turning on etcd's authentication (`auth enable`) needs an etcd client; the server crate's
+//! tests do it with etcd-client (`tests/common/etcd.rs`), which this kit does not depend on
+//! (its build needs protoc).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -14,6 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::certs::{CertFiles, TestCa};
+
 /// How long a cluster (or a restarted member) may take to become healthy.
 const HEALTHY_WITHIN: Duration = Duration::from_secs(20);
 
@@ -21,6 +31,8 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// Plaintext `/metrics` and `/health`, when the client URL is TLS.
+    metrics_port: u16,
     data_dir: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -29,12 +41,39 @@ struct Member {
     uid: Option<u32>,
 }
 
+/// TLS on the members' client URLs.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The members' server certificate and key (for `localhost`, 127.0.0.1 and ::1).
+    pub server: CertFiles,
+    /// The authority of the server certificate, and of the client certificates etcd accepts.
+    pub ca: PathBuf,
+    /// Ask every client for a certificate of `ca` (`--client-cert-auth`).
+    pub client_cert_auth: bool,
+}
+
+impl EtcdTls {
+    /// A server certificate of `ca`, and `ca` as the clients' authority.
+    pub fn from_ca(ca: &TestCa, client_cert_auth: bool) -> EtcdTls {
+        EtcdTls {
+            server: ca.server_for(
+                &["localhost", "127.0.0.1", "::1"],
+                crate::certs::Validity::Current,
+                "etcd-server",
+            ),
+            ca: ca.ca.clone(),
+            client_cert_auth,
+        }
+    }
+}
+
 /// A running (or partly stopped) etcd cluster.
 pub struct EtcdCluster {
     members: Vec<Member>,
     initial_cluster: String,
     token: String,
     bin: PathBuf,
+    tls: Option<EtcdTls>,
     _dir: tempfile::TempDir,
 }
 
@@ -69,7 +108,19 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Whether the member at `port` answers `/health` with a leader.
+impl Member {
+    /// Where the member answers `/health` in plaintext: the client port, or with TLS the
+    /// metrics port.
+    fn health_port(&self, tls: bool) -> u16 {
+        if tls {
+            self.metrics_port
+        } else {
+            self.client_port
+        }
+    }
+}
+
+/// Whether the member whose plaintext `/health` is at `port` answers it with a leader.
 fn healthy(port: u16) -> bool {
     let Ok(mut s) =
         TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300))
@@ -96,13 +147,23 @@ impl EtcdCluster {
     /// As [`start`](Self::start), with members `(index, uid)` run as another user ID (root
     /// only).
     pub fn start_as(members: usize, uids: &[(usize, u32)]) -> EtcdCluster {
+        Self::start_with(members, uids, None)
+    }
+
+    /// As [`start`](Self::start), with the client URLs over TLS (`https://`; the store URL is
+    /// `etcds://`).
+    pub fn start_tls(members: usize, tls: EtcdTls) -> EtcdCluster {
+        Self::start_with(members, &[], Some(tls))
+    }
+
+    fn start_with(members: usize, uids: &[(usize, u32)], tls: Option<EtcdTls>) -> EtcdCluster {
         assert!(members == 1 || members == 3, "1 or 3 members");
         let bin = etcd_binary();
         // Ports picked by binding port 0 can be taken by someone else before etcd binds them:
         // retry a couple of times with new ports.
         let mut last_err = String::new();
         for _ in 0..3 {
-            match Self::try_start(&bin, members, uids) {
+            match Self::try_start(&bin, members, uids, tls.clone()) {
                 Ok(c) => return c,
                 Err(e) if e.contains("address already in use") => last_err = e,
                 Err(e) => panic!("etcd cluster did not start: {e}"),
@@ -111,7 +172,12 @@ impl EtcdCluster {
         panic!("etcd cluster did not start: {last_err}");
     }
 
-    fn try_start(bin: &Path, n: usize, uids: &[(usize, u32)]) -> Result<EtcdCluster, String> {
+    fn try_start(
+        bin: &Path,
+        n: usize,
+        uids: &[(usize, u32)],
+        tls: Option<EtcdTls>,
+    ) -> Result<EtcdCluster, String> {
         static CLUSTERS: AtomicU32 = AtomicU32::new(0);
         let dir = tempfile::Builder::new()
             .prefix("idgen-etcd-")
@@ -127,6 +193,7 @@ impl EtcdCluster {
                 name: format!("m{i}"),
                 client_port: crate::free_port(),
                 peer_port: crate::free_port(),
+                metrics_port: crate::free_port(),
                 data_dir: dir.path().join(format!("m{i}.etcd")),
                 log: dir.path().join(format!("m{i}.log")),
                 child: None,
@@ -152,6 +219,7 @@ impl EtcdCluster {
             initial_cluster,
             token,
             bin: bin.to_path_buf(),
+            tls,
             _dir: dir,
         };
         for i in 0..n {
@@ -166,7 +234,8 @@ impl EtcdCluster {
     fn spawn(&mut self, i: usize) {
         let m = &self.members[i];
         assert!(m.child.is_none(), "member {i} is already running");
-        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", m.client_port);
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
         let log = File::options()
             .create(true)
@@ -189,6 +258,20 @@ impl EtcdCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log);
+        if let Some(tls) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.server.cert)
+                .arg("--key-file")
+                .arg(&tls.server.key)
+                .arg("--listen-metrics-urls")
+                .arg(format!("http://127.0.0.1:{}", m.metrics_port));
+            if tls.client_cert_auth {
+                // etcd verifies client certificates whenever it has a trusted CA file.
+                cmd.arg("--client-cert-auth")
+                    .arg("--trusted-ca-file")
+                    .arg(&tls.ca);
+            }
+        }
         if std::env::consts::ARCH != "x86_64" {
             // etcd 3.4 refuses other architectures unless told otherwise.
             cmd.env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH);
@@ -216,7 +299,7 @@ impl EtcdCluster {
                         tail(&m.log, 30)
                     ));
                 }
-                all &= healthy(m.client_port);
+                all &= healthy(m.health_port(self.tls.is_some()));
             }
             if all {
                 return Ok(());
@@ -248,7 +331,12 @@ impl EtcdCluster {
 
     /// Whether member `i` answers `/health` with a leader.
     pub fn member_healthy(&self, i: usize) -> bool {
-        healthy(self.members[i].client_port)
+        healthy(self.members[i].health_port(self.tls.is_some()))
+    }
+
+    /// The cluster's TLS, if its client URLs use it.
+    pub fn tls(&self) -> Option<&EtcdTls> {
+        self.tls.as_ref()
     }
 
     /// Client endpoints, `127.0.0.1:port`, one per member.
@@ -259,9 +347,10 @@ impl EtcdCluster {
             .collect()
     }
 
-    /// The `--store` URL for this cluster under `prefix`.
+    /// The `--store` URL for this cluster under `prefix` (`etcds://` with TLS).
     pub fn url(&self, prefix: &str) -> String {
-        format!("etcd://{}/{}", self.endpoints().join(","), prefix)
+        let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
+        format!("{scheme}://{}/{}", self.endpoints().join(","), prefix)
     }
 
     /// Kills member `i` with SIGKILL (its data stays for [`restart`](Self::restart)).

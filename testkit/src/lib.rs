@@ -6,7 +6,7 @@
 //! | [`conn`] | [`TestConn`]: one blocking protocol connection, raw or after the handshake |
 //! | [`fake`] | [`FakeServer`]: a scriptable in-process idgen server |
 //! | [`node`] | [`NodeProc`]: a real `idgen serve` process, and plain HTTP requests |
-//! | [`etcd`] | [`EtcdCluster`]: a real etcd of 1 or 3 members on loopback |
+//! | [`etcd`] | [`EtcdCluster`]: a real etcd of 1 or 3 members on loopback, plaintext or TLS ([`EtcdTls`]) |
 //!
 //! The handshake is the protocol crate's (`idgen_protocol::client::Handshake`), as in every
 //! client; only the loopback interface is used.
@@ -19,7 +19,7 @@ pub mod node;
 
 pub use certs::{CertFiles, TestCa, Validity};
 pub use conn::{closes_within, TestConn, Timeouts};
-pub use etcd::EtcdCluster;
+pub use etcd::{EtcdCluster, EtcdTls};
 pub use fake::FakeServer;
 pub use node::NodeProc;
 

@@ -45,3 +45,99 @@ pub fn write_rival_record(
             .expect("write the rival record");
     })
 }
+
+/// How a test's own etcd client reaches a cluster: TLS material (a CA, and a client
+/// certificate for `--client-cert-auth`), and a user.
+#[cfg(feature = "etcd")]
+#[derive(Default)]
+pub struct ClientAuth<'a> {
+    /// The authority of etcd's certificate, for a TLS cluster.
+    pub ca: Option<&'a std::path::Path>,
+    /// A client certificate of the cluster's authority.
+    pub cert: Option<&'a idgen_testkit::CertFiles>,
+    /// A user and its password, once authentication is on.
+    pub user: Option<(&'a str, &'a str)>,
+}
+
+/// An etcd user for [`enable_auth`]: its password, and the key prefix its role may read and
+/// write (`None`: no role, so no permission at all).
+#[cfg(feature = "etcd")]
+pub struct TestUser<'a> {
+    pub name: &'a str,
+    pub password: &'a str,
+    pub readwrite_prefix: Option<&'a str>,
+}
+
+/// An etcd-client connected to `cluster` as `auth` says.
+#[cfg(feature = "etcd")]
+pub async fn connect_client(cluster: &EtcdCluster, auth: &ClientAuth<'_>) -> etcd_client::Client {
+    use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+    let mut options = ConnectOptions::new().with_timeout(std::time::Duration::from_secs(5));
+    let endpoints: Vec<String> = match cluster.tls() {
+        Some(_) => {
+            let ca = auth.ca.expect("a TLS cluster needs the CA");
+            let ca = std::fs::read(ca).expect("read the CA");
+            let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+            if let Some(c) = auth.cert {
+                tls = tls.identity(Identity::from_pem(&c.cert_pem, &c.key_pem));
+            }
+            options = options.with_tls(tls);
+            cluster
+                .endpoints()
+                .iter()
+                .map(|e| format!("https://{e}"))
+                .collect()
+        }
+        None => cluster.endpoints(),
+    };
+    if let Some((name, password)) = auth.user {
+        options = options.with_user(name, password);
+    }
+    etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .unwrap_or_else(|e| panic!("connect to etcd {}: {e}", cluster.url("")))
+}
+
+/// Turns on etcd's authentication (`auth enable`): a `root` user with `root_password` and the
+/// root role, and each of `users` with its password and, when it has a prefix, a role of its
+/// own name granting readwrite on every key under it. `auth` is how to reach the cluster before
+/// authentication is on (TLS material for a TLS cluster).
+#[cfg(feature = "etcd")]
+pub fn enable_auth(
+    cluster: &EtcdCluster,
+    auth: &ClientAuth<'_>,
+    root_password: &str,
+    users: &[TestUser<'_>],
+) {
+    use etcd_client::Permission;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut c = connect_client(cluster, auth).await;
+        c.user_add("root", root_password, None)
+            .await
+            .expect("add the root user");
+        c.user_grant_role("root", "root")
+            .await
+            .expect("grant root the root role");
+        for u in users {
+            c.user_add(u.name, u.password, None)
+                .await
+                .unwrap_or_else(|e| panic!("add user {}: {e}", u.name));
+            if let Some(prefix) = u.readwrite_prefix {
+                c.role_add(u.name)
+                    .await
+                    .unwrap_or_else(|e| panic!("add role {}: {e}", u.name));
+                c.role_grant_permission(u.name, Permission::read_write(prefix).with_prefix())
+                    .await
+                    .unwrap_or_else(|e| panic!("grant role {} on {prefix:?}: {e}", u.name));
+                c.user_grant_role(u.name, u.name)
+                    .await
+                    .unwrap_or_else(|e| panic!("grant user {} its role: {e}", u.name));
+            }
+        }
+        c.auth_enable().await.expect("auth enable");
+    })
+}

@@ -19,6 +19,16 @@
 //!   proposing it); any other transport error or timeout is `Unknown`;
 //! - malformed or refused requests (`InvalidArgument`, permission errors) are `Invalid`.
 //!
+//! ## TLS and authentication
+//!
+//! [`EtcdStore::connect_with`] speaks TLS (`etcds://`) with the authorities, client
+//! certificate and server name of an [`EtcdAccess`] (rustls with the ring provider, through
+//! etcd-client's `tls` feature), and authenticates as an etcd user when one is given: the
+//! client fetches a token with the password at connect and again whenever etcd says the token
+//! expired (etcd forgets its simple tokens when a member restarts). A refused password, a
+//! missing permission or a client certificate etcd does not accept fails the connect with an
+//! error that says which.
+//!
 //! ## Sizes
 //!
 //! etcd bounds a `Txn` (`--max-txn-ops`, default 128, counted separately for the compares and
@@ -38,11 +48,12 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Identity,
+    PutOptions, TlsOptions, Txn, TxnOp,
 };
 use tonic::Code;
 
-use super::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
+use super::{BoxFuture, Check, Commit, Entry, EtcdAccess, KvStore, StoreError, Write};
 
 /// How long establishing a connection to one endpoint may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -88,6 +99,8 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 pub struct EtcdStore {
     client: Client,
     endpoints: Vec<String>,
+    /// Over TLS (`etcds://`).
+    tls: bool,
     prefix: String,
     /// `prefix + "/"`, or empty.
     key_prefix: Vec<u8>,
@@ -122,6 +135,42 @@ fn not_sent(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether an error message reads like a connection that was opened and then failed or was
+/// closed by etcd (a refused certificate, a TLS server given plaintext), rather than one that
+/// could not be opened at all (nothing listening) or timed out.
+fn closed_on_us(m: &str) -> bool {
+    let m = m.to_ascii_lowercase();
+    let opened = [
+        "certificate",
+        "handshake",
+        "alert",
+        "connection closed",
+        "broken pipe",
+        "connection reset",
+        "transport error",
+    ];
+    opened.iter().any(|w| m.contains(w))
+        && !m.contains("connection refused")
+        && !m.contains("tcp connect error")
+}
+
+fn tls_identity(access: &EtcdAccess) -> bool {
+    access.tls.as_ref().is_some_and(|t| t.identity.is_some())
+}
+
+/// A connect error, with what it most likely means for authentication.
+fn explain(what: &str, e: &etcd_client::Error, access: &EtcdAccess) -> String {
+    let text = e.to_string();
+    match &access.user {
+        Some(user) if text.contains("authentication failed") => format!(
+            "{what}: {text} (etcd refused user {:?} with the password given by \
+             etcd_password_file or IDGEN_ETCD_PASSWORD)",
+            user.name
+        ),
+        _ => format!("{what}: {text}"),
+    }
+}
+
 fn is_invalid(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_) => true,
@@ -134,20 +183,70 @@ fn is_invalid(e: &etcd_client::Error) -> bool {
 }
 
 impl EtcdStore {
-    /// Connects to an etcd cluster (`host:port` endpoints) and checks that it answers.
+    /// Connects to an etcd cluster (`host:port` endpoints) over plaintext, without a user, and
+    /// checks that it answers.
     pub async fn connect(endpoints: Vec<String>, prefix: String) -> Result<Self, StoreError> {
+        Self::connect_with(endpoints, prefix, false, &EtcdAccess::default()).await
+    }
+
+    /// Connects to an etcd cluster over TLS when `tls` (with `access.tls`: its authorities are
+    /// required), as `access.user` when set, and checks that it answers.
+    pub async fn connect_with(
+        endpoints: Vec<String>,
+        prefix: String,
+        tls: bool,
+        access: &EtcdAccess,
+    ) -> Result<Self, StoreError> {
         if endpoints.is_empty() {
             return Err(StoreError::Invalid("etcd: no endpoints given".into()));
         }
         let prefix = prefix.trim_matches('/').to_string();
-        let options = ConnectOptions::new()
+        let scheme = if tls { "etcds" } else { "etcd" };
+        let what = format!("{scheme} {}", endpoints.join(","));
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT)
             .with_keep_alive(Duration::from_secs(5), Duration::from_secs(2))
             .with_keep_alive_while_idle(true)
             // A member cut off from its leader refuses at once instead of stalling.
             .with_require_leader(true);
-        let what = format!("etcd {}", endpoints.join(","));
+        match (tls, &access.tls) {
+            (true, Some(t)) => {
+                let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(&t.ca_pem));
+                if let Some(id) = &t.identity {
+                    config = config.identity(Identity::from_pem(&id.cert_pem, id.key_pem.expose()));
+                }
+                if let Some(name) = &t.server_name {
+                    config = config.domain_name(name.clone());
+                }
+                options = options.with_tls(config);
+            }
+            (true, None) => {
+                return Err(StoreError::Invalid(format!(
+                    "{what}: TLS needs the authorities to verify etcd's certificates (etcd_ca)"
+                )))
+            }
+            (false, Some(_)) => {
+                return Err(StoreError::Invalid(format!(
+                    "{what}: TLS settings are given for a plaintext etcd:// URL: use etcds://"
+                )))
+            }
+            (false, None) => {}
+        }
+        if let Some(user) = &access.user {
+            if !tls {
+                tracing::warn!(
+                    event = "etcd_password_in_plaintext",
+                    store = %what,
+                    user = %user.name,
+                    "the etcd password goes over plaintext: use etcds:// outside a trusted network"
+                );
+            }
+            options = options
+                .with_user(user.name.clone(), user.password.expose().to_string())
+                // etcd forgets its simple tokens when a member restarts: fetch a new one.
+                .with_auto_token_refresh(true);
+        }
         let client = match tokio::time::timeout(
             CALL_TIMEOUT,
             Client::connect(endpoints.clone(), Some(options)),
@@ -156,9 +255,9 @@ impl EtcdStore {
         {
             Ok(Ok(c)) => c,
             Ok(Err(e)) if is_invalid(&e) => {
-                return Err(StoreError::Invalid(format!("{what}: {e}")))
+                return Err(StoreError::Invalid(explain(&what, &e, access)))
             }
-            Ok(Err(e)) => return Err(StoreError::Unavailable(format!("{what}: {e}"))),
+            Ok(Err(e)) => return Err(StoreError::Unavailable(explain(&what, &e, access))),
             Err(_) => {
                 return Err(StoreError::Unavailable(format!(
                     "{what}: connect timed out"
@@ -173,13 +272,53 @@ impl EtcdStore {
         let store = EtcdStore {
             client,
             endpoints,
+            tls,
             prefix,
             key_prefix,
             page: SCAN_PAGE,
         };
-        // The channel connects lazily: make one read so a wrong address fails here, clearly.
-        store.get(b"\0probe").await?;
-        Ok(store)
+        // The channel connects lazily: make one read so a wrong address, a certificate etcd
+        // refuses or a missing permission fails here, clearly.
+        match store.get(b"\0probe").await {
+            Ok(_) => Ok(store),
+            Err(StoreError::Unavailable(m)) if tls && closed_on_us(&m) => {
+                Err(StoreError::Unavailable(format!(
+                    "{m} (the TLS handshake with etcd failed: check that etcd_ca holds the \
+                     authority of etcd's certificate, that the certificate names the endpoint \
+                     host or etcd_server_name, and that etcd accepts the client certificate \
+                     given by etcd_cert{})",
+                    if tls_identity(access) {
+                        ""
+                    } else {
+                        ": none is set"
+                    }
+                )))
+            }
+            Err(StoreError::Unavailable(m)) if !tls && closed_on_us(&m) => {
+                Err(StoreError::Unavailable(format!(
+                    "{m} (etcd closed the connection: if it serves TLS, write the store as \
+                     etcds://)"
+                )))
+            }
+            Err(StoreError::Invalid(m)) if m.contains("permission denied") => {
+                Err(StoreError::Invalid(format!(
+                    "{m} (the etcd user needs a role with readwrite on the prefix {:?})",
+                    store.key_prefix_text()
+                )))
+            }
+            Err(StoreError::Invalid(m)) if m.contains("user name is empty") => {
+                Err(StoreError::Invalid(format!(
+                    "{m} (etcd has authentication on: set etcd_user, and its password in \
+                     etcd_password_file or IDGEN_ETCD_PASSWORD)"
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The keys' prefix as text, for messages.
+    fn key_prefix_text(&self) -> String {
+        String::from_utf8_lossy(&self.key_prefix).into_owned()
     }
 
     /// Reads scans in pages of `keys` keys instead of [`SCAN_PAGE`] (at least 1).
@@ -442,7 +581,8 @@ impl KvStore for EtcdStore {
     }
 
     fn describe(&self) -> String {
-        format!("etcd {}/{}", self.endpoints.join(","), self.prefix)
+        let scheme = if self.tls { "etcds" } else { "etcd" };
+        format!("{scheme} {}/{}", self.endpoints.join(","), self.prefix)
     }
 
     fn expires_keys(&self) -> bool {
@@ -509,7 +649,24 @@ impl KvStore for EtcdStore {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{closed_on_us, prefix_end};
+
+    #[test]
+    fn connections_closed_by_etcd_are_told_from_nothing_listening() {
+        for closed in [
+            r#"grpc request error: code: 'Unknown error', message: "transport error", source: tonic::transport::Error(Transport, hyper::Error(Io, Custom { kind: BrokenPipe, error: "stream closed because of a broken pipe" }))"#,
+            r#"message: "operation was canceled", source: tonic::transport::Error(Transport, hyper::Error(Canceled, "connection closed"))"#,
+            r#"message: "invalid peer certificate: UnknownIssuer""#,
+        ] {
+            assert!(closed_on_us(closed), "{closed}");
+        }
+        for not_opened in [
+            r#"message: "tcp connect error", source: tonic::transport::Error(Transport, ConnectError(ConnectError("tcp connect error", Os { code: 111, kind: ConnectionRefused, message: "Connection refused" })))"#,
+            "etcds 127.0.0.1:1/tls get: timed out after 3s",
+        ] {
+            assert!(!closed_on_us(not_opened), "{not_opened}");
+        }
+    }
 
     #[test]
     fn prefix_ends_as_etcd_computes_them() {

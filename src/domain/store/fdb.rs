@@ -14,17 +14,22 @@
 //! version back). A commit is one FDB transaction through `Database::run`, which retries FDB's
 //! own conflicts: it re-reads every checked key and writes nothing if one changed.
 //!
+//! TLS: FoundationDB's own TLS, configured by network options before its network thread
+//! starts ([`FdbTls`]: certificate, key, authorities, peer verification). Whether a
+//! connection uses TLS is decided by the cluster file: coordinators written `host:port:tls`.
+//!
 //! Every transaction has a timeout ([`TRANSACTION_TIMEOUT_MS`]): without it the client retries
 //! forever when the cluster is unreachable.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use foundationdb::options::{DatabaseOption, StreamingMode};
+use foundationdb::options::{DatabaseOption, NetworkOption, StreamingMode};
 use foundationdb::{Database, FdbBindingError, KeySelector, RangeOption};
 
 use super::{
-    decode_versioned, encode_versioned, BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write,
+    decode_versioned, encode_versioned, BoxFuture, Check, Commit, Entry, FdbTls, KvStore,
+    StoreError, Write,
 };
 
 /// Where idgen's data lives in the FDB key space.
@@ -40,16 +45,45 @@ const TIMED_OUT: i32 = 1031;
 pub struct FdbStore {
     db: Database,
     cluster_file: Option<String>,
+    /// Whether TLS network options were set.
+    tls: bool,
 }
 
-/// Starts FDB's network thread, once per process.
-fn boot_network() -> Result<(), StoreError> {
-    static NETWORK: OnceLock<Result<(), String>> = OnceLock::new();
-    NETWORK
+/// FoundationDB's network options for `tls`, in the order they are set.
+fn tls_options(tls: &FdbTls) -> Vec<(&'static str, NetworkOption)> {
+    let mut options = Vec::new();
+    if let Some(p) = &tls.cert {
+        options.push(("fdb_tls_cert", NetworkOption::TLSCertPath(p.clone())));
+    }
+    if let Some(p) = &tls.key {
+        options.push(("fdb_tls_key", NetworkOption::TLSKeyPath(p.clone())));
+    }
+    if let Some(p) = &tls.ca {
+        options.push(("fdb_tls_ca", NetworkOption::TLSCaPath(p.clone())));
+    }
+    if let Some(v) = &tls.verify_peers {
+        options.push((
+            "fdb_tls_verify_peers",
+            NetworkOption::TLSVerifyPeers(v.clone().into_bytes()),
+        ));
+    }
+    options
+}
+
+/// Starts FDB's network thread, once per process, with the TLS options of the first call (the
+/// network can be configured only before it starts).
+fn boot_network(tls: &FdbTls) -> Result<(), StoreError> {
+    static NETWORK: OnceLock<Result<FdbTls, String>> = OnceLock::new();
+    let booted = NETWORK
         .get_or_init(|| {
-            let builder = foundationdb::api::FdbApiBuilder::default()
+            let mut builder = foundationdb::api::FdbApiBuilder::default()
                 .build()
                 .map_err(|e| format!("FoundationDB client setup: {e}"))?;
+            for (setting, option) in tls_options(tls) {
+                builder = builder
+                    .set_option(option)
+                    .map_err(|e| format!("FoundationDB TLS option {setting}: {e}"))?;
+            }
             // SAFETY: `boot` is unsafe because the returned guard is meant to stop the network
             // thread before the process exits. idgen uses FoundationDB until it exits, so the
             // guard is leaked on purpose: the network thread runs for the life of the process,
@@ -57,10 +91,17 @@ fn boot_network() -> Result<(), StoreError> {
             let guard = unsafe { builder.boot() }
                 .map_err(|e| format!("FoundationDB network thread: {e}"))?;
             std::mem::forget(guard);
-            Ok(())
+            Ok(tls.clone())
         })
         .clone()
-        .map_err(StoreError::Invalid)
+        .map_err(StoreError::Invalid)?;
+    if &booted != tls {
+        return Err(StoreError::Invalid(
+            "FoundationDB's network already runs with other TLS settings (one set per process)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 fn data_key(key: &[u8]) -> Vec<u8> {
@@ -125,9 +166,10 @@ fn version_of(key: &[u8], raw: Option<&[u8]>) -> Result<u64, FdbBindingError> {
 }
 
 impl FdbStore {
-    /// Opens the cluster named by `cluster_file` (None: FDB's default cluster file).
-    pub fn open(cluster_file: Option<&str>) -> Result<Self, StoreError> {
-        boot_network()?;
+    /// Opens the cluster named by `cluster_file` (None: FDB's default cluster file), with
+    /// FoundationDB's TLS configured by `tls`.
+    pub fn open(cluster_file: Option<&str>, tls: &FdbTls) -> Result<Self, StoreError> {
+        boot_network(tls)?;
         let what = cluster_file.unwrap_or("the default cluster file");
         let db = Database::new(cluster_file)
             .map_err(|e| StoreError::Invalid(format!("FoundationDB {what}: {e}")))?;
@@ -136,6 +178,7 @@ impl FdbStore {
         Ok(FdbStore {
             db,
             cluster_file: cluster_file.map(String::from),
+            tls: !tls.is_empty(),
         })
     }
 }
@@ -260,10 +303,15 @@ impl KvStore for FdbStore {
 
     fn describe(&self) -> String {
         format!(
-            "fdb {}",
+            "fdb {}{}",
             self.cluster_file
                 .as_deref()
-                .unwrap_or("(default cluster file)")
+                .unwrap_or("(default cluster file)"),
+            if self.tls {
+                " (TLS settings given)"
+            } else {
+                ""
+            }
         )
     }
 }

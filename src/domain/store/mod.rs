@@ -6,9 +6,12 @@
 //! | store | module | URL | transactions |
 //! |---|---|---|---|
 //! | embedded (default) | [`embedded`] | `embedded` or `embedded:/path/to/dir` | one redb write transaction, fsynced |
-//! | etcd (feature `etcd`) | `etcd` | `etcd://host:port[,host:port…][/namespace]` | `Txn` comparing `mod_revision` / `version = 0`, then writes |
+//! | etcd (feature `etcd`) | `etcd` | `etcd://host:port[,host:port…][/namespace]`, `etcds://…` over TLS | `Txn` comparing `mod_revision` / `version = 0`, then writes |
 //! | FoundationDB (feature `fdb`) | `fdb` | `fdb:/etc/foundationdb/fdb.cluster` | one FDB transaction re-reading the checked keys (`db.run`, which retries) |
 //! | in memory (tests) | [`memory`] | `memory` | a mutex |
+//!
+//! What an adapter needs beyond the URL to reach an authenticated store (TLS material, an etcd
+//! user) is a [`StoreAccess`], from the `[lease]` section ([`access`]).
 //!
 //! ## The model: optimistic read-modify-write
 //!
@@ -41,6 +44,7 @@ use std::time::Duration;
 
 // The conformance suites are for tests only: this crate's, and the integration tests with the
 // `conformance` feature.
+pub mod access;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod embedded;
@@ -49,6 +53,8 @@ pub mod etcd;
 #[cfg(feature = "fdb")]
 pub mod fdb;
 pub mod memory;
+
+pub use access::{EtcdAccess, FdbTls, Secret, StoreAccess};
 
 /// What a read saw of a key: 0 for absent, otherwise a number that changes on every write.
 pub type Version = u64;
@@ -234,10 +240,11 @@ impl<'s> Txn<'s> {
 pub enum StoreUrl {
     /// `embedded` (in the data directory) or `embedded:/dir`.
     Embedded { dir: Option<std::path::PathBuf> },
-    /// `etcd://host:port[,host:port…][/prefix]`
+    /// `etcd://host:port[,host:port…][/prefix]`, or `etcds://…` for TLS (`tls`).
     Etcd {
         endpoints: Vec<String>,
         prefix: String,
+        tls: bool,
     },
     /// `fdb:/path/to/fdb.cluster` (or `fdb:` for the default cluster file).
     Fdb { cluster_file: Option<String> },
@@ -264,7 +271,10 @@ impl std::str::FromStr for StoreUrl {
         if s == "memory" {
             return Ok(StoreUrl::Memory);
         }
-        if let Some(rest) = s.strip_prefix("etcd://") {
+        let etcd = [("etcd://", false), ("etcds://", true)]
+            .into_iter()
+            .find_map(|(scheme, tls)| Some((scheme, tls, s.strip_prefix(scheme)?)));
+        if let Some((scheme, tls, rest)) = etcd {
             let (hosts, prefix) = match rest.split_once('/') {
                 Some((h, p)) => (h, p.trim_end_matches('/')),
                 None => (rest, ""),
@@ -276,7 +286,7 @@ impl std::str::FromStr for StoreUrl {
                 .map(String::from)
                 .collect();
             if endpoints.is_empty() {
-                return Err(format!("{s:?}: etcd:// needs at least one host:port"));
+                return Err(format!("{s:?}: {scheme} needs at least one host:port"));
             }
             for e in &endpoints {
                 let port = e.rsplit_once(':').map(|(_, p)| p);
@@ -287,6 +297,7 @@ impl std::str::FromStr for StoreUrl {
             return Ok(StoreUrl::Etcd {
                 endpoints,
                 prefix: prefix.to_string(),
+                tls,
             });
         }
         if let Some(path) = s.strip_prefix("fdb:") {
@@ -296,7 +307,7 @@ impl std::str::FromStr for StoreUrl {
             });
         }
         Err(format!(
-            "{s:?} is not a store URL: use `embedded`, `embedded:/dir`, `etcd://host:port[,host:port…][/prefix]`, `fdb:/path/to/fdb.cluster` or `memory`"
+            "{s:?} is not a store URL: use `embedded`, `embedded:/dir`, `etcd://host:port[,host:port…][/prefix]` (`etcds://` for TLS), `fdb:/path/to/fdb.cluster` or `memory`"
         ))
     }
 }
@@ -306,11 +317,17 @@ impl fmt::Display for StoreUrl {
         match self {
             StoreUrl::Embedded { dir: None } => f.write_str("embedded"),
             StoreUrl::Embedded { dir: Some(d) } => write!(f, "embedded:{}", d.display()),
-            StoreUrl::Etcd { endpoints, prefix } if prefix.is_empty() => {
-                write!(f, "etcd://{}", endpoints.join(","))
-            }
-            StoreUrl::Etcd { endpoints, prefix } => {
-                write!(f, "etcd://{}/{}", endpoints.join(","), prefix)
+            StoreUrl::Etcd {
+                endpoints,
+                prefix,
+                tls,
+            } => {
+                let scheme = if *tls { "etcds" } else { "etcd" };
+                write!(f, "{scheme}://{}", endpoints.join(","))?;
+                if !prefix.is_empty() {
+                    write!(f, "/{prefix}")?;
+                }
+                Ok(())
             }
             StoreUrl::Fdb { cluster_file: None } => f.write_str("fdb:"),
             StoreUrl::Fdb {
@@ -321,19 +338,29 @@ impl fmt::Display for StoreUrl {
     }
 }
 
-/// Opens the store a URL names. `data_dir` is where `embedded` keeps its database.
+/// Opens the store a URL names. `data_dir` is where `embedded` keeps its database; `access`
+/// holds the TLS material and credentials for etcd and FoundationDB.
 pub async fn open(
     url: &StoreUrl,
     data_dir: &std::path::Path,
+    access: &StoreAccess,
 ) -> Result<Arc<dyn KvStore>, StoreError> {
+    // A build without a store's feature refuses its URL below and has no use for its access.
+    #[cfg(not(all(feature = "etcd", feature = "fdb")))]
+    let _ = access;
     match url {
         StoreUrl::Embedded { dir } => {
             let dir = dir.as_deref().unwrap_or(data_dir);
             Ok(Arc::new(embedded::EmbeddedStore::open(dir)?))
         }
         #[cfg(feature = "etcd")]
-        StoreUrl::Etcd { endpoints, prefix } => Ok(Arc::new(
-            etcd::EtcdStore::connect(endpoints.clone(), prefix.clone()).await?,
+        StoreUrl::Etcd {
+            endpoints,
+            prefix,
+            tls,
+        } => Ok(Arc::new(
+            etcd::EtcdStore::connect_with(endpoints.clone(), prefix.clone(), *tls, &access.etcd)
+                .await?,
         )),
         #[cfg(not(feature = "etcd"))]
         StoreUrl::Etcd { .. } => Err(StoreError::Invalid(
@@ -342,6 +369,7 @@ pub async fn open(
         #[cfg(feature = "fdb")]
         StoreUrl::Fdb { cluster_file } => Ok(Arc::new(fdb::FdbStore::open(
             cluster_file.as_deref(),
+            &access.fdb,
         )?)),
         #[cfg(not(feature = "fdb"))]
         StoreUrl::Fdb { .. } => Err(StoreError::Invalid(
@@ -395,6 +423,23 @@ mod tests {
                 StoreUrl::Etcd {
                     endpoints: vec!["127.0.0.1:2379".into(), "127.0.0.1:22379".into()],
                     prefix: "idgen".into(),
+                    tls: false,
+                },
+            ),
+            (
+                "etcds://etcd-0.etcd:2379,etcd-1.etcd:2379/idgen",
+                StoreUrl::Etcd {
+                    endpoints: vec!["etcd-0.etcd:2379".into(), "etcd-1.etcd:2379".into()],
+                    prefix: "idgen".into(),
+                    tls: true,
+                },
+            ),
+            (
+                "etcds://[::1]:2379",
+                StoreUrl::Etcd {
+                    endpoints: vec!["[::1]:2379".into()],
+                    prefix: "".into(),
+                    tls: true,
                 },
             ),
             (
@@ -402,6 +447,7 @@ mod tests {
                 StoreUrl::Etcd {
                     endpoints: vec!["localhost:2379".into()],
                     prefix: "".into(),
+                    tls: false,
                 },
             ),
             (
@@ -423,6 +469,9 @@ mod tests {
             "etcd://",
             "etcd://host",
             "etcd://host:notaport",
+            "etcds://",
+            "etcds://host",
+            "https://host:2379",
             "redis://x",
             "embedded:",
             "postgres://db",
