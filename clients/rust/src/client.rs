@@ -35,6 +35,9 @@ const COMMAND_QUEUE: usize = 1024;
 const MAX_COALESCED_WRITE: usize = 64 * 1024;
 /// Initial size of the read buffer.
 const READ_BUFFER: usize = 64 * 1024;
+/// After the HELLO could not be sent on a TLS stream: how long to wait for the alert that
+/// says why.
+const ALERT_WAIT: Duration = Duration::from_millis(200);
 
 /// Connection settings for [`Client::connect_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,7 +186,7 @@ impl Client {
     ) -> Result<Client, Error> {
         tokio::time::timeout(options.connect_timeout, async {
             let mut stream = tcp_connect(addr).await?;
-            let (protocol, leftover) = handshake(&mut stream).await?;
+            let (protocol, leftover) = handshake(&mut stream, false).await?;
             let (read, write) = stream.into_split();
             Ok(Client::start(read, write, protocol, leftover, options))
         })
@@ -221,7 +224,7 @@ impl Client {
             let tcp = tcp_connect(addr).await?;
             // A failed handshake is an I/O error carrying the rustls error: `Error::Tls`.
             let mut stream = connector.connect(name, tcp).await?;
-            let (protocol, leftover) = handshake(&mut stream).await?;
+            let (protocol, leftover) = handshake(&mut stream, true).await?;
             let (read, write) = tokio::io::split(stream);
             Ok(Client::start(read, write, protocol, leftover, options))
         })
@@ -367,15 +370,31 @@ async fn tcp_connect(addr: impl ToSocketAddrs) -> Result<TcpStream, Error> {
         .into())
 }
 
-/// The HELLO handshake on a connected stream. Returns the connection's protocol state and
-/// any bytes read past HELLO_OK.
-async fn handshake<S>(stream: &mut S) -> Result<(ClientConn, BytesMut), Error>
+/// The HELLO handshake on a connected stream (`tls`: a TLS stream). Returns the
+/// connection's protocol state and any bytes read past HELLO_OK.
+async fn handshake<S>(stream: &mut S, tls: bool) -> Result<(ClientConn, BytesMut), Error>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let handshake = Handshake::new();
-    stream.write_all(&handshake.hello()).await?;
-    stream.flush().await?;
+    let sent = match stream.write_all(&handshake.hello()).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = sent {
+        if tls {
+            // With TLS 1.3 a server that refuses the client certificate says so after the
+            // handshake and closes; the HELLO may then meet a reset. Its alert says why.
+            let mut scratch = BytesMut::with_capacity(4096);
+            let read = tokio::time::timeout(ALERT_WAIT, stream.read_buf(&mut scratch)).await;
+            if let Ok(Err(read_error)) = read {
+                if let tls_error @ Error::Tls(_) = Error::from(read_error) {
+                    return Err(tls_error);
+                }
+            }
+        }
+        return Err(e.into());
+    }
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     loop {
         if let Some((protocol, used)) = handshake.receive(&buf).map_err(handshake_error)? {
