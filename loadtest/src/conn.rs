@@ -323,9 +323,15 @@ async fn connect(cfg: &Config, which: usize) -> Result<Conn, ConnectError> {
         return Ok(conn);
     }
     let handshake = Handshake::new();
-    write_flush(&mut conn.stream, &handshake.hello())
-        .await
-        .map_err(|e| ConnectError::Retry(format!("sending HELLO: {e}")))?;
+    if let Err(e) = write_flush(&mut conn.stream, &handshake.hello()).await {
+        // A TLS 1.3 server that refused the client certificate may have reset the
+        // connection already; its alert, if it arrives, says why.
+        let why = match pending_tls_alert(&mut conn).await {
+            Some(alert) => alert,
+            None => e.to_string(),
+        };
+        return Err(ConnectError::Retry(format!("sending HELLO: {why}")));
+    }
     let mut protocol = match timeout(HANDSHAKE_TIMEOUT, read_hello(&mut conn, handshake)).await {
         Err(_) => return Err(ConnectError::Retry("no HELLO_OK within 5 s".into())),
         Ok(r) => r?,
@@ -374,6 +380,25 @@ async fn read_hello(conn: &mut Conn, handshake: Handshake) -> Result<ClientConn,
             Ok(_) => {}
             Err(e) => return Err(ConnectError::Retry(format!("reading HELLO_OK: {e}"))),
         }
+    }
+}
+
+/// After a failed write on a TLS stream: the TLS error (a server's alert) that a read
+/// reports within 200 ms, if any.
+async fn pending_tls_alert(conn: &mut Conn) -> Option<String> {
+    if !matches!(conn.stream, Stream::Tls(_)) {
+        return None;
+    }
+    let read = timeout(
+        Duration::from_millis(200),
+        conn.stream.read_buf(&mut conn.rbuf),
+    )
+    .await;
+    match read {
+        Ok(Err(e)) if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) => {
+            Some(e.to_string())
+        }
+        _ => None,
     }
 }
 
