@@ -61,7 +61,7 @@
 //!     .ca_file("/etc/idgen/tls/ca.crt")
 //!     .client_cert_files("/etc/idgen/tls/client.crt", "/etc/idgen/tls/client.key")
 //!     .build()?;
-//! let pool = Pool::connect_tls(&["id-1.internal:7421", "id-2.internal:7421"], PoolOptions::default(), &tls).await?;
+//! let pool = Pool::connect_tls(&["id-1.internal:7420", "id-2.internal:7420"], PoolOptions::default(), &tls).await?;
 //! let id = pool.next_id().await?;
 //! # let _ = id;
 //! # Ok(())

@@ -13,7 +13,7 @@
 //!     .ca_file("/etc/idgen/ca.crt")
 //!     .client_cert_files("/etc/idgen/client.crt", "/etc/idgen/client.key") // mutual TLS
 //!     .build()?;
-//! let pool = Pool::connect_tls(&["id-1.internal:7421", "id-2.internal:7421"], PoolOptions::default(), &tls).await?;
+//! let pool = Pool::connect_tls(&["id-1.internal:7420", "id-2.internal:7420"], PoolOptions::default(), &tls).await?;
 //! let id = pool.next_id().await?;
 //! # let _ = id;
 //! # Ok(())
@@ -24,8 +24,8 @@
 //!
 //! * the node's certificate chains to a certificate of the CA bundle, and is valid now;
 //! * the certificate names the server name: by default the host part of the address dialed
-//!   (`id-1.internal` for `id-1.internal:7421`; for an IP literal such as `10.0.0.1:7421`
-//!   or `[::1]:7421`, the IP address, which the certificate must carry as an IP address
+//!   (`id-1.internal` for `id-1.internal:7420`; for an IP literal such as `10.0.0.1:7420`
+//!   or `[::1]:7420`, the IP address, which the certificate must carry as an IP address
 //!   SAN), or the name given with [`TlsConfigBuilder::server_name`].
 //!
 //! The client offers the ALPN protocol `idgen/1`. TLS 1.3 and 1.2 are accepted, with rustls'
@@ -363,12 +363,12 @@ mod tests {
 
     #[test]
     fn host_parts() {
-        assert_eq!(host_of("id-1.internal:7421"), "id-1.internal");
-        assert_eq!(host_of("10.0.0.1:7421"), "10.0.0.1");
-        assert_eq!(host_of("[::1]:7421"), "::1");
-        assert_eq!(host_of("::1:7421"), "::1");
+        assert_eq!(host_of("id-1.internal:7420"), "id-1.internal");
+        assert_eq!(host_of("10.0.0.1:7420"), "10.0.0.1");
+        assert_eq!(host_of("[::1]:7420"), "::1");
+        assert_eq!(host_of("::1:7420"), "::1");
         assert_eq!(host_of("localhost"), "localhost");
-        assert_eq!(host_of(":7421"), "");
+        assert_eq!(host_of(":7420"), "");
     }
 
     #[test]

@@ -323,7 +323,7 @@ async fn bad_configurations_are_errors_that_name_the_problem() {
     assert!(m.contains("neither a DNS name nor an IP address"), "{m}");
     // An address without a host to verify.
     let tls = trusting(&ca);
-    let (kind, message) = tls_kind(Client::connect_tls(":7421", options(), &tls).await);
+    let (kind, message) = tls_kind(Client::connect_tls(":7420", options(), &tls).await);
     assert_eq!(kind, TlsErrorKind::Config);
     assert!(message.contains("no host"), "{message}");
 }
