@@ -71,7 +71,7 @@ enum Command {
     /// Fetch IDs from a running node and print them, one per line.
     Get {
         /// Node address (host:port).
-        #[arg(long, default_value_t = ListenSection::default().listen.to_string(), env = "IDGEN_ADDR")]
+        #[arg(long, default_value_t = ListenSection::default().listen.map_or_else(String::new, |a| a.to_string()), env = "IDGEN_ADDR")]
         addr: String,
         /// How many IDs.
         #[arg(short = 'n', long = "count", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -307,12 +307,19 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let view = node.lease().current();
-        println!("listening on {}", node.local_addr());
+        if let Some(tls) = node.tls_addr() {
+            println!("listening with TLS on {tls}");
+        }
+        if let Some(addr) = node.local_addr() {
+            println!("listening on {addr}");
+        }
         if let Some(admin) = node.admin_addr() {
-            println!("admin on http://{admin}");
+            let scheme = if node.admin_is_tls() { "https" } else { "http" };
+            println!("admin on {scheme}://{admin}");
         }
         if let Some(http) = node.http_addr() {
-            println!("HTTP ID API on http://{http}");
+            let scheme = if node.http_is_tls() { "https" } else { "http" };
+            println!("HTTP ID API on {scheme}://{http}");
         }
         if let Some(v) = &view {
             println!(
@@ -327,7 +334,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         // started us; without NOTIFY_SOCKET this does nothing.
         let status = format!(
             "serving on {}; worker IDs {}",
-            node.local_addr(),
+            node.local_addr()
+                .or(node.tls_addr())
+                .map_or_else(String::new, |a| a.to_string()),
             view.as_ref()
                 .map_or_else(|| "none".to_string(), |v| v.grant.workers().to_string())
         );

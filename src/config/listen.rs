@@ -19,9 +19,9 @@ settings! {
     #[serde(default, deny_unknown_fields)]
     #[command(next_help_heading = "ID protocol and shards ([listen] in the file)")]
     pub struct ListenArgs {
-        /// Address the ID protocol listens on.
+        /// Address the ID protocol listens on, plaintext; `off` disables it (with tls_listen set).
         #[arg(long, env = "IDGEN_LISTEN")]
-        pub listen: Option<SocketAddr>,
+        pub listen: Option<String>,
         /// Address of the HTTP ID API (POST /ids, POST /ids/batch); `off` disables it.
         #[arg(long, env = "IDGEN_HTTP_LISTEN")]
         pub http_listen: Option<String>,
@@ -46,13 +46,19 @@ settings! {
         /// Close a connection whose peer does not read its answers for this long.
         #[arg(long, env = "IDGEN_WRITE_TIMEOUT")]
         pub write_timeout: Option<String>,
+        /// HTTP ID API: close a connection that is idle or sends a request's head or body for
+        /// longer than this.
+        #[arg(long, env = "IDGEN_HTTP_REQUEST_TIMEOUT")]
+        pub http_request_timeout: Option<String>,
     }
 }
 
 /// The `[listen]` section, resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ListenSection {
-    pub listen: SocketAddr,
+    /// `None`: no plaintext listener for the ID protocol (TLS only).
+    #[serde(serialize_with = "ser::addr_or_off")]
+    pub listen: Option<SocketAddr>,
     /// `None`: the HTTP ID API is off.
     #[serde(serialize_with = "ser::addr_or_off")]
     pub http_listen: Option<SocketAddr>,
@@ -66,12 +72,14 @@ pub struct ListenSection {
     pub handshake_timeout: Duration,
     #[serde(serialize_with = "ser::duration")]
     pub write_timeout: Duration,
+    #[serde(serialize_with = "ser::duration")]
+    pub http_request_timeout: Duration,
 }
 
 impl Default for ListenSection {
     fn default() -> Self {
         ListenSection {
-            listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 7420))),
             http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 7422))),
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             workers_per_shard: 1,
@@ -80,6 +88,7 @@ impl Default for ListenSection {
             idle_timeout: Duration::from_secs(300),
             handshake_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(30),
+            http_request_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -103,12 +112,16 @@ impl ListenSection {
         if max_connections == 0 {
             return Err(err("max_connections: must be at least 1"));
         }
+        let listen = match given.listen {
+            Some(text) => parse_addr_or_off("listen", &text)?,
+            None => d.listen,
+        };
         let http_listen = match given.http_listen {
             Some(text) => parse_addr_or_off("http_listen", &text)?,
             None => d.http_listen,
         };
         Ok(ListenSection {
-            listen: given.listen.unwrap_or(d.listen),
+            listen,
             http_listen,
             shards,
             workers_per_shard: given.workers_per_shard.unwrap_or(d.workers_per_shard),
@@ -121,6 +134,12 @@ impl ListenSection {
                 d.handshake_timeout,
             )?,
             write_timeout: duration("write_timeout", given.write_timeout, d.write_timeout)?,
+            http_request_timeout: nonzero(duration(
+                "http_request_timeout",
+                given.http_request_timeout,
+                d.http_request_timeout,
+            )?)
+            .ok_or_else(|| err("http_request_timeout: must be more than 0"))?,
         })
     }
 
@@ -128,4 +147,9 @@ impl ListenSection {
     pub fn workers(&self) -> u64 {
         self.shards as u64 * self.workers_per_shard
     }
+}
+
+/// `d`, unless it is zero.
+pub(super) fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
 }

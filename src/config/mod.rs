@@ -8,6 +8,7 @@
 //! | `[layout]` | [`LayoutArgs`] | [`Layout`] | the generators, the connections, the lease keeper |
 //! | `[clock]` | [`ClockArgs`] | [`ClockSection`] | the generators, the clock watch, the range watch |
 //! | `[admin]` | [`AdminArgs`] | [`AdminSection`] | the admin HTTP listener |
+//! | `[tls]` | [`TlsArgs`] | [`TlsSection`] | the TLS acceptors of the listeners |
 //! | `[shutdown]` | [`ShutdownArgs`] | [`ShutdownSection`] | the node's drain and the shards' drain |
 //! | `[log]` | [`LogArgs`] | [`LogSection`] | the log subscriber |
 //!
@@ -56,6 +57,7 @@ pub mod lease;
 pub mod listen;
 pub mod log;
 pub mod shutdown;
+pub mod tls;
 
 pub use admin::{AdminArgs, AdminSection};
 pub use clock::{ClockArgs, ClockSection};
@@ -64,6 +66,7 @@ pub use lease::{LeaseArgs, LeaseSection};
 pub use listen::{ListenArgs, ListenSection, MAX_BATCH_LIMIT};
 pub use log::{LogArgs, LogFormat, LogSection};
 pub use shutdown::{ShutdownArgs, ShutdownSection};
+pub use tls::{AdminTls, TlsArgs, TlsSection};
 
 /// Every section's settings as given: the flags (and environment) of `idgen serve`, and the
 /// TOML file, whose tables are the sections.
@@ -80,6 +83,8 @@ pub struct Settings {
     pub clock: ClockArgs,
     #[command(flatten)]
     pub admin: AdminArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     #[command(flatten)]
     pub shutdown: ShutdownArgs,
     #[command(flatten)]
@@ -108,6 +113,7 @@ pub struct ServeConfig {
     pub layout: Layout,
     pub clock: ClockSection,
     pub admin: AdminSection,
+    pub tls: TlsSection,
     pub shutdown: ShutdownSection,
     pub log: LogSection,
 }
@@ -190,6 +196,7 @@ impl Settings {
             layout: self.layout.or(file.layout),
             clock: self.clock.or(file.clock),
             admin: self.admin.or(file.admin),
+            tls: self.tls.or(file.tls),
             shutdown: self.shutdown.or(file.shutdown),
             log: self.log.or(file.log),
         }
@@ -230,6 +237,7 @@ fn section_of(key: &str) -> Option<&'static str> {
         ("layout", has::<LayoutArgs>(key)),
         ("clock", has::<ClockArgs>(key)),
         ("admin", has::<AdminArgs>(key)),
+        ("tls", has::<TlsArgs>(key)),
         ("shutdown", has::<ShutdownArgs>(key)),
         ("log", has::<LogArgs>(key)),
     ]
@@ -251,7 +259,8 @@ impl ServeArgs {
 
 impl ServeConfig {
     /// Resolves and validates each section by itself, then what spans sections: the worker
-    /// IDs the shards lease must fit the layout's worker space.
+    /// IDs the shards lease must fit the layout's worker space, and the ID protocol must have
+    /// a listener, plaintext or TLS.
     pub fn resolve(given: Settings, now_unix_ms: u64) -> Result<ServeConfig, ConfigError> {
         let layout = layout::resolve(given.layout, now_unix_ms)?;
         let lease = LeaseSection::resolve(given.lease, &layout)?;
@@ -269,12 +278,19 @@ impl ServeConfig {
                 if lease.region.region().is_some() { " per region" } else { "" }
             )));
         }
+        let tls = TlsSection::resolve(given.tls)?;
+        if listen.listen.is_none() && tls.tls_listen.is_none() {
+            return Err(err(
+                "listen is off and tls_listen is not set: the ID protocol needs an address",
+            ));
+        }
         Ok(ServeConfig {
             listen,
             lease,
             layout,
             clock: ClockSection::resolve(given.clock)?,
             admin: AdminSection::resolve(given.admin)?,
+            tls,
             shutdown: ShutdownSection::resolve(given.shutdown)?,
             log: LogSection::resolve(given.log)?,
         })
@@ -297,6 +313,7 @@ impl ServeConfig {
             ("layout", layout::table(&self.layout)),
             ("clock", table("clock", &self.clock)?),
             ("admin", table("admin", &self.admin)?),
+            ("tls", table("tls", &self.tls)?),
             ("shutdown", table("shutdown", &self.shutdown)?),
             ("log", table("log", &self.log)?),
         ])

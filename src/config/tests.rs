@@ -26,7 +26,9 @@ fn layout(f: impl FnOnce(&mut LayoutArgs)) -> ServeArgs {
 #[test]
 fn defaults_resolve() {
     let c = ServeArgs::default().resolve(NOW).unwrap();
-    assert_eq!(c.listen.listen, "127.0.0.1:7420".parse().unwrap());
+    assert_eq!(c.listen.listen, Some("127.0.0.1:7420".parse().unwrap()));
+    assert_eq!(c.tls, TlsSection::default());
+    assert!(c.tls.fronts().is_empty());
     assert_eq!(
         c.admin.admin_listen,
         Some("127.0.0.1:7421".parse().unwrap())
@@ -187,7 +189,7 @@ fn the_printed_configuration_reads_back_as_itself() {
     let mut odd = ServeArgs::default();
     let s = &mut odd.settings;
     s.listen = ListenArgs {
-        listen: Some("0.0.0.0:9000".parse().unwrap()),
+        listen: Some("0.0.0.0:9000".into()),
         http_listen: Some("off".into()),
         shards: Some(3),
         workers_per_shard: Some(2),
@@ -196,6 +198,16 @@ fn the_printed_configuration_reads_back_as_itself() {
         idle_timeout: Some("90s".into()),
         handshake_timeout: Some("1500ms".into()),
         write_timeout: Some("2m".into()),
+        http_request_timeout: Some("3s".into()),
+    };
+    s.tls = TlsArgs {
+        tls_cert: Some(dir.path().join("tls.crt")),
+        tls_key: Some(dir.path().join("tls.key")),
+        tls_client_ca: Some(dir.path().join("ca.crt")),
+        tls_listen: Some("0.0.0.0:9443".into()),
+        tls_http: Some(true),
+        tls_admin: Some("mtls".into()),
+        tls_reload_interval: Some("1m".into()),
     };
     s.lease = LeaseArgs {
         store: Some("etcd://10.0.0.1:2379,10.0.0.2:2379/idgen".into()),
@@ -219,6 +231,7 @@ fn the_printed_configuration_reads_back_as_itself() {
         range_warning: Some("30days".into()),
     };
     s.admin.admin_listen = Some("[::1]:7421".into());
+    s.admin.admin_request_timeout = Some("20s".into());
     s.shutdown = ShutdownArgs {
         drain_delay: Some("5s".into()),
         shutdown_timeout: Some("1h".into()),
@@ -311,4 +324,71 @@ fn help_shows_each_default_from_its_section() {
             assert!(section_of(id).is_some(), "{id}");
         }
     }
+}
+
+#[test]
+fn tls_settings_that_cannot_work_are_refused() {
+    fn tls(f: impl FnOnce(&mut TlsArgs)) -> Result<ServeConfig, ConfigError> {
+        let mut a = ServeArgs::default();
+        f(&mut a.settings.tls);
+        a.resolve(NOW)
+    }
+    let files = |t: &mut TlsArgs| {
+        t.tls_cert = Some("/etc/idgen/tls.crt".into());
+        t.tls_key = Some("/etc/idgen/tls.key".into());
+    };
+    let refused = [
+        (
+            tls(|t| t.tls_http = Some(true)).err(),
+            "tls_http needs tls_cert and tls_key",
+        ),
+        (
+            tls(|t| {
+                files(t);
+                t.tls_admin = Some("mtls".into());
+            })
+            .err(),
+            "needs tls_client_ca",
+        ),
+        (
+            tls(|t| {
+                files(t);
+                t.tls_admin = Some("https".into());
+            })
+            .err(),
+            "is not one of off, tls, mtls",
+        ),
+        (
+            tls(|t| {
+                files(t);
+                t.tls_admin = Some("tls".into());
+                t.tls_client_ca = Some("/etc/idgen/ca.crt".into());
+            })
+            .err(),
+            "no listener asks for client certificates",
+        ),
+        (tls(files).err(), "no listener uses TLS"),
+        (
+            tls(|t| {
+                files(t);
+                t.tls_listen = Some("127.0.0.1:7430".into());
+                t.tls_reload_interval = Some("0s".into());
+            })
+            .err(),
+            "must be more than 0",
+        ),
+    ];
+    for (e, want) in refused {
+        let e = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains(want), "expected {want:?}, got {e:?}");
+    }
+    let c = tls(|t| {
+        files(t);
+        t.tls_listen = Some("127.0.0.1:7430".into());
+        t.tls_client_ca = Some("/etc/idgen/ca.crt".into());
+    })
+    .unwrap();
+    assert!(c.tls.mutual());
+    assert_eq!(c.tls.fronts(), ["tls_listen"]);
+    assert_eq!(c.tls.tls_admin, AdminTls::Off);
 }

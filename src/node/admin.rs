@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 
 use super::drift::ClockWatch;
 use super::telemetry::{Family, ShardStats};
+use super::tls::{ServerTls, TlsFront, TlsStats};
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
 use crate::layout::{Id, Layout};
@@ -46,6 +47,8 @@ pub struct AdminState {
     pub shards: Vec<Arc<ShardStats>>,
     pub draining: Arc<AtomicBool>,
     pub clock_watch: Arc<ClockWatch>,
+    /// The node's TLS, for its counters.
+    pub tls: Option<Arc<ServerTls>>,
     registry: Registry,
 }
 
@@ -56,6 +59,7 @@ impl AdminState {
         shards: Vec<Arc<ShardStats>>,
         draining: Arc<AtomicBool>,
         clock_watch: Arc<ClockWatch>,
+        tls: Option<Arc<ServerTls>>,
     ) -> Arc<AdminState> {
         Arc::new_cyclic(|weak: &std::sync::Weak<AdminState>| {
             let mut registry = Registry::default();
@@ -66,6 +70,7 @@ impl AdminState {
                 shards,
                 draining,
                 clock_watch,
+                tls,
                 registry,
             }
         })
@@ -130,15 +135,153 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .with_state(state)
 }
 
-/// Serves the admin API on `listener` until `shutdown` resolves.
+/// Most admin connections open at once; more are closed as they arrive (the admin port is for
+/// probes, scrapers and operators, not for traffic).
+pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
+
+/// Largest request body read on the admin port (its endpoints take none).
+const MAX_BODY: usize = 4096;
+
+/// Serves the admin API on `listener` (over TLS when `tls` is given) until `shutdown`
+/// resolves. A connection that is idle, or sends a request's head or body, for longer than
+/// `request_timeout` is closed (a TLS handshake has as long).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AdminState>,
+    tls: Option<Arc<ServerTls>>,
+    request_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let router = router(state);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(event = "accept_failed", error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        while conns.try_join_next().is_some() {}
+        if conns.len() >= MAX_ADMIN_CONNECTIONS {
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let (router, tls, stopped) = (router.clone(), tls.clone(), stopped.clone());
+        conns.spawn(async move {
+            match tls {
+                None => serve_conn(stream, router, request_timeout, stopped).await,
+                Some(tls) => {
+                    let accepted = tls
+                        .accept(TlsFront::Admin, stream, Some(peer), request_timeout)
+                        .await;
+                    if let Some((stream, _client)) = accepted {
+                        serve_conn(stream, router, request_timeout, stopped).await;
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    let drained = tokio::time::timeout(request_timeout, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        conns.abort_all();
+    }
+    Ok(())
+}
+
+/// Serves one admin connection (HTTP/1.1, keep-alive) until it closes, idles past the request
+/// timeout, or the server stops (the request in flight is answered first).
+async fn serve_conn<S>(
+    stream: S,
+    router: Router,
+    request_timeout: Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let router = router.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(router, req, request_timeout).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(request_timeout);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = async {
+            while !*stopped.borrow_and_update() {
+                if stopped.changed().await.is_err() {
+                    break;
+                }
+            }
+        } => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(request_timeout, conn.as_mut()).await;
+        }
+    }
+}
+
+/// Reads a request's body (within the timeout, up to [`MAX_BODY`]) and routes it.
+async fn handle(
+    router: Router,
+    req: axum::http::Request<hyper::body::Incoming>,
+    timeout: Duration,
+) -> Response {
+    use http_body_util::{BodyExt, Limited};
+    use tower::ServiceExt;
+    let (parts, body) = req.into_parts();
+    let body = match tokio::time::timeout(timeout, Limited::new(body, MAX_BODY).collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return closing(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the admin endpoints take no body (at most {MAX_BODY} bytes read)"),
+            ))
+        }
+        Ok(Err(e)) => {
+            return closing(error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the body: {e}"),
+            ))
+        }
+        // Fewer body bytes than the Content-Length promised.
+        Err(_) => {
+            return closing(error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {timeout:?}"),
+            ))
+        }
+    };
+    let req = axum::http::Request::from_parts(parts, axum::body::Body::from(body));
+    match router.oneshot(req).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+/// The response, and the connection closed after it (what is left of an unread body would
+/// otherwise be read as the next request).
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -475,6 +618,50 @@ impl Collector for Metrics {
             "1 while the node drains",
             i64::from(s.draining.load(Ordering::Relaxed)),
         )?;
+        if let Some(tls) = &s.tls {
+            tls_metrics(&mut enc, &tls.stats)?;
+        }
         Ok(())
     }
+}
+
+/// The TLS counters: handshakes by listener and outcome, connections by client identity (a
+/// bounded label set), reloads, and the serving certificate's expiry.
+fn tls_metrics(enc: &mut DescriptorEncoder, stats: &TlsStats) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "idgen_tls_handshakes",
+        "TLS handshakes, by listener (protocol, http, admin) and result (ok, failed, timeout)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (front, result, n) in stats.handshakes() {
+        let labels = [("listener", front), ("result", result)];
+        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "idgen_tls_client_connections",
+        "TLS connections accepted, by client identity (URI or DNS SAN, else CN; anonymous without a certificate; the first 32 identities, then other)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (identity, n) in stats.clients() {
+        let labels = [("identity", identity)];
+        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "idgen_tls_reloads",
+        "Reloads of the TLS files after they changed, by result (applied, failed: the previous ones keep serving)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (result, n) in stats.reloads() {
+        let labels = [("result", result)];
+        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+    }
+    gauge(
+        enc,
+        "idgen_tls_certificate_expiry_timestamp_seconds",
+        "When the node's serving certificate expires (Unix time)",
+        stats.cert_not_after() as i64,
+    )
 }

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use idgen_protocol::{
@@ -20,7 +20,7 @@ use idgen_protocol::{
     encode_pong, encode_ranges, Decoded, Limits, Request, ServerConnState, ServerHello, Status,
     DEFAULT_MAX_REQUEST_FRAME,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -89,6 +89,13 @@ pub(crate) async fn refuse_overloaded(mut stream: TcpStream, stats: Arc<ShardSta
     .await;
 }
 
+/// Writes `out` and flushes it (a TLS stream may hold records back until flushed; a TCP
+/// stream's flush does nothing).
+async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, out: &[u8]) -> std::io::Result<()> {
+    stream.write_all(out).await?;
+    stream.flush().await
+}
+
 struct Conn {
     ctx: Rc<ConnCtx>,
     limits: Limits,
@@ -110,10 +117,10 @@ struct Conn {
     pending: Option<Pending>,
 }
 
-pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
+/// Serves one ID-protocol connection, plaintext or TLS (the caller set `TCP_NODELAY`).
+pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, ctx: Rc<ConnCtx>) {
     let stats = Arc::clone(&ctx.stats);
     bump(&stats.connections_open, 1);
-    let _ = stream.set_nodelay(true);
     let mut conn = Conn {
         limits: Limits {
             max_request_frame: DEFAULT_MAX_REQUEST_FRAME,
@@ -136,7 +143,7 @@ pub(crate) async fn serve(mut stream: TcpStream, ctx: Rc<ConnCtx>) {
 }
 
 impl Conn {
-    async fn run(&mut self, stream: &mut TcpStream) {
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(&mut self, stream: &mut S) {
         let listen = self.ctx.listen;
         let mut shutdown = self.ctx.shutdown.clone();
         let opened = Instant::now();
@@ -205,8 +212,9 @@ impl Conn {
 
     /// On shutdown: everything already read has been answered; answer the next request, if one
     /// has arrived, with SHUTTING_DOWN, then close.
-    async fn finish_draining(&mut self, stream: &mut TcpStream) {
-        let _ = stream.try_read_buf(&mut self.inbuf);
+    async fn finish_draining<S: AsyncRead + AsyncWrite + Unpin>(&mut self, stream: &mut S) {
+        // Whatever has arrived, without waiting for more.
+        let _ = tokio::time::timeout(Duration::ZERO, stream.read_buf(&mut self.inbuf)).await;
         if let Ok(Some(_)) = decode_request(&self.inbuf, &self.limits) {
             encode_error(
                 Status::SHUTTING_DOWN,
@@ -215,7 +223,7 @@ impl Conn {
             );
             self.ctx.stats.error(Status::SHUTTING_DOWN);
             let _ =
-                tokio::time::timeout(self.ctx.listen.write_timeout, stream.write_all(&self.out))
+                tokio::time::timeout(self.ctx.listen.write_timeout, write_out(stream, &self.out))
                     .await;
         }
         let _ = stream.shutdown().await;
@@ -223,12 +231,12 @@ impl Conn {
 
     /// Writes the pending output in one call. False if the connection is gone or the client
     /// stopped reading for longer than the write timeout.
-    async fn flush(&mut self, stream: &mut TcpStream, read_at: Instant) -> bool {
+    async fn flush<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, read_at: Instant) -> bool {
         if self.out.is_empty() {
             return true;
         }
         let written =
-            tokio::time::timeout(self.ctx.listen.write_timeout, stream.write_all(&self.out)).await;
+            tokio::time::timeout(self.ctx.listen.write_timeout, write_out(stream, &self.out)).await;
         if !matches!(written, Ok(Ok(()))) {
             return false;
         }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use idgen_protocol::Status;
@@ -47,8 +47,8 @@ pub(crate) struct HttpCtx {
     pub gen: Rc<RefCell<ShardGen>>,
     pub stats: Arc<ShardStats>,
     pub max_batch: u32,
-    /// A keep-alive connection waiting longer than this for its next request is closed.
-    pub idle_timeout: Duration,
+    /// A connection idle, or sending a request's head or body, for longer than this is closed.
+    pub request_timeout: Duration,
     /// How long a draining connection may take to finish the request in flight.
     pub shutdown_timeout: Duration,
     pub shutdown: watch::Receiver<bool>,
@@ -56,9 +56,12 @@ pub(crate) struct HttpCtx {
 
 /// Serves one HTTP/1.1 connection (keep-alive, pipelining) until the client closes it, it idles
 /// past the timeout, or the node drains (the request in flight is answered, then it closes).
-pub(crate) async fn serve(stream: TcpStream, ctx: Rc<HttpCtx>) {
+/// Serves one connection, plaintext or TLS (the caller set `TCP_NODELAY`).
+pub(crate) async fn serve<S>(stream: S, ctx: Rc<HttpCtx>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
     bump(&ctx.stats.connections_open, 1);
-    let _ = stream.set_nodelay(true);
     let mut shutdown = ctx.shutdown.clone();
     let handler = Rc::clone(&ctx);
     let service = hyper::service::service_fn(move |req| {
@@ -68,7 +71,7 @@ pub(crate) async fn serve(stream: TcpStream, ctx: Rc<HttpCtx>) {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(ctx.idle_timeout);
+        .header_read_timeout(ctx.request_timeout);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let draining = async {
@@ -122,7 +125,8 @@ async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> 
             }
         }
         ("/ids/batch", &Method::POST) => {
-            let count = match batch_count(req.into_body(), ctx.max_batch).await {
+            let count = match batch_count(req.into_body(), ctx.max_batch, ctx.request_timeout).await
+            {
                 Ok(n) => n,
                 Err(e) => return e,
             };
@@ -172,8 +176,25 @@ struct BatchBody {
 }
 
 /// The `count` of a batch request's body `{"count": N}`, checked against the node's limit.
-async fn batch_count(body: Incoming, max_batch: u32) -> Result<u32, Response<Full<Bytes>>> {
-    let bytes = match Limited::new(body, MAX_BODY).collect().await {
+async fn batch_count(
+    body: Incoming,
+    max_batch: u32,
+    timeout: Duration,
+) -> Result<u32, Response<Full<Bytes>>> {
+    let read = tokio::time::timeout(timeout, Limited::new(body, MAX_BODY).collect()).await;
+    let Ok(read) = read else {
+        // A body shorter than its Content-Length: answer, and close the connection (what is
+        // left of the body would be read as the next request).
+        let mut response = error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the body did not arrive within {timeout:?}"),
+        );
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+        return Err(response);
+    };
+    let bytes = match read {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return Err(error(

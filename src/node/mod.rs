@@ -54,6 +54,7 @@ mod http;
 pub(crate) mod issuer;
 pub(crate) mod shard;
 pub mod telemetry;
+pub mod tls;
 
 pub use telemetry::ShardStats;
 
@@ -73,6 +74,8 @@ pub enum ServeError {
     Thread(std::io::Error),
     #[error("refusing to start: {0}")]
     Clock(String),
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[from] tls::TlsError),
 }
 
 /// One address is served by one node: say so when the address is taken.
@@ -93,8 +96,10 @@ pub struct ShardExit {
 
 /// A running node (shards started, lease held).
 pub struct Node {
-    addr: SocketAddr,
+    addr: Option<SocketAddr>,
+    tls_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
+    tls: Option<Arc<tls::ServerTls>>,
     shutdown: watch::Sender<bool>,
     shards: Vec<JoinHandle<ShardExit>>,
     keeper: Arc<Keeper<SystemClock>>,
@@ -112,6 +117,8 @@ impl Node {
     pub async fn start(config: ServeConfig) -> Result<Node, ServeError> {
         let clock = SystemClock::new();
         let config = Arc::new(config);
+        // Certificate files first: a bad one fails before the store is touched.
+        let tls = tls::ServerTls::new(&config.tls)?;
         let store = store::open(&config.lease.store, &config.lease.data_dir)
             .await
             .map_err(|source| ServeError::Store {
@@ -131,7 +138,8 @@ impl Node {
         watcher.check_at_start().await.map_err(ServeError::Clock)?;
         // Bind the ID and admin ports before taking a lease, so a busy port fails fast, before
         // the store is touched.
-        let reserved = shard::reserve(config.listen.listen)?;
+        let reserved = config.listen.listen.map(shard::reserve).transpose()?;
+        let reserved_tls = config.tls.tls_listen.map(shard::reserve).transpose()?;
         let reserved_http = config.listen.http_listen.map(shard::reserve).transpose()?;
         let admin_listener = match config.admin.admin_listen {
             Some(addr) => Some(
@@ -162,17 +170,15 @@ impl Node {
         // only when the watcher's loop starts.
         watcher.publish().await;
 
-        let listeners = shard::listen(reserved, config.listen.shards).and_then(|protocol| {
-            let http: Vec<Option<std::net::TcpListener>> = match reserved_http {
-                Some(socket) => shard::listen(socket, config.listen.shards)?
-                    .into_iter()
-                    .map(Some)
-                    .collect(),
-                None => (0..config.listen.shards).map(|_| None).collect(),
-            };
-            Ok((protocol, http))
-        });
-        let (listeners, http_listeners) = match listeners {
+        let shards_n = config.listen.shards;
+        let listeners = (|| {
+            Ok::<_, ServeError>([
+                shard::listen_all(reserved, shards_n)?,
+                shard::listen_all(reserved_tls, shards_n)?,
+                shard::listen_all(reserved_http, shards_n)?,
+            ])
+        })();
+        let [listeners, tls_listeners, http_listeners] = match listeners {
             Ok(listeners) => listeners,
             Err(e) => {
                 // Another process took the address while the lease was acquired: give the
@@ -184,26 +190,27 @@ impl Node {
                 return Err(e);
             }
         };
-        let addr = listeners[0]
-            .local_addr()
-            .map_err(|source| ServeError::Listen {
-                addr: config.listen.listen,
-                source,
-            })?;
-        let http_addr = match (&http_listeners[0], config.listen.http_listen) {
-            (Some(l), Some(want)) => Some(
-                l.local_addr()
-                    .map_err(|source| ServeError::Listen { addr: want, source })?,
-            ),
-            _ => None,
+        let bound = |l: &[Option<std::net::TcpListener>], want: Option<SocketAddr>| match (
+            l.first().and_then(Option::as_ref),
+            want,
+        ) {
+            (Some(l), Some(want)) => l
+                .local_addr()
+                .map(Some)
+                .map_err(|source| ServeError::Listen { addr: want, source }),
+            _ => Ok(None),
         };
+        let addr = bound(&listeners, config.listen.listen)?;
+        let tls_addr = bound(&tls_listeners, config.tls.tls_listen)?;
+        let http_addr = bound(&http_listeners, config.listen.http_listen)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let connections = Arc::new(AtomicUsize::new(0));
         let mut shards = Vec::with_capacity(config.listen.shards);
         let mut shard_stats = Vec::with_capacity(config.listen.shards);
         let handoffs = shard::Handoff::for_shards(config.listen.shards);
-        let fronts = listeners.into_iter().zip(http_listeners);
-        for (index, ((listener, http_listener), handoff)) in fronts.zip(handoffs).enumerate() {
+        let fronts = listeners.into_iter().zip(tls_listeners).zip(http_listeners);
+        for (index, (((protocol, protocol_tls), http), handoff)) in fronts.zip(handoffs).enumerate()
+        {
             let stats = Arc::new(ShardStats::default());
             shard_stats.push(Arc::clone(&stats));
             let ctx = shard::ShardSetup {
@@ -217,10 +224,17 @@ impl Node {
                 shutdown: shutdown_rx.clone(),
                 connections: Arc::clone(&connections),
                 handoff,
+                tls: tls.clone(),
+                http_tls: config.tls.tls_http,
+            };
+            let listeners = shard::Listeners {
+                protocol,
+                protocol_tls,
+                http,
             };
             let handle = std::thread::Builder::new()
                 .name(format!("idgen-shard-{index}"))
-                .spawn(move || shard::run(ctx, listener, http_listener))
+                .spawn(move || shard::run(ctx, listeners))
                 .map_err(ServeError::Thread)?;
             shards.push(handle);
         }
@@ -234,6 +248,9 @@ impl Node {
             let rx = shutdown_rx.clone();
             tasks.push(tokio::spawn(async move { watcher.run(rx).await }));
         }
+        if let Some(tls) = &tls {
+            tasks.push(tokio::spawn(Arc::clone(tls).watch(shutdown_rx.clone())));
+        }
         tasks.push(tokio::spawn(audit::observe(
             shard_stats.clone(),
             config.layout,
@@ -245,7 +262,10 @@ impl Node {
         let admin = match admin_listener {
             Some(listener) => {
                 let admin_addr = listener.local_addr().map_err(|source| ServeError::Listen {
-                    addr: config.listen.listen,
+                    addr: config
+                        .admin
+                        .admin_listen
+                        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
                     source,
                 })?;
                 let state = admin::AdminState::new(
@@ -254,7 +274,13 @@ impl Node {
                     shard_stats.clone(),
                     Arc::clone(&draining),
                     clock_watch,
+                    tls.clone(),
                 );
+                let admin_tls = tls
+                    .as_ref()
+                    .filter(|t| t.serves(tls::TlsFront::Admin))
+                    .map(Arc::clone);
+                let request_timeout = config.admin.admin_request_timeout;
                 let (stop, mut stop_rx) = watch::channel(false);
                 let task = tokio::spawn(async move {
                     let stopped = async move {
@@ -264,7 +290,9 @@ impl Node {
                             }
                         }
                     };
-                    if let Err(e) = admin::serve(listener, state, stopped).await {
+                    if let Err(e) =
+                        admin::serve(listener, state, admin_tls, request_timeout, stopped).await
+                    {
                         tracing::error!(event = "admin_failed", error = %e, "admin HTTP server stopped");
                     }
                 });
@@ -274,7 +302,8 @@ impl Node {
         };
         tracing::info!(
             event = "node_started",
-            listen = %addr,
+            listen = ?addr,
+            tls_listen = ?tls_addr,
             http = ?http_addr,
             shards = config.listen.shards,
             worker_first = view.grant.first,
@@ -287,7 +316,9 @@ impl Node {
         );
         Ok(Node {
             addr,
+            tls_addr,
             http_addr,
+            tls,
             shutdown,
             shards,
             keeper,
@@ -310,9 +341,28 @@ impl Node {
         self.http_addr
     }
 
-    /// Where the ID protocol listens.
-    pub fn local_addr(&self) -> SocketAddr {
+    /// Where the ID protocol listens, plaintext, if it does.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
         self.addr
+    }
+
+    /// Where the ID protocol listens over TLS, if it does.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
+    }
+
+    /// Whether the HTTP ID API serves HTTPS.
+    pub fn http_is_tls(&self) -> bool {
+        self.tls
+            .as_ref()
+            .is_some_and(|t| t.serves(tls::TlsFront::Http))
+    }
+
+    /// Whether the admin port serves HTTPS.
+    pub fn admin_is_tls(&self) -> bool {
+        self.tls
+            .as_ref()
+            .is_some_and(|t| t.serves(tls::TlsFront::Admin))
     }
 
     /// The lease state, for health and metrics.

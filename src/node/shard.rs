@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::issuer::{GenSettings, ShardGen};
 use super::telemetry::{bump, ShardStats};
+use super::tls::{ServerTls, TlsFront};
 use super::{conn, http};
 use super::{ConnGuard, ServeError, ShardExit};
 use crate::config::ListenSection;
@@ -34,6 +35,20 @@ pub(crate) struct ShardSetup {
     pub shutdown: watch::Receiver<bool>,
     pub connections: Arc<AtomicUsize>,
     pub handoff: Handoff,
+    /// The node's TLS, if a listener uses it.
+    pub tls: Option<Arc<ServerTls>>,
+    /// The `[tls]` section's: the HTTP ID API serves HTTPS.
+    pub http_tls: bool,
+}
+
+/// One shard's descriptors of the node's listening sockets.
+pub(crate) struct Listeners {
+    /// The ID protocol, plaintext.
+    pub protocol: Option<std::net::TcpListener>,
+    /// The ID protocol over TLS.
+    pub protocol_tls: Option<std::net::TcpListener>,
+    /// The HTTP ID API (HTTPS when `tls_http`).
+    pub http: Option<std::net::TcpListener>,
 }
 
 /// Which protocol an accepted connection speaks.
@@ -41,6 +56,8 @@ pub(crate) struct ShardSetup {
 pub(crate) enum Front {
     /// The ID protocol (PROTOCOL.md).
     Protocol,
+    /// The ID protocol over TLS.
+    ProtocolTls,
     /// The HTTP ID API.
     Http,
 }
@@ -99,6 +116,17 @@ pub(crate) fn reserve(addr: SocketAddr) -> Result<Socket, ServeError> {
     Ok(socket)
 }
 
+/// [`listen`] on the socket if one was reserved, else no listener for any shard.
+pub(crate) fn listen_all(
+    socket: Option<Socket>,
+    count: usize,
+) -> Result<Vec<Option<std::net::TcpListener>>, ServeError> {
+    match socket {
+        Some(socket) => Ok(listen(socket, count)?.into_iter().map(Some).collect()),
+        None => Ok((0..count).map(|_| None).collect()),
+    }
+}
+
 /// Starts listening on the reserved socket and hands each of `count` shards its own
 /// descriptor of it: every shard accepts from the one listening socket on its own runtime
 /// (whichever shard is free first takes a new connection).
@@ -122,13 +150,9 @@ pub(crate) fn listen(
     Ok(out)
 }
 
-/// The shard thread's body: serves the ID protocol from `listener` and, if the node runs it,
-/// the HTTP ID API from `http_listener`.
-pub(crate) fn run(
-    setup: ShardSetup,
-    listener: std::net::TcpListener,
-    http_listener: Option<std::net::TcpListener>,
-) -> ShardExit {
+/// The shard thread's body: serves the ID protocol, plaintext and over TLS, and the HTTP ID
+/// API from the listeners the node runs.
+pub(crate) fn run(setup: ShardSetup, listeners: Listeners) -> ShardExit {
     if let Some(cores) = core_affinity::get_core_ids() {
         if !cores.is_empty() {
             let core = cores[setup.index % cores.len()];
@@ -148,14 +172,10 @@ pub(crate) fn run(
         }
     };
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, serve(setup, listener, http_listener))
+    local.block_on(&rt, serve(setup, listeners))
 }
 
-async fn serve(
-    setup: ShardSetup,
-    listener: std::net::TcpListener,
-    http_listener: Option<std::net::TcpListener>,
-) -> ShardExit {
+async fn serve(setup: ShardSetup, listeners: Listeners) -> ShardExit {
     let ShardSetup {
         index,
         listen,
@@ -167,6 +187,8 @@ async fn serve(
         mut shutdown,
         connections,
         handoff,
+        tls,
+        http_tls,
     } = setup;
     let register = |l: std::net::TcpListener| match tokio::net::TcpListener::from_std(l) {
         Ok(l) => Some(l),
@@ -175,14 +197,17 @@ async fn serve(
             None
         }
     };
-    let Some(listener) = register(listener) else {
-        return ShardExit::default();
-    };
-    let http_listener = match http_listener.map(register) {
-        Some(None) => return ShardExit::default(),
-        Some(Some(l)) => Some(l),
-        None => None,
-    };
+    let mut registered = Vec::with_capacity(3);
+    for l in [listeners.protocol, listeners.protocol_tls, listeners.http] {
+        registered.push(match l.map(register) {
+            Some(None) => return ShardExit::default(),
+            Some(Some(l)) => Some(l),
+            None => None,
+        });
+    }
+    let http_listener = registered.pop().flatten();
+    let tls_listener = registered.pop().flatten();
+    let listener = registered.pop().flatten();
     let settings = GenSettings {
         layout,
         workers_per_shard: listen.workers_per_shard,
@@ -217,15 +242,20 @@ async fn serve(
             gen: Rc::clone(&gen),
             stats: Arc::clone(&stats),
             max_batch: listen.max_batch,
-            idle_timeout: listen.idle_timeout,
+            request_timeout: listen.http_request_timeout,
             shutdown_timeout,
             shutdown: shutdown.clone(),
         }),
         stats,
+        tls,
+        http_tls,
+        handshake_timeout: listen.handshake_timeout,
+        http_timeout: listen.http_request_timeout,
     };
     loop {
         tokio::select! {
-            accepted = listener.accept() => dealer.accepted(accepted, Front::Protocol).await,
+            accepted = accept_on(listener.as_ref()) => dealer.accepted(accepted, Front::Protocol).await,
+            accepted = accept_on(tls_listener.as_ref()) => dealer.accepted(accepted, Front::ProtocolTls).await,
             accepted = accept_on(http_listener.as_ref()) => dealer.accepted(accepted, Front::Http).await,
             handed = inbox.recv() => {
                 let Some((std_stream, guard, front)) = handed else { continue };
@@ -247,6 +277,7 @@ async fn serve(
     // Connections handed over but not yet taken are closed: their clients reconnect.
     inbox.close();
     drop(listener);
+    drop(tls_listener);
     drop(http_listener);
     let mut tasks = dealer.tasks;
     let drained = tokio::time::timeout(shutdown_timeout, async {
@@ -289,12 +320,17 @@ struct Dealer {
     protocol: Rc<conn::ConnCtx>,
     http: Rc<http::HttpCtx>,
     stats: Arc<ShardStats>,
+    tls: Option<Arc<ServerTls>>,
+    /// The HTTP ID API is HTTPS.
+    http_tls: bool,
+    handshake_timeout: std::time::Duration,
+    http_timeout: std::time::Duration,
 }
 
 impl Dealer {
     async fn accepted(&mut self, accepted: std::io::Result<(TcpStream, SocketAddr)>, front: Front) {
         let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+            Ok((stream, _)) => stream,
             Err(e) => {
                 // EMFILE and friends: back off briefly instead of spinning.
                 tracing::warn!(event = "accept_failed", shard = self.index, error = %e, "accept failed");
@@ -307,13 +343,21 @@ impl Dealer {
             bump(&self.stats.connections_refused, 1);
             let stats = Arc::clone(&self.stats);
             match front {
-                Front::Protocol => self
-                    .tasks
-                    .spawn_local(conn::refuse_overloaded(stream, stats)),
-                Front::Http => self
-                    .tasks
-                    .spawn_local(http::refuse_overloaded(stream, stats)),
-            };
+                Front::Protocol => {
+                    self.tasks
+                        .spawn_local(conn::refuse_overloaded(stream, stats));
+                }
+                Front::Http if !self.http_tls => {
+                    self.tasks
+                        .spawn_local(http::refuse_overloaded(stream, stats));
+                }
+                // Over TLS, the refusal would cost a handshake per connection past the limit:
+                // close at once instead (a client retries elsewhere either way).
+                Front::ProtocolTls | Front::Http => {
+                    stats.error(idgen_protocol::Status::OVERLOADED);
+                    drop(stream);
+                }
+            }
             self.reap();
             return;
         };
@@ -342,21 +386,51 @@ impl Dealer {
         self.reap();
     }
 
-    /// Serves a connection on this shard.
+    /// Serves a connection on this shard (a TLS connection's handshake runs here too).
     fn spawn(&mut self, stream: TcpStream, guard: ConnGuard, front: Front) {
+        let _ = stream.set_nodelay(true);
+        let peer = stream.peer_addr().ok();
+        let tls = match (front, &self.tls) {
+            (Front::ProtocolTls, Some(tls)) => {
+                Some((Arc::clone(tls), TlsFront::Protocol, self.handshake_timeout))
+            }
+            (Front::Http, Some(tls)) if self.http_tls => {
+                Some((Arc::clone(tls), TlsFront::Http, self.http_timeout))
+            }
+            (Front::ProtocolTls, None) => return,
+            _ => None,
+        };
         match front {
-            Front::Protocol => {
+            Front::Protocol | Front::ProtocolTls => {
                 let ctx = Rc::clone(&self.protocol);
                 self.tasks.spawn_local(async move {
                     let _guard = guard;
-                    conn::serve(stream, ctx).await;
+                    match tls {
+                        None => conn::serve(stream, ctx).await,
+                        Some((tls, front, timeout)) => {
+                            if let Some((stream, _client)) =
+                                tls.accept(front, stream, peer, timeout).await
+                            {
+                                conn::serve(stream, ctx).await;
+                            }
+                        }
+                    }
                 });
             }
             Front::Http => {
                 let ctx = Rc::clone(&self.http);
                 self.tasks.spawn_local(async move {
                     let _guard = guard;
-                    http::serve(stream, ctx).await;
+                    match tls {
+                        None => http::serve(stream, ctx).await,
+                        Some((tls, front, timeout)) => {
+                            if let Some((stream, _client)) =
+                                tls.accept(front, stream, peer, timeout).await
+                            {
+                                http::serve(stream, ctx).await;
+                            }
+                        }
+                    }
                 });
             }
         }

@@ -4,11 +4,15 @@
 //! Each is written as PEM files into a temporary directory that lives as long as the value.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
 
 /// A certificate and its private key, as PEM text and as files.
 #[derive(Debug, Clone)]
@@ -151,6 +155,34 @@ impl TestCa {
             key: key_path,
         }
     }
+}
+
+/// A client configuration that trusts `ca_pem` (PEM, one or more certificates), presents
+/// `client` when given, and offers ALPN `alpn` (e.g. `idgen/1`, `http/1.1`).
+pub fn client_config(ca_pem: &str, client: Option<&CertFiles>, alpn: &[u8]) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    for der in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(der.expect("CA PEM")).expect("CA certificate");
+    }
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_root_certificates(roots);
+    let mut config = match client {
+        Some(files) => {
+            let chain = CertificateDer::pem_slice_iter(files.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .expect("client certificate PEM");
+            let key = PrivateKeyDer::from_pem_slice(files.key_pem.as_bytes()).expect("client key");
+            builder
+                .with_client_auth_cert(chain, key)
+                .expect("client certificate and key")
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Arc::new(config)
 }
 
 fn dn(common_name: &str) -> DistinguishedName {

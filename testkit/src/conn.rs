@@ -36,9 +36,12 @@ impl Default for Timeouts {
     }
 }
 
-/// A blocking protocol connection.
+/// A blocking protocol connection, plaintext or TLS.
 pub struct TestConn {
+    /// The TCP connection (under the TLS session, on a TLS connection).
     pub stream: TcpStream,
+    /// The TLS session, on a TLS connection.
+    pub tls: Option<Box<rustls::ClientConnection>>,
     buf: BytesMut,
     max_frame: u32,
     /// The server's HELLO_OK, once the handshake is done.
@@ -64,6 +67,7 @@ impl TestConn {
         let _ = stream.set_nodelay(true);
         Ok(TestConn {
             stream,
+            tls: None,
             buf: BytesMut::new(),
             max_frame: max_response_frame(DEFAULT_MAX_BATCH),
             hello: None,
@@ -85,6 +89,40 @@ impl TestConn {
         .unwrap_or_else(|e| panic!("{addr}: {e}"))
     }
 
+    /// Connects and completes the TLS handshake (verifying the server's certificate for
+    /// `server_name` under `config`), without the protocol's handshake. `Err` carries the
+    /// TLS failure.
+    pub fn try_raw_tls(
+        addr: SocketAddr,
+        config: std::sync::Arc<rustls::ClientConfig>,
+        server_name: &str,
+        timeouts: Timeouts,
+    ) -> Result<TestConn, String> {
+        let mut c = Self::try_raw(addr, timeouts)?;
+        let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
+            .map_err(|e| format!("server name {server_name:?}: {e}"))?;
+        let mut tls =
+            rustls::ClientConnection::new(config, name).map_err(|e| format!("TLS: {e}"))?;
+        while tls.is_handshaking() {
+            tls.complete_io(&mut c.stream)
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+        }
+        c.tls = Some(Box::new(tls));
+        Ok(c)
+    }
+
+    /// Connects over TLS and completes `handshake`, as [`TestConn::try_open`].
+    pub fn try_open_tls(
+        addr: SocketAddr,
+        config: std::sync::Arc<rustls::ClientConfig>,
+        server_name: &str,
+        handshake: Handshake,
+        timeouts: Timeouts,
+    ) -> Result<TestConn, String> {
+        let c = Self::try_raw_tls(addr, config, server_name, timeouts)?;
+        c.hello_with(handshake)
+    }
+
     /// Connects and completes `handshake`; `Err` says what went wrong (connect, refusal, a
     /// bad or unexpected answer, a close).
     pub fn try_open(
@@ -92,9 +130,12 @@ impl TestConn {
         handshake: Handshake,
         timeouts: Timeouts,
     ) -> Result<TestConn, String> {
-        let mut c = Self::try_raw(addr, timeouts)?;
-        c.stream
-            .write_all(&handshake.hello())
+        Self::try_raw(addr, timeouts)?.hello_with(handshake)
+    }
+
+    fn hello_with(self, handshake: Handshake) -> Result<TestConn, String> {
+        let mut c = self;
+        c.write_bytes(&handshake.hello())
             .map_err(|e| format!("write: {e}"))?;
         loop {
             match handshake.receive(&c.buf) {
@@ -124,13 +165,35 @@ impl TestConn {
     pub fn try_send(&mut self, req: &Request) -> Result<(), String> {
         let mut out = BytesMut::new();
         encode_request(req, &mut out);
-        self.stream
-            .write_all(&out)
-            .map_err(|e| format!("write: {e}"))
+        self.write_bytes(&out).map_err(|e| format!("write: {e}"))
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(bytes)
+        self.write_bytes(bytes)
+    }
+
+    /// Writes all of `bytes`, through the TLS session on a TLS connection.
+    fn write_bytes(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &mut self.tls {
+            None => self.stream.write_all(bytes),
+            Some(tls) => {
+                let mut s = rustls::Stream::new(tls.as_mut(), &mut self.stream);
+                s.write_all(bytes)?;
+                s.flush()
+            }
+        }
+    }
+
+    /// Reads what has arrived (plaintext, after TLS), as `Read::read`.
+    fn read_bytes(&mut self, chunk: &mut [u8]) -> std::io::Result<usize> {
+        match &mut self.tls {
+            None => self.stream.read(chunk),
+            Some(tls) => match rustls::Stream::new(tls.as_mut(), &mut self.stream).read(chunk) {
+                // A close without close_notify: the server went away all the same.
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+                other => other,
+            },
+        }
     }
 
     /// The next answer; `None` when the server closed (or reset) the connection. Panics on a
@@ -147,7 +210,7 @@ impl TestConn {
                 Err(e) => panic!("server sent a bad frame: {e}"),
             }
             let mut chunk = [0u8; 65536];
-            match self.stream.read(&mut chunk) {
+            match self.read_bytes(&mut chunk) {
                 Ok(0) => return None,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e)
@@ -178,7 +241,7 @@ impl TestConn {
 
     fn read_more(&mut self) -> Result<(), String> {
         let mut chunk = [0u8; 65536];
-        match self.stream.read(&mut chunk) {
+        match self.read_bytes(&mut chunk) {
             Ok(0) => Err("closed by the server".into()),
             Ok(n) => {
                 self.buf.extend_from_slice(&chunk[..n]);

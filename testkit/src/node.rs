@@ -36,7 +36,10 @@ pub fn idgen_binary() -> PathBuf {
 
 pub struct NodeProc {
     child: Child,
+    /// The ID protocol's address: the plaintext one, or the TLS one on a node without it.
     pub addr: SocketAddr,
+    /// The ID protocol's TLS address, when the node runs it (`--tls-listen 127.0.0.1:0`).
+    pub tls: Option<SocketAddr>,
     /// The admin HTTP address, when the node runs one (`--admin-listen 127.0.0.1:0`).
     pub admin: Option<SocketAddr>,
     /// The HTTP ID API's address, when the node runs it (`--http-listen 127.0.0.1:0`).
@@ -132,24 +135,30 @@ impl NodeProc {
         loop {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(line) => {
-                    if let Some(a) = line.strip_prefix("listening on ") {
-                        let addr = a.trim().parse().expect("address");
+                    if line.starts_with("listening on ")
+                        || line.starts_with("listening with TLS on ")
+                    {
                         lines.push(line);
                         // Keep reading the rest of the banner without blocking.
                         while let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
                             lines.push(l);
                         }
-                        let admin = lines.iter().find_map(|l| {
-                            l.strip_prefix("admin on http://")
-                                .and_then(|a| a.trim().parse().ok())
-                        });
-                        let http = lines.iter().find_map(|l| {
-                            l.strip_prefix("HTTP ID API on http://")
-                                .and_then(|a| a.trim().parse().ok())
-                        });
+                        let after = |prefixes: &[&str]| {
+                            lines.iter().find_map(|l| {
+                                prefixes
+                                    .iter()
+                                    .find_map(|p| l.strip_prefix(p))
+                                    .and_then(|a| a.trim().parse::<SocketAddr>().ok())
+                            })
+                        };
+                        let tls = after(&["listening with TLS on "]);
+                        let addr = after(&["listening on "]).or(tls).expect("address");
+                        let admin = after(&["admin on http://", "admin on https://"]);
+                        let http = after(&["HTTP ID API on http://", "HTTP ID API on https://"]);
                         return Ok(NodeProc {
                             child,
                             addr,
+                            tls,
                             admin,
                             http,
                             stdout: lines,
@@ -278,6 +287,37 @@ pub fn try_http(
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
+    request_on(&mut s, addr, method, path, body)
+}
+
+/// One HTTPS request (HTTP/1.1 over TLS, verifying the server as `server_name` under
+/// `config`); `Err` on a refused connection, a TLS failure, a timeout or a garbled answer.
+pub fn try_https(
+    addr: SocketAddr,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    server_name: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
+    let s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
+        .map_err(|e| format!("server name: {e}"))?;
+    let tls = rustls::ClientConnection::new(config, name).map_err(|e| format!("TLS: {e}"))?;
+    let mut stream = rustls::StreamOwned::new(tls, s);
+    request_on(&mut stream, addr, method, path, body)
+}
+
+fn request_on<S: Read + Write>(
+    s: &mut S,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
     let body = body.unwrap_or("");
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -285,8 +325,14 @@ pub fn try_http(
     );
     s.write_all(req.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
+    s.flush().map_err(|e| format!("write: {e}"))?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).map_err(|e| format!("read: {e}"))?;
+    match s.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // TLS: a close without close_notify after a whole answer.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(format!("read: {e}")),
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, rest) = text.split_once("\r\n\r\n").ok_or("no HTTP head")?;
     let status: u16 = head
