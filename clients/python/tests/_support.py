@@ -73,12 +73,15 @@ class Server:
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL
         )
-        self.addr = self._wait_listening(test)
+        self.tls_addr = None  # "listening with TLS on ADDR", with --tls-listen
+        self.addr = self._wait_listening(test, "--tls-listen" in extra_args)
         # Keep draining stdout so the server never blocks on a full pipe.
         threading.Thread(target=self._drain, daemon=True).start()
 
-    def _wait_listening(self, test):
+    def _wait_listening(self, test, tls):
+        """The plaintext address; with ``tls``, wait for the TLS one too (``self.tls_addr``)."""
         deadline = time.monotonic() + SERVER_START_TIMEOUT
+        addr = None
         line = b""
         out = self.proc.stdout
         while time.monotonic() < deadline:
@@ -91,12 +94,16 @@ class Server:
                 if byte == b"\n":
                     text = line.decode("utf-8", "replace").strip()
                     line = b""
-                    if text.startswith("listening on "):
-                        return text[len("listening on "):]
+                    if text.startswith("listening with TLS on "):
+                        self.tls_addr = text[len("listening with TLS on "):]
+                    elif text.startswith("listening on "):
+                        addr = text[len("listening on "):]
+                    if addr and (self.tls_addr or not tls):
+                        return addr
             elif self.proc.poll() is not None:
                 break
         self.stop()
-        test.fail(f"idgen did not print 'listening on' within {SERVER_START_TIMEOUT}s; log:\n"
+        test.fail(f"idgen did not print its listening addresses within {SERVER_START_TIMEOUT}s; log:\n"
                   + self.log())
 
     def _drain(self):

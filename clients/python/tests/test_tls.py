@@ -192,5 +192,72 @@ class TLS(unittest.TestCase):
             Client(["127.0.0.1:1"], ssl_context="yes")
 
 
+class RealNodeTLS(unittest.TestCase):
+    """The client against a real node's TLS listener (``--tls-listen``) with mutual TLS."""
+
+    def setUp(self):
+        self.certs = _support.certs_dir(self)
+        p = self.path
+        self.server = _support.Server(
+            self, "--tls-listen", "127.0.0.1:0", "--tls-cert", p("server.crt"),
+            "--tls-key", p("server.key"), "--tls-client-ca", p("ca.crt"),
+        )  # fmt: skip
+        self.addCleanup(self.server.stop)
+        self.port = self.server.tls_addr.rsplit(":", 1)[1]
+
+    def path(self, name):
+        return os.path.join(self.certs, name)
+
+    def client(self, addr, cert="client", **kwargs):
+        if cert:
+            kwargs.update(tls_cert=self.path(f"{cert}.crt"), tls_key=self.path(f"{cert}.key"))
+        client = Client([addr], tls_ca=self.path("ca.crt"), timeout=5.0, connect_timeout=5.0,
+                        **kwargs)  # fmt: skip
+        self.addCleanup(client.close)
+        return client
+
+    def test_mutual_tls_serves_ids_by_name_and_by_address(self):
+        seen = set()
+        for addr in (f"localhost:{self.port}", self.server.tls_addr):
+            client = self.client(addr, prefetch=100)
+            ids = client.next_ids(1000)
+            self.assertEqual(ids, sorted(set(ids)))
+            one = client.next_id()
+            for id_ in ids + [one]:
+                self.assertNotIn(id_, seen)
+                seen.add(id_)
+            self.assertGreater(client.ping(), 0)
+            issued = client.decode(one).unix_ms / 1000
+            self.assertLess(abs(issued - time.time()), 60)  # a real node's clock
+        # The plaintext listener still serves beside it.
+        with Client([self.server.addr]) as plain:
+            self.assertNotIn(plain.next_id(), seen)
+
+    def test_the_node_refuses_missing_foreign_and_expired_client_certificates(self):
+        addr = f"localhost:{self.port}"
+        for cert, kind in (
+            (None, "client_certificate_required"),
+            ("client-other-ca", "client_certificate_rejected"),
+            ("client-expired", "client_certificate_rejected"),
+        ):
+            with self.assertRaises(TLSError, msg=cert) as caught:
+                self.client(addr, cert=cert).next_id()
+            self.assertEqual(caught.exception.kind, kind, (cert, caught.exception))
+
+    def test_the_client_refuses_a_node_it_cannot_verify(self):
+        with self.assertRaises(TLSError) as caught:
+            self.client(f"localhost:{self.port}", server_hostname="idgen.internal").next_id()
+        self.assertEqual(caught.exception.kind, "name_mismatch")
+        with self.assertRaises(TLSError) as caught, Client(
+            [f"localhost:{self.port}"], tls_ca=self.path("other-ca.crt")
+        ) as foreign:
+            foreign.next_id()
+        self.assertEqual(caught.exception.kind, "unknown_issuer")
+        # TLS spoken to the plaintext listener.
+        with self.assertRaises(TLSError) as caught:
+            self.client(self.server.addr).next_id()
+        self.assertEqual(caught.exception.kind, "handshake")
+
+
 if __name__ == "__main__":
     unittest.main()
