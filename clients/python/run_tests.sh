@@ -5,6 +5,9 @@
 #   IDGEN_BIN   the server binary [default: <repo>/target/debug/idgen]; the suite FAILS if
 #               it is missing (build it with `cargo build -p idgen`)
 #   PYTHON      the interpreter to make the venv with [default: python3]
+#   IDGEN_TEST_CERTS_BIN  the test kit's certificate writer [default: built and run with
+#               `cargo run -p idgen-testkit --bin idgen-test-certs`]; the TLS tests use the
+#               certificates it writes into the temporary directory (never committed ones)
 #
 # Exits non-zero on any failure; prints the unittest summary line last.
 set -euo pipefail
@@ -36,6 +39,14 @@ case "$where" in
   *) echo "run_tests.sh: idgen_client imported from $where, not from the venv" >&2; exit 1 ;;
 esac
 echo "==> IDGEN_BIN=$IDGEN_BIN"
+
+echo "==> test certificates in $tmp/certs"
+if [ -n "${IDGEN_TEST_CERTS_BIN:-}" ]; then
+  "$IDGEN_TEST_CERTS_BIN" "$tmp/certs" >/dev/null
+else
+  (cd "$repo" && cargo run --quiet -p idgen-testkit --bin idgen-test-certs -- "$tmp/certs" >/dev/null)
+fi
+export IDGEN_TEST_CERTS="$tmp/certs"
 
 echo "==> python -m unittest discover -s $here/tests -v"
 set +e

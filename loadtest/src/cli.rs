@@ -1,5 +1,6 @@
 //! Command line.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -90,6 +91,26 @@ pub struct Cli {
     /// Key incremented with --target redis.
     #[arg(long, default_value = "idgen-loadtest")]
     pub redis_key: String,
+
+    /// Speak TLS: verify the server's certificate against this CA bundle (PEM) and its name
+    /// against the host of --addr (or --tls-server-name). The idgen target offers ALPN
+    /// idgen/1.
+    #[arg(long, value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for mutual TLS; needs --tls-key and --tls-ca.
+    #[arg(long, value_name = "PATH", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM file; never given on the command line
+    /// itself); needs --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// The name the server's certificate must carry, instead of the host of each --addr
+    /// (e.g. one certificate for the whole cluster); needs --tls-ca.
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    pub tls_server_name: Option<String>,
 
     /// Runtime worker threads [default: number of cores].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]

@@ -14,6 +14,7 @@ use bytes::{Buf, BytesMut};
 use hdrhistogram::Histogram;
 use idgen_protocol::client::{Answer, Awaits, ClientConn, ClientError, Handshake, HandshakeError};
 use idgen_protocol::{encode_request, FrameError, Request};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::UnboundedSender;
@@ -21,6 +22,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 use crate::cli::Target;
 use crate::redis::{self, Reply};
+use crate::tls::{Stream, Tls};
 
 /// Pause before reconnecting after a closed or broken connection.
 pub const RECONNECT_DELAY: Duration = Duration::from_millis(100);
@@ -75,6 +77,8 @@ pub struct Config {
     pub progress: Option<UnboundedSender<Interval>>,
     /// Error messages already printed (so that each kind is printed once).
     notes: Mutex<HashSet<String>>,
+    /// TLS to every address, with the name to verify for each (`addrs`' order).
+    pub tls: Option<(Tls, Vec<ServerName<'static>>)>,
 }
 
 impl Config {
@@ -92,6 +96,7 @@ impl Config {
         interval: Option<Duration>,
         redis_key: &str,
         progress: Option<UnboundedSender<Interval>>,
+        tls: Option<(Tls, Vec<ServerName<'static>>)>,
     ) -> Config {
         let mut request = Vec::new();
         let idgen_request = match target {
@@ -119,6 +124,7 @@ impl Config {
             awaits,
             progress,
             notes: Mutex::new(HashSet::new()),
+            tls,
         }
     }
 
@@ -199,7 +205,7 @@ enum ConnectError {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     rbuf: BytesMut,
     /// The idgen connection after its handshake (`None` for Redis).
     protocol: Option<ClientConn>,
@@ -228,7 +234,8 @@ pub async fn run(
     budget: Option<u64>,
     first_send: Option<Instant>,
 ) -> Result<ConnStats, String> {
-    let addr = cfg.addrs[index % cfg.addrs.len()];
+    let which = index % cfg.addrs.len();
+    let addr = cfg.addrs[which];
     let mut st = State {
         cfg,
         addr,
@@ -255,7 +262,7 @@ pub async fn run(
     let mut first = true;
     let mut failures = 0u32;
     while !st.sending_done(Instant::now()) {
-        let conn = match connect(cfg, addr).await {
+        let conn = match connect(cfg, which).await {
             Ok(conn) => conn,
             Err(ConnectError::Fatal(msg)) => return Err(msg),
             Err(ConnectError::Retry(msg)) if first => return Err(format!("{addr}: {msg}")),
@@ -287,15 +294,26 @@ pub async fn run(
     Ok(st.stats)
 }
 
-async fn connect(cfg: &Config, addr: SocketAddr) -> Result<Conn, ConnectError> {
-    let stream = match timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+async fn connect(cfg: &Config, which: usize) -> Result<Conn, ConnectError> {
+    let addr = cfg.addrs[which];
+    let tcp = match timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Err(_) => return Err(ConnectError::Retry("connect timed out".into())),
         Ok(Err(e)) => return Err(ConnectError::Retry(format!("connect: {e}"))),
         Ok(Ok(s)) => s,
     };
-    stream
-        .set_nodelay(true)
+    tcp.set_nodelay(true)
         .map_err(|e| ConnectError::Retry(format!("TCP_NODELAY: {e}")))?;
+    let stream = match &cfg.tls {
+        None => Stream::Plain(tcp),
+        Some((tls, names)) => {
+            let handshake = tls.connector.connect(names[which].clone(), tcp);
+            match timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                Err(_) => return Err(ConnectError::Retry("no TLS handshake within 5 s".into())),
+                Ok(Err(e)) => return Err(ConnectError::Retry(format!("TLS handshake: {e}"))),
+                Ok(Ok(s)) => Stream::Tls(Box::new(s)),
+            }
+        }
+    };
     let mut conn = Conn {
         stream,
         rbuf: BytesMut::with_capacity(READ_CHUNK),
@@ -305,10 +323,15 @@ async fn connect(cfg: &Config, addr: SocketAddr) -> Result<Conn, ConnectError> {
         return Ok(conn);
     }
     let handshake = Handshake::new();
-    conn.stream
-        .write_all(&handshake.hello())
-        .await
-        .map_err(|e| ConnectError::Retry(format!("sending HELLO: {e}")))?;
+    if let Err(e) = write_flush(&mut conn.stream, &handshake.hello()).await {
+        // A TLS 1.3 server that refused the client certificate may have reset the
+        // connection already; its alert, if it arrives, says why.
+        let why = match pending_tls_alert(&mut conn).await {
+            Some(alert) => alert,
+            None => e.to_string(),
+        };
+        return Err(ConnectError::Retry(format!("sending HELLO: {why}")));
+    }
     let mut protocol = match timeout(HANDSHAKE_TIMEOUT, read_hello(&mut conn, handshake)).await {
         Err(_) => return Err(ConnectError::Retry("no HELLO_OK within 5 s".into())),
         Ok(r) => r?,
@@ -358,6 +381,32 @@ async fn read_hello(conn: &mut Conn, handshake: Handshake) -> Result<ClientConn,
             Err(e) => return Err(ConnectError::Retry(format!("reading HELLO_OK: {e}"))),
         }
     }
+}
+
+/// After a failed write on a TLS stream: the TLS error (a server's alert) that a read
+/// reports within 200 ms, if any.
+async fn pending_tls_alert(conn: &mut Conn) -> Option<String> {
+    if !matches!(conn.stream, Stream::Tls(_)) {
+        return None;
+    }
+    let read = timeout(
+        Duration::from_millis(200),
+        conn.stream.read_buf(&mut conn.rbuf),
+    )
+    .await;
+    match read {
+        Ok(Err(e)) if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) => {
+            Some(e.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Write `buf` whole; then flush, which a TLS stream needs to send its last record (a no-op
+/// on TCP).
+async fn write_flush(stream: &mut Stream, buf: &[u8]) -> std::io::Result<()> {
+    stream.write_all(buf).await?;
+    stream.flush().await
 }
 
 /// Up to 32 bytes of `buf` in hex, for error messages.
@@ -473,7 +522,7 @@ impl State<'_> {
                 if self.inflight.len() == wbuf.len() / self.cfg.request.len() {
                     last_read = now; // the idle clock starts with the first outstanding request
                 }
-                let written = conn.stream.write_all(&wbuf).await;
+                let written = write_flush(&mut conn.stream, &wbuf).await;
                 wbuf.clear();
                 if let Err(e) = written {
                     return self.lost(CONNECTION_LOST, &format!("write: {e}"));

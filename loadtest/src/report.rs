@@ -57,6 +57,8 @@ impl Latency {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub target: &'static str,
+    /// `tcp`, `tls` or `mtls` (TLS with a client certificate).
+    pub transport: &'static str,
     pub addrs: Vec<String>,
     pub connections: u32,
     pub pipeline: u32,
@@ -181,7 +183,12 @@ impl Report {
             None => "closed loop".to_owned(),
         };
         let l = &self.latency_us;
-        let _ = writeln!(s, "target        {}", self.target);
+        let transport = match self.transport {
+            "tls" => " over TLS",
+            "mtls" => " over mutual TLS",
+            _ => "",
+        };
+        let _ = writeln!(s, "target        {}{transport}", self.target);
         let _ = writeln!(s, "addresses     {}", self.addrs.join(", "));
         let _ = writeln!(
             s,

@@ -6,6 +6,10 @@
 //! [`Control::script_at`]); without one it is answered normally (or refused, in
 //! [`Mode::Refuse`]). The server runs on the caller's Tokio runtime ([`FakeServer::start`])
 //! or on its own ([`FakeServer::spawn`], for tests without a runtime).
+//!
+//! With [`Config::tls`] it speaks TLS from the first byte ([`ServerTls`]: a certificate from
+//! a [`TestCa`](crate::TestCa), optionally requiring client certificates), offering the
+//! ALPN protocol `idgen/1` as a node does.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -18,8 +22,12 @@ use idgen_protocol::{
     decode_request, encode_error, encode_hello_ok, encode_ids, encode_pong, Decoded, Limits,
     Request, ServerConnState, ServerHello, Status,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::CertFiles;
 
 /// What the server does instead of answering the next GET_IDS or PING normally.
 #[derive(Debug, Clone)]
@@ -58,6 +66,72 @@ pub struct Config {
     pub first_seq: u64,
     /// Where the IDs come from.
     pub ids: Ids,
+    /// Speak TLS (from the first byte) instead of plaintext.
+    pub tls: Option<ServerTls>,
+}
+
+/// The ALPN protocol a node offers on its TLS listener for the ID protocol.
+pub const ALPN: &[u8] = b"idgen/1";
+
+/// A fake server's TLS: its certificate and key, and, for mutual TLS, the authority its
+/// clients' certificates must chain to. Cheap to clone.
+#[derive(Clone)]
+pub struct ServerTls {
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerTls")
+    }
+}
+
+impl ServerTls {
+    /// TLS with `server`'s certificate; no client certificate asked for.
+    pub fn new(server: &CertFiles) -> ServerTls {
+        Self::build(server, None)
+    }
+
+    /// Mutual TLS: `server`'s certificate, and every client must present a certificate
+    /// that chains to `client_ca_pem` (PEM).
+    pub fn requiring_client_certs(server: &CertFiles, client_ca_pem: &str) -> ServerTls {
+        Self::build(server, Some(client_ca_pem))
+    }
+
+    fn build(server: &CertFiles, client_ca_pem: Option<&str>) -> ServerTls {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .expect("server certificate PEM");
+        let key = PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes()).expect("server key PEM");
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions");
+        let builder = match client_ca_pem {
+            Some(pem) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                    roots.add(cert.expect("client CA PEM")).expect("client CA");
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .expect("client certificate verifier");
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder
+            .with_single_cert(chain, key)
+            .expect("server certificate and key");
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        ServerTls {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        }
+    }
 }
 
 /// Where a fake server's IDs come from.
@@ -78,6 +152,7 @@ impl Default for Config {
             silent_handshake: false,
             first_seq: 0,
             ids: Ids::Shared,
+            tls: None,
         }
     }
 }
@@ -124,6 +199,12 @@ pub struct Control {
     pub get_ids: Mutex<Vec<u32>>,
     pub pings: AtomicUsize,
     pub connections: AtomicUsize,
+    /// TLS mode: the ALPN protocol each completed handshake agreed on, in order.
+    pub tls_alpn: Mutex<Vec<Option<Vec<u8>>>>,
+    /// TLS mode: whether each completed handshake came with a client certificate.
+    pub tls_client_certs: Mutex<Vec<bool>>,
+    /// TLS mode: the error of every handshake that failed.
+    pub tls_failures: Mutex<Vec<String>>,
     /// Next sequence number; IDs are `base | seq` with the default layout's worker 512.
     next: AtomicU64,
     /// Next ID of [`Action::OutOfOrder`], below every ID of the counter.
@@ -247,7 +328,38 @@ impl FakeServer {
                     drop(sock);
                     continue;
                 }
-                tokio::spawn(serve(sock, ctl.clone(), config.clone()));
+                match &config.tls {
+                    None => {
+                        tokio::spawn(serve(sock, ctl.clone(), config.clone()));
+                    }
+                    Some(tls) => {
+                        let acceptor = tls.acceptor.clone();
+                        let (ctl, config) = (ctl.clone(), config.clone());
+                        tokio::spawn(async move {
+                            let accepted = tokio::time::timeout(
+                                Duration::from_secs(10),
+                                acceptor.accept(sock),
+                            )
+                            .await;
+                            match accepted {
+                                Ok(Ok(stream)) => {
+                                    let session = stream.get_ref().1;
+                                    let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+                                    let cert = session.peer_certificates().is_some();
+                                    ctl.tls_alpn.lock().unwrap().push(alpn);
+                                    ctl.tls_client_certs.lock().unwrap().push(cert);
+                                    serve(stream, ctl, config).await;
+                                }
+                                Ok(Err(e)) => ctl.tls_failures.lock().unwrap().push(e.to_string()),
+                                Err(_) => ctl
+                                    .tls_failures
+                                    .lock()
+                                    .unwrap()
+                                    .push("handshake timed out".into()),
+                            }
+                        });
+                    }
+                }
             }
         });
         FakeServer {
@@ -259,7 +371,10 @@ impl FakeServer {
     }
 }
 
-async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
+async fn serve<S>(mut sock: S, ctl: Arc<Control>, config: Config)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let limits = Limits {
         max_request_frame: 64,
         max_batch: config.max_batch,
@@ -292,14 +407,14 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
                 Ok(Some(frame)) => frame,
                 Err(e) => {
                     encode_error(e.status(), &e.to_string(), &mut out);
-                    let _ = sock.write_all(&out).await;
+                    let _ = send(&mut sock, &out).await;
                     return;
                 }
             };
             buf.advance(used);
             if let Err(e) = state.check(&decoded) {
                 encode_error(e.status(), &e.to_string(), &mut out);
-                let _ = sock.write_all(&out).await;
+                let _ = send(&mut sock, &out).await;
                 return;
             }
             let request = match decoded {
@@ -374,30 +489,36 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, config: Config) {
                 (Some(Action::Error(status, message)), _) => {
                     encode_error(status, message, &mut out);
                     if status.closes_connection() {
-                        let _ = sock.write_all(&out).await;
+                        let _ = send(&mut sock, &out).await;
                         return;
                     }
                 }
                 (Some(Action::Raw(bytes)), _) => out.extend_from_slice(&bytes),
                 (Some(Action::Drop), _) => {
-                    let _ = sock.write_all(&out).await;
+                    let _ = send(&mut sock, &out).await;
                     return;
                 }
                 (Some(Action::Hang(limit)), _) => {
-                    let _ = sock.write_all(&out).await;
+                    let _ = send(&mut sock, &out).await;
                     hang(sock, limit).await;
                     return;
                 }
             }
         }
-        if sock.write_all(&out).await.is_err() {
+        if send(&mut sock, &out).await.is_err() {
             return;
         }
     }
 }
 
+/// Write `out` and flush it (a TLS stream may hold the last record until flushed).
+async fn send<S: AsyncWrite + Unpin>(sock: &mut S, out: &[u8]) -> std::io::Result<()> {
+    sock.write_all(out).await?;
+    sock.flush().await
+}
+
 /// Read and discard until EOF (or until `limit` has passed), answering nothing.
-async fn hang(mut sock: TcpStream, limit: Option<Duration>) {
+async fn hang<S: AsyncRead + Unpin>(mut sock: S, limit: Option<Duration>) {
     let drain = async {
         let mut sink = [0u8; 4096];
         while matches!(sock.read(&mut sink).await, Ok(n) if n > 0) {}

@@ -4,7 +4,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`conn`] | [`TestConn`]: one blocking protocol connection, raw or after the handshake |
-//! | [`fake`] | [`FakeServer`]: a scriptable in-process idgen server |
+//! | [`fake`] | [`FakeServer`]: a scriptable in-process idgen server, plaintext or TLS ([`ServerTls`]) |
 //! | [`node`] | [`NodeProc`]: a real `idgen serve` process, and plain HTTP requests |
 //! | [`etcd`] | [`EtcdCluster`]: a real etcd of 1 or 3 members on loopback, plaintext or TLS ([`EtcdTls`]) |
 //!
@@ -20,7 +20,7 @@ pub mod node;
 pub use certs::{CertFiles, TestCa, Validity};
 pub use conn::{closes_within, TestConn, Timeouts};
 pub use etcd::{EtcdCluster, EtcdTls};
-pub use fake::FakeServer;
+pub use fake::{FakeServer, ServerTls};
 pub use node::NodeProc;
 
 /// The wall clock, ms since the Unix epoch.

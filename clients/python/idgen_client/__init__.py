@@ -21,6 +21,7 @@ from .errors import (
     NoNodeAvailable,
     ProtocolError,
     ServerError,
+    TLSError,
     UnavailableError,
 )
 from .forms import MaskKey
@@ -36,6 +37,7 @@ __all__ = [
     "ServerError",
     "UnavailableError",
     "NoNodeAvailable",
+    "TLSError",
     "ProtocolError",
     "ClientClosedError",
     "forms",

@@ -44,6 +44,13 @@ afresh: new connections on first use, its own refill thread started lazily. It n
 on, nor ``shutdown()``s, an inherited socket; it only closes its own copy of the descriptor,
 which leaves the parent's connection untouched.
 
+TLS: with ``tls_ca`` (or ``ssl_context``) each connection runs TLS over its socket through
+:class:`idgen_client.tls.TLSSocket`: an ``ssl.SSLObject`` on memory buffers, used under one
+lock, because the reader thread and the writing threads share the connection and one
+OpenSSL connection must not be used by two threads at once. The socket I/O stays outside
+that lock, so a blocked read never holds up a write. A failed handshake is a
+:class:`TLSError`, an ``UnavailableError``: the node is marked down and the call fails over.
+
 Errors: when a call tried exactly one node (the only one not backing off), that node's error
 is raised as it is (``UnavailableError``, ``ProtocolError`` or ``ServerError``); when it tried
 several, or none could be tried, it raises ``NoNodeAvailable`` listing each node's last error.
@@ -53,6 +60,7 @@ import collections
 import itertools
 import os
 import socket
+import ssl
 import threading
 import time
 import weakref
@@ -60,6 +68,7 @@ from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Seque
 
 from . import protocol
 from . import status as _status
+from . import tls as _tls
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -186,9 +195,19 @@ class _Stats:
 
 
 class _Connection:
-    """One TCP connection to one node: writer lock, FIFO of slots, reader thread."""
+    """One TCP (or TLS) connection to one node: writer lock, FIFO of slots, reader thread.
 
-    def __init__(self, node: str, connect_timeout: float, timeout: float, stats: _Stats):
+    With ``tls`` (a context and an optional server name) the socket is a
+    :class:`idgen_client.tls.TLSSocket`, which has the methods used here."""
+
+    def __init__(
+        self,
+        node: str,
+        connect_timeout: float,
+        timeout: float,
+        stats: _Stats,
+        tls: Optional[Tuple[ssl.SSLContext, Optional[str]]] = None,
+    ):
         self.node = node
         self._timeout = timeout
         self._stats = stats
@@ -206,12 +225,18 @@ class _Connection:
         except OSError as e:
             raise UnavailableError(f"cannot connect: {e}", node) from e
         self._sock = sock
+        self.tls_version: Optional[str] = None
+        self.alpn: Optional[str] = None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:
+                ctx, name = tls
+                self._sock = self._tls_handshake(sock, ctx, name or host, deadline)
             self.hello, buf = self._handshake(deadline)
         except BaseException:
             sock.close()
             raise
+        sock = self._sock
         self.max_frame = protocol.response_frame_limit(self.hello.max_batch)
         # Sends wait at most `timeout`; the reader wakes up that often to notice a close.
         sock.settimeout(max(timeout, 0.05))
@@ -223,10 +248,35 @@ class _Connection:
 
     # -- handshake ------------------------------------------------------------------------
 
+    def _tls_handshake(
+        self, raw: socket.socket, ctx: ssl.SSLContext, name: str, deadline: float
+    ) -> "_tls.TLSSocket":
+        try:
+            tls = _tls.TLSSocket(raw, ctx, name)
+            tls.handshake(max(deadline - time.monotonic(), 0.001))
+        except socket.timeout:
+            raise UnavailableError("no TLS handshake within connect_timeout", self.node) from None
+        except ssl.SSLError as e:
+            raise _tls.tls_error(e, self.node) from e
+        except ValueError as e:  # e.g. a server_hostname that is not a host name
+            raise UnavailableError(f"TLS: {e}", self.node) from e
+        except OSError as e:
+            raise UnavailableError(f"TLS handshake failed: {e}", self.node) from e
+        self.tls_version = tls.version()
+        self.alpn = tls.selected_alpn_protocol()
+        return tls
+
     def _handshake(self, deadline: float) -> Tuple[HelloOk, bytearray]:
         sock = self._sock
         try:
-            sock.sendall(protocol.encode_hello())
+            try:
+                sock.sendall(protocol.encode_hello())
+            except OSError as e:
+                if isinstance(sock, _tls.TLSSocket):
+                    # A server that refused the client certificate after the TLS 1.3
+                    # handshake may have reset the connection already; its alert says why.
+                    sock.raise_pending_alert()
+                raise
             buf = bytearray()
             while True:
                 decoded = protocol.decode_response(buf, protocol.DEFAULT_MAX_RESPONSE_FRAME)
@@ -245,6 +295,10 @@ class _Connection:
         except ProtocolError as e:
             e.node = self.node
             raise
+        except ssl.SSLError as e:
+            # TLS 1.3: a server that refuses the client certificate says so after the
+            # handshake, which the client then reads here.
+            raise _tls.tls_error(e, self.node) from e
         except OSError as e:
             raise UnavailableError(f"handshake failed: {e}", self.node) from e
         frame, used = decoded
@@ -386,6 +440,8 @@ class _Connection:
         except ProtocolError as e:
             e.node = self.node
             self.fail(e)
+        except ssl.SSLError as e:
+            self.fail(_tls.tls_error(e, self.node))
         except OSError as e:
             self.fail(UnavailableError(f"receive failed: {e}", self.node))
         except Exception as e:  # a bug: never leave callers waiting
@@ -453,6 +509,33 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _tls_settings(
+    ssl_context: Optional[ssl.SSLContext],
+    tls_ca: Optional[_tls.PathLike],
+    tls_cert: Optional[_tls.PathLike],
+    tls_key: Optional[_tls.PathLike],
+    server_hostname: Optional[str],
+) -> Optional[Tuple[ssl.SSLContext, Optional[str]]]:
+    """The client's TLS (a context and the server name override), or ``None`` for TCP."""
+    if ssl_context is not None:
+        if not isinstance(ssl_context, ssl.SSLContext):
+            raise TypeError(f"ssl_context must be an ssl.SSLContext, not {type(ssl_context).__name__}")
+        if tls_ca is not None or tls_cert is not None or tls_key is not None:
+            raise ValueError("give ssl_context or tls_ca/tls_cert/tls_key, not both")
+        ctx = ssl_context
+    elif tls_ca is not None:
+        ctx = _tls.make_context(tls_ca, tls_cert, tls_key)
+    elif tls_cert is not None or tls_key is not None:
+        raise ValueError("tls_cert and tls_key need tls_ca (the CA bundle to verify nodes with)")
+    else:
+        if server_hostname is not None:
+            raise ValueError("server_hostname needs TLS (ssl_context or tls_ca)")
+        return None
+    if server_hostname is not None and (not isinstance(server_hostname, str) or not server_hostname):
+        raise ValueError("server_hostname must be a non-empty string")
+    return ctx, server_hostname
+
+
 class _Node:
     def __init__(self, addr: str):
         _parse_node(addr)
@@ -474,6 +557,13 @@ class Client:
     that :meth:`next_id` serves from, refilled by a background thread when it falls below
     ``low_water`` (default ``N // 4``).
 
+    TLS: ``tls_ca`` (a PEM CA bundle) makes every connection TLS, verifying the node's
+    certificate and its host name (``check_hostname``), or ``server_hostname`` when given;
+    ``tls_cert`` and ``tls_key`` add a client certificate (mutual TLS); ALPN ``idgen/1`` is
+    offered. ``ssl_context`` takes an ``ssl.SSLContext`` of one's own instead, used as it
+    is. A failed handshake raises :class:`TLSError` (an :class:`UnavailableError`: the call
+    fails over to the next node).
+
     Prefetching costs: IDs wait in the pool, so an ID's timestamp may be older than the
     moment :meth:`next_id` returns it (time order across processes gets looser), and IDs
     still in the pool when the process ends or :meth:`close` is called are never used (a
@@ -492,6 +582,11 @@ class Client:
         backoff_max: float = 10.0,
         prefetch: int = 0,
         low_water: Optional[int] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        tls_ca: Optional[_tls.PathLike] = None,
+        tls_cert: Optional[_tls.PathLike] = None,
+        tls_key: Optional[_tls.PathLike] = None,
+        server_hostname: Optional[str] = None,
     ):
         if isinstance(nodes, str):
             nodes = [nodes]
@@ -509,6 +604,7 @@ class Client:
             low_water = prefetch // 4
         if prefetch and not 0 <= low_water < prefetch:
             raise ValueError("low_water must be in 0 .. prefetch - 1")
+        self._tls = _tls_settings(ssl_context, tls_ca, tls_cert, tls_key, server_hostname)
         self._pid = os.getpid()  # a different pid at a public call: we are a forked child
         self._nodes = [_Node(n) for n in nodes]
         self._timeout = float(timeout)
@@ -765,7 +861,9 @@ class Client:
             if node.down_until > time.monotonic() and node.last_error is not None:
                 # Another thread's connect just failed while this one waited for the lock.
                 raise UnavailableError(f"node is down: {node.last_error}", node.addr)
-            conn = _Connection(node.addr, self._connect_timeout, self._timeout, self._stats)
+            conn = _Connection(
+                node.addr, self._connect_timeout, self._timeout, self._stats, self._tls
+            )
             try:
                 self._check_layout(conn)
             except ProtocolError:

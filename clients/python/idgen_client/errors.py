@@ -7,6 +7,7 @@ Hierarchy::
      +-- ServerError          the server answered with an ERROR frame
      +-- UnavailableError     transport failure: refused, reset, closed, timed out
      |    +-- NoNodeAvailable every node failed or is backing off
+     |    +-- TLSError        the TLS handshake failed (certificate, name, client certificate)
      +-- ClientClosedError    the client was closed
 
 Retrying a failed request on another node is always safe: a server never sends an ID twice,
@@ -23,6 +24,7 @@ __all__ = [
     "ServerError",
     "UnavailableError",
     "NoNodeAvailable",
+    "TLSError",
     "ClientClosedError",
 ]
 
@@ -93,6 +95,41 @@ class NoNodeAvailable(UnavailableError):
                 text += f" (down, retried in {self.retry_in[node]:.2f}s)"
             parts.append(text)
         super().__init__("no idgen node available; " + "; ".join(parts))
+
+
+class TLSError(UnavailableError):
+    """The TLS connection to a node failed. A node fault like any other
+    :class:`UnavailableError`: the client marks the node down and fails over.
+
+    ``kind`` names the cause:
+
+    * ``"unknown_issuer"``: the server's certificate does not chain to the CA bundle;
+    * ``"name_mismatch"``: it does not name the server name (the node's host, or
+      ``server_hostname``);
+    * ``"expired"``, ``"not_yet_valid"``: it is not valid now;
+    * ``"bad_certificate"``: it is unacceptable for another reason;
+    * ``"client_certificate_required"``: the server requires a client certificate and none
+      was sent;
+    * ``"client_certificate_rejected"``: the server refused the client certificate;
+    * ``"handshake"``: any other failure (e.g. the port does not speak TLS).
+
+    ``reason`` is OpenSSL's reason code (e.g. ``"CERTIFICATE_VERIFY_FAILED"``) and
+    ``verify_code`` OpenSSL's verification result for a server certificate that failed.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        node: Optional[str] = None,
+        reason: str = "",
+        verify_code: Optional[int] = None,
+    ):
+        self.kind = kind
+        self.reason = reason
+        self.verify_code = verify_code
+        self.detail = message
+        super().__init__(f"TLS: {message}", node)
 
 
 class ClientClosedError(IdgenError):

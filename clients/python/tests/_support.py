@@ -10,6 +10,7 @@ import select
 import signal
 import socket
 import socketserver
+import ssl
 import struct
 import subprocess
 import sys
@@ -72,12 +73,15 @@ class Server:
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL
         )
-        self.addr = self._wait_listening(test)
+        self.tls_addr = None  # "listening with TLS on ADDR", with --tls-listen
+        self.addr = self._wait_listening(test, "--tls-listen" in extra_args)
         # Keep draining stdout so the server never blocks on a full pipe.
         threading.Thread(target=self._drain, daemon=True).start()
 
-    def _wait_listening(self, test):
+    def _wait_listening(self, test, tls):
+        """The plaintext address; with ``tls``, wait for the TLS one too (``self.tls_addr``)."""
         deadline = time.monotonic() + SERVER_START_TIMEOUT
+        addr = None
         line = b""
         out = self.proc.stdout
         while time.monotonic() < deadline:
@@ -90,12 +94,16 @@ class Server:
                 if byte == b"\n":
                     text = line.decode("utf-8", "replace").strip()
                     line = b""
-                    if text.startswith("listening on "):
-                        return text[len("listening on "):]
+                    if text.startswith("listening with TLS on "):
+                        self.tls_addr = text[len("listening with TLS on "):]
+                    elif text.startswith("listening on "):
+                        addr = text[len("listening on "):]
+                    if addr and (self.tls_addr or not tls):
+                        return addr
             elif self.proc.poll() is not None:
                 break
         self.stop()
-        test.fail(f"idgen did not print 'listening on' within {SERVER_START_TIMEOUT}s; log:\n"
+        test.fail(f"idgen did not print its listening addresses within {SERVER_START_TIMEOUT}s; log:\n"
                   + self.log())
 
     def _drain(self):
@@ -175,9 +183,16 @@ class FakeNode:
     Serving answers GET_IDS with IDS (from one counter shared by all connections, so IDs
     never repeat) and PING with PONG. ``requests`` counts the request frames received after
     the handshake; ``ids_by_connection[i]`` lists the IDs sent on the ``i``-th connection.
+
+    With ``tls`` (a server-side ``ssl.SSLContext``, see :func:`server_tls`) every connection
+    speaks TLS from the first byte; ``tls_sessions`` lists ``(alpn, has_client_cert)`` of
+    each completed handshake and ``tls_failures`` the error of each failed one.
+    :meth:`kill` closes every open connection and stops accepting new ones.
     """
 
-    def __init__(self, hello, mode, status=300, serve_before=0, hello_after=None):
+    def __init__(
+        self, hello, mode, status=300, serve_before=0, hello_after=None, tls=None, first_id=1 << 40
+    ):
         self.hello = hello
         self.hello_after = hello_after or hello
         self.mode = mode
@@ -186,7 +201,10 @@ class FakeNode:
         self.requests = 0
         self.connections = 0
         self.ids_by_connection = []
-        self._next_id = 1 << 40
+        self.tls_sessions = []
+        self.tls_failures = []
+        self._open = []
+        self._next_id = first_id
         self._lock = threading.Lock()
         fake = self
 
@@ -195,6 +213,20 @@ class FakeNode:
                 sock = self.request
                 sock.settimeout(10.0)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as idgen does
+                with fake._lock:
+                    fake._open.append(sock)
+                if tls is not None:
+                    try:
+                        sock = tls.wrap_socket(sock, server_side=True)
+                    except (ssl.SSLError, OSError) as e:
+                        with fake._lock:
+                            fake.tls_failures.append(e)
+                        return
+                    with fake._lock:
+                        fake._open.append(sock)  # the wrapped socket took over the descriptor
+                        fake.tls_sessions.append(
+                            (sock.selected_alpn_protocol(), sock.getpeercert() is not None)
+                        )
                 with fake._lock:
                     index = fake.connections
                     fake.connections += 1
@@ -231,6 +263,9 @@ class FakeNode:
                         # "silent": answer nothing
                 except OSError:
                     return
+                finally:
+                    if tls is not None:
+                        sock.close()  # the wrapped socket (socketserver closes the raw one)
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
@@ -261,6 +296,59 @@ class FakeNode:
         self._server.server_close()
         self._thread.join(5)
 
+    def kill(self):
+        """Stop accepting and cut every open connection (as a crashed node would)."""
+        self.close()
+        with self._lock:
+            open_, self._open = self._open, []
+        for sock in open_:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
+def server_tls(certs, name="server", client_ca=None):
+    """A server-side context with ``certs/<name>.crt`` and ``.key``, offering ALPN idgen/1;
+    with ``client_ca`` (a path) it requires client certificates that chain to it."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(os.path.join(certs, f"{name}.crt"), os.path.join(certs, f"{name}.key"))
+    ctx.set_alpn_protocols(["idgen/1"])
+    if client_ca is not None:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cafile=client_ca)
+    return ctx
+
+
+_CERTS = {}
+
+
+def certs_dir(test):
+    """The directory of test certificates written by the test kit's ``idgen-test-certs``
+    (see testkit/src/bin/idgen-test-certs.rs): ``$IDGEN_TEST_CERTS`` when set
+    (run_tests.sh sets it), else generated once per process with ``cargo run``. Fails
+    (never skips) when neither works."""
+    given = os.environ.get("IDGEN_TEST_CERTS")
+    if given:
+        if not os.path.isfile(os.path.join(given, "ca.crt")):
+            test.fail(f"IDGEN_TEST_CERTS={given} holds no ca.crt")
+        return given
+    if "dir" not in _CERTS:
+        tmp = tempfile.TemporaryDirectory(prefix="idgen-pytest-certs-")
+        cmd = ["cargo", "run", "--quiet", "-p", "idgen-testkit", "--bin", "idgen-test-certs",
+               "--", tmp.name]  # fmt: skip
+        try:
+            done = subprocess.run(cmd, cwd=REPO, capture_output=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            test.fail(f"cannot generate test certificates with {' '.join(cmd)}: {e}")
+        if done.returncode != 0:
+            test.fail(
+                f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.decode(errors='replace')}"
+            )
+        _CERTS["tmp"] = tmp  # removed at exit
+        _CERTS["dir"] = tmp.name
+    return _CERTS["dir"]
 
 def default_hello(**overrides):
     fields = dict(

@@ -165,6 +165,24 @@ impl Client {
         Ok(Client { client, background })
     }
 
+    /// Connect to `addr` (`host:port`) over TLS, and do the HELLO handshake. `addr` is
+    /// resolved on the calling thread; the certificate must name its host part (or `tls`'s
+    /// server name). See [`crate::Client::connect_tls`].
+    #[cfg(feature = "tls")]
+    pub fn connect_tls(
+        addr: &str,
+        options: ClientOptions,
+        tls: &crate::TlsConfig,
+    ) -> Result<Client, Error> {
+        let name = tls.server_name_for(addr)?;
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+        let tls = tls.clone();
+        let (client, background) = Background::start(move || async move {
+            crate::Client::connect_tls_to(&addrs[..], name, options, &tls).await
+        })?;
+        Ok(Client { client, background })
+    }
+
     /// One ID. See [`crate::Client::next_id`].
     pub fn next_id(&self) -> Result<u64, Error> {
         let c = self.client.clone();
@@ -221,6 +239,22 @@ impl Pool {
         Ok(Pool { pool, background })
     }
 
+    /// Connect to the nodes over TLS; succeeds if at least one answers. See
+    /// [`crate::Pool::connect_tls`].
+    #[cfg(feature = "tls")]
+    pub fn connect_tls(
+        addrs: &[impl ToString],
+        options: PoolOptions,
+        tls: &crate::TlsConfig,
+    ) -> Result<Pool, Error> {
+        let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        let tls = tls.clone();
+        let (pool, background) = Background::start(move || async move {
+            crate::Pool::connect_tls(&addrs, options, &tls).await
+        })?;
+        Ok(Pool { pool, background })
+    }
+
     /// One ID, with failover. See [`crate::Pool::next_id`].
     pub fn next_id(&self) -> Result<u64, Error> {
         let p = self.pool.clone();
@@ -264,6 +298,21 @@ impl PrefetchPool {
         options: PrefetchOptions,
     ) -> Result<PrefetchPool, Error> {
         Ok(Self::new(&Pool::connect(addrs, pool_options)?, options))
+    }
+
+    /// Connect a [`Pool`] over TLS and prefetch through it. See
+    /// [`crate::PrefetchPool::connect_tls`].
+    #[cfg(feature = "tls")]
+    pub fn connect_tls(
+        addrs: &[impl ToString],
+        pool_options: PoolOptions,
+        options: PrefetchOptions,
+        tls: &crate::TlsConfig,
+    ) -> Result<PrefetchPool, Error> {
+        Ok(Self::new(
+            &Pool::connect_tls(addrs, pool_options, tls)?,
+            options,
+        ))
     }
 
     /// Prefetch through `pool` (sharing its connections and background thread), and

@@ -1,4 +1,4 @@
-//! The async client: one TCP connection, a writer task and a reader task.
+//! The async client: one TCP (or TLS) connection, a writer task and a reader task.
 //!
 //! The protocol itself (the handshake, which answer belongs to which request, and what an
 //! ERROR means for the connection) is `idgen_protocol::client`'s; this module is the I/O
@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use idgen_protocol::client::{Answer, ClientConn, ClientError, Handshake, HandshakeError};
 use idgen_protocol::ServerHello;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+#[cfg(feature = "tls")]
+use crate::TlsConfig;
 use crate::{Error, Layout};
 
 /// Commands queued to the writer at most (callers wait for room beyond this, within their
@@ -34,6 +35,9 @@ const COMMAND_QUEUE: usize = 1024;
 const MAX_COALESCED_WRITE: usize = 64 * 1024;
 /// Initial size of the read buffer.
 const READ_BUFFER: usize = 64 * 1024;
+/// After the HELLO could not be sent on a TLS stream: how long to wait for the alert that
+/// says why.
+const ALERT_WAIT: Duration = Duration::from_millis(200);
 
 /// Connection settings for [`Client::connect_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,16 +184,71 @@ impl Client {
         addr: impl ToSocketAddrs,
         options: ClientOptions,
     ) -> Result<Client, Error> {
-        let (stream, protocol, leftover) =
-            tokio::time::timeout(options.connect_timeout, open(addr))
-                .await
-                .map_err(|_| Error::Timeout)??;
+        tokio::time::timeout(options.connect_timeout, async {
+            let mut stream = tcp_connect(addr).await?;
+            let (protocol, leftover) = handshake(&mut stream, false).await?;
+            let (read, write) = stream.into_split();
+            Ok(Client::start(read, write, protocol, leftover, options))
+        })
+        .await
+        .map_err(|_| Error::Timeout)?
+    }
+
+    /// Connect to `addr` (`host:port`) over TLS with `tls`, and do the HELLO handshake.
+    ///
+    /// The node's certificate must chain to `tls`'s CA bundle and name the host part of
+    /// `addr` (or `tls`'s server name); see [`TlsConfig`]. `connect_timeout` bounds the TCP
+    /// connect, the TLS handshake and the HELLO handshake together. Fails as
+    /// [`connect_with`](Client::connect_with) does, and with [`Error::Tls`] when the TLS
+    /// handshake fails (its [`kind`](crate::TlsError::kind) says why).
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(
+        addr: &str,
+        options: ClientOptions,
+        tls: &TlsConfig,
+    ) -> Result<Client, Error> {
+        let name = tls.server_name_for(addr)?;
+        Self::connect_tls_to(addr, name, options, tls).await
+    }
+
+    /// [`connect_tls`](Client::connect_tls) with the server name given.
+    #[cfg(feature = "tls")]
+    pub(crate) async fn connect_tls_to(
+        addr: impl ToSocketAddrs,
+        name: rustls::pki_types::ServerName<'static>,
+        options: ClientOptions,
+        tls: &TlsConfig,
+    ) -> Result<Client, Error> {
+        let connector = tls.connector().clone();
+        tokio::time::timeout(options.connect_timeout, async {
+            let tcp = tcp_connect(addr).await?;
+            // A failed handshake is an I/O error carrying the rustls error: `Error::Tls`.
+            let mut stream = connector.connect(name, tcp).await?;
+            let (protocol, leftover) = handshake(&mut stream, true).await?;
+            let (read, write) = tokio::io::split(stream);
+            Ok(Client::start(read, write, protocol, leftover, options))
+        })
+        .await
+        .map_err(|_| Error::Timeout)?
+    }
+
+    /// Start the connection's reader and writer tasks on a handshaken stream.
+    fn start<R, W>(
+        read: R,
+        write: W,
+        protocol: ClientConn,
+        leftover: BytesMut,
+        options: ClientOptions,
+    ) -> Client
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let hello = *protocol.hello();
         let layout = protocol.layout();
         // Protocol version 2 answers batches as runs of consecutive IDs (RANGES): a few bytes
         // for thousands of IDs, expanded here.
         let ranges = protocol.ranges();
-        let (read, write) = stream.into_split();
         let conn = Arc::new(Conn {
             closed: AtomicBool::new(false),
             queue: Mutex::new(Queue {
@@ -209,7 +268,7 @@ impl Client {
             ranges,
         ));
         tokio::spawn(read_loop(read, leftover, conn.clone()));
-        Ok(Client {
+        Client {
             shared: Arc::new(Shared {
                 hello,
                 layout,
@@ -218,7 +277,7 @@ impl Client {
                 conn,
                 next_token: AtomicU64::new(1),
             }),
-        })
+        }
     }
 
     /// One ID.
@@ -297,31 +356,50 @@ impl Client {
     }
 }
 
-/// Connect (trying every resolved address), set TCP_NODELAY, and do the handshake.
-/// Returns the stream, the connection's protocol state and any bytes read past HELLO_OK.
-async fn open(addr: impl ToSocketAddrs) -> Result<(TcpStream, ClientConn, BytesMut), Error> {
+/// Connect (trying every resolved address in turn) and set TCP_NODELAY.
+async fn tcp_connect(addr: impl ToSocketAddrs) -> Result<TcpStream, Error> {
     let mut last: Option<std::io::Error> = None;
-    let mut stream = None;
     for a in tokio::net::lookup_host(addr).await? {
         match connect_one(a).await {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
+            Ok(s) => return Ok(s),
             Err(e) => last = Some(e),
         }
     }
-    let mut stream = stream.ok_or_else(|| {
-        last.unwrap_or_else(|| std::io::Error::other("address resolved to no socket address"))
-    })?;
+    Err(last
+        .unwrap_or_else(|| std::io::Error::other("address resolved to no socket address"))
+        .into())
+}
 
+/// The HELLO handshake on a connected stream (`tls`: a TLS stream). Returns the
+/// connection's protocol state and any bytes read past HELLO_OK.
+async fn handshake<S>(stream: &mut S, tls: bool) -> Result<(ClientConn, BytesMut), Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let handshake = Handshake::new();
-    stream.write_all(&handshake.hello()).await?;
+    let sent = match stream.write_all(&handshake.hello()).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = sent {
+        if tls {
+            // With TLS 1.3 a server that refuses the client certificate says so after the
+            // handshake and closes; the HELLO may then meet a reset. Its alert says why.
+            let mut scratch = BytesMut::with_capacity(4096);
+            let read = tokio::time::timeout(ALERT_WAIT, stream.read_buf(&mut scratch)).await;
+            if let Ok(Err(read_error)) = read {
+                if let tls_error @ Error::Tls(_) = Error::from(read_error) {
+                    return Err(tls_error);
+                }
+            }
+        }
+        return Err(e.into());
+    }
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     loop {
         if let Some((protocol, used)) = handshake.receive(&buf).map_err(handshake_error)? {
             buf.advance(used);
-            return Ok((stream, protocol, buf));
+            return Ok((protocol, buf));
         }
         if stream.read_buf(&mut buf).await? == 0 {
             return Err(std::io::Error::new(
@@ -356,8 +434,8 @@ async fn connect_one(addr: SocketAddr) -> std::io::Result<TcpStream> {
     Ok(stream)
 }
 
-async fn write_loop(
-    mut write: OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut write: W,
     mut rx: mpsc::Receiver<Command>,
     conn: Arc<Conn>,
     batch: u32,
@@ -387,7 +465,12 @@ async fn write_loop(
             // The connection has failed; these callers were answered with `Closed`.
             break;
         }
-        if let Err(e) = write.write_all(&buf).await {
+        // `flush` is a no-op on TCP; a TLS stream may hold the last record until flushed.
+        let written = match write.write_all(&buf).await {
+            Ok(()) => write.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             let mut queue = conn.lock();
             conn.fail(&mut queue, e.into());
             break;
@@ -437,7 +520,7 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
     }
 }
 
-async fn read_loop(mut read: OwnedReadHalf, mut buf: BytesMut, conn: Arc<Conn>) {
+async fn read_loop<R: AsyncRead + Unpin>(mut read: R, mut buf: BytesMut, conn: Arc<Conn>) {
     if buf.capacity() < READ_BUFFER {
         buf.reserve(READ_BUFFER - buf.len());
     }

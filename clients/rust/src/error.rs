@@ -1,5 +1,6 @@
 //! The client's error type.
 
+use std::fmt;
 use std::sync::Arc;
 
 use idgen_protocol::{FrameError, Status};
@@ -47,6 +48,13 @@ pub enum Error {
         /// The server's human-readable message.
         message: String,
     },
+    /// A TLS connection failed: the handshake (the server's certificate did not verify, the
+    /// server refused this client's certificate or its absence, the peer does not speak
+    /// TLS), or the TLS configuration could not be made
+    /// (`TlsConfig`, feature `tls`). [`TlsError::kind`] names the
+    /// cause. The connection (if any) is unusable.
+    #[error("TLS: {0}")]
+    Tls(TlsError),
 }
 
 impl Error {
@@ -66,9 +74,19 @@ impl Error {
         match self {
             Error::Server { status, .. } => status.closes_connection(),
             Error::Timeout => false,
-            Error::Io(_) | Error::Closed | Error::Protocol(_) | Error::UnexpectedResponse(_) => {
-                true
-            }
+            Error::Io(_)
+            | Error::Closed
+            | Error::Protocol(_)
+            | Error::UnexpectedResponse(_)
+            | Error::Tls(_) => true,
+        }
+    }
+
+    /// The TLS failure, for [`Error::Tls`].
+    pub fn tls(&self) -> Option<&TlsError> {
+        match self {
+            Error::Tls(e) => Some(e),
+            _ => None,
         }
     }
 
@@ -84,10 +102,98 @@ impl Error {
 }
 
 impl From<std::io::Error> for Error {
+    /// [`Error::Io`], or [`Error::Tls`] for the I/O error of a TLS stream that carries a TLS
+    /// failure.
     fn from(e: std::io::Error) -> Self {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = crate::tls::classify(&e) {
+            return Error::Tls(tls);
+        }
         Error::Io(Arc::new(e))
     }
 }
+
+/// What made a TLS connection fail, from [`TlsError::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TlsErrorKind {
+    /// The node's certificate does not chain to any certificate of the CA bundle (the wrong
+    /// bundle, or a certificate from another authority).
+    UnknownIssuer,
+    /// The node's certificate is valid, but not for the server name verified (the host
+    /// dialed, or the name set with `TlsConfigBuilder::server_name`).
+    NameMismatch,
+    /// The node's certificate has expired.
+    Expired,
+    /// The node's certificate is not valid yet.
+    NotYetValid,
+    /// The node's certificate is unacceptable for another reason (bad signature, not for
+    /// server authentication, revoked, malformed).
+    BadCertificate,
+    /// The node requires a client certificate and this client sent none.
+    ClientCertificateRequired,
+    /// The node rejected this client's certificate (from an authority it does not trust,
+    /// expired, revoked, or otherwise unacceptable).
+    ClientCertificateRejected,
+    /// Any other handshake failure: no common protocol version or cipher suite, no common
+    /// ALPN protocol, a peer that does not speak TLS (e.g. a plaintext port), a malformed
+    /// message.
+    Handshake,
+    /// The local TLS configuration is unusable: an unreadable or malformed PEM file, no
+    /// certificate in the CA bundle, a key that does not match its certificate, a server name
+    /// that is neither a DNS name nor an IP address.
+    Config,
+}
+
+impl TlsErrorKind {
+    /// Whether the node's certificate failed verification (the first five kinds).
+    pub fn is_server_certificate(self) -> bool {
+        matches!(
+            self,
+            TlsErrorKind::UnknownIssuer
+                | TlsErrorKind::NameMismatch
+                | TlsErrorKind::Expired
+                | TlsErrorKind::NotYetValid
+                | TlsErrorKind::BadCertificate
+        )
+    }
+}
+
+/// A TLS failure: its [`kind`](TlsError::kind) and a message for logs (which names the
+/// cause, the file or the server name concerned, never key material).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsError {
+    kind: TlsErrorKind,
+    message: String,
+}
+
+impl TlsError {
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn new(kind: TlsErrorKind, message: impl Into<String>) -> TlsError {
+        TlsError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// What failed.
+    pub fn kind(&self) -> TlsErrorKind {
+        self.kind
+    }
+
+    /// The human-readable description.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TlsError {}
 
 #[cfg(test)]
 mod tests {

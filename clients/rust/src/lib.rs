@@ -10,6 +10,7 @@
 //! | no async runtime | [`blocking::Pool`], [`blocking::PrefetchPool`], [`blocking::Client`] |
 //! | IDs to print, parse or sort as text | [`forms`]: decimal, base62, Crockford base32 |
 //! | IDs to show the public | [`mask`]: a keyed permutation that hides time and worker |
+//! | nodes on a TLS listener | [`TlsConfig`] and the `connect_tls` constructors (feature `tls`) |
 //!
 //! # Several nodes
 //!
@@ -43,6 +44,34 @@
 //! `EXHAUSTED`) are returned at once. Failover leaves gaps in the ID space, never
 //! duplicates. See [`Pool`] for the exact rules and [`PrefetchPool`] for what prefetching
 //! costs (IDs age in the buffer) and which ordering remains.
+//!
+//! # TLS and mutual TLS
+//!
+//! With the feature `tls` (on by default) every constructor has a `connect_tls` twin
+//! ([`Client::connect_tls`], [`Pool::connect_tls`], [`PrefetchPool::connect_tls`] and the
+//! [`blocking`] ones) that takes a [`TlsConfig`]: the CA bundle to verify nodes against and,
+//! for nodes that require mutual TLS, a client certificate and key.
+//!
+//! ```no_run
+//! # #[cfg(feature = "tls")]
+//! # async fn run() -> Result<(), idgen_client::Error> {
+//! use idgen_client::{Pool, PoolOptions, TlsConfig};
+//!
+//! let tls = TlsConfig::builder()
+//!     .ca_file("/etc/idgen/tls/ca.crt")
+//!     .client_cert_files("/etc/idgen/tls/client.crt", "/etc/idgen/tls/client.key")
+//!     .build()?;
+//! let pool = Pool::connect_tls(&["id-1.internal:7420", "id-2.internal:7420"], PoolOptions::default(), &tls).await?;
+//! let id = pool.next_id().await?;
+//! # let _ = id;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The node's certificate must chain to the bundle and name the host dialed (or the name
+//! given with [`TlsConfigBuilder::server_name`]); this cannot be turned off. A failed
+//! handshake is an [`Error::Tls`] whose [`TlsErrorKind`] names the cause, and a [`Pool`]
+//! fails over from such a node as from one that is down. See the [`tls`] module.
 //!
 //! # Text forms and masking
 //!
@@ -128,9 +157,11 @@ mod error;
 pub mod mask;
 mod pool;
 mod prefetch;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use client::{Client, ClientOptions};
-pub use error::Error;
+pub use error::{Error, TlsError, TlsErrorKind};
 /// The ID model, shared with the server and the protocol crate (`idgen-id`): the layout the
 /// server announced ([`Client::layout`]), the parts of an ID, worker ranges, and the text
 /// forms.
@@ -140,6 +171,8 @@ pub use idgen_protocol::{FrameError, ServerHello, Status};
 pub type IdParts = Parts;
 pub use pool::{NodeInfo, Pool, PoolOptions};
 pub use prefetch::{PrefetchOptions, PrefetchPool, PrefetchStats};
+#[cfg(feature = "tls")]
+pub use tls::{TlsConfig, TlsConfigBuilder};
 
 /// The examples of `README.md`, compiled (and, where they need no server, run) as doctests.
 #[cfg(doctest)]

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
+#[cfg(feature = "tls")]
+use crate::TlsConfig;
 use crate::{Client, ClientOptions, Error, Layout, Status};
 
 /// Settings for a [`Pool`].
@@ -82,7 +84,8 @@ pub struct NodeInfo {
 ///   [`Error::is_unavailable`]),
 /// * does not answer within [`PoolOptions::request_timeout`] ([`Error::Timeout`]),
 /// * cannot be connected to, or drops or breaks the connection ([`Error::Io`],
-///   [`Error::Closed`], [`Error::Protocol`], [`Error::UnexpectedResponse`]), or
+///   [`Error::Closed`], [`Error::Protocol`], [`Error::UnexpectedResponse`]),
+/// * fails the TLS handshake ([`Error::Tls`]: e.g. its certificate does not verify), or
 /// * answers with a status that closes the connection (`1xx`, `5xx`).
 ///
 /// A failed node is skipped for a backoff that starts at [`PoolOptions::backoff_min`]
@@ -142,10 +145,29 @@ pub struct Pool {
 #[derive(Debug)]
 struct Inner {
     options: PoolOptions,
+    transport: Transport,
     nodes: Vec<Node>,
     /// Index of the node calls try first.
     current: AtomicUsize,
     layout: Layout,
+}
+
+/// How a pool connects to its nodes.
+#[derive(Debug, Clone)]
+enum Transport {
+    Plain,
+    #[cfg(feature = "tls")]
+    Tls(TlsConfig),
+}
+
+impl Transport {
+    async fn connect(&self, addr: &str, options: ClientOptions) -> Result<Client, Error> {
+        match self {
+            Transport::Plain => Client::connect_with(addr, options).await,
+            #[cfg(feature = "tls")]
+            Transport::Tls(tls) => Client::connect_tls(addr, options, tls).await,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -192,6 +214,30 @@ impl Pool {
     ///
     /// Must be called within a Tokio runtime (I/O and time enabled).
     pub async fn connect(addrs: &[impl ToString], options: PoolOptions) -> Result<Pool, Error> {
+        Self::connect_via(addrs, options, Transport::Plain).await
+    }
+
+    /// [`connect`](Pool::connect) over TLS: every node is dialed with
+    /// [`Client::connect_tls`], so its certificate must chain to `tls`'s CA bundle and name
+    /// the host part of its address (or `tls`'s server name).
+    ///
+    /// A node whose TLS handshake fails ([`Error::Tls`]: a certificate that does not verify,
+    /// a client certificate it rejects) counts as failed like a node that cannot be
+    /// connected to: the pool marks it down, backs off, and uses the other nodes.
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(
+        addrs: &[impl ToString],
+        options: PoolOptions,
+        tls: &TlsConfig,
+    ) -> Result<Pool, Error> {
+        Self::connect_via(addrs, options, Transport::Tls(tls.clone())).await
+    }
+
+    async fn connect_via(
+        addrs: &[impl ToString],
+        options: PoolOptions,
+        transport: Transport,
+    ) -> Result<Pool, Error> {
         if addrs.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -211,9 +257,8 @@ impl Pool {
         let mut set = JoinSet::new();
         for (i, node) in nodes.iter().enumerate() {
             let addr = node.addr.clone();
-            set.spawn(
-                async move { (i, Client::connect_with(addr.as_str(), client_options).await) },
-            );
+            let transport = transport.clone();
+            set.spawn(async move { (i, transport.connect(&addr, client_options).await) });
         }
         let mut results: Vec<Option<Result<Client, Error>>> = vec![None; nodes.len()];
         while let Some(joined) = set.join_next().await {
@@ -246,6 +291,7 @@ impl Pool {
         Ok(Pool {
             inner: Arc::new(Inner {
                 options,
+                transport,
                 nodes,
                 current: AtomicUsize::new(current),
                 layout,
@@ -391,8 +437,11 @@ impl Pool {
         if let Some(c) = open_client(node) {
             return Ok(c);
         }
-        let client =
-            Client::connect_with(node.addr.as_str(), client_options(&self.inner.options)).await?;
+        let client = self
+            .inner
+            .transport
+            .connect(&node.addr, client_options(&self.inner.options))
+            .await?;
         node.lock().client = Some(client.clone());
         Ok(client)
     }

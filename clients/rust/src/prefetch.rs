@@ -163,6 +163,20 @@ impl PrefetchPool {
         ))
     }
 
+    /// [`Pool::connect_tls`], then [`PrefetchPool::new`].
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(
+        addrs: &[impl ToString],
+        pool_options: PoolOptions,
+        options: PrefetchOptions,
+        tls: &crate::TlsConfig,
+    ) -> Result<PrefetchPool, Error> {
+        Ok(PrefetchPool::new(
+            Pool::connect_tls(addrs, pool_options, tls).await?,
+            options,
+        ))
+    }
+
     /// One ID from the buffer (see the type's docs for waiting, errors and ordering).
     pub async fn next_id(&self) -> Result<u64, Error> {
         // Taking from the buffer never waits; spend task budget so that a caller in a
