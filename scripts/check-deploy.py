@@ -128,7 +128,9 @@ def k8s(root, invocations):
         "IDGEN_NODE_ID from the pod name (fieldRef)",
     )
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    check(ports == {"idgen": 7420, "admin": 7421, "http": 7422}, f"container ports {ports}")
+    check(
+        ports == {"id-tls": 7430, "admin": 7421, "https": 7422}, f"container ports {ports}"
+    )
     rp, lp = c["readinessProbe"]["httpGet"], c["livenessProbe"]["httpGet"]
     check(
         rp["path"] == "/health/ready" and ports.get(rp["port"], rp["port"]) == 7421,
@@ -187,9 +189,15 @@ def k8s(root, invocations):
     for name, s in svcs.items():
         check(s["spec"]["selector"].items() <= labels.items(), f"Service {name} selects the pods")
         check(
-            any(p["port"] == 7420 and p.get("protocol", "TCP") == "TCP" for p in s["spec"]["ports"]),
-            f"Service {name} has TCP 7420",
+            any(
+                p["name"] == "id-tls" and p["port"] == 7430 and p.get("protocol", "TCP") == "TCP"
+                for p in s["spec"]["ports"]
+            ),
+            f"Service {name} has TCP id-tls 7430 (the ID protocol over TLS)",
         )
+    setting = settings_of(c)
+    tls_wiring(setting, c, pod, ports, svcs, sts)
+    network_policy(by_kind, labels, ports, setting)
     (pdb,) = by_kind["PodDisruptionBudget"]
     check(
         pdb["spec"]["selector"]["matchLabels"].items() <= labels.items(),
@@ -198,6 +206,209 @@ def k8s(root, invocations):
     run_env = {k: v for k, v in envv.items()}
     run_env["IDGEN_NODE_ID"] = f"{sts['metadata']['name']}-0"
     invocations.append(("k8s/statefulset.yaml", run_env, c["args"][1:]))
+
+
+def port_of(addr):
+    """The port of "host:port" ("[v6]:port"), None for "off" or nothing."""
+    if addr is None or addr == "off":
+        return None
+    return int(addr.rsplit(":", 1)[1])
+
+
+def host_of(addr):
+    return addr.rsplit(":", 1)[0].strip("[]")
+
+
+def settings_of(c):
+    """A container's `idgen serve` setting by key: its flag in args, else its IDGEN_* variable."""
+    args = c.get("args", [])
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+
+    def setting(key):
+        flag = "--" + key.replace("_", "-")
+        for i, a in enumerate(args):
+            if a == flag and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(flag + "="):
+                return a.split("=", 1)[1]
+        return env.get("IDGEN_" + key.upper())
+
+    return setting
+
+
+def tls_wiring(setting, c, pod, ports, svcs, sts):
+    """The StatefulSet serves its ID ports over (mutual) TLS with the files of the Secret
+    idgen-tls, and every port agrees across the flags, the container, the Services and the
+    probes."""
+    print("k8s/ TLS wiring:")
+    listen = setting("listen") or "127.0.0.1:7420"
+    check(
+        listen == "off" or host_of(listen) in ("127.0.0.1", "::1", "localhost"),
+        f"plaintext ID protocol on loopback or off ({listen}): the pod serves it over TLS only",
+    )
+    check(
+        port_of(listen) not in ports.values(),
+        "no container port for the plaintext ID protocol",
+    )
+    tls_listen = setting("tls_listen")
+    check(
+        tls_listen is not None and port_of(tls_listen) == ports.get("id-tls"),
+        f"tls_listen {tls_listen} is container port id-tls {ports.get('id-tls')}",
+    )
+    check(
+        setting("tls_client_ca") is not None,
+        "tls_client_ca set: the ID protocol's TLS listener and HTTPS require client certificates",
+    )
+    http = setting("http_listen") or "127.0.0.1:7422"
+    check(
+        http == "off" or (setting("tls_http") == "true" and port_of(http) == ports.get("https")),
+        f"HTTP ID API {http} off, or HTTPS (tls_http) on container port https",
+    )
+    admin = setting("admin_listen") or "127.0.0.1:7421"
+    check(
+        port_of(admin) == ports.get("admin"),
+        f"admin_listen {admin} is container port admin {ports.get('admin')}",
+    )
+    tls_admin = setting("tls_admin") or "off"
+    check(
+        tls_admin in ("off", "tls"),
+        f"tls_admin {tls_admin}: not mtls (the kubelet's probes present no client certificate)",
+    )
+    scheme = "HTTPS" if tls_admin == "tls" else "HTTP"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        got = c[probe]["httpGet"].get("scheme", "HTTP")
+        check(got == scheme, f"{probe} scheme {got} (tls_admin {tls_admin})")
+    headless = svcs[sts["spec"]["serviceName"]]["metadata"].get("annotations", {})
+    check(
+        headless.get("prometheus.io/port") == str(ports.get("admin"))
+        and headless.get("prometheus.io/scheme", "http") == scheme.lower(),
+        f"Prometheus scrapes the admin port {ports.get('admin')} over {scheme.lower()}",
+    )
+    for name, s in svcs.items():
+        for p in s["spec"]["ports"]:
+            target = p.get("targetPort", p["port"])
+            number = ports.get(target, target)
+            check(
+                number in ports.values() and number == p["port"],
+                f"Service {name} port {p['name']} {p['port']} -> container port {target} ({number})",
+            )
+    # The certificate files are the Secret's keys, in its read-only, updatable mount.
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    for key, want in (("tls_cert", "tls.crt"), ("tls_key", "tls.key"), ("tls_client_ca", "ca.crt")):
+        path = setting(key)
+        if path is None:
+            check(False, f"{key} is set")
+            continue
+        path = Path(path)
+        m = mounts.get(str(path.parent))
+        vol = vols.get(m["name"], {}) if m else {}
+        secret = vol.get("secret", {})
+        check(
+            m is not None
+            and secret.get("secretName") == "idgen-tls"
+            and path.name == want
+            and not secret.get("items"),
+            f"{key} {path} is key {want} of the Secret idgen-tls mounted at {path.parent}",
+        )
+        check(
+            m is not None and m.get("readOnly") is True and "subPath" not in m,
+            f"{key}: mounted read-only, without subPath (Secret updates reach the file)",
+        )
+    psc = pod["securityContext"]
+    modes = [v["secret"].get("defaultMode", 0o644) for v in vols.values() if "secret" in v]
+    check(
+        bool(modes) and all(m & 0o040 and not m & 0o007 for m in modes) and "fsGroup" in psc,
+        f"the key is readable by the pod's fsGroup {psc.get('fsGroup')} only "
+        f"(defaultMode {[oct(m) for m in modes]})",
+    )
+
+
+def network_policy(by_kind, labels, ports, setting):
+    """networkpolicy.yaml admits exactly the ports the pods serve, the ID ports from labelled
+    clients and the admin port from monitoring only, and lets the pods reach the store and
+    DNS only."""
+    print("k8s/networkpolicy.yaml:")
+    (np,) = by_kind.get("NetworkPolicy", [None])
+    if np is None:
+        check(False, "a NetworkPolicy")
+        return
+    spec = np["spec"]
+    check(
+        spec["podSelector"]["matchLabels"].items() <= labels.items(),
+        "NetworkPolicy selects the pods",
+    )
+    check(
+        set(spec.get("policyTypes", [])) == {"Ingress", "Egress"},
+        "policyTypes Ingress and Egress (default deny both ways)",
+    )
+    admitted = {}
+    for rule in spec.get("ingress", []):
+        peers = rule.get("from", [])
+        check(bool(peers), f"ingress to {[p['port'] for p in rule.get('ports', [])]} names its peers")
+        for p in rule.get("ports", []):
+            number = ports.get(p["port"], p["port"])
+            admitted[number] = peers
+    check(
+        set(admitted) == set(ports.values()),
+        f"ingress admits exactly the container ports {sorted(ports.values())} "
+        f"(admits {sorted(admitted)})",
+    )
+
+    def selectors(peers):
+        return [
+            {k: p.get(k, {}).get("matchLabels", {}) for k in ("namespaceSelector", "podSelector")}
+            for p in peers
+        ]
+
+    id_ports = [port_of(setting("tls_listen")), port_of(setting("http_listen"))]
+    for port in [p for p in id_ports if p is not None]:
+        peers = selectors(admitted.get(port, []))
+        check(
+            bool(peers)
+            and all(s["podSelector"] for s in peers)
+            and all("ipBlock" not in p for p in admitted.get(port, [])),
+            f"ID port {port} from labelled client pods only",
+        )
+    admin_peers = selectors(admitted.get(ports.get("admin"), []))
+    check(
+        any(
+            s["namespaceSelector"].get("kubernetes.io/metadata.name") == "monitoring"
+            for s in admin_peers
+        )
+        and all(s not in selectors(admitted.get(id_ports[0], [])) for s in admin_peers),
+        "admin port from the monitoring namespace, not from the ID ports' clients",
+    )
+    egress = spec.get("egress", [])
+    check(all(rule.get("to") for rule in egress), "every egress rule names its destination")
+
+    def allows(port, proto):
+        return any(
+            p.get("protocol", "TCP") == proto and p["port"] <= port <= p.get("endPort", p["port"])
+            for rule in egress
+            for p in rule.get("ports", [])
+        )
+
+    check(allows(53, "UDP") and allows(53, "TCP"), "egress to DNS (53 UDP and TCP)")
+    store = setting("store") or "embedded"
+    store_port = 4500 if store.startswith("fdb:") else 2379 if store.startswith("etcd") else None
+    check(
+        store_port is not None and allows(store_port, "TCP"),
+        f"egress to the store ({store}: TCP {store_port})",
+    )
+    everything = sorted(
+        (p.get("protocol", "TCP"), p["port"], p.get("endPort", p["port"]))
+        for rule in egress
+        for p in rule.get("ports", [])
+    )
+    check(
+        all(rule.get("ports") for rule in egress)
+        and all(
+            lo == hi == 53 or (proto == "TCP" and lo <= (store_port or -1) <= hi)
+            for proto, lo, hi in everything
+        ),
+        f"egress to nothing else ({everything})",
+    )
 
 
 def dockerfile(root):
