@@ -5,8 +5,9 @@ Run by scripts/validate-deploy (with a venv that has PyYAML):
 
     check-deploy.py ROOT METRICS_FILE SERVE_HELP_FILE INVOCATIONS_OUT
 
-ROOT is the repository; METRICS_FILE a scrape of a running node's /metrics; SERVE_HELP_FILE
-the output of `idgen serve --help`. Prints one line per check and exits 1 if any fails.
+ROOT is the repository; METRICS_FILE a scrape of a running node's /metrics (a node with TLS
+on, so that the TLS metric families the alerts use exist); SERVE_HELP_FILE the output of
+`idgen serve --help`. Prints one line per check and exits 1 if any fails.
 Writes to INVOCATIONS_OUT the `idgen serve` command lines the deploy files run, one per line
 as `what<US>VAR=value …<US>args…` (US: the 0x1f unit separator; shell-quoted), for validate-deploy to run each with
 --check-config.
@@ -496,6 +497,11 @@ def alerts(root, metrics_text):
     print("prometheus/alerts.yml:")
     families = set(re.findall(r"^# TYPE (\S+) ", metrics_text, re.M))
     check(len(families) > 10, f"{len(families)} metric families scraped from a live node")
+    # The TLS families exist only on a node that serves TLS: validate-deploy starts it so.
+    check(
+        "idgen_tls_handshakes_total" in families,
+        "the live node serves TLS (its TLS metric families are on /metrics)",
+    )
     rules = load_all(root / "deploy" / "prometheus" / "alerts.yml")[0]
     exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
     used = set()
@@ -518,6 +524,8 @@ def alerts(root, metrics_text):
     for s in sorted(series):
         check(s in families, f"test series {s} exists on /metrics")
     wanted = {
+        "idgen_tls_certificate_expiry_timestamp_seconds",
+        "idgen_tls_handshakes_total",
         "idgen_lease_time_remaining_seconds",
         "idgen_lease_renewals_total",
         "idgen_clock_rollback_events_total",
@@ -528,7 +536,7 @@ def alerts(root, metrics_text):
         "idgen_layout_years_left",
         "idgen_ready",
     }
-    check(wanted <= used, "the seed's alerts are all covered")
+    check(wanted <= used, "the seed's alerts and the TLS alerts are all covered")
 
 
 def main():
