@@ -282,6 +282,12 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The TLS files are read and checked now, like the store's: a bad one is a configuration
+    // error (exit 2, which the unit does not restart on), also under --check-config.
+    if let Err(e) = idgen::node::tls::ServerTls::new(&config.tls) {
+        eprintln!("idgen: configuration error: cannot set up TLS: {e}");
+        return ExitCode::from(2);
+    }
     if args.check_config {
         // The file on stdout (`--check-config > resolved.toml` keeps it), the verdict apart.
         return match config.to_toml() {

@@ -522,6 +522,15 @@ fn tls_settings_are_checked_before_the_node_starts() {
             Ok(_) => panic!("{args:?} started"),
         };
         assert!(e.contains(expect), "{args:?}: expected {expect:?} in {e}");
+        // A configuration error: exit status 2, and --check-config finds it too.
+        assert!(e.contains("exit status: 2"), "{args:?}: {e}");
+        let checked = std::process::Command::new(idgen_testkit::node::idgen_binary())
+            .args(["serve", "--check-config"])
+            .args(&args)
+            .output()
+            .expect("run idgen");
+        assert_eq!(checked.status.code(), Some(2), "{args:?} --check-config");
+        assert!(String::from_utf8_lossy(&checked.stderr).contains(expect));
     }
 }
 
