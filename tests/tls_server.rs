@@ -701,3 +701,59 @@ fn operator_commands_speak_tls() {
     ]);
     assert_eq!(code, Some(1), "{stderr}");
 }
+
+#[test]
+fn the_rust_client_pool_over_mutual_tls_against_real_nodes() {
+    use idgen_client::blocking::Pool;
+    use idgen_client::{PoolOptions, TlsConfig};
+    let ca = TestCa::new("idgen test ca");
+    let clients = TestCa::new("idgen client ca");
+    let server = ca.server();
+    let unrelated = TestCa::new("unrelated ca");
+    let wrong = unrelated.server();
+    // One node whose certificate the client does not trust, one it does (a memory store each:
+    // their IDs are checked per node).
+    let untrusted = tls_node(&wrong, Some(&clients), &[]);
+    let good = tls_node(&server, Some(&clients), &[]);
+    let me = clients.client("orders.svc");
+    let tls = TlsConfig::builder()
+        .ca_file(&ca.ca)
+        .client_cert_files(&me.cert, &me.key)
+        .server_name("localhost")
+        .build()
+        .expect("TLS configuration");
+    let addrs = [
+        untrusted.tls.unwrap().to_string(),
+        good.tls.unwrap().to_string(),
+    ];
+    let pool = Pool::connect_tls(&addrs, PoolOptions::default(), &tls).expect("pool");
+    let mut seen = HashSet::new();
+    for _ in 0..200 {
+        for id in pool.next_ids(50).expect("IDs from the node it trusts") {
+            assert!(seen.insert(id), "duplicate {id}");
+        }
+    }
+    assert_eq!(seen.len(), 10_000);
+    // Every ID came from the trusted node: its handshakes succeeded, the other's failed.
+    let ok = |node: &NodeProc, result: &str| {
+        metric(
+            node.admin.unwrap(),
+            &format!("idgen_tls_handshakes_total{{listener=\"protocol\",result=\"{result}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(ok(&good, "ok") >= 1.0);
+    assert_eq!(
+        ok(&untrusted, "ok"),
+        0.0,
+        "no session with the untrusted node"
+    );
+    assert_eq!(
+        metric(
+            good.admin.unwrap(),
+            "idgen_tls_client_connections_total{identity=\"orders.svc\"}"
+        )
+        .map(|n| n >= 1.0),
+        Some(true)
+    );
+}
