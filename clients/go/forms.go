@@ -18,10 +18,10 @@ const (
 	base62Alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 	base32Alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 	// Base62Width and Base32Width are the fixed lengths of those forms.
-	Base62Width       = 11
-	Base32Width       = 13
-	decimalMaxDigits  = 19
-	invalidDigit byte = 0xFF
+	Base62Width           = 11
+	Base32Width           = 13
+	decimalMaxDigits      = 19
+	invalidDigit     byte = 0xFF
 )
 
 var base62Value, base32Value [256]byte
