@@ -31,7 +31,7 @@ type ServerError struct {
 }
 
 func (e *ServerError) Error() string {
-	return fmt.Sprintf("idgen: %s: server error %s: %s", e.Node, e.Status, e.Message)
+	return fmt.Sprintf("idgen: %s: server error %s: %s", e.Node, e.Status.String(), e.Message)
 }
 
 // Unwrap returns the Status.
@@ -61,7 +61,7 @@ func (e *ProtocolError) Error() string {
 		node = e.Node + ": "
 	}
 	if e.Status != 0 {
-		return fmt.Sprintf("idgen: %sprotocol error (%s): %s", node, e.Status, e.Detail)
+		return fmt.Sprintf("idgen: %sprotocol error (%s): %s", node, e.Status.String(), e.Detail)
 	}
 	return fmt.Sprintf("idgen: %sprotocol error: %s", node, e.Detail)
 }
