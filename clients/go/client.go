@@ -1,0 +1,623 @@
+package idgen
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultPort is the ID protocol's default port.
+const DefaultPort = 7420
+
+// maxIDsPerCall guards against accidental huge requests (16 Mi IDs).
+const maxIDsPerCall = 1 << 24
+
+// Options configure a Client. Zero values take the defaults.
+type Options struct {
+	// Nodes are "host:port" addresses ("[::1]:7420" for IPv6), tried in this order.
+	Nodes []string
+	// TLS, when set, speaks TLS to every node: the node's certificate must chain to
+	// RootCAs (the system's roots when nil) and name ServerName, or, when ServerName is
+	// empty, the host of each node's address. Certificates are presented for mutual TLS.
+	// NextProtos defaults to "idgen/1", MinVersion is at least TLS 1.2, and
+	// InsecureSkipVerify is refused. LoadTLSConfig builds one from PEM files.
+	TLS *tls.Config
+	// ConnectTimeout bounds the TCP connect, the TLS handshake and the HELLO handshake.
+	// Default 1 s.
+	ConnectTimeout time.Duration
+	// RequestTimeout: a node that owes answers and sends nothing for this long is treated
+	// as down, and the calls in flight on it fail over. Default 1 s. Each call's own
+	// deadline and cancellation come from its context.
+	RequestTimeout time.Duration
+	// A node that failed is skipped for BackoffMin, doubling per consecutive failure up
+	// to BackoffMax. Defaults 200 ms and 10 s.
+	BackoffMin, BackoffMax time.Duration
+	// Prefetch is the size of the local pool NextID serves from (0: no pool). The pool
+	// is refilled in the background when it holds fewer than LowWater IDs (default
+	// Prefetch/4).
+	Prefetch, LowWater int
+	// MaxVersion is the highest protocol version offered (1 or 2; default 2). Version 2
+	// answers batches as runs of consecutive IDs, expanded here.
+	MaxVersion uint16
+}
+
+// Client hands out IDs from a set of idgen nodes. It is safe for use by many goroutines:
+// each node has at most one connection, and every goroutine's requests are pipelined on
+// it.
+//
+// A call tries the node that last answered, then the others in order, each at most once
+// (but for one immediate reconnect after RANGE_CHANGED or a connection the node closed).
+// A node that answers a status whose "retry elsewhere" column is yes, refuses or drops the
+// connection, stalls, fails TLS or sends a bad frame is marked down for a backoff, and
+// the whole call is retried on the next node. Other statuses (2xx, 304 EXHAUSTED, other
+// closing ones) are returned at once. Retrying cannot duplicate an ID: IDs of a failed or
+// abandoned request are only ever lost (a gap).
+//
+// IDs from one connection are strictly increasing, so while the client stays on one node
+// the IDs each goroutine receives increase; after a failover they come from another node,
+// unique but not ordered against the earlier ones.
+type Client struct {
+	opts      Options
+	nodes     []*node
+	preferred atomic.Int64
+	stats     stats
+	tokens    atomic.Uint64
+	base      context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	closed    atomic.Bool
+
+	layoutMu sync.Mutex
+	layout   *Layout
+
+	pool *pool
+	wg   sync.WaitGroup
+}
+
+type node struct {
+	addr string
+	tls  *tls.Config
+
+	mu        sync.Mutex
+	conn      *conn
+	dialing   chan struct{} // closed when the dial in progress ends
+	dialErr   error
+	failures  int
+	downUntil time.Time
+	lastErr   error
+}
+
+type stats struct {
+	connects, requests, ids, pings, nodeFailures, failovers atomic.Int64
+	prefetchRefills, prefetchServed                         atomic.Int64
+}
+
+// Stats are a client's counters.
+type Stats struct {
+	Connects        int64 // connections opened (handshake completed)
+	Requests        int64 // GET_IDS/GET_RANGES frames sent
+	IDs             int64 // IDs received
+	Pings           int64
+	NodeFailures    int64 // a node marked down
+	Failovers       int64 // a call moved on to another node
+	PrefetchRefills int64
+	PrefetchServed  int64
+}
+
+// NodeState is one node's state, from Client.Nodes.
+type NodeState struct {
+	Addr      string
+	Connected bool
+	Down      bool          // backing off now
+	RetryIn   time.Duration // until it is tried again
+	Failures  int           // consecutive
+	LastError error
+	Hello     *ServerHello // of the open connection
+	TLS       *tls.ConnectionState
+}
+
+// NewClient checks opts and returns a client. It connects lazily, on the first call.
+func NewClient(opts Options) (*Client, error) {
+	if len(opts.Nodes) == 0 {
+		return nil, errors.New("idgen: Options.Nodes is empty")
+	}
+	def := func(d *time.Duration, v time.Duration, name string) error {
+		if *d < 0 {
+			return fmt.Errorf("idgen: Options.%s is negative", name)
+		}
+		if *d == 0 {
+			*d = v
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		d    *time.Duration
+		v    time.Duration
+		name string
+	}{
+		{&opts.ConnectTimeout, time.Second, "ConnectTimeout"},
+		{&opts.RequestTimeout, time.Second, "RequestTimeout"},
+		{&opts.BackoffMin, 200 * time.Millisecond, "BackoffMin"},
+		{&opts.BackoffMax, 10 * time.Second, "BackoffMax"},
+	} {
+		if err := def(f.d, f.v, f.name); err != nil {
+			return nil, err
+		}
+	}
+	if opts.BackoffMin > opts.BackoffMax {
+		return nil, errors.New("idgen: Options.BackoffMin is above BackoffMax")
+	}
+	if opts.Prefetch < 0 || opts.LowWater < 0 {
+		return nil, errors.New("idgen: Options.Prefetch and LowWater must not be negative")
+	}
+	if opts.Prefetch > maxIDsPerCall {
+		return nil, fmt.Errorf("idgen: Options.Prefetch is above %d", maxIDsPerCall)
+	}
+	if opts.Prefetch > 0 && opts.LowWater == 0 {
+		opts.LowWater = opts.Prefetch / 4
+	}
+	if opts.Prefetch > 0 && opts.LowWater >= opts.Prefetch {
+		return nil, errors.New("idgen: Options.LowWater must be below Prefetch")
+	}
+	switch opts.MaxVersion {
+	case 0:
+		opts.MaxVersion = MaxProtocolVersion
+	case 1, 2:
+	default:
+		return nil, fmt.Errorf("idgen: Options.MaxVersion %d: this client speaks versions 1 and 2", opts.MaxVersion)
+	}
+	if opts.TLS != nil && opts.TLS.InsecureSkipVerify {
+		return nil, errors.New("idgen: TLS without certificate verification is refused; trust the nodes' authority with RootCAs instead")
+	}
+	c := &Client{opts: opts}
+	c.opts.Nodes = append([]string(nil), opts.Nodes...)
+	seen := map[string]bool{}
+	for _, addr := range opts.Nodes {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" {
+			return nil, fmt.Errorf("idgen: node %q is not host:port", addr)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return nil, fmt.Errorf("idgen: node %q: port must be 1..65535", addr)
+		}
+		if seen[addr] {
+			return nil, fmt.Errorf("idgen: node %q is listed twice", addr)
+		}
+		seen[addr] = true
+		n := &node{addr: addr}
+		if opts.TLS != nil {
+			n.tls = nodeTLS(opts.TLS, host)
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	c.base, c.cancel = context.WithCancel(context.Background())
+	if opts.Prefetch > 0 {
+		c.pool = newPool(opts.Prefetch, opts.LowWater)
+		c.wg.Add(1)
+		go c.refillLoop()
+	}
+	return c, nil
+}
+
+// Dial is NewClient followed by a connection to the first node that answers (within ctx),
+// so that a wrong address or certificate shows at once.
+func Dial(ctx context.Context, opts Options) (*Client, error) {
+	c, err := NewClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Layout(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// nodeTLS is the node's TLS configuration: the caller's, with the server name, ALPN and
+// minimum version filled in.
+func nodeTLS(base *tls.Config, host string) *tls.Config {
+	t := base.Clone()
+	if t.ServerName == "" {
+		t.ServerName = host
+	}
+	if len(t.NextProtos) == 0 {
+		t.NextProtos = []string{"idgen/1"}
+	}
+	if t.MinVersion < tls.VersionTLS12 {
+		t.MinVersion = tls.VersionTLS12
+	}
+	return t
+}
+
+// NextID returns one ID: from the prefetch pool when Options.Prefetch is set, else with
+// one request.
+func (c *Client) NextID(ctx context.Context) (uint64, error) {
+	if c.pool != nil {
+		return c.poolNext(ctx)
+	}
+	ids, err := c.NextIDs(ctx, 1)
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
+}
+
+// NextIDs returns n IDs from one node, strictly increasing, all or nothing. A count above
+// the node's max_batch is sent as several requests, one right behind the other, and the
+// answers joined in order; if a part fails, the whole call fails over or fails (the IDs
+// of the other parts are dropped: a gap, never a duplicate). n == 0 returns no IDs without
+// asking a node. It does not use the prefetch pool.
+func (c *Client) NextIDs(ctx context.Context, n int) ([]uint64, error) {
+	if n < 0 || n > maxIDsPerCall {
+		return nil, fmt.Errorf("idgen: NextIDs(%d): n must be in 0..=%d", n, maxIDsPerCall)
+	}
+	if n == 0 {
+		return []uint64{}, nil
+	}
+	var ids []uint64
+	err := c.withFailover(ctx, func(cc *conn) error {
+		var err error
+		ids, err = c.fetch(ctx, cc, n)
+		return err
+	})
+	return ids, err
+}
+
+// Ping sends a PING to a node (with failover) and returns the round-trip time.
+func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
+	var rtt time.Duration
+	err := c.withFailover(ctx, func(cc *conn) error {
+		start := time.Now()
+		r := newRequest(1)
+		r.slots[0].op = opPing
+		r.slots[0].token = c.tokens.Add(1)
+		if err := cc.submit(r); err != nil {
+			return err
+		}
+		c.stats.pings.Add(1)
+		if err := r.wait(ctx, cc.node); err != nil {
+			return err
+		}
+		rtt = time.Since(start)
+		return nil
+	})
+	return rtt, err
+}
+
+// Layout is the cluster's ID layout, from the first HELLO_OK (it connects if needed).
+func (c *Client) Layout(ctx context.Context) (Layout, error) {
+	c.layoutMu.Lock()
+	l := c.layout
+	c.layoutMu.Unlock()
+	if l != nil {
+		return *l, nil
+	}
+	if err := c.withFailover(ctx, func(*conn) error { return nil }); err != nil {
+		return Layout{}, err
+	}
+	c.layoutMu.Lock()
+	defer c.layoutMu.Unlock()
+	return *c.layout, nil
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Connects: s.connects.Load(), Requests: s.requests.Load(), IDs: s.ids.Load(),
+		Pings: s.pings.Load(), NodeFailures: s.nodeFailures.Load(), Failovers: s.failovers.Load(),
+		PrefetchRefills: s.prefetchRefills.Load(), PrefetchServed: s.prefetchServed.Load(),
+	}
+}
+
+// Nodes returns each node's state.
+func (c *Client) Nodes() []NodeState {
+	now := time.Now()
+	out := make([]NodeState, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		st := NodeState{Addr: n.addr, Failures: n.failures, LastError: n.lastErr}
+		if n.downUntil.After(now) {
+			st.Down, st.RetryIn = true, n.downUntil.Sub(now)
+		}
+		if n.conn != nil && n.conn.alive() {
+			h := n.conn.hello
+			st.Connected, st.Hello, st.TLS = true, &h, n.conn.tlsState
+		}
+		n.mu.Unlock()
+		out = append(out, st)
+	}
+	return out
+}
+
+// Close closes every connection and stops the prefetch goroutine. IDs still in the pool
+// are dropped (a gap, never a duplicate); calls waiting fail with ErrClosed. Close is
+// idempotent.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.cancel()
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		cc := n.conn
+		n.conn = nil
+		n.mu.Unlock()
+		if cc != nil {
+			cc.close()
+		}
+	}
+	if c.pool != nil {
+		c.pool.close()
+	}
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Client) errClosed() error { return fmt.Errorf("idgen: the client is closed: %w", ErrClosed) }
+
+// fetch asks cc for n IDs, split by the node's max_batch.
+func (c *Client) fetch(ctx context.Context, cc *conn, n int) ([]uint64, error) {
+	batch := int(cc.hello.MaxBatch)
+	if batch < 1 {
+		batch = 1
+	}
+	parts := (n + batch - 1) / batch
+	ids := make([]uint64, n)
+	r := newRequest(parts)
+	op := byte(opGetIDs)
+	if cc.hello.Version >= 2 {
+		op = opGetRanges
+	}
+	for i := range r.slots {
+		lo := i * batch
+		hi := lo + batch
+		if hi > n {
+			hi = n
+		}
+		r.slots[i].op = op
+		r.slots[i].dst = ids[lo:hi]
+	}
+	if err := cc.submit(r); err != nil {
+		return nil, err
+	}
+	c.stats.requests.Add(int64(parts))
+	if err := r.wait(ctx, cc.node); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// withFailover runs one call on the preferred node, failing over as the type says.
+func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error {
+	if c.closed.Load() {
+		return c.errClosed()
+	}
+	count := len(c.nodes)
+	start := int(c.preferred.Load())
+	var tried []error
+	var again []bool // reconnected to this node once already in this call
+	for k := 0; k < count; k++ {
+		i := (start + k) % count
+		n := c.nodes[i]
+		if n.isDown(time.Now()) {
+			continue
+		}
+		if len(tried) > 0 {
+			c.stats.failovers.Add(1)
+		}
+		for {
+			cc, err := c.connFor(ctx, n)
+			if err == nil {
+				err = run(cc)
+			}
+			if err == nil {
+				n.mu.Lock()
+				n.failures = 0
+				n.mu.Unlock()
+				c.preferred.Store(int64(i))
+				return nil
+			}
+			if c.closed.Load() {
+				return c.errClosed()
+			}
+			if ctx.Err() != nil {
+				return err // the context's error, from the wait or the dial
+			}
+			if again == nil {
+				again = make([]bool, count)
+			}
+			var se *ServerError
+			var ue *UnavailableError
+			switch {
+			case errors.As(err, &se) && se.Status == StatusRangeChanged && !again[i]:
+				// The node took another worker range and closed this connection. The node
+				// is fine: reconnect at once (the new HELLO_OK announces the new range)
+				// and retry the whole call there, once; then the next node.
+				again[i] = true
+				c.drop(n, cc)
+				continue
+			case errors.As(err, &ue) && ue.peerClosed && cc != nil && !again[i] && time.Since(cc.opened) > c.opts.RequestTimeout:
+				// An older connection the node closed (an idle timeout, a restart): try
+				// one fresh connection before calling the node down.
+				again[i] = true
+				c.drop(n, cc)
+				continue
+			case se != nil && !se.RetryElsewhere():
+				if se.Closes() {
+					c.drop(n, cc)
+				}
+				return err
+			case se != nil:
+				// 300, 301 (the connection stays usable), 302, 303, 305 again: back off.
+				c.markDown(n, cc, err, !se.Closes())
+			case errors.Is(err, ErrClosed):
+				return err
+			default: // unavailable, TLS, protocol errors
+				c.markDown(n, cc, err, false)
+			}
+			tried = append(tried, err)
+			break
+		}
+	}
+	if len(tried) == 1 {
+		return tried[0]
+	}
+	now := time.Now()
+	e := &NoNodeError{Errors: map[string]error{}, RetryIn: map[string]time.Duration{}}
+	if len(tried) > 0 {
+		e.last = tried[len(tried)-1]
+	}
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		e.Errors[n.addr] = n.lastErr
+		if n.downUntil.After(now) {
+			e.RetryIn[n.addr] = n.downUntil.Sub(now)
+		}
+		n.mu.Unlock()
+	}
+	return e
+}
+
+func (n *node) isDown(now time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.downUntil.After(now)
+}
+
+// connFor returns the node's open connection, or dials one. The dial runs in its own
+// goroutine, bounded by ConnectTimeout (and Close), so that a caller whose context ends
+// does not abort it for the others waiting on it.
+func (c *Client) connFor(ctx context.Context, n *node) (*conn, error) {
+	for attempt := 0; ; attempt++ {
+		n.mu.Lock()
+		if n.conn != nil && n.conn.alive() {
+			cc := n.conn
+			n.mu.Unlock()
+			return cc, nil
+		}
+		ch := n.dialing
+		if ch == nil {
+			if attempt > 1 {
+				n.mu.Unlock()
+				return nil, &UnavailableError{Node: n.addr, Detail: "every new connection failed at once"}
+			}
+			ch = make(chan struct{})
+			n.dialing = ch
+			c.wg.Add(1)
+			go c.dialNode(n, ch)
+		}
+		n.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctxError(ctx, n.addr)
+		}
+		n.mu.Lock()
+		cc, err := n.conn, n.dialErr
+		n.mu.Unlock()
+		if cc == nil && err != nil {
+			return nil, err
+		}
+		// Connected, or the new connection already failed (another caller met its error):
+		// look again.
+	}
+}
+
+func (c *Client) dialNode(n *node, ch chan struct{}) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.base, c.opts.ConnectTimeout)
+	cc, err := dial(ctx, n.addr, dialOptions{tls: n.tls, maxVersion: c.opts.MaxVersion,
+		timeout: c.opts.RequestTimeout, stats: &c.stats})
+	cancel()
+	if err == nil {
+		if lerr := c.checkLayout(cc); lerr != nil {
+			cc.close()
+			cc, err = nil, lerr
+		}
+	}
+	if err == nil && c.closed.Load() {
+		cc.close()
+		cc, err = nil, c.errClosed()
+	}
+	if err != nil {
+		c.markDown(n, nil, err, false)
+	}
+	n.mu.Lock()
+	n.conn, n.dialErr, n.dialing = cc, err, nil
+	n.mu.Unlock()
+	close(ch)
+	if cc != nil && c.closed.Load() { // Close ran while this dial finished
+		n.mu.Lock()
+		if n.conn == cc {
+			n.conn = nil
+		}
+		n.mu.Unlock()
+		cc.close()
+	}
+}
+
+func (c *Client) checkLayout(cc *conn) error {
+	l := cc.hello.Layout()
+	c.layoutMu.Lock()
+	defer c.layoutMu.Unlock()
+	if c.layout == nil {
+		c.layout = &l
+		return nil
+	}
+	if *c.layout != l {
+		return &ProtocolError{Node: cc.node, Detail: fmt.Sprintf("the node's ID layout %+v differs from the cluster's %+v", l, *c.layout)}
+	}
+	return nil
+}
+
+// drop forgets cc (if it is still the node's connection) and closes it.
+func (c *Client) drop(n *node, cc *conn) {
+	if cc == nil {
+		return
+	}
+	n.mu.Lock()
+	if n.conn == cc {
+		n.conn = nil
+	}
+	n.mu.Unlock()
+	cc.fail(&UnavailableError{Node: n.addr, Detail: "connection dropped"})
+}
+
+// markDown backs a node off. Only the first report of one failure counts: a report about
+// an older connection, or while the node is already backing off, does not extend it.
+// keep: the node answered with a status that leaves cc usable.
+func (c *Client) markDown(n *node, cc *conn, err error, keep bool) {
+	now := time.Now()
+	n.mu.Lock()
+	stale := cc != nil && n.conn != nil && n.conn != cc
+	if cc != nil && n.conn == cc && !keep {
+		n.conn = nil
+	}
+	if stale || n.downUntil.After(now) {
+		if n.lastErr == nil {
+			n.lastErr = err
+		}
+	} else {
+		n.failures++
+		delay := c.opts.BackoffMin
+		for i := 1; i < n.failures && delay < c.opts.BackoffMax; i++ {
+			delay *= 2
+		}
+		if delay > c.opts.BackoffMax {
+			delay = c.opts.BackoffMax
+		}
+		n.downUntil = now.Add(delay)
+		n.lastErr = err
+		c.stats.nodeFailures.Add(1)
+	}
+	n.mu.Unlock()
+	if cc != nil && !keep {
+		cc.fail(err)
+	}
+}

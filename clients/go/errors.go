@@ -1,0 +1,177 @@
+package idgen
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Sentinel errors, for errors.Is.
+var (
+	// ErrClosed: the client was closed (or the connection closed by the client).
+	ErrClosed = errors.New("idgen: client closed")
+	// ErrUnavailable matches every *UnavailableError, *TLSError and *NoNodeError: a node
+	// (or every node) could not serve the call.
+	ErrUnavailable = errors.New("idgen: unavailable")
+	// ErrProtocol matches every *ProtocolError.
+	ErrProtocol = errors.New("idgen: protocol error")
+)
+
+// Retrying a failed call on another node is always safe: a server never sends an ID twice,
+// so a request that failed (or was abandoned) leaves at most a gap, never a duplicate.
+
+// ServerError is an ERROR frame from a node. Act on Status only; Message is for humans.
+// It unwraps to its Status, so errors.Is(err, idgen.StatusExhausted) works.
+type ServerError struct {
+	Status  Status
+	Message string
+	Node    string // "host:port" of the node that answered
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("idgen: %s: server error %s: %s", e.Node, e.Status.String(), e.Message)
+}
+
+// Unwrap returns the Status.
+func (e *ServerError) Unwrap() error { return e.Status }
+
+// Name is the status's name ("" for a code not in the protocol's table).
+func (e *ServerError) Name() string { return e.Status.Name() }
+
+// Closes reports whether the node closed the connection after this error.
+func (e *ServerError) Closes() bool { return e.Status.Closes() }
+
+// RetryElsewhere reports whether another node may serve the call (3xx but 304 EXHAUSTED).
+func (e *ServerError) RetryElsewhere() bool { return e.Status.RetryElsewhere() }
+
+// ProtocolError: the node sent something that breaks the protocol (a malformed frame, or a
+// frame that does not answer its request). The connection is dropped and the node marked
+// down. Status is 100 BAD_FRAME or 101 FRAME_TOO_LARGE for framing faults, 0 otherwise.
+type ProtocolError struct {
+	Status Status
+	Detail string
+	Node   string
+}
+
+func (e *ProtocolError) Error() string {
+	node := ""
+	if e.Node != "" {
+		node = e.Node + ": "
+	}
+	if e.Status != 0 {
+		return fmt.Sprintf("idgen: %sprotocol error (%s): %s", node, e.Status.String(), e.Detail)
+	}
+	return fmt.Sprintf("idgen: %sprotocol error: %s", node, e.Detail)
+}
+
+// Is matches ErrProtocol, and the Status of a framing fault.
+func (e *ProtocolError) Is(target error) bool {
+	if target == ErrProtocol {
+		return true
+	}
+	s, ok := target.(Status)
+	return ok && e.Status != 0 && s == e.Status
+}
+
+// UnavailableError: a node could not be reached or stopped answering (refused, reset,
+// closed with requests unanswered, no answer within Options.RequestTimeout).
+type UnavailableError struct {
+	Node   string
+	Detail string
+	Err    error // the underlying error, if any
+
+	// peerClosed: the node closed or reset an open connection (not a refused connect, not
+	// a stall); a connection that sat idle may meet that once without the node being down.
+	peerClosed bool
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("idgen: %s: %s: %v", e.Node, e.Detail, e.Err)
+	}
+	return fmt.Sprintf("idgen: %s: %s", e.Node, e.Detail)
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Is matches ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// TLSErrorKind names why a TLS connection failed.
+type TLSErrorKind string
+
+// The kinds of TLSError.
+const (
+	// The node's certificate does not chain to the trusted authorities.
+	TLSUnknownIssuer TLSErrorKind = "unknown_issuer"
+	// The node's certificate does not name the host dialed (or Options' server name).
+	TLSNameMismatch TLSErrorKind = "name_mismatch"
+	// The node's certificate has expired.
+	TLSExpired TLSErrorKind = "expired"
+	// The node's certificate is not valid yet.
+	TLSNotYetValid TLSErrorKind = "not_yet_valid"
+	// The node's certificate is unacceptable for another reason.
+	TLSBadCertificate TLSErrorKind = "bad_certificate"
+	// The node requires a client certificate and none was sent.
+	TLSClientCertificateRequired TLSErrorKind = "client_certificate_required"
+	// The node refused the client certificate (another authority, expired, ...).
+	TLSClientCertificateRejected TLSErrorKind = "client_certificate_rejected"
+	// Any other failure, e.g. the port does not speak TLS.
+	TLSHandshake TLSErrorKind = "handshake"
+)
+
+// TLSError: the TLS connection to a node failed. It is a node fault like an
+// UnavailableError (errors.Is(err, ErrUnavailable) holds): the node is marked down and the
+// call fails over. A certificate that does not verify is a configuration fault: retrying
+// the same node with the same trust does not help.
+type TLSError struct {
+	Node string
+	Kind TLSErrorKind
+	Err  error
+}
+
+func (e *TLSError) Error() string {
+	return fmt.Sprintf("idgen: %s: TLS (%s): %v", e.Node, e.Kind, e.Err)
+}
+
+func (e *TLSError) Unwrap() error { return e.Err }
+
+// Is matches ErrUnavailable.
+func (e *TLSError) Is(target error) bool { return target == ErrUnavailable }
+
+// NoNodeError: no node could serve the call. Errors maps each node ("host:port") to its
+// last error (nil for a node never tried); RetryIn maps each node that is backing off to
+// the time left before it is tried again.
+type NoNodeError struct {
+	Errors  map[string]error
+	RetryIn map[string]time.Duration
+	last    error
+}
+
+func (e *NoNodeError) Error() string {
+	nodes := make([]string, 0, len(e.Errors))
+	for n := range e.Errors {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	parts := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		text := n + ": no error recorded"
+		if err := e.Errors[n]; err != nil {
+			text = err.Error()
+		}
+		if d, ok := e.RetryIn[n]; ok {
+			text += fmt.Sprintf(" (down, retried in %s)", d.Round(time.Millisecond))
+		}
+		parts = append(parts, text)
+	}
+	return "idgen: no node available; " + strings.Join(parts, "; ")
+}
+
+// Unwrap returns the last error of the call (nil when no node could be tried).
+func (e *NoNodeError) Unwrap() error { return e.last }
+
+// Is matches ErrUnavailable.
+func (e *NoNodeError) Is(target error) bool { return target == ErrUnavailable }

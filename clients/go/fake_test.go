@@ -1,0 +1,460 @@
+package idgen
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Failover, statuses, deadlines and bad servers, against fake nodes.
+
+func TestServesFromAFakeNodeWithRangesAndFallsBackToVersion1(t *testing.T) {
+	for _, version := range []uint16{2, 1} {
+		h := defaultHello()
+		h.Version = version
+		f := newFake(t, h, "serve")
+		c := newClient(t, Options{Nodes: []string{f.addr}})
+		ids, err := c.NextIDs(bg(t, 5*time.Second), 100)
+		if err != nil || len(ids) != 100 || !increasing(ids) {
+			t.Fatalf("v%d: %v %d", version, err, len(ids))
+		}
+		if st := nodeState(c, f.addr); st.Hello == nil || st.Hello.Version != version {
+			t.Fatalf("v%d: negotiated %+v", version, st.Hello)
+		}
+		if _, err := c.Ping(bg(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A client limited to version 1 sends GET_IDS to a version 2 node.
+	f := newFake(t, defaultHello(), "serve")
+	c := newClient(t, Options{Nodes: []string{f.addr}, MaxVersion: 1})
+	if _, err := c.NextIDs(bg(t, 5*time.Second), 10); err != nil {
+		t.Fatal(err)
+	}
+	if f.versions[0] != 1 {
+		t.Fatalf("offered up to %d", f.versions[0])
+	}
+}
+
+func TestStatus300KeepsTheConnectionAndFailsOver(t *testing.T) {
+	bad := newFake(t, defaultHello(), "unavailable")
+	good := newFake(t, defaultHello(), "serve")
+	good.nextID = 1 << 50
+	c := newClient(t, Options{Nodes: []string{bad.addr, good.addr}, BackoffMin: 300 * time.Millisecond})
+	ids, err := c.NextIDs(bg(t, 5*time.Second), 5)
+	if err != nil || len(ids) != 5 || ids[0] < 1<<50 {
+		t.Fatalf("%v %v", err, ids)
+	}
+	st := nodeState(c, bad.addr)
+	var se *ServerError
+	if !st.Down || !st.Connected || !errors.As(st.LastError, &se) || se.Status != StatusUnavailableLease || !se.RetryElsewhere() {
+		t.Fatalf("state %+v", st)
+	}
+	if c.Stats().Failovers != 1 {
+		t.Fatalf("stats %+v", c.Stats())
+	}
+	// Alone: the 300 is returned, and after the backoff the same connection is used again.
+	only := newClient(t, Options{Nodes: []string{bad.addr}, BackoffMin: 150 * time.Millisecond, BackoffMax: 150 * time.Millisecond})
+	before, _ := bad.counts()
+	for i := 0; i < 3; i++ {
+		_, err := only.NextID(bg(t, 5*time.Second))
+		if !errors.Is(err, StatusUnavailableLease) {
+			t.Fatalf("got %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if after, _ := bad.counts(); after-before != 1 {
+		t.Fatalf("%d connections, want 1", after-before)
+	}
+}
+
+func TestStatus305ReconnectsAndTheCallSucceedsAtOnce(t *testing.T) {
+	h := defaultHello()
+	h.WorkerFirst = 5
+	after := defaultHello()
+	after.WorkerFirst = 9
+	f := startFake(t, &fakeNode{hello: h, helloAfter: after, mode: "range_changed", serveBefore: 1})
+	// A long backoff: a client that counted the node as broken would fail the next call.
+	c := newClient(t, Options{Nodes: []string{f.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	first, err := c.NextIDs(bg(t, 5*time.Second), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodeState(c, f.addr).Hello.WorkerFirst != 5 {
+		t.Fatal("first range")
+	}
+	start := time.Now()
+	second, err := c.NextIDs(bg(t, 5*time.Second), 3) // 305 and a close, then retried
+	if err != nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("%v after %s", err, time.Since(start))
+	}
+	conns, _ := f.counts()
+	st := nodeState(c, f.addr)
+	if conns != 2 || st.Down || st.Failures != 0 || st.Hello.WorkerFirst != 9 {
+		t.Fatalf("connections %d, state %+v", conns, st)
+	}
+	checkUnique(t, first, second)
+	if s := c.Stats(); s.Connects != 2 || s.NodeFailures != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestStatus305InASplitBatchNeverHandsOutTheAnsweredPart(t *testing.T) {
+	h := defaultHello()
+	h.MaxBatch = 10
+	f := startFake(t, &fakeNode{hello: h, mode: "range_changed", serveBefore: 1})
+	c := newClient(t, Options{Nodes: []string{f.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	ids, err := c.NextIDs(bg(t, 5*time.Second), 25) // 10 + 10 + 5: the first part answered, then 305
+	if err != nil || len(ids) != 25 || !increasing(ids) {
+		t.Fatalf("%v %v", err, ids)
+	}
+	f.mu.Lock()
+	partial, second := f.idsByConn[0], f.idsByConn[1]
+	f.mu.Unlock()
+	if len(partial) != 10 {
+		t.Fatalf("the fake answered %d first", len(partial))
+	}
+	for _, id := range ids {
+		for _, p := range partial {
+			if id == p {
+				t.Fatalf("ID %d of the partly answered batch handed out", id)
+			}
+		}
+	}
+	if len(second) != 25 || second[0] != ids[0] {
+		t.Fatalf("second connection %v", second)
+	}
+}
+
+func TestStatus305WithRequestsInFlightFromManyGoroutines(t *testing.T) {
+	f := startFake(t, &fakeNode{hello: defaultHello(), mode: "range_changed", serveBefore: 10})
+	c := newClient(t, Options{Nodes: []string{f.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	results := runGoroutines(t, 8, 30*time.Second, func(g int) ([]uint64, error) {
+		var all []uint64
+		for k := 0; k < 25; k++ {
+			ids, err := c.NextIDs(bg(t, 5*time.Second), 2)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, ids...)
+		}
+		return all, nil
+	})
+	if n := checkUnique(t, results...); n != 400 {
+		t.Fatalf("%d IDs", n)
+	}
+	if conns, _ := f.counts(); conns != 2 || c.Stats().NodeFailures != 0 {
+		t.Fatalf("connections %d, stats %+v", conns, c.Stats())
+	}
+}
+
+func TestStatus305AgainAfterTheReconnectMovesOnToTheNextNode(t *testing.T) {
+	bad := newFake(t, defaultHello(), "unavailable")
+	bad.status = StatusRangeChanged
+	good := newFake(t, defaultHello(), "serve")
+	c := newClient(t, Options{Nodes: []string{bad.addr, good.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	if _, err := c.NextIDs(bg(t, 5*time.Second), 5); err != nil {
+		t.Fatal(err)
+	}
+	st := nodeState(c, bad.addr)
+	if conns, _ := bad.counts(); conns != 2 || !st.Down || !errors.Is(st.LastError, StatusRangeChanged) {
+		t.Fatalf("connections %d, state %+v", conns, st)
+	}
+}
+
+func TestShuttingDownFailsOverEveryRequestInFlight(t *testing.T) {
+	bad := newFake(t, defaultHello(), "unavailable")
+	bad.status = StatusShuttingDown
+	good := newFake(t, defaultHello(), "serve")
+	c := newClient(t, Options{Nodes: []string{bad.addr, good.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	results := runGoroutines(t, 8, 30*time.Second, func(int) ([]uint64, error) {
+		return c.NextIDs(bg(t, 5*time.Second), 3)
+	})
+	checkUnique(t, results...)
+	if s := c.Stats(); s.NodeFailures != 1 {
+		t.Fatalf("one failure of one node counts once: %+v", s)
+	}
+}
+
+func TestClientFaultsAndExhaustedAreReturnedWithoutFailover(t *testing.T) {
+	for _, status := range []Status{StatusInvalidCount, StatusExhausted, StatusInternal, 250} {
+		bad := newFake(t, defaultHello(), "unavailable")
+		bad.status = status
+		other := newFake(t, defaultHello(), "serve")
+		c := newClient(t, Options{Nodes: []string{bad.addr, other.addr}})
+		_, err := c.NextID(bg(t, 5*time.Second))
+		var se *ServerError
+		if !errors.As(err, &se) || se.Status != status || se.RetryElsewhere() || !errors.Is(err, status) {
+			t.Fatalf("%s: got %v", status, err)
+		}
+		if conns, _ := other.counts(); conns != 0 || c.Stats().Failovers != 0 {
+			t.Fatalf("%s must not fail over", status)
+		}
+		if nodeState(c, bad.addr).Down {
+			t.Fatalf("%s must not mark the node down", status)
+		}
+	}
+}
+
+func TestGarbageIsAProtocolErrorAndMarksTheNodeDown(t *testing.T) {
+	g := newFake(t, defaultHello(), "garbage")
+	c := newClient(t, Options{Nodes: []string{g.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	_, err := c.NextID(bg(t, 5*time.Second))
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Status != StatusBadFrame || !errors.Is(err, ErrProtocol) {
+		t.Fatalf("got %v", err)
+	}
+	st := nodeState(c, g.addr)
+	if !st.Down || st.Connected {
+		t.Fatalf("state %+v", st)
+	}
+	_, err = c.NextID(bg(t, 5*time.Second))
+	var none *NoNodeError
+	if !errors.As(err, &none) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("while backing off: %v", err)
+	}
+	// With another node: failed over.
+	good := newFake(t, defaultHello(), "serve")
+	c2 := newClient(t, Options{Nodes: []string{g.addr, good.addr}})
+	if _, err := c2.NextIDs(bg(t, 5*time.Second), 5); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnreachableAndSilentNodesAreSkipped(t *testing.T) {
+	silent := newFake(t, defaultHello(), "silent")
+	good := newFake(t, defaultHello(), "serve")
+	dead := unusedAddr(t)
+	c := newClient(t, Options{Nodes: []string{dead, silent.addr, good.addr},
+		RequestTimeout: 500 * time.Millisecond, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	start := time.Now()
+	ids, err := c.NextIDs(bg(t, 10*time.Second), 10)
+	if err != nil || len(ids) != 10 || time.Since(start) > 5*time.Second {
+		t.Fatalf("%v after %s", err, time.Since(start))
+	}
+	if !nodeState(c, dead).Down || !nodeState(c, silent.addr).Down || nodeState(c, good.addr).Down {
+		t.Fatalf("%+v", c.Nodes())
+	}
+	if e := nodeState(c, silent.addr).LastError; e == nil || !strings.Contains(e.Error(), "no answer within") {
+		t.Fatalf("silent: %v", e)
+	}
+	before := c.Stats().Failovers
+	if _, err := c.NextIDs(bg(t, 5*time.Second), 10); err != nil || c.Stats().Failovers != before {
+		t.Fatalf("later calls go straight to the node that answered: %v", err)
+	}
+}
+
+func TestTheContextBoundsACallWithoutMarkingTheNodeDown(t *testing.T) {
+	silent := newFake(t, defaultHello(), "silent")
+	c := newClient(t, Options{Nodes: []string{silent.addr}, RequestTimeout: 10 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.NextID(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+		t.Fatalf("%v after %s", err, time.Since(start))
+	}
+	if st := nodeState(c, silent.addr); st.Down || !st.Connected {
+		t.Fatalf("a caller's deadline is not a node failure: %+v", st)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(100 * time.Millisecond); ccancel() }()
+	if _, err := c.Ping(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancel: %v", err)
+	}
+	// A context already done fails at once, even before any connection exists.
+	c2 := newClient(t, Options{Nodes: []string{silent.addr}})
+	done, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if _, err := c2.NextID(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("done context: %v", err)
+	}
+}
+
+func TestAllNodesDownIsANoNodeErrorListingEachNode(t *testing.T) {
+	a, b := unusedAddr(t), unusedAddr(t)
+	c := newClient(t, Options{Nodes: []string{a, b}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	_, err := c.NextID(bg(t, 5*time.Second))
+	var none *NoNodeError
+	if !errors.As(err, &none) || len(none.Errors) != 2 || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("got %v", err)
+	}
+	for addr, e := range none.Errors {
+		var ue *UnavailableError
+		if !errors.As(e, &ue) || ue.Node != addr {
+			t.Fatalf("%s: %v", addr, e)
+		}
+	}
+	start := time.Now()
+	_, err = c.NextID(bg(t, 5*time.Second))
+	if !errors.As(err, &none) || len(none.RetryIn) != 2 || time.Since(start) > 500*time.Millisecond ||
+		!strings.Contains(err.Error(), "retried in") {
+		t.Fatalf("backing off: %v", err)
+	}
+}
+
+func TestBackoffDoublesAndIsCapped(t *testing.T) {
+	dead := unusedAddr(t)
+	c := newClient(t, Options{Nodes: []string{dead}, BackoffMin: 200 * time.Millisecond, BackoffMax: 600 * time.Millisecond})
+	for k, delay := range []time.Duration{200, 400, 600, 600} {
+		delay *= time.Millisecond
+		if _, err := c.NextID(bg(t, 5*time.Second)); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("got %v", err)
+		}
+		st := nodeState(c, dead)
+		if st.Failures != k+1 || st.RetryIn > delay || st.RetryIn < delay-150*time.Millisecond {
+			t.Fatalf("attempt %d: %+v", k, st)
+		}
+		var none *NoNodeError
+		if _, err := c.NextID(bg(t, 5*time.Second)); !errors.As(err, &none) {
+			t.Fatalf("skipped while backing off: %v", err)
+		}
+		time.Sleep(delay + 50*time.Millisecond)
+	}
+}
+
+func TestANodeWithAnotherLayoutIsRefused(t *testing.T) {
+	good := newFake(t, defaultHello(), "serve")
+	odd := defaultHello()
+	odd.EpochMs = 12345
+	other := newFake(t, odd, "serve")
+	c := newClient(t, Options{Nodes: []string{good.addr, other.addr}})
+	if _, err := c.NextID(bg(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	good.kill()
+	_, err := c.NextID(bg(t, 5*time.Second))
+	var none *NoNodeError
+	if !errors.As(err, &none) || !strings.Contains(none.Errors[other.addr].Error(), "layout") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestAKilledNodeFailsOverEveryCallInFlight(t *testing.T) {
+	doomed := newFake(t, defaultHello(), "serve")
+	survivor := newFake(t, defaultHello(), "serve")
+	survivor.nextID = 1 << 55
+	c := newClient(t, Options{Nodes: []string{doomed.addr, survivor.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	var once sync.Once
+	results := runGoroutines(t, 8, 60*time.Second, func(g int) ([]uint64, error) {
+		var all []uint64
+		for k := 0; k < 200; k++ {
+			ids, err := c.NextIDs(bg(t, 5*time.Second), 7)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, ids...)
+			if k == 50 {
+				once.Do(doomed.kill)
+			}
+		}
+		return all, nil
+	})
+	checkUnique(t, results...)
+	if !nodeState(c, doomed.addr).Down || c.Stats().Failovers < 1 {
+		t.Fatalf("%+v %+v", c.Nodes(), c.Stats())
+	}
+}
+
+func TestClosedClientAndBadOptions(t *testing.T) {
+	f := newFake(t, defaultHello(), "serve")
+	c, err := NewClient(Options{Nodes: []string{f.addr}, Prefetch: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.NextID(bg(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c.Close()
+	for _, call := range []func() error{
+		func() error { _, err := c.NextID(bg(t, time.Second)); return err },
+		func() error { _, err := c.NextIDs(bg(t, time.Second), 3); return err },
+		func() error { _, err := c.Ping(bg(t, time.Second)); return err },
+	} {
+		if err := call(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("after Close: %v", err)
+		}
+	}
+	for _, o := range []Options{
+		{},
+		{Nodes: []string{"nohost"}},
+		{Nodes: []string{"h:0"}},
+		{Nodes: []string{"a:1", "a:1"}},
+		{Nodes: []string{"a:1"}, RequestTimeout: -1},
+		{Nodes: []string{"a:1"}, BackoffMin: 2 * time.Second, BackoffMax: time.Second},
+		{Nodes: []string{"a:1"}, Prefetch: -1},
+		{Nodes: []string{"a:1"}, Prefetch: 10, LowWater: 10},
+		{Nodes: []string{"a:1"}, MaxVersion: 3},
+	} {
+		if _, err := NewClient(o); err == nil {
+			t.Errorf("accepted %+v", o)
+		}
+	}
+	c2 := newClient(t, Options{Nodes: []string{f.addr}})
+	if _, err := c2.NextIDs(bg(t, time.Second), -1); err == nil {
+		t.Fatal("n = -1 accepted")
+	}
+	if ids, err := c2.NextIDs(bg(t, time.Second), 0); err != nil || len(ids) != 0 {
+		t.Fatalf("n = 0: %v %v", ids, err)
+	}
+}
+
+func TestPrefetchPoolNeverHandsOutAnIDTwice(t *testing.T) {
+	f := newFake(t, defaultHello(), "serve")
+	c := newClient(t, Options{Nodes: []string{f.addr}, Prefetch: 500, LowWater: 100})
+	results := runGoroutines(t, 16, 30*time.Second, func(int) ([]uint64, error) {
+		var all []uint64
+		for k := 0; k < 1000; k++ {
+			id, err := c.NextID(bg(t, 5*time.Second))
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, id)
+		}
+		return all, nil
+	})
+	if n := checkUnique(t, results...); n != 16000 {
+		t.Fatalf("%d", n)
+	}
+	s := c.Stats()
+	if s.PrefetchServed != 16000 || s.PrefetchRefills < 16000/500 {
+		t.Fatalf("stats %+v", s)
+	}
+	// A pool whose node is gone returns the refill's error, bounded by the context.
+	dead := newClient(t, Options{Nodes: []string{unusedAddr(t)}, Prefetch: 10})
+	if _, err := dead.NextID(bg(t, 5*time.Second)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("dead pool: %v", err)
+	}
+}
+
+// runGoroutines runs body(g) for g in 0..n, bounded by timeout; it fails on any error.
+func runGoroutines(t testing.TB, n int, timeout time.Duration, body func(g int) ([]uint64, error)) [][]uint64 {
+	t.Helper()
+	results := make([][]uint64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			results[g], errs[g] = body(g)
+		}(g)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		t.Fatalf("goroutines still running after %s", timeout)
+	}
+	for g, err := range errs {
+		if err != nil {
+			t.Fatalf("goroutine %d: %v", g, err)
+		}
+	}
+	return results
+}

@@ -1,0 +1,333 @@
+package idgen
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// String forms and masking of clients/vectors/FORMS.md. Every form covers IDs in
+// 0 .. 2^63; parsing reports what is wrong with a *FormError.
+
+// MaxID is the largest ID (the top bit of an idgen ID is always 0).
+const MaxID = uint64(1)<<63 - 1
+
+const (
+	base62Alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	base32Alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	// Base62Width and Base32Width are the fixed lengths of those forms.
+	Base62Width           = 11
+	Base32Width           = 13
+	decimalMaxDigits      = 19
+	invalidDigit     byte = 0xFF
+)
+
+var base62Value, base32Value [256]byte
+
+func init() {
+	for i := range base62Value {
+		base62Value[i], base32Value[i] = invalidDigit, invalidDigit
+	}
+	for i := 0; i < len(base62Alphabet); i++ {
+		base62Value[base62Alphabet[i]] = byte(i)
+	}
+	for i := 0; i < len(base32Alphabet); i++ {
+		c := base32Alphabet[i]
+		base32Value[c] = byte(i)
+		base32Value[strings.ToLower(string(c))[0]] = byte(i)
+	}
+	for _, alias := range []struct {
+		c byte
+		v byte
+	}{{'I', 1}, {'i', 1}, {'L', 1}, {'l', 1}, {'O', 0}, {'o', 0}} {
+		base32Value[alias.c] = alias.v
+	}
+}
+
+// ErrInvalidID matches every *FormError and every ID out of 0 .. 2^63 given to a form or
+// to masking.
+var ErrInvalidID = errors.New("idgen: invalid ID")
+
+// FormErrorKind says what is wrong with a string form.
+type FormErrorKind string
+
+// The kinds of FormError.
+const (
+	FormEmpty            FormErrorKind = "empty"
+	FormWrongLength      FormErrorKind = "wrong_length"
+	FormInvalidCharacter FormErrorKind = "invalid_character"
+	FormLeadingZero      FormErrorKind = "leading_zero"
+	FormOutOfRange       FormErrorKind = "out_of_range"
+)
+
+// FormError: a string that is not a valid ID in its form ("decimal", "base62", "base32"),
+// or an integer ("integer") outside 0 .. 2^63.
+type FormError struct {
+	Form   string
+	Text   string
+	Kind   FormErrorKind
+	Reason string
+}
+
+func (e *FormError) Error() string {
+	return fmt.Sprintf("idgen: invalid %s ID %q: %s", e.Form, e.Text, e.Reason)
+}
+
+// Is matches ErrInvalidID.
+func (e *FormError) Is(target error) bool { return target == ErrInvalidID }
+
+func checkID(id uint64, what string) error {
+	if id&topBit != 0 {
+		return &FormError{Form: "integer", Text: strconv.FormatUint(id, 10), Kind: FormOutOfRange,
+			Reason: what + " must be in 0 .. 2^63"}
+	}
+	return nil
+}
+
+func formErr(form, text string, kind FormErrorKind, format string, args ...any) error {
+	return &FormError{Form: form, Text: text, Kind: kind, Reason: fmt.Sprintf(format, args...)}
+}
+
+// FormatDecimal is the ID in base 10 (no sign, no leading zeros). It fails for an ID at or
+// above 2^63.
+func FormatDecimal(id uint64) (string, error) {
+	if err := checkID(id, "ID"); err != nil {
+		return "", err
+	}
+	return strconv.FormatUint(id, 10), nil
+}
+
+// ParseDecimal parses ASCII digits (at most 19, no leading zero but for "0") into an ID.
+func ParseDecimal(text string) (uint64, error) {
+	if text == "" {
+		return 0, formErr("decimal", text, FormEmpty, "empty string")
+	}
+	for i := 0; i < len(text); i++ {
+		if c := text[i]; c < '0' || c > '9' {
+			return 0, formErr("decimal", text, FormInvalidCharacter,
+				"character %q at position %d is not an ASCII digit", rune(c), i)
+		}
+	}
+	if len(text) > decimalMaxDigits {
+		return 0, formErr("decimal", text, FormWrongLength,
+			"%d digits, at most %d allowed", len(text), decimalMaxDigits)
+	}
+	if len(text) > 1 && text[0] == '0' {
+		return 0, formErr("decimal", text, FormLeadingZero, "leading zero")
+	}
+	v, err := strconv.ParseUint(text, 10, 64) // 19 digits always fit in a u64
+	if err != nil || v&topBit != 0 {
+		return 0, formErr("decimal", text, FormOutOfRange, "value is at or above 2^63")
+	}
+	return v, nil
+}
+
+// FormatBase62 is the ID as 11 characters of 0-9A-Za-z, most significant first,
+// left-padded with '0': byte-wise order equals numeric order.
+func FormatBase62(id uint64) (string, error) {
+	if err := checkID(id, "ID"); err != nil {
+		return "", err
+	}
+	var out [Base62Width]byte
+	for i := Base62Width - 1; i >= 0; i-- {
+		out[i] = base62Alphabet[id%62]
+		id /= 62
+	}
+	return string(out[:]), nil
+}
+
+// ParseBase62 parses exactly 11 case-sensitive base62 characters.
+func ParseBase62(text string) (uint64, error) {
+	if text == "" {
+		return 0, formErr("base62", text, FormEmpty, "empty string")
+	}
+	if len(text) != Base62Width {
+		return 0, formErr("base62", text, FormWrongLength,
+			"%d characters, exactly %d required", len(text), Base62Width)
+	}
+	var v uint64
+	overflow := false
+	for i := 0; i < len(text); i++ {
+		d := base62Value[text[i]]
+		if d == invalidDigit {
+			return 0, formErr("base62", text, FormInvalidCharacter,
+				"character %q at position %d is not in 0-9A-Za-z", rune(text[i]), i)
+		}
+		if overflow || v > (MaxID-uint64(d))/62 {
+			overflow = true // keep checking the characters
+			continue
+		}
+		v = v*62 + uint64(d)
+	}
+	if overflow {
+		return 0, formErr("base62", text, FormOutOfRange, "value is at or above 2^63")
+	}
+	return v, nil
+}
+
+// FormatBase32 is the ID as 13 upper-case Crockford base32 characters, most significant
+// first, left-padded with '0': byte-wise order equals numeric order.
+func FormatBase32(id uint64) (string, error) {
+	if err := checkID(id, "ID"); err != nil {
+		return "", err
+	}
+	var out [Base32Width]byte
+	for i := Base32Width - 1; i >= 0; i-- {
+		out[i] = base32Alphabet[id&31]
+		id >>= 5
+	}
+	return string(out[:]), nil
+}
+
+// ParseBase32 parses exactly 13 Crockford base32 characters: case-insensitive, I and L read
+// as 1, O as 0, no hyphens.
+func ParseBase32(text string) (uint64, error) {
+	if text == "" {
+		return 0, formErr("base32", text, FormEmpty, "empty string")
+	}
+	if len(text) != Base32Width {
+		return 0, formErr("base32", text, FormWrongLength,
+			"%d characters, exactly %d required", len(text), Base32Width)
+	}
+	var v uint64
+	for i := 0; i < len(text); i++ {
+		d := base32Value[text[i]]
+		if d == invalidDigit {
+			return 0, formErr("base32", text, FormInvalidCharacter,
+				"character %q at position %d is not in the Crockford base32 alphabet", rune(text[i]), i)
+		}
+		v = v<<5 | uint64(d) // 13 * 5 = 65 bits: the first character's top bit is lost below
+	}
+	if base32Value[text[0]] > 7 {
+		return 0, formErr("base32", text, FormOutOfRange,
+			"value is at or above 2^63 (first character above 7)")
+	}
+	return v, nil
+}
+
+// MaskKey is a 128-bit key for Mask and Unmask, a keyed, reversible, collision-free
+// permutation of 0 .. 2^63 that keeps an ID's creation time and worker out of public view.
+// Masked IDs are not secret (every service that unmasks holds the key) and are not
+// security tokens. A MaskKey never prints its key.
+type MaskKey struct {
+	k0, k1 uint64
+}
+
+const maskRounds = 6
+
+// NewMaskKey is the key of 16 bytes: k0 the big-endian u64 of bytes 0-7, k1 of 8-15.
+func NewMaskKey(key [16]byte) MaskKey {
+	var k MaskKey
+	for i := 0; i < 8; i++ {
+		k.k0 = k.k0<<8 | uint64(key[i])
+		k.k1 = k.k1<<8 | uint64(key[8+i])
+	}
+	return k
+}
+
+// ParseMaskKey reads a key written as 32 hex digits (either case).
+func ParseMaskKey(text string) (MaskKey, error) {
+	if len(text) != 32 {
+		return MaskKey{}, fmt.Errorf("idgen: a mask key is 32 hex digits, got %d characters", len(text))
+	}
+	var key [16]byte
+	if _, err := hex.Decode(key[:], []byte(text)); err != nil {
+		return MaskKey{}, errors.New("idgen: the mask key holds a character that is not a hex digit")
+	}
+	return NewMaskKey(key), nil
+}
+
+// String hides the key.
+func (k MaskKey) String() string { return "MaskKey(<hidden>)" }
+
+// GoString hides the key.
+func (k MaskKey) GoString() string { return k.String() }
+
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+func (k MaskKey) round(i, r uint64) uint64 {
+	return (mix64(k.k0^(i<<32|r)) ^ k.k1) & 0xFFFFFFFF
+}
+
+func (k MaskKey) encrypt(x uint64) uint64 {
+	l, r := x>>32, x&0xFFFFFFFF
+	for i := uint64(0); i < maskRounds; i++ {
+		l, r = r, l^k.round(i, r)
+	}
+	return l<<32 | r
+}
+
+func (k MaskKey) decrypt(y uint64) uint64 {
+	l, r := y>>32, y&0xFFFFFFFF
+	for i := maskRounds - 1; i >= 0; i-- {
+		l, r = r^k.round(uint64(i), l), l
+	}
+	return l<<32 | r
+}
+
+// Mask is the public form of an ID (below 2^63 in, below 2^63 out).
+func (k MaskKey) Mask(id uint64) (uint64, error) {
+	if err := checkID(id, "ID"); err != nil {
+		return 0, err
+	}
+	y := k.encrypt(id)
+	for y&topBit != 0 { // cycle walking keeps it a permutation of 0 .. 2^63
+		y = k.encrypt(y)
+	}
+	return y, nil
+}
+
+// Unmask is the ID a masked value was made from.
+func (k MaskKey) Unmask(masked uint64) (uint64, error) {
+	if err := checkID(masked, "masked ID"); err != nil {
+		return 0, err
+	}
+	x := k.decrypt(masked)
+	for x&topBit != 0 {
+		x = k.decrypt(x)
+	}
+	return x, nil
+}
+
+// Layout is a cluster's ID layout (from HELLO_OK), for taking IDs apart
+// (PROTOCOL.md section 10).
+type Layout struct {
+	EpochMs       uint64
+	TimestampBits uint8
+	WorkerBits    uint8 // includes RegionBits
+	SequenceBits  uint8
+	RegionBits    uint8
+}
+
+// IDParts is an ID taken apart.
+type IDParts struct {
+	UnixMs    uint64 // Unix time in ms of the ID's timestamp
+	Timestamp uint64 // ms since the layout's epoch
+	Worker    uint32 // the full worker field (region bits included)
+	Region    uint32 // the top RegionBits of the worker field (0 without regions)
+	Sequence  uint32
+}
+
+// Decode takes an ID apart. It fails for an ID at or above 2^63.
+func (l Layout) Decode(id uint64) (IDParts, error) {
+	if err := checkID(id, "ID"); err != nil {
+		return IDParts{}, err
+	}
+	s, w, r := uint(l.SequenceBits), uint(l.WorkerBits), uint(l.RegionBits)
+	p := IDParts{
+		Sequence:  uint32(id & (1<<s - 1)),
+		Worker:    uint32((id >> s) & (1<<w - 1)),
+		Timestamp: id >> (w + s),
+	}
+	if r > 0 {
+		p.Region = p.Worker >> (w - r)
+	}
+	p.UnixMs = l.EpochMs + p.Timestamp
+	return p, nil
+}

@@ -1,0 +1,3 @@
+module github.com/idgen/idgen/clients/go
+
+go 1.19
