@@ -121,11 +121,13 @@ final class Connection {
                     s.startHandshake();
                 } catch (SocketTimeoutException e) {
                     throw new UnavailableException("no TLS handshake within " + timeoutMillis + " ms", node, e);
-                } catch (IOException e) {
+                } catch (SSLException e) {
                     throw TlsErrors.classify(e, node);
+                } catch (IOException e) {
+                    throw closedAfterTls(node, tls, e);
                 }
             }
-            HelloResult hr = handshake(node, sock, deadline, tls != null);
+            HelloResult hr = handshake(node, sock, deadline, tls);
             sock.setSoTimeout(0);
             Connection c = new Connection(node, sock, hr.hello, hr.buf, hr.len, useRanges, stats);
             stats.connects.increment();
@@ -147,14 +149,23 @@ final class Connection {
         return (int) Math.max(1, Math.min(Integer.MAX_VALUE, ms));
     }
 
-    private static HelloResult handshake(String node, Socket sock, long deadline, boolean tls) throws IOException {
+    private static HelloResult handshake(String node, Socket sock, long deadline, TlsConfig tls) throws IOException {
         byte[] buf = new byte[READ_CHUNK];
         int len = 0;
         Decoded d;
         try {
             OutputStream o = sock.getOutputStream();
-            o.write(Frames.hello(Frames.MIN_VERSION, Frames.MAX_VERSION));
-            o.flush();
+            try {
+                o.write(Frames.hello(Frames.MIN_VERSION, Frames.MAX_VERSION));
+                o.flush();
+            } catch (IOException e) {
+                if (tls != null) {
+                    // TLS 1.3: a node that refused the client certificate may have closed the
+                    // connection already; its alert, still to be read, says why.
+                    pendingAlert(sock, e);
+                }
+                throw e;
+            }
             InputStream i = sock.getInputStream();
             while ((d = Frames.decodeResponse(buf, 0, len, Frames.DEFAULT_MAX_RESPONSE_FRAME)) == null) {
                 if (System.nanoTime() >= deadline) {
@@ -166,6 +177,9 @@ final class Connection {
                 }
                 int n = i.read(buf, len, buf.length - len);
                 if (n < 0) {
+                    if (tls != null) {
+                        throw closedAfterTls(node, tls, new EOFException("connection closed before HELLO_OK"));
+                    }
                     throw new UnavailableException("connection closed during the handshake", node);
                 }
                 len += n;
@@ -178,8 +192,8 @@ final class Connection {
             // TLS 1.3: a node that refuses the client certificate says so after the handshake.
             throw TlsErrors.classify(e, node);
         } catch (IOException e) {
-            if (tls) {
-                throw TlsErrors.classify(e, node);
+            if (tls != null) {
+                throw closedAfterTls(node, tls, e);
             }
             throw new UnavailableException("handshake failed: " + e.getMessage(), node, e);
         }
@@ -198,6 +212,38 @@ final class Connection {
         byte[] restBuf = new byte[Math.max(READ_CHUNK, rest)];
         System.arraycopy(buf, d.consumed(), restBuf, 0, rest);
         return new HelloResult(h, restBuf, rest);
+    }
+
+    /** Reads what the peer sent before it closed; throws the TLS alert found there, if any. */
+    private static void pendingAlert(Socket sock, IOException writeError) throws IOException {
+        try {
+            sock.setSoTimeout(200);
+            sock.getInputStream().read();
+        } catch (SSLException alert) {
+            alert.addSuppressed(writeError);
+            throw alert;
+        } catch (IOException ignored) {
+            // nothing more to learn: report the write's error
+        }
+    }
+
+    /**
+     * The node closed or reset a TLS connection during or right after the handshake, before
+     * HELLO_OK and without an alert that could be read (a reset can discard it). With a client
+     * certificate configured, that is the node refusing it (TLS 1.3 refuses after the
+     * handshake, and the client's last handshake write can meet the reset).
+     */
+    private static TlsException closedAfterTls(String node, TlsConfig tls, IOException e) {
+        if (e instanceof SSLException) {
+            return TlsErrors.classify(e, node);
+        }
+        if (tls.hasClientCertificate()) {
+            return new TlsException(TlsException.Kind.CLIENT_CERTIFICATE_REJECTED,
+                    "the node closed the connection right after the handshake (" + e.getMessage()
+                            + "): it refused the client certificate (expired, not yet valid, or not of its"
+                            + " client authority)", node, e);
+        }
+        return TlsErrors.classify(e, node);
     }
 
     boolean alive() {
@@ -449,7 +495,8 @@ final class Connection {
         }
         if (frame instanceof ErrorFrame ef) {
             ServerException se = new ServerException(ef.status(), ef.message(), node);
-            p.future.completeExceptionally(se);
+            // The connection fails first (callbacks of the answer see it failed, and do not
+            // take it for one that is still open).
             if (ef.status() == Status.RANGE_CHANGED) {
                 // Every request in flight gets the 305 too: this connection is over, the node
                 // is not, so they reconnect rather than count the node as down.
@@ -459,6 +506,7 @@ final class Connection {
                 fail(new UnavailableException(
                         "server closed the connection after ERROR " + ef.status() + " " + name, node));
             }
+            p.future.completeExceptionally(se);
             return;
         }
         ProtocolException bad;

@@ -178,9 +178,9 @@ public final class IdgenClient implements AutoCloseable {
     public static final class Builder {
         private final List<String> nodes = new ArrayList<>();
         private TlsConfig tls;
-        private Duration connectTimeout = Duration.ofSeconds(1);
+        private Duration connectTimeout = Duration.ofSeconds(2);
         private Duration requestTimeout = Duration.ofSeconds(1);
-        private Duration callDeadline = Duration.ofSeconds(3);
+        private Duration callDeadline = Duration.ofSeconds(5);
         private Duration backoffMin = Duration.ofMillis(200);
         private Duration backoffMax = Duration.ofSeconds(10);
         private int prefetch;
@@ -208,7 +208,7 @@ public final class IdgenClient implements AutoCloseable {
             return this;
         }
 
-        /** Limit for connecting to one node: TCP, TLS and HELLO. Default 1 s. */
+        /** Limit for connecting to one node: TCP, TLS and HELLO. Default 2 s. */
         public Builder connectTimeout(Duration d) {
             this.connectTimeout = positive(d, "connectTimeout");
             return this;
@@ -220,7 +220,7 @@ public final class IdgenClient implements AutoCloseable {
             return this;
         }
 
-        /** Default limit for a whole call over every node it tries. Default 3 s. */
+        /** Default limit for a whole call over every node it tries. Default 5 s. */
         public Builder callDeadline(Duration d) {
             this.callDeadline = positive(d, "callDeadline");
             return this;

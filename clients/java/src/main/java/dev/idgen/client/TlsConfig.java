@@ -43,10 +43,17 @@ public final class TlsConfig {
 
     private final SSLContext context;
     private final String serverName;
+    private final boolean clientCertificate;
 
-    private TlsConfig(SSLContext context, String serverName) {
+    private TlsConfig(SSLContext context, String serverName, boolean clientCertificate) {
         this.context = context;
         this.serverName = serverName;
+        this.clientCertificate = clientCertificate;
+    }
+
+    /** Whether a client certificate is configured (always assumed with an own SSLContext). */
+    boolean hasClientCertificate() {
+        return clientCertificate;
     }
 
     public static Builder builder() {
@@ -115,7 +122,7 @@ public final class TlsConfig {
                 if (caFile != null || caPem != null || certFile != null) {
                     throw new IllegalArgumentException("give sslContext or CA and client files, not both");
                 }
-                return new TlsConfig(context, serverName);
+                return new TlsConfig(context, serverName, true);
             }
             if (caFile == null && caPem == null) {
                 throw new IllegalArgumentException("TLS needs the authorities to verify nodes with (caFile)");
@@ -144,7 +151,7 @@ public final class TlsConfig {
                 }
                 SSLContext ctx = SSLContext.getInstance("TLS");
                 ctx.init(kmf == null ? null : kmf.getKeyManagers(), tmf.getTrustManagers(), null);
-                return new TlsConfig(ctx, serverName);
+                return new TlsConfig(ctx, serverName, kmf != null);
             } catch (GeneralSecurityException | IOException e) {
                 throw new IllegalArgumentException("cannot set up TLS: " + e.getMessage(), e);
             }
