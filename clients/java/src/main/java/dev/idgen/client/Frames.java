@@ -1,0 +1,357 @@
+package dev.idgen.client;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
+
+/**
+ * The wire format (protocol/PROTOCOL.md): request encoders and the response decoder. Pure
+ * functions, no I/O. Framing faults raise {@link ProtocolException} with status 100
+ * (BAD_FRAME) or 101 (FRAME_TOO_LARGE), as early as the bytes allow: an oversized length
+ * after its four bytes, a wrong length for a known opcode after the opcode byte.
+ */
+public final class Frames {
+    public static final byte[] MAGIC = {'I', 'D', 'G', 'N'};
+    public static final int MIN_VERSION = 1;
+    /** The newest protocol version this client speaks (version 2 adds GET_RANGES). */
+    public static final int MAX_VERSION = 2;
+
+    public static final int OP_HELLO = 0x01;
+    public static final int OP_GET_IDS = 0x02;
+    public static final int OP_PING = 0x03;
+    public static final int OP_GET_RANGES = 0x04;
+    public static final int OP_HELLO_OK = 0x81;
+    public static final int OP_IDS = 0x82;
+    public static final int OP_PONG = 0x83;
+    public static final int OP_RANGES = 0x84;
+    public static final int OP_ERROR = 0xFF;
+
+    static final int HELLO_OK_LENGTH = 33;
+    static final int PONG_LENGTH = 9;
+    static final int ERROR_MIN_LENGTH = 3;
+    static final int ERROR_MAX_LENGTH = 258;
+
+    public static final int DEFAULT_MAX_BATCH = 65536;
+    /** The response frame limit before HELLO_OK has arrived: 5 + 8 * 65536. */
+    public static final long DEFAULT_MAX_RESPONSE_FRAME = 5L + 8L * DEFAULT_MAX_BATCH;
+
+    private Frames() {}
+
+    /** A decoded response frame. */
+    public sealed interface Frame permits HelloOk, Ids, Ranges, Pong, ErrorFrame {}
+
+    /** HELLO_OK (0x81): the negotiated version, the ID layout and the connection's limits. */
+    public record HelloOk(
+            int version,
+            long epochMs,
+            int timestampBits,
+            int workerBits,
+            int sequenceBits,
+            int regionBits,
+            long maxBatch,
+            long maxRequestFrame,
+            long workerFirst,
+            long workerCount,
+            int shard)
+            implements Frame {
+        /** The ID layout this HELLO_OK announces. */
+        public Layout layout() {
+            return new Layout(epochMs, timestampBits, workerBits, sequenceBits, regionBits);
+        }
+    }
+
+    /** IDS (0x82): the IDs of one GET_IDS, increasing. */
+    public record Ids(long[] ids) implements Frame {}
+
+    /**
+     * RANGES (0x84, version 2): runs of consecutive IDs, run {@code i} being {@code firsts[i]
+     * .. firsts[i] + counts[i] - 1}; {@code total} is their sum.
+     */
+    public record Ranges(long total, long[] firsts, long[] counts) implements Frame {
+        /** The IDs, in order. */
+        public long[] expand() {
+            if (total > Integer.MAX_VALUE - 8) {
+                throw new IllegalStateException("RANGES of " + total + " IDs does not fit an array");
+            }
+            long[] out = new long[(int) total];
+            int k = 0;
+            for (int r = 0; r < firsts.length; r++) {
+                long first = firsts[r];
+                for (long c = 0, n = counts[r]; c < n; c++) {
+                    out[k++] = first + c;
+                }
+            }
+            return out;
+        }
+    }
+
+    /** PONG (0x83): the token of the PING it answers. */
+    public record Pong(long token) implements Frame {}
+
+    /** ERROR (0xFF): a status and a message for humans. */
+    public record ErrorFrame(int status, String message) implements Frame {
+        public String name() {
+            return Status.name(status);
+        }
+
+        public boolean closes() {
+            return Status.closesConnection(status);
+        }
+
+        public boolean retryElsewhere() {
+            return Status.retryElsewhere(status);
+        }
+    }
+
+    /** A decoded frame and the number of bytes it took. */
+    public record Decoded(Frame frame, int consumed) {}
+
+    // ---------------------------------------------------------------------------------
+    // Requests
+
+    /** HELLO (0x01) offering {@code minVersion ..= maxVersion}. */
+    public static byte[] hello(int minVersion, int maxVersion) {
+        return ByteBuffer.allocate(13)
+                .putInt(9)
+                .put((byte) OP_HELLO)
+                .put(MAGIC)
+                .putShort((short) checkU16(minVersion))
+                .putShort((short) checkU16(maxVersion))
+                .array();
+    }
+
+    /** GET_IDS (0x02) of {@code count} (any u32; the server refuses 0 and counts above max_batch). */
+    public static byte[] getIds(long count) {
+        return countFrame(OP_GET_IDS, count);
+    }
+
+    /** GET_RANGES (0x04, version 2) of {@code count}. */
+    public static byte[] getRanges(long count) {
+        return countFrame(OP_GET_RANGES, count);
+    }
+
+    /** PING (0x03) with a u64 token (a Java long, its bits taken as unsigned). */
+    public static byte[] ping(long token) {
+        return ByteBuffer.allocate(13).putInt(9).put((byte) OP_PING).putLong(token).array();
+    }
+
+    static void putCountFrame(ByteBuffer out, int opcode, long count) {
+        out.putInt(5).put((byte) opcode).putInt((int) checkU32(count));
+    }
+
+    private static byte[] countFrame(int opcode, long count) {
+        ByteBuffer b = ByteBuffer.allocate(9);
+        putCountFrame(b, opcode, count);
+        return b.array();
+    }
+
+    private static int checkU16(int v) {
+        if (v < 0 || v > 0xFFFF) {
+            throw new IllegalArgumentException("version " + v + " does not fit in a u16");
+        }
+        return v;
+    }
+
+    private static long checkU32(long v) {
+        if (v < 0 || v > 0xFFFF_FFFFL) {
+            throw new IllegalArgumentException("count " + v + " does not fit in a u32");
+        }
+        return v;
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Responses
+
+    /** The response frame limit once {@code max_batch} is known: max(5 + 8 * max_batch, 258). */
+    public static long responseFrameLimit(long maxBatch) {
+        return Math.max(5 + 8 * maxBatch, ERROR_MAX_LENGTH);
+    }
+
+    private static ProtocolException bad(String message) {
+        return new ProtocolException(message, Status.BAD_FRAME, null);
+    }
+
+    private static long u32(byte[] b, int off) {
+        return ((b[off] & 0xFFL) << 24) | ((b[off + 1] & 0xFFL) << 16) | ((b[off + 2] & 0xFFL) << 8)
+                | (b[off + 3] & 0xFFL);
+    }
+
+    private static long u64(byte[] b, int off) {
+        return ((long) b[off] << 56) | ((b[off + 1] & 0xFFL) << 48) | ((b[off + 2] & 0xFFL) << 40)
+                | ((b[off + 3] & 0xFFL) << 32) | ((b[off + 4] & 0xFFL) << 24)
+                | ((b[off + 5] & 0xFFL) << 16) | ((b[off + 6] & 0xFFL) << 8) | (b[off + 7] & 0xFFL);
+    }
+
+    private static int u16(byte[] b, int off) {
+        return ((b[off] & 0xFF) << 8) | (b[off + 1] & 0xFF);
+    }
+
+    private static void checkHeader(long length, int opcode, long maxFrame) {
+        if (length == 0) {
+            throw bad("frame length 0");
+        }
+        if (length > maxFrame) {
+            throw new ProtocolException(
+                    "frame length " + length + " exceeds limit " + maxFrame, Status.FRAME_TOO_LARGE, null);
+        }
+        if (opcode < 0) {
+            return;
+        }
+        switch (opcode) {
+            case OP_HELLO_OK -> {
+                if (length != HELLO_OK_LENGTH) {
+                    throw bad("HELLO_OK length " + length + ", expected " + HELLO_OK_LENGTH);
+                }
+            }
+            case OP_PONG -> {
+                if (length != PONG_LENGTH) {
+                    throw bad("PONG length " + length + ", expected " + PONG_LENGTH);
+                }
+            }
+            case OP_IDS -> {
+                if (length < 5 + 8 || (length - 5) % 8 != 0) {
+                    throw bad("IDS length " + length + " is not 5 + 8 * count with count >= 1");
+                }
+            }
+            case OP_RANGES -> {
+                if (length < 9 + 12 || (length - 9) % 12 != 0) {
+                    throw bad("RANGES length " + length + " is not 9 + 12 * runs with runs >= 1");
+                }
+            }
+            case OP_ERROR -> {
+                if (length < ERROR_MIN_LENGTH || length > ERROR_MAX_LENGTH) {
+                    throw bad("ERROR length " + length + " outside 3..=258");
+                }
+            }
+            default -> throw bad(String.format("unknown response opcode 0x%02x", opcode));
+        }
+    }
+
+    /**
+     * Decodes the first response frame of {@code buf[off .. off + len)}: the frame and its size,
+     * or {@code null} when more bytes are needed.
+     *
+     * @throws ProtocolException (status 100 or 101) for a malformed frame
+     */
+    public static Decoded decodeResponse(byte[] buf, int off, int len, long maxFrame) {
+        if (len < 4) {
+            return null;
+        }
+        long length = u32(buf, off);
+        if (len < 5) {
+            checkHeader(length, -1, maxFrame);
+            return null;
+        }
+        int opcode = buf[off + 4] & 0xFF;
+        checkHeader(length, opcode, maxFrame);
+        if (len - 4 < length) {
+            return null;
+        }
+        int body = off + 5;
+        int bodyLen = (int) length - 1;
+        return new Decoded(parseBody(opcode, buf, body, bodyLen), 4 + (int) length);
+    }
+
+    /** {@link #decodeResponse(byte[], int, int, long)} over a whole array. */
+    public static Decoded decodeResponse(byte[] buf, long maxFrame) {
+        return decodeResponse(buf, 0, buf.length, maxFrame);
+    }
+
+    private static Frame parseBody(int opcode, byte[] b, int off, int len) {
+        switch (opcode) {
+            case OP_IDS: {
+                long count = u32(b, off);
+                if (count == 0) {
+                    throw bad("IDS with count 0");
+                }
+                if (4 + 8 * count != len) {
+                    throw bad("IDS count " + count + " disagrees with frame length " + (len + 1));
+                }
+                long[] ids = new long[(int) count];
+                int p = off + 4;
+                for (int i = 0; i < ids.length; i++, p += 8) {
+                    long id = u64(b, p);
+                    if (id < 0) {
+                        throw bad("IDS holds an ID with the top bit set");
+                    }
+                    ids[i] = id;
+                }
+                return new Ids(ids);
+            }
+            case OP_RANGES: {
+                long total = u32(b, off);
+                long runs = u32(b, off + 4);
+                if (9 + 12 * runs != len + 1) {
+                    throw bad("RANGES runs " + runs + " disagrees with frame length " + (len + 1));
+                }
+                long[] firsts = new long[(int) runs];
+                long[] counts = new long[(int) runs];
+                long sum = 0;
+                long prevLast = -1;
+                int p = off + 8;
+                for (int r = 0; r < runs; r++, p += 12) {
+                    long first = u64(b, p);
+                    long count = u32(b, p + 8);
+                    if (count == 0) {
+                        throw bad("RANGES run " + r + " has count 0");
+                    }
+                    if (first < 0 || first + (count - 1) < 0) {
+                        throw bad("RANGES run " + r + " reaches an ID with the top bit set");
+                    }
+                    if (r > 0 && first <= prevLast) {
+                        throw bad("RANGES runs are not increasing and disjoint");
+                    }
+                    prevLast = first + (count - 1);
+                    firsts[r] = first;
+                    counts[r] = count;
+                    sum += count;
+                }
+                if (sum != total) {
+                    throw bad("RANGES counts sum to " + sum + ", total says " + total);
+                }
+                return new Ranges(total, firsts, counts);
+            }
+            case OP_PONG:
+                return new Pong(u64(b, off));
+            case OP_ERROR: {
+                int status = u16(b, off);
+                String message;
+                try {
+                    message = StandardCharsets.UTF_8.newDecoder()
+                            .onMalformedInput(CodingErrorAction.REPORT)
+                            .onUnmappableCharacter(CodingErrorAction.REPORT)
+                            .decode(ByteBuffer.wrap(b, off + 2, len - 2))
+                            .toString();
+                } catch (CharacterCodingException e) {
+                    throw bad("ERROR message is not UTF-8");
+                }
+                return new ErrorFrame(status, message);
+            }
+            case OP_HELLO_OK: {
+                HelloOk h = new HelloOk(
+                        u16(b, off),
+                        u64(b, off + 2),
+                        b[off + 10] & 0xFF,
+                        b[off + 11] & 0xFF,
+                        b[off + 12] & 0xFF,
+                        b[off + 13] & 0xFF,
+                        u32(b, off + 14),
+                        u32(b, off + 18),
+                        u32(b, off + 22),
+                        u32(b, off + 26),
+                        u16(b, off + 30));
+                if (h.timestampBits() + h.workerBits() + h.sequenceBits() != 63) {
+                    throw bad("HELLO_OK layout bits " + h.timestampBits() + "+" + h.workerBits() + "+"
+                            + h.sequenceBits() + " != 63");
+                }
+                if (h.regionBits() > h.workerBits()) {
+                    throw bad("HELLO_OK region_bits " + h.regionBits() + " > worker_bits " + h.workerBits());
+                }
+                return h;
+            }
+            default:
+                throw bad(String.format("unknown response opcode 0x%02x", opcode));
+        }
+    }
+}

@@ -1,0 +1,768 @@
+package dev.idgen.client;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Function;
+
+/**
+ * A thread-safe client for a cluster of idgen nodes.
+ *
+ * <pre>{@code
+ * try (IdgenClient client = IdgenClient.builder().nodes("127.0.0.1:7420").build()) {
+ *     long id = client.nextId();
+ *     long[] batch = client.nextIds(1000);
+ *     CompletableFuture<long[]> later = client.nextIdsAsync(10, Duration.ofMillis(200));
+ * }
+ * }</pre>
+ *
+ * <h2>Pipelining</h2>
+ * Every node has at most one connection, shared by all callers; any number of requests are in
+ * flight on it at once, and requests queued while a write is in progress go out together in
+ * the next write. The {@code *Async} methods return at once with a {@link CompletableFuture};
+ * the blocking methods wait for it. Futures complete on the connection's reader thread: do
+ * not block in their callbacks. A batch above the node's {@code max_batch} is split into
+ * pipelined requests and re-joined. On protocol version 2 batches travel as runs (GET_RANGES)
+ * and are expanded here.
+ *
+ * <h2>Failover</h2>
+ * Calls go to the node that answered the last call (sticky). A node that answers "try another
+ * node" ({@code 3xx} except {@code EXHAUSTED}), does not answer within the request timeout,
+ * refuses, drops or breaks the connection, sends a bad frame, or fails the TLS handshake is
+ * marked down for a backoff (from {@code backoffMin}, doubling per consecutive failure, up to
+ * {@code backoffMax}) and the whole call is retried on the next node; healthy nodes first, then
+ * those backing off, soonest first; each node at most once per call, all within the call's
+ * deadline. {@code RANGE_CHANGED} (305) is not a node failure: the client reconnects to the
+ * same node at once (its new HELLO_OK announces the new range) and retries the call there,
+ * once per call. Statuses another node would repeat ({@code 2xx}, {@code EXHAUSTED}) and the
+ * other statuses whose "retry elsewhere" is no ({@code 1xx}, {@code 5xx}) fail the call at once.
+ * Failover leaves gaps in the ID space, never duplicates: a node never sends an ID twice.
+ *
+ * <h2>Ordering</h2>
+ * IDs of one call are strictly increasing; IDs of successive calls increase while they come
+ * from one connection. After a failover or a reconnect they come from another worker range.
+ *
+ * <h2>Prefetch</h2>
+ * With {@link Builder#prefetch(int)}, {@link #nextId()} serves single IDs from a local pool
+ * refilled in the background when it falls below its low-water mark. Every ID in it is handed
+ * out once (never twice, whatever the number of threads); IDs still in it at {@link #close()}
+ * are dropped (a gap). IDs age in the pool: an ID's timestamp may be older than the moment it
+ * is handed out.
+ */
+public final class IdgenClient implements AutoCloseable {
+    /** The default ID port of {@code idgen serve}. */
+    public static final int DEFAULT_PORT = 7420;
+    private static final int MAX_IDS_PER_CALL = 1 << 24;
+
+    private final List<Node> nodes;
+    private final TlsConfig tls;
+    private final Duration connectTimeout;
+    private final Duration requestTimeout;
+    private final Duration callDeadline;
+    private final Duration backoffMin;
+    private final Duration backoffMax;
+    private final boolean useRanges;
+    final Stats stats = new Stats();
+    private final ScheduledThreadPoolExecutor timers;
+    private final ExecutorService workers;
+    private final PrefetchPool prefetch;
+    private final AtomicLong tokens = new AtomicLong(1);
+    private volatile int preferred;
+    private volatile Layout layout;
+    private volatile boolean closed;
+
+    /** One node and its state. */
+    private static final class Node {
+        final int index;
+        final String address;
+        final String host;
+        final int port;
+        final Object connectLock = new Object();
+        volatile Connection conn;
+        // Guarded by `this`:
+        int failures;
+        long downUntil; // System.nanoTime(), 0 when up
+        Throwable lastError;
+
+        Node(int index, String address) {
+            this.index = index;
+            this.address = address;
+            int colon = address.lastIndexOf(':');
+            if (colon <= 0 || colon == address.length() - 1) {
+                throw new IllegalArgumentException("node " + address + " is not host:port");
+            }
+            String h = address.substring(0, colon);
+            if (h.startsWith("[") && h.endsWith("]")) {
+                h = h.substring(1, h.length() - 1);
+            }
+            int p;
+            try {
+                p = Integer.parseInt(address.substring(colon + 1));
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException("node " + address + " is not host:port");
+            }
+            if (p <= 0 || p > 65535 || h.isEmpty()) {
+                throw new IllegalArgumentException("node " + address + " is not host:port");
+            }
+            this.host = h;
+            this.port = p;
+        }
+    }
+
+    private IdgenClient(Builder b) {
+        List<Node> ns = new ArrayList<>();
+        Set<String> seen = new HashSet<>();
+        for (String a : b.nodes) {
+            if (!seen.add(a)) {
+                throw new IllegalArgumentException("node " + a + " is listed twice");
+            }
+            ns.add(new Node(ns.size(), a));
+        }
+        if (ns.isEmpty()) {
+            throw new IllegalArgumentException("at least one node is required");
+        }
+        this.nodes = List.copyOf(ns);
+        this.tls = b.tls;
+        this.connectTimeout = b.connectTimeout;
+        this.requestTimeout = b.requestTimeout;
+        this.callDeadline = b.callDeadline;
+        this.backoffMin = b.backoffMin;
+        this.backoffMax = b.backoffMax;
+        this.useRanges = b.useRanges;
+        this.timers = new ScheduledThreadPoolExecutor(1, daemon("idgen-timer"));
+        this.timers.setRemoveOnCancelPolicy(true);
+        this.workers = Executors.newCachedThreadPool(daemon("idgen-worker"));
+        this.prefetch = b.prefetch > 0 ? new PrefetchPool(this, b.prefetch, b.lowWater) : null;
+    }
+
+    private static ThreadFactory daemon(String name) {
+        AtomicInteger n = new AtomicInteger();
+        return r -> {
+            Thread t = new Thread(r, name + "-" + n.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        };
+    }
+
+    /** A builder; at least one node is required. */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** A client with default settings for these nodes ({@code host:port}). */
+    public static IdgenClient create(String... nodes) {
+        return builder().nodes(nodes).build();
+    }
+
+    /** Settings of an {@link IdgenClient}. */
+    public static final class Builder {
+        private final List<String> nodes = new ArrayList<>();
+        private TlsConfig tls;
+        private Duration connectTimeout = Duration.ofSeconds(2);
+        private Duration requestTimeout = Duration.ofSeconds(1);
+        private Duration callDeadline = Duration.ofSeconds(5);
+        private Duration backoffMin = Duration.ofMillis(200);
+        private Duration backoffMax = Duration.ofSeconds(10);
+        private int prefetch;
+        private int lowWater = -1;
+        private boolean useRanges = true;
+
+        private Builder() {}
+
+        /** Adds nodes ({@code host:port}, IPv6 as {@code [::1]:7420}), tried in this order. */
+        public Builder nodes(String... addresses) {
+            for (String a : addresses) {
+                nodes.add(Objects.requireNonNull(a, "node"));
+            }
+            return this;
+        }
+
+        /** Adds nodes. */
+        public Builder nodes(List<String> addresses) {
+            return nodes(addresses.toArray(new String[0]));
+        }
+
+        /** Connect over TLS (every node), verifying nodes as {@code tls} says. */
+        public Builder tls(TlsConfig tls) {
+            this.tls = Objects.requireNonNull(tls);
+            return this;
+        }
+
+        /** Limit for connecting to one node: TCP, TLS and HELLO. Default 2 s. */
+        public Builder connectTimeout(Duration d) {
+            this.connectTimeout = positive(d, "connectTimeout");
+            return this;
+        }
+
+        /** Limit for one node's answer; a node silent for this long counts as failed. Default 1 s. */
+        public Builder requestTimeout(Duration d) {
+            this.requestTimeout = positive(d, "requestTimeout");
+            return this;
+        }
+
+        /** Default limit for a whole call over every node it tries. Default 5 s. */
+        public Builder callDeadline(Duration d) {
+            this.callDeadline = positive(d, "callDeadline");
+            return this;
+        }
+
+        /** How long a failed node is skipped, first and at most. Defaults 200 ms and 10 s. */
+        public Builder backoff(Duration min, Duration max) {
+            positive(min, "backoff min");
+            positive(max, "backoff max");
+            if (min.compareTo(max) > 0) {
+                throw new IllegalArgumentException("backoff min is above backoff max");
+            }
+            this.backoffMin = min;
+            this.backoffMax = max;
+            return this;
+        }
+
+        /** Keep a pool of up to {@code size} IDs for {@link #nextId()}, refilled below {@code size / 4}. */
+        public Builder prefetch(int size) {
+            return prefetch(size, size / 4);
+        }
+
+        /** Keep a pool of up to {@code size} IDs, refilled when it holds fewer than {@code lowWater}. */
+        public Builder prefetch(int size, int lowWater) {
+            if (size < 0 || size > MAX_IDS_PER_CALL) {
+                throw new IllegalArgumentException("prefetch size must be in 0 .. " + MAX_IDS_PER_CALL);
+            }
+            if (size > 0 && (lowWater < 0 || lowWater >= size)) {
+                throw new IllegalArgumentException("lowWater must be in 0 .. size - 1");
+            }
+            this.prefetch = size;
+            this.lowWater = lowWater;
+            return this;
+        }
+
+        /** Whether to ask version 2 nodes for runs (GET_RANGES) instead of ID lists. Default true. */
+        public Builder useRanges(boolean on) {
+            this.useRanges = on;
+            return this;
+        }
+
+        /** The client; it connects lazily, on its first call. */
+        public IdgenClient build() {
+            return new IdgenClient(this);
+        }
+
+        private static Duration positive(Duration d, String what) {
+            if (d == null || d.isNegative() || d.isZero()) {
+                throw new IllegalArgumentException(what + " must be positive");
+            }
+            return d;
+        }
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Public calls
+
+    /** One ID (from the prefetch pool when configured), within the default call deadline. */
+    public long nextId() {
+        return nextId(callDeadline);
+    }
+
+    /** One ID within {@code deadline}. */
+    public long nextId(Duration deadline) {
+        return await(nextIdAsync(deadline), deadline);
+    }
+
+    /** One ID, asynchronously. */
+    public CompletableFuture<Long> nextIdAsync() {
+        return nextIdAsync(callDeadline);
+    }
+
+    /** One ID, asynchronously, within {@code deadline}. */
+    public CompletableFuture<Long> nextIdAsync(Duration deadline) {
+        if (prefetch != null) {
+            return prefetch.next(deadline);
+        }
+        return nextIdsAsync(1, deadline).thenApply(ids -> ids[0]);
+    }
+
+    /** Exactly {@code n} IDs, increasing, from one node (all or nothing). */
+    public long[] nextIds(int n) {
+        return nextIds(n, callDeadline);
+    }
+
+    /** Exactly {@code n} IDs within {@code deadline}. */
+    public long[] nextIds(int n, Duration deadline) {
+        return await(nextIdsAsync(n, deadline), deadline);
+    }
+
+    /** Exactly {@code n} IDs, asynchronously. */
+    public CompletableFuture<long[]> nextIdsAsync(int n) {
+        return nextIdsAsync(n, callDeadline);
+    }
+
+    /**
+     * Exactly {@code n} IDs, asynchronously, within {@code deadline}. {@code n = 0} is sent as
+     * is and refused by the node ({@code 200 INVALID_COUNT}).
+     */
+    public CompletableFuture<long[]> nextIdsAsync(int n, Duration deadline) {
+        if (n < 0 || n > MAX_IDS_PER_CALL) {
+            throw new IllegalArgumentException("n must be in 0 .. " + MAX_IDS_PER_CALL);
+        }
+        return call(conn -> conn.getIds(n), deadline);
+    }
+
+    /** PING a node (with failover); the round-trip time. */
+    public Duration ping() {
+        return await(pingAsync(), callDeadline);
+    }
+
+    /** PING a node, asynchronously. */
+    public CompletableFuture<Duration> pingAsync() {
+        return call(conn -> {
+            long start = System.nanoTime();
+            return conn.ping(tokens.getAndIncrement()).thenApply(t -> Duration.ofNanos(System.nanoTime() - start));
+        }, callDeadline);
+    }
+
+    /** The cluster's ID layout (from the first HELLO_OK; connects when needed). */
+    public Layout layout() {
+        Layout l = layout;
+        if (l == null) {
+            await(call(conn -> CompletableFuture.completedFuture(conn.hello), callDeadline), callDeadline);
+            l = layout;
+        }
+        return l;
+    }
+
+    /** Takes an ID apart with {@link #layout()}. */
+    public Layout.Parts decode(long id) {
+        return layout().decode(id);
+    }
+
+    /** The client's counters. */
+    public ClientStats stats() {
+        Stats s = stats;
+        return new ClientStats(s.connects.sum(), s.requests.sum(), s.ids.sum(), s.pings.sum(),
+                s.nodeFailures.sum(), s.failovers.sum(), s.rangeChanges.sum(), s.prefetchRefills.sum(),
+                s.prefetchServed.sum());
+    }
+
+    /** Each node's state, in the order given. */
+    public List<NodeInfo> nodes() {
+        long now = System.nanoTime();
+        List<NodeInfo> out = new ArrayList<>();
+        for (Node n : nodes) {
+            Connection c = n.conn;
+            synchronized (n) {
+                long left = Math.max(0, n.downUntil - now);
+                out.add(new NodeInfo(n.address, c != null && c.alive(), Duration.ofNanos(n.downUntil == 0 ? 0 : left),
+                        n.failures, n.lastError, c != null && c.alive() ? c.hello : null, n.index == preferred));
+            }
+        }
+        return out;
+    }
+
+    /**
+     * Closes every connection and stops the background threads. Calls still waiting fail with
+     * {@link ClientClosedException}; IDs in the prefetch pool are dropped (a gap).
+     */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        if (prefetch != null) {
+            prefetch.close();
+        }
+        for (Node n : nodes) {
+            Connection c;
+            synchronized (n.connectLock) {
+                c = n.conn;
+                n.conn = null;
+            }
+            if (c != null) {
+                c.close();
+            }
+        }
+        timers.shutdownNow();
+        workers.shutdownNow();
+    }
+
+    boolean isClosed() {
+        return closed;
+    }
+
+    Duration callDeadline() {
+        return callDeadline;
+    }
+
+    ScheduledThreadPoolExecutor timers() {
+        return timers;
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Waiting
+
+    static <T> T await(CompletableFuture<T> f, Duration deadline) {
+        try {
+            // The call enforces its own deadline; this bound only guards against a bug.
+            return f.get(deadline.toMillis() + 5_000, TimeUnit.MILLISECONDS);
+        } catch (ExecutionException | CompletionException e) {
+            throw rethrow(e.getCause());
+        } catch (TimeoutException e) {
+            throw new DeadlineExceededException("no answer within " + deadline.toMillis() + " ms", null);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IdgenException("interrupted", null, e);
+        } catch (CancellationException e) {
+            throw new IdgenException("cancelled", null, e);
+        }
+    }
+
+    private static RuntimeException rethrow(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new IdgenException(String.valueOf(t), null, t);
+    }
+
+    static Throwable unwrap(Throwable t) {
+        while ((t instanceof CompletionException || t instanceof ExecutionException) && t.getCause() != null) {
+            t = t.getCause();
+        }
+        return t;
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Failover
+
+    private <T> CompletableFuture<T> call(Function<Connection, CompletableFuture<T>> op, Duration deadline) {
+        if (deadline == null || deadline.isNegative() || deadline.isZero()) {
+            throw new IllegalArgumentException("the deadline must be positive");
+        }
+        Call<T> c = new Call<>(op, System.nanoTime() + deadline.toNanos());
+        if (closed) {
+            c.result.completeExceptionally(new ClientClosedException("the client is closed"));
+            return c.result;
+        }
+        c.next();
+        return c.result;
+    }
+
+    /** One call's progress over the nodes. */
+    private final class Call<T> {
+        final Function<Connection, CompletableFuture<T>> op;
+        final long deadline;
+        final CompletableFuture<T> result = new CompletableFuture<>();
+        final List<Node> order;
+        int position;
+        final Map<String, Throwable> tried = new LinkedHashMap<>();
+        final Set<Integer> reconnected = new HashSet<>();
+        Node retrySame;
+        Throwable lastError;
+
+        Call(Function<Connection, CompletableFuture<T>> op, long deadline) {
+            this.op = op;
+            this.deadline = deadline;
+            this.order = order(System.nanoTime());
+        }
+
+        /** Tries the next node: inline when it is connected, else on a worker thread. */
+        void next() {
+            if (result.isDone()) {
+                return;
+            }
+            if (closed) {
+                result.completeExceptionally(new ClientClosedException("the client is closed"));
+                return;
+            }
+            if (System.nanoTime() >= deadline) {
+                result.completeExceptionally(new DeadlineExceededException("the call's deadline ran out"
+                        + (lastError == null ? "" : "; last error: " + lastError.getMessage()), lastError));
+                return;
+            }
+            Node node;
+            if (retrySame != null) {
+                node = retrySame;
+                retrySame = null;
+            } else if (position < order.size()) {
+                node = order.get(position++);
+                if (!tried.isEmpty()) {
+                    stats.failovers.increment();
+                }
+            } else {
+                finish();
+                return;
+            }
+            Connection c = node.conn;
+            if (c != null && c.alive()) {
+                attempt(node, c);
+                return;
+            }
+            try {
+                workers.execute(() -> {
+                    Connection conn;
+                    try {
+                        conn = connection(node, deadline);
+                    } catch (RuntimeException e) {
+                        failed(node, null, e, false);
+                        return;
+                    }
+                    attempt(node, conn);
+                });
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                result.completeExceptionally(new ClientClosedException("the client is closed"));
+            }
+        }
+
+        void attempt(Node node, Connection conn) {
+            CompletableFuture<T> f;
+            try {
+                f = op.apply(conn);
+            } catch (RuntimeException e) {
+                failed(node, conn, e, true);
+                return;
+            }
+            long now = System.nanoTime();
+            long request = requestTimeout.toNanos();
+            long left = deadline - now;
+            boolean byDeadline = left <= request;
+            ScheduledFuture<?> timer = null;
+            if (!f.isDone()) {
+                try {
+                    timer = timers.schedule(() -> {
+                        if (f.isDone()) {
+                            return;
+                        }
+                        if (byDeadline) {
+                            // The caller's deadline, not the node's fault: the connection stays;
+                            // its late answer is matched by position and dropped.
+                            f.completeExceptionally(new DeadlineExceededException(
+                                    "no answer from " + node.address + " within the call's deadline", null));
+                        } else {
+                            UnavailableException e = new UnavailableException(
+                                    "no answer within " + requestTimeout.toMillis() + " ms", node.address);
+                            conn.fail(e);
+                            f.completeExceptionally(e);
+                        }
+                    }, Math.max(left <= request ? left : request, 1), TimeUnit.NANOSECONDS);
+                } catch (java.util.concurrent.RejectedExecutionException e) {
+                    f.completeExceptionally(new ClientClosedException("the client is closed"));
+                }
+            }
+            ScheduledFuture<?> t = timer;
+            f.whenComplete((v, e) -> {
+                if (t != null) {
+                    t.cancel(false);
+                }
+                if (e == null) {
+                    succeeded(node);
+                    result.complete(v);
+                } else {
+                    failed(node, conn, unwrap(e), false);
+                }
+            });
+        }
+
+        void succeeded(Node node) {
+            synchronized (node) {
+                node.failures = 0;
+                node.downUntil = 0;
+                node.lastError = null;
+            }
+            preferred = node.index;
+        }
+
+        void failed(Node node, Connection conn, Throwable e, boolean atSubmit) {
+            lastError = e;
+            if (closed || e instanceof ClientClosedException) {
+                result.completeExceptionally(closed ? new ClientClosedException("the client is closed") : e);
+                return;
+            }
+            if (e instanceof DeadlineExceededException) {
+                result.completeExceptionally(e);
+                return;
+            }
+            if (e instanceof ServerException se) {
+                if (se.status() == Status.RANGE_CHANGED && reconnected.add(node.index)) {
+                    // The node took another worker range and closed this connection; the node
+                    // is fine: reconnect (the new HELLO_OK announces the new range) and retry.
+                    stats.rangeChanges.increment();
+                    drop(node, conn);
+                    retrySame = node;
+                    resume();
+                    return;
+                }
+                if (!se.retryElsewhere()) {
+                    if (se.closesConnection()) {
+                        drop(node, conn);
+                    }
+                    result.completeExceptionally(se);
+                    return;
+                }
+                markDown(node, conn, se, !se.closesConnection());
+                tried.put(node.address, se);
+                resume();
+                return;
+            }
+            if (atSubmit && conn != null && conn.closedIdle() && reconnected.add(node.index)) {
+                // The node closed an idle connection (its idle timeout): not a failure.
+                drop(node, conn);
+                retrySame = node;
+                resume();
+                return;
+            }
+            markDown(node, conn, e, false);
+            tried.put(node.address, e);
+            resume();
+        }
+
+        /** Goes on with the next node off the reader thread (connecting blocks). */
+        void resume() {
+            try {
+                workers.execute(this::next);
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                result.completeExceptionally(new ClientClosedException("the client is closed"));
+            }
+        }
+
+        void finish() {
+            if (tried.size() == 1) {
+                result.completeExceptionally(tried.values().iterator().next());
+                return;
+            }
+            Map<String, Throwable> all = new LinkedHashMap<>();
+            for (Node n : nodes) {
+                all.put(n.address, tried.get(n.address));
+            }
+            result.completeExceptionally(new NoNodeAvailableException(all));
+        }
+    }
+
+    /** Healthy nodes from the preferred one on, then nodes backing off, soonest back first. */
+    private List<Node> order(long now) {
+        int start = preferred;
+        List<Node> up = new ArrayList<>();
+        List<Node> down = new ArrayList<>();
+        long[] until = new long[nodes.size()];
+        for (int k = 0; k < nodes.size(); k++) {
+            Node n = nodes.get((start + k) % nodes.size());
+            synchronized (n) {
+                until[n.index] = n.downUntil;
+            }
+            (until[n.index] > now ? down : up).add(n);
+        }
+        down.sort(Comparator.comparingLong(n -> until[n.index]));
+        up.addAll(down);
+        return up;
+    }
+
+    private Connection connection(Node node, long deadline) {
+        Connection c = node.conn;
+        if (c != null && c.alive()) {
+            return c;
+        }
+        synchronized (node.connectLock) {
+            if (closed) {
+                throw new ClientClosedException("the client is closed");
+            }
+            c = node.conn;
+            if (c != null && c.alive()) {
+                return c;
+            }
+            long left = (deadline - System.nanoTime()) / 1_000_000L;
+            long timeout = Math.max(1, Math.min(connectTimeout.toMillis(), left));
+            c = Connection.open(node.address, node.host, node.port, tls, timeout, useRanges, stats);
+            try {
+                checkLayout(c);
+            } catch (RuntimeException e) {
+                c.close();
+                throw e;
+            }
+            node.conn = c;
+            if (closed) {
+                c.close();
+                throw new ClientClosedException("the client is closed");
+            }
+            return c;
+        }
+    }
+
+    private synchronized void checkLayout(Connection c) {
+        Layout l = c.hello.layout();
+        if (layout == null) {
+            layout = l;
+        } else if (!layout.equals(l)) {
+            throw new ProtocolException("node's ID layout " + l + " differs from the cluster's " + layout, 0, c.node);
+        }
+    }
+
+    private void drop(Node node, Connection conn) {
+        synchronized (node.connectLock) {
+            if (conn != null && node.conn == conn) {
+                node.conn = null;
+            }
+        }
+        if (conn != null) {
+            conn.fail(new UnavailableException("connection dropped", node.address));
+        }
+    }
+
+    /**
+     * Backs a node off. Only the first report of one failure counts: reports about an older
+     * connection, or while the node is backing off already, do not extend it.
+     */
+    private void markDown(Node node, Connection conn, Throwable err, boolean keepConnection) {
+        long now = System.nanoTime();
+        boolean dropIt = false;
+        synchronized (node) {
+            Connection current = node.conn;
+            boolean stale = conn != null && current != null && current != conn;
+            if (stale || node.downUntil > now) {
+                if (node.lastError == null) {
+                    node.lastError = err;
+                }
+            } else {
+                node.failures++;
+                long delay = backoffMin.toNanos() << Math.min(node.failures - 1, 30);
+                if (delay <= 0 || delay > backoffMax.toNanos()) {
+                    delay = backoffMax.toNanos();
+                }
+                node.downUntil = now + delay;
+                node.lastError = err;
+                stats.nodeFailures.increment();
+            }
+            if (!keepConnection && conn != null) {
+                dropIt = true;
+            }
+        }
+        if (dropIt) {
+            drop(node, conn);
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "IdgenClient" + Arrays.toString(nodes.stream().map(n -> n.address).toArray());
+    }
+}
