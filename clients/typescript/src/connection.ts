@@ -316,7 +316,10 @@ export class Connection {
         reject(this.error);
         return;
       }
-      const batch: Batch = { out: new BigUint64Array(n), remaining: 0, settled: false, resolve, reject };
+      // Not zero-filled: every element is written by the answers before the array is handed
+      // out (a batch is all or nothing; a failed one is dropped).
+      const out = n === 0 ? new BigUint64Array(0) : new BigUint64Array(Buffer.allocUnsafeSlow(n * 8).buffer, 0, n);
+      const batch: Batch = { out, remaining: 0, settled: false, resolve, reject };
       const maxBatch = this.hello.maxBatch;
       const kind = this.ranges ? KIND_RANGES : KIND_IDS;
       const encode = this.ranges ? encodeGetRanges : encodeGetIds;

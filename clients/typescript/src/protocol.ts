@@ -31,8 +31,6 @@ const ERROR_MIN_LENGTH = 3;
 const ERROR_MAX_LENGTH = 258; // 3 + 255 bytes of message
 const MAX_U32 = 0xffff_ffff;
 const MAX_U64 = (1n << 64n) - 1n;
-const TWO_POW_32 = 0x1_0000_0000;
-const TOP_BIT = 0x8000_0000;
 
 export const DEFAULT_MAX_BATCH = 65536;
 /** Response frame limit before HELLO_OK has arrived (section 7): 5 + 8 * 65536. */
@@ -276,12 +274,20 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
  * the top bit set. */
 export function readIdsInto(buf: Uint8Array, at: number, count: number, out: BigUint64Array, outAt: number): void {
   if (LITTLE_ENDIAN) {
-    const words = new Uint32Array(out.buffer, out.byteOffset + outAt * 8, count * 2);
-    for (let i = 0, j = at; i < count; i++, j += 8) {
-      const hi = u32(buf, j);
-      if (hi >= TOP_BIT) throw bad(`IDS holds an ID with the top bit set (index ${i})`);
-      words[2 * i] = u32(buf, j + 4);
+    // DataView's big-endian reads compile to a load and a byte swap.
+    const words = new Int32Array(out.buffer, out.byteOffset + outAt * 8, count * 2);
+    const view = new DataView(buf.buffer, buf.byteOffset + at, count * 8);
+    let sign = 0;
+    for (let i = 0; i < count; i++) {
+      const hi = view.getInt32(8 * i, false);
+      sign |= hi;
+      words[2 * i] = view.getInt32(8 * i + 4, false);
       words[2 * i + 1] = hi;
+    }
+    if (sign < 0) {
+      for (let i = 0; i < count; i++) {
+        if (view.getInt32(8 * i, false) < 0) throw bad(`IDS holds an ID with the top bit set (index ${i})`);
+      }
     }
   } else {
     for (let i = 0, j = at; i < count; i++, j += 8) {
@@ -333,26 +339,34 @@ export class RangesView {
 
   /** Write the IDs, expanded in order, into `out[outAt..outAt + total]`. */
   expandInto(out: BigUint64Array, outAt = 0): void {
-    let k = outAt;
     if (LITTLE_ENDIAN) {
-      const words = new Uint32Array(out.buffer, out.byteOffset + outAt * 8, this.total * 2);
+      // Two int32 words per ID (low, high), kept in int32 range so that V8 stays on small
+      // integers: a u32 above 2^31 would be a heap number and many times slower.
+      const words = new Int32Array(out.buffer, out.byteOffset + outAt * 8, this.total * 2);
+      const buf = this.buf;
       let w = 0;
       for (let i = 0; i < this.length; i++) {
         const j = this.at + 12 * i;
-        let hi = u32(this.buf, j);
-        let lo = u32(this.buf, j + 4);
-        const count = u32(this.buf, j + 8);
-        for (let n = 0; n < count; n++) {
-          words[w++] = lo;
-          words[w++] = hi;
-          if (++lo === TWO_POW_32) {
-            lo = 0;
-            hi++;
+        let hi = (buf[j]! << 24) | (buf[j + 1]! << 16) | (buf[j + 2]! << 8) | buf[j + 3]!;
+        let lo = (buf[j + 4]! << 24) | (buf[j + 5]! << 16) | (buf[j + 6]! << 8) | buf[j + 7]!;
+        let count = u32(buf, j + 8);
+        while (count > 0) {
+          // IDs up to the next carry into the high word: lo runs to -1 (0xFFFFFFFF) at most.
+          const room = lo < 0 ? -lo : 0x1_0000_0000 - lo;
+          const n = count < room ? count : room;
+          for (let k = 0; k < n; k++) {
+            words[w] = (lo + k) | 0;
+            words[w + 1] = hi;
+            w += 2;
           }
+          count -= n;
+          lo = (lo + n) | 0;
+          if (lo === 0 && n === room) hi = (hi + 1) | 0;
         }
       }
       return;
     }
+    let k = outAt;
     for (let i = 0; i < this.length; i++) {
       const { first, count } = this.run(i);
       for (let n = 0; n < count; n++) out[k++] = first + BigInt(n);
