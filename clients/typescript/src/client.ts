@@ -6,7 +6,9 @@
  * is marked down for an exponential backoff (`backoffMinMs`, doubling per consecutive
  * failure, capped at `backoffMaxMs`), and the whole call is retried on the next node, each
  * node at most once per call; nodes backing off are skipped. A `3xx` that keeps the
- * connection open keeps it for the next try. `305 RANGE_CHANGED` is not a node failure: the
+ * connection open keeps it for the next try. A connection closed or reset under a call is
+ * reopened to the same node once before the node counts as failed (the node may have closed
+ * it after a closing ERROR lost to the reset). `305 RANGE_CHANGED` is not a node failure: the
  * connection is dropped and the call retried at once on a new connection to the same node
  * (whose HELLO_OK announces the new range), once per call; then the next node. `2xx`, `304`
  * and the other closing statuses (`1xx`, `5xx`) are thrown at once. Retrying cannot duplicate
@@ -152,6 +154,9 @@ export interface ClientStats {
   failovers: number;
   /** A connection dropped after RANGE_CHANGED and reopened. */
   rangeChanges: number;
+  /** A call retried on a new connection to the same node after its connection was closed
+   * or reset under it. */
+  reconnects: number;
 }
 
 /** The string forms of an ID (clients/vectors/FORMS.md). */
@@ -276,7 +281,7 @@ export class Client {
   private cachedLayout: Layout | null = null;
   private closed = false;
   private token = 0n;
-  private readonly counters: ClientStats = { connects: 0, requests: 0, ids: 0, pings: 0, nodeFailures: 0, failovers: 0, rangeChanges: 0 };
+  private readonly counters: ClientStats = { connects: 0, requests: 0, ids: 0, pings: 0, nodeFailures: 0, failovers: 0, rangeChanges: 0, reconnects: 0 };
 
   constructor(nodes: string | readonly string[], options: ClientOptions = {}) {
     const list = typeof nodes === "string" ? [nodes] : [...nodes];
@@ -436,6 +441,15 @@ export class Client {
             // A 3xx: back the node off; keep a connection the status leaves open.
             this.markDown(node, conn, e, !e.closes);
             tried.push(e);
+            continue;
+          }
+          if (e instanceof UnavailableError && e.lost && conn !== null && !reconnected.has(index)) {
+            // The open connection was closed or reset under the call: reconnect to the same
+            // node once (a dead node refuses at once and is then marked down).
+            reconnected.add(index);
+            this.counters.reconnects++;
+            this.drop(node, conn);
+            order.unshift(index);
             continue;
           }
           if (e instanceof UnavailableError || e instanceof ProtocolError) {

@@ -185,11 +185,11 @@ export class Connection {
     socket.on("data", (chunk: Buffer) => this.onData(chunk));
     socket.on("error", (e: NodeJS.ErrnoException) => {
       if (this.socket instanceof tls.TLSSocket && isTlsError(e)) this.fail(toTlsError(e, this.node));
-      else this.fail(new UnavailableError(`connection failed: ${e.message}`, this.node, e));
+      else this.fail(new UnavailableError(`connection failed: ${e.message}`, this.node, e, true));
     });
     socket.on("close", () => {
       const idle = this.inFlight() === 0 && this.buffered === 0;
-      this.fail(new UnavailableError(idle ? "connection closed by the server (idle)" : "connection closed by the server with requests unanswered", this.node));
+      this.fail(new UnavailableError(idle ? "connection closed by the server (idle)" : "connection closed by the server with requests unanswered", this.node, undefined, true));
     });
     const every = Math.max(5, Math.min(this.timeoutMs / 4, 250));
     this.watchdog = setInterval(() => this.checkStalled(), every);

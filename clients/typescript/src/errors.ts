@@ -81,8 +81,14 @@ export class ServerError extends IdgenError {
  * closed the connection with the request unanswered, or no answer within `timeoutMs`.
  */
 export class UnavailableError extends IdgenError {
-  constructor(message: string, node?: string, cause?: unknown) {
+  /** The connection broke after it was open: closed or reset by the node (not a stall, not
+   * a failed connect). The server may have closed it after a closing ERROR whose frame was
+   * lost to the reset, so the client reconnects to the same node once before failing over. */
+  readonly lost: boolean;
+
+  constructor(message: string, node?: string, cause?: unknown, lost = false) {
     super(message, { node, cause });
+    this.lost = lost;
   }
 }
 
