@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the TypeScript client and runs its test suite (node --test) against real idgen nodes.
+#
+#   IDGEN_BIN   the server binary [default: <repo>/target/debug/idgen]; the suite FAILS if it is
+#               missing (build it with `cargo build -p idgen`)
+#   IDGEN_TEST_CERTS_BIN  the test kit's certificate writer [default: built and run with
+#               `cargo run -p idgen-testkit --bin idgen-test-certs`]; the TLS tests use the
+#               certificates it writes into a temporary directory (never committed ones)
+#   ETCD_BIN    etcd for the cluster tests [default: etcd on PATH]
+#
+# Installs the dev dependencies with `npm ci` (from package-lock.json; offline from npm's cache
+# when the registry is unreachable), builds with `tsc`, runs `npm test`. Exits non-zero on any
+# failure; prints a summary line last.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+export IDGEN_BIN="${IDGEN_BIN:-$repo/target/debug/idgen}"
+cd "$here"
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/idgen-tsclient.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
+echo "==> node $(node --version), npm $(npm --version)"
+if [ -f package-lock.json ]; then
+  echo "==> npm ci"
+  npm ci --no-audit --no-fund --prefer-offline >"$tmp/npm.log" 2>&1 || { cat "$tmp/npm.log" >&2; exit 1; }
+else
+  echo "==> npm install (no package-lock.json)"
+  npm install --no-audit --no-fund >"$tmp/npm.log" 2>&1 || { cat "$tmp/npm.log" >&2; exit 1; }
+fi
+
+echo "==> npm run build"
+npm run --silent build
+
+echo "==> IDGEN_BIN=$IDGEN_BIN"
+echo "==> test certificates in $tmp/certs"
+if [ -n "${IDGEN_TEST_CERTS_BIN:-}" ]; then
+  "$IDGEN_TEST_CERTS_BIN" "$tmp/certs" >/dev/null
+else
+  (cd "$repo" && cargo run --quiet -p idgen-testkit --bin idgen-test-certs -- "$tmp/certs" >/dev/null)
+fi
+export IDGEN_TEST_CERTS="$tmp/certs"
+
+echo "==> npm test"
+set +e
+npm test --silent 2>&1 | tee "$tmp/test.log"
+status=${PIPESTATUS[0]}
+set -e
+
+count() { grep -E "^ℹ $1 [0-9]+" "$tmp/test.log" | tail -1 | awk '{print $3}'; }
+tests="$(count tests)"; pass="$(count pass)"; fail="$(count fail)"
+cancelled="$(count cancelled)"; skipped="$(count skipped)"; todo="$(count todo)"
+echo
+if [ "$status" -ne 0 ] || [ -z "$tests" ] || [ "${fail:-1}" != "0" ] || [ "${cancelled:-1}" != "0" ] \
+   || [ "${skipped:-0}" != "0" ] || [ "${todo:-0}" != "0" ] || [ "${tests:-0}" = "0" ]; then
+  echo "typescript client: tests FAILED (tests ${tests:-?}, pass ${pass:-?}, fail ${fail:-?}, cancelled ${cancelled:-?}, skipped ${skipped:-?})"
+  exit 1
+fi
+echo "typescript client: ${tests} tests, ${pass} passed, 0 failed"

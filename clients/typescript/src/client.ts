@@ -1,0 +1,559 @@
+/**
+ * The idgen client: pipelined connections, failover across nodes, per-call deadlines.
+ *
+ * Failover: a node that answers `3xx` (except `304 EXHAUSTED`), does not answer within
+ * `timeoutMs`, refuses or drops the connection, fails its TLS handshake or sends a bad frame
+ * is marked down for an exponential backoff (`backoffMinMs`, doubling per consecutive
+ * failure, capped at `backoffMaxMs`), and the whole call is retried on the next node, each
+ * node at most once per call; nodes backing off are skipped. A `3xx` that keeps the
+ * connection open keeps it for the next try. A connection closed or reset under a call is
+ * reopened to the same node once before the node counts as failed (the node may have closed
+ * it after a closing ERROR lost to the reset). `305 RANGE_CHANGED` is not a node failure: the
+ * connection is dropped and the call retried at once on a new connection to the same node
+ * (whose HELLO_OK announces the new range), once per call; then the next node. `2xx`, `304`
+ * and the other closing statuses (`1xx`, `5xx`) are thrown at once. Retrying cannot duplicate
+ * an ID: a server never sends an ID twice, so the IDs of a failed or abandoned request are
+ * only ever lost (a gap).
+ *
+ * Ordering: IDs from one connection are strictly increasing; after a failover they come from
+ * another node and are unique but not ordered against the earlier ones.
+ *
+ * Errors: when a call tried exactly one node, that node's error is thrown as it is
+ * (UnavailableError, TlsError, ProtocolError or ServerError); when it tried several, or none
+ * could be tried, NoNodeAvailableError lists each node's last error.
+ */
+
+import { readFileSync } from "node:fs";
+import * as net from "node:net";
+
+import { Connection, type TlsSettings } from "./connection.js";
+import { ClientClosedError, DeadlineError, NoNodeAvailableError, ProtocolError, ServerError, UnavailableError } from "./errors.js";
+import { checkId, toBase32, toBase62, toDecimal } from "./forms.js";
+import { MAX_VERSION, MIN_VERSION, type HelloOk } from "./protocol.js";
+import { RANGE_CHANGED } from "./status.js";
+
+/** An ID taken apart (PROTOCOL.md section 10). */
+export interface IdParts {
+  /** Unix time in ms of the ID's timestamp. */
+  readonly unixMs: number;
+  /** The same instant as a Date. */
+  readonly date: Date;
+  /** Milliseconds since the layout's epoch. */
+  readonly timestamp: number;
+  /** The full worker field (region bits included). */
+  readonly worker: number;
+  /** The top `regionBits` of the worker field (0 without regions). */
+  readonly region: number;
+  /** The sequence within the millisecond. */
+  readonly sequence: number;
+}
+
+/** The ID layout a cluster announces in HELLO_OK. */
+export class Layout {
+  readonly epochMs: bigint;
+  readonly timestampBits: number;
+  readonly workerBits: number;
+  readonly sequenceBits: number;
+  readonly regionBits: number;
+
+  constructor(hello: Pick<HelloOk, "epochMs" | "timestampBits" | "workerBits" | "sequenceBits" | "regionBits">) {
+    this.epochMs = hello.epochMs;
+    this.timestampBits = hello.timestampBits;
+    this.workerBits = hello.workerBits;
+    this.sequenceBits = hello.sequenceBits;
+    this.regionBits = hello.regionBits;
+  }
+
+  /** Whether both describe the same ID format. */
+  equals(other: Layout): boolean {
+    return (
+      this.epochMs === other.epochMs &&
+      this.timestampBits === other.timestampBits &&
+      this.workerBits === other.workerBits &&
+      this.sequenceBits === other.sequenceBits &&
+      this.regionBits === other.regionBits
+    );
+  }
+
+  /** Take an ID apart: timestamp, worker, region and sequence. */
+  decode(id: bigint): IdParts {
+    checkId(id);
+    const s = BigInt(this.sequenceBits);
+    const w = BigInt(this.workerBits);
+    const sequence = Number(id & ((1n << s) - 1n));
+    const worker = Number((id >> s) & ((1n << w) - 1n));
+    const region = this.regionBits > 0 ? worker >> (this.workerBits - this.regionBits) : 0;
+    const timestamp = id >> (w + s);
+    const unixMs = Number(this.epochMs + timestamp);
+    return { unixMs, date: new Date(unixMs), timestamp: Number(timestamp), worker, region, sequence };
+  }
+
+  toString(): string {
+    return `Layout(epoch ${this.epochMs} ms, ${this.timestampBits}/${this.workerBits}/${this.sequenceBits} bits, ${this.regionBits} region bits)`;
+  }
+}
+
+/** Options of a {@link Client}. Times in milliseconds. */
+export interface ClientOptions {
+  /** How long to wait for each answer (and a node's whole answer to a call's frames)
+   * before the node counts as stalled and the call fails over. Default 1000. */
+  timeoutMs?: number;
+  /** Bound on TCP connect + TLS handshake + HELLO_OK. Default 1000. */
+  connectTimeoutMs?: number;
+  /** First backoff of a failed node; doubles per consecutive failure. Default 200. */
+  backoffMinMs?: number;
+  /** Longest backoff. Default 10000. */
+  backoffMaxMs?: number;
+  /** TLS (and mutual TLS): every connection speaks TLS, verified (no switch to turn that off). */
+  tls?: TlsOptions;
+  /** Highest protocol version offered (1 or 2; default 2, which answers batches as runs). */
+  maxVersion?: number;
+}
+
+/** TLS settings: PEM contents, or paths to PEM files (read once, when the client is made). */
+export interface TlsOptions extends TlsSettings {
+  readonly caFile?: string;
+  readonly certFile?: string;
+  readonly keyFile?: string;
+}
+
+/** Per-call options: a deadline for the whole call (failover included). */
+export interface CallOptions {
+  /** Give up after this many ms (DeadlineError); the request's IDs, if they come, are dropped. */
+  timeoutMs?: number;
+  /** Give up when this signal aborts (DeadlineError, with the signal's reason as cause). */
+  signal?: AbortSignal;
+}
+
+/** The state of one node, as {@link Client.nodes} reports it. */
+export interface NodeState {
+  readonly node: string;
+  readonly connected: boolean;
+  /** Backing off now. */
+  readonly down: boolean;
+  readonly retryInMs: number;
+  /** Consecutive failures. */
+  readonly failures: number;
+  readonly lastError: Error | null;
+  /** The live connection's HELLO_OK. */
+  readonly hello: HelloOk | null;
+  readonly tlsVersion: string | null;
+  readonly alpn: string | null;
+}
+
+/** Counters of a client. */
+export interface ClientStats {
+  connects: number;
+  /** Calls sent to a node (one or more request frames each). */
+  requests: number;
+  ids: number;
+  pings: number;
+  /** A node marked down. */
+  nodeFailures: number;
+  /** A call moved on to another node. */
+  failovers: number;
+  /** A connection dropped after RANGE_CHANGED and reopened. */
+  rangeChanges: number;
+  /** A call retried on a new connection to the same node after its connection was closed
+   * or reset under it. */
+  reconnects: number;
+}
+
+/** The string forms of an ID (clients/vectors/FORMS.md). */
+export type IdForm = "decimal" | "base62" | "base32";
+
+const MAX_IDS_PER_CALL = 1 << 24; // a guard against accidental huge requests (16 Mi IDs)
+
+class Node {
+  readonly addr: string;
+  readonly host: string;
+  readonly port: number;
+  conn: Connection | null = null;
+  connecting: Promise<Connection> | null = null;
+  failures = 0;
+  downUntil = 0;
+  lastError: Error | null = null;
+
+  constructor(addr: string) {
+    this.addr = addr;
+    [this.host, this.port] = parseNode(addr);
+  }
+}
+
+/** Split `"host:port"` (IPv6 as `"[::1]:7420"`). */
+export function parseNode(node: string): [string, number] {
+  if (typeof node !== "string") throw new TypeError(`a node is a "host:port" string, not ${typeof node}`);
+  const i = node.lastIndexOf(":");
+  let host = i > 0 ? node.slice(0, i) : "";
+  const port = i > 0 ? node.slice(i + 1) : "";
+  if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1);
+  if (!host || !/^[0-9]+$/.test(port) || Number(port) < 1 || Number(port) > 65535 || (host.includes(":") && net.isIPv6(host) === false)) {
+    throw new RangeError(`node ${JSON.stringify(node)} is not "host:port"`);
+  }
+  return [host, Number(port)];
+}
+
+function positive(v: number | undefined, dflt: number, what: string): number {
+  if (v === undefined) return dflt;
+  if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) throw new RangeError(`${what} must be a positive number of ms`);
+  return v;
+}
+
+function loadTls(t: TlsOptions): TlsSettings {
+  const read = (path: string | undefined, what: string) => {
+    if (path === undefined) return undefined;
+    try {
+      return readFileSync(path);
+    } catch (e) {
+      throw new Error(`cannot read the TLS ${what} ${path}: ${(e as Error).message}`);
+    }
+  };
+  for (const [a, b] of [["ca", "caFile"], ["cert", "certFile"], ["key", "keyFile"]] as const) {
+    if (t[a] !== undefined && t[b] !== undefined) throw new TypeError(`tls: give ${a} or ${b}, not both`);
+  }
+  const settings: TlsSettings = {
+    ca: t.ca ?? read(t.caFile, "CA bundle"),
+    cert: t.cert ?? read(t.certFile, "certificate"),
+    key: t.key ?? read(t.keyFile, "key"),
+    serverName: t.serverName,
+  };
+  if ((settings.cert === undefined) !== (settings.key === undefined)) throw new TypeError("tls: a client certificate needs its key, and a key its certificate");
+  if (settings.serverName !== undefined && (typeof settings.serverName !== "string" || settings.serverName === "")) {
+    throw new TypeError("tls.serverName must be a non-empty string");
+  }
+  return settings;
+}
+
+/** The deadline of one call. */
+class Deadline {
+  private timer: NodeJS.Timeout | undefined;
+  private onAbort: (() => void) | undefined;
+  readonly expired: Promise<never>;
+  private signal: AbortSignal | undefined;
+
+  constructor(o: CallOptions) {
+    this.signal = o.signal;
+    this.expired = new Promise<never>((_, reject) => {
+      if (o.timeoutMs !== undefined) {
+        this.timer = setTimeout(() => reject(new DeadlineError(`no answer within the call's ${o.timeoutMs} ms`)), o.timeoutMs);
+      }
+      if (o.signal !== undefined) {
+        if (o.signal.aborted) reject(new DeadlineError("the call was aborted", o.signal.reason));
+        this.onAbort = () => reject(new DeadlineError("the call was aborted", o.signal!.reason));
+        o.signal.addEventListener("abort", this.onAbort, { once: true });
+      }
+    });
+    this.expired.catch(() => undefined); // observed through race(); never unhandled
+  }
+
+  race<T>(p: Promise<T>): Promise<T> {
+    return Promise.race([p, this.expired]);
+  }
+
+  dispose(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    if (this.onAbort !== undefined) this.signal!.removeEventListener("abort", this.onAbort);
+  }
+}
+
+/**
+ * A client for a cluster of idgen nodes, safe for any number of concurrent async callers.
+ *
+ * `nodes` are `"host:port"` strings, tried in that order (the client sticks to the node that
+ * last answered). IDs are `bigint`; `nextIds` returns a `BigUint64Array` (its elements are
+ * `bigint`). See the module documentation for failover.
+ *
+ * ```ts
+ * const client = new Client(["127.0.0.1:7420"]);
+ * const id: bigint = await client.nextId();
+ * await client.close();
+ * ```
+ */
+export class Client {
+  private readonly nodeList: Node[];
+  private readonly timeoutMs: number;
+  private readonly connectTimeoutMs: number;
+  private readonly backoffMinMs: number;
+  private readonly backoffMaxMs: number;
+  private readonly tls: TlsSettings | null;
+  private readonly maxVersion: number;
+  private preferred = 0;
+  private cachedLayout: Layout | null = null;
+  private closed = false;
+  private token = 0n;
+  private readonly counters: ClientStats = { connects: 0, requests: 0, ids: 0, pings: 0, nodeFailures: 0, failovers: 0, rangeChanges: 0, reconnects: 0 };
+
+  constructor(nodes: string | readonly string[], options: ClientOptions = {}) {
+    const list = typeof nodes === "string" ? [nodes] : [...nodes];
+    if (list.length === 0) throw new RangeError("at least one node is required");
+    if (new Set(list).size !== list.length) throw new RangeError("nodes must be distinct");
+    this.nodeList = list.map((n) => new Node(n));
+    this.timeoutMs = positive(options.timeoutMs, 1000, "timeoutMs");
+    this.connectTimeoutMs = positive(options.connectTimeoutMs, 1000, "connectTimeoutMs");
+    this.backoffMinMs = positive(options.backoffMinMs, 200, "backoffMinMs");
+    this.backoffMaxMs = positive(options.backoffMaxMs, 10000, "backoffMaxMs");
+    if (this.backoffMinMs > this.backoffMaxMs) throw new RangeError("need backoffMinMs <= backoffMaxMs");
+    const v = options.maxVersion ?? MAX_VERSION;
+    if (!Number.isInteger(v) || v < MIN_VERSION || v > MAX_VERSION) throw new RangeError(`maxVersion must be ${MIN_VERSION}..${MAX_VERSION}`);
+    this.maxVersion = v;
+    this.tls = options.tls !== undefined ? loadTls(options.tls) : null;
+  }
+
+  // -- public API ----------------------------------------------------------------------------
+
+  /** One ID. */
+  async nextId(options?: CallOptions): Promise<bigint> {
+    const ids = await this.nextIds(1, options);
+    return ids[0]!;
+  }
+
+  /** One ID in one of its string forms (default decimal). */
+  async nextIdString(form: IdForm = "decimal", options?: CallOptions): Promise<string> {
+    const id = await this.nextId(options);
+    return formatId(id, form);
+  }
+
+  /**
+   * `n` IDs, increasing, from one node (all or nothing), as a `BigUint64Array` (elements are
+   * `bigint`; `Array.from(ids)` gives a `bigint[]`). Above the node's max_batch the request is
+   * split into pipelined frames and re-joined. `n === 0` is sent as is and the server's
+   * `200 INVALID_COUNT` thrown.
+   */
+  nextIds(n: number, options?: CallOptions): Promise<BigUint64Array> {
+    if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
+    if (n < 0) return Promise.reject(new RangeError("n must be >= 0"));
+    if (n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be at most ${MAX_IDS_PER_CALL} per call`));
+    return this.withFailover(
+      (conn) => {
+        this.counters.requests++;
+        return conn.fetch(n).then((ids) => {
+          this.counters.ids += ids.length;
+          return ids;
+        });
+      },
+      options,
+    );
+  }
+
+  /** PING a node (with failover); resolves with the round-trip time in ms. */
+  ping(options?: CallOptions): Promise<number> {
+    return this.withFailover((conn) => {
+      this.counters.pings++;
+      this.token = (this.token + 1n) & 0xffff_ffff_ffff_ffffn;
+      return conn.ping(this.token);
+    }, options);
+  }
+
+  /** The cluster's ID layout (from the first HELLO_OK; connects if needed). */
+  async layout(options?: CallOptions): Promise<Layout> {
+    if (this.cachedLayout === null) await this.withFailover(async () => undefined, options);
+    return this.cachedLayout!;
+  }
+
+  /** Take an ID apart with the cluster's layout (connects if needed). */
+  async decode(id: bigint): Promise<IdParts> {
+    return (await this.layout()).decode(id);
+  }
+
+  /** Counters (a copy). */
+  stats(): ClientStats {
+    return { ...this.counters };
+  }
+
+  /** Each node's state. */
+  nodes(): NodeState[] {
+    const now = performance.now();
+    return this.nodeList.map((n) => ({
+      node: n.addr,
+      connected: n.conn !== null && n.conn.alive,
+      down: n.downUntil > now,
+      retryInMs: Math.max(0, n.downUntil - now),
+      failures: n.failures,
+      lastError: n.lastError,
+      hello: n.conn?.hello ?? null,
+      tlsVersion: n.conn?.tlsVersion ?? null,
+      alpn: n.conn?.alpn ?? null,
+    }));
+  }
+
+  /** Whether {@link close} was called. */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** Close every connection. Waiting calls fail with ClientClosedError. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const node of this.nodeList) {
+      const conn = node.conn;
+      node.conn = null;
+      conn?.close();
+      node.connecting?.then((c) => c.close(), () => undefined);
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  // -- failover ----------------------------------------------------------------------------
+
+  private async withFailover<T>(run: (conn: Connection) => Promise<T>, options: CallOptions | undefined): Promise<T> {
+    if (this.closed) throw new ClientClosedError();
+    const deadline = options !== undefined && (options.timeoutMs !== undefined || options.signal !== undefined) ? new Deadline(checkCall(options)) : null;
+    try {
+      const count = this.nodeList.length;
+      const order: number[] = [];
+      for (let k = 0; k < count; k++) order.push((this.preferred + k) % count);
+      const tried: Error[] = [];
+      const reconnected = new Set<number>();
+      while (order.length > 0) {
+        const index = order.shift()!;
+        const node = this.nodeList[index]!;
+        if (node.downUntil > performance.now()) continue;
+        if (tried.length > 0 && !reconnected.has(index)) this.counters.failovers++;
+        let conn: Connection | null = null;
+        try {
+          const c = node.conn !== null && node.conn.alive ? node.conn : deadline ? await deadline.race(this.connection(node)) : await this.connection(node);
+          conn = c;
+          const result = deadline ? await deadline.race(run(c)) : await run(c);
+          if (node.failures !== 0) node.failures = 0;
+          this.preferred = index;
+          return result;
+        } catch (e) {
+          if (e instanceof DeadlineError || e instanceof ClientClosedError) throw e;
+          if (this.closed) throw new ClientClosedError();
+          if (e instanceof ServerError) {
+            if (e.code === RANGE_CHANGED && !reconnected.has(index)) {
+              // The node took another worker range and closed this connection. The node is
+              // fine: reconnect at once and retry the whole call there, once.
+              reconnected.add(index);
+              this.counters.rangeChanges++;
+              this.drop(node, conn);
+              order.unshift(index);
+              continue;
+            }
+            if (!e.retryElsewhere) {
+              if (e.closes) this.drop(node, conn);
+              throw e;
+            }
+            // A 3xx: back the node off; keep a connection the status leaves open.
+            this.markDown(node, conn, e, !e.closes);
+            tried.push(e);
+            continue;
+          }
+          if (e instanceof UnavailableError && e.lost && conn !== null && !reconnected.has(index)) {
+            // The open connection was closed or reset under the call: reconnect to the same
+            // node once (a dead node refuses at once and is then marked down).
+            reconnected.add(index);
+            this.counters.reconnects++;
+            this.drop(node, conn);
+            order.unshift(index);
+            continue;
+          }
+          if (e instanceof UnavailableError || e instanceof ProtocolError) {
+            this.markDown(node, conn, e, false);
+            tried.push(e);
+            continue;
+          }
+          throw e;
+        }
+      }
+      if (tried.length === 1) throw tried[0]!;
+      const now = performance.now();
+      const errors = new Map<string, Error | null>(this.nodeList.map((n) => [n.addr, n.lastError]));
+      const retry = new Map<string, number>();
+      for (const n of this.nodeList) if (n.downUntil > now) retry.set(n.addr, n.downUntil - now);
+      throw new NoNodeAvailableError(errors, retry);
+    } finally {
+      deadline?.dispose();
+    }
+  }
+
+  /** The node's live connection, or a new one (one connect at a time per node). */
+  private connection(node: Node): Promise<Connection> {
+    if (node.conn !== null && node.conn.alive) return Promise.resolve(node.conn);
+    if (node.connecting !== null) return node.connecting;
+    const p = Connection.open({
+      host: node.host,
+      port: node.port,
+      node: node.addr,
+      connectTimeoutMs: this.connectTimeoutMs,
+      timeoutMs: this.timeoutMs,
+      tls: this.tls,
+      maxVersion: this.maxVersion,
+    }).then((conn) => {
+      if (this.closed) {
+        conn.close();
+        throw new ClientClosedError();
+      }
+      const layout = new Layout(conn.hello);
+      if (this.cachedLayout === null) {
+        this.cachedLayout = layout;
+      } else if (!this.cachedLayout.equals(layout)) {
+        conn.close();
+        throw new ProtocolError(`node's ID layout ${layout} differs from the cluster's ${this.cachedLayout}`, null, node.addr);
+      }
+      this.counters.connects++;
+      node.conn = conn;
+      conn.onClose = () => {
+        if (node.conn === conn) node.conn = null;
+      };
+      return conn;
+    });
+    node.connecting = p;
+    const clear = () => {
+      if (node.connecting === p) node.connecting = null;
+    };
+    p.then(clear, clear);
+    return p;
+  }
+
+  private drop(node: Node, conn: Connection | null): void {
+    if (conn === null) return;
+    if (node.conn === conn) node.conn = null;
+    conn.fail(new UnavailableError("connection dropped", node.addr));
+  }
+
+  /**
+   * Back a node off. Only the first report of one failure counts: reports about an older
+   * connection, or while the node is already backing off, do not extend it. `keep`: the node
+   * answered with a status that leaves `conn` usable.
+   */
+  private markDown(node: Node, conn: Connection | null, err: Error, keep: boolean): void {
+    const now = performance.now();
+    const stale = conn !== null && node.conn !== null && node.conn !== conn;
+    if (conn !== null && node.conn === conn && !keep) node.conn = null;
+    if (stale || node.downUntil > now) {
+      node.lastError = node.lastError ?? err;
+    } else {
+      node.failures++;
+      const delay = Math.min(this.backoffMaxMs, this.backoffMinMs * 2 ** (node.failures - 1));
+      node.downUntil = now + delay;
+      node.lastError = err;
+      this.counters.nodeFailures++;
+    }
+    if (conn !== null && !keep) conn.fail(err);
+  }
+}
+
+function checkCall(o: CallOptions): CallOptions {
+  if (o.timeoutMs !== undefined && (typeof o.timeoutMs !== "number" || !(o.timeoutMs > 0))) throw new RangeError("timeoutMs must be a positive number of ms");
+  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal");
+  return o;
+}
+
+/** An ID in one of its string forms. */
+export function formatId(id: bigint, form: IdForm): string {
+  switch (form) {
+    case "decimal":
+      return toDecimal(id);
+    case "base62":
+      return toBase62(id);
+    case "base32":
+      return toBase32(id);
+    default:
+      throw new RangeError(`unknown ID form ${JSON.stringify(form)}`);
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * Errors raised by the idgen client.
+ *
+ * ```text
+ * IdgenError
+ *  +-- ProtocolError        the server sent something that breaks the protocol
+ *  +-- ServerError          the server answered with an ERROR frame (status, name, closes, retryElsewhere)
+ *  +-- UnavailableError     transport failure: refused, reset, closed, no answer in time
+ *  |    +-- NoNodeAvailableError  every node failed or is backing off
+ *  |    +-- TlsError        the TLS handshake failed (certificate, name, client certificate)
+ *  +-- DeadlineError        the call's own deadline (timeoutMs or AbortSignal) ran out
+ *  +-- ClientClosedError    the client was closed
+ * ```
+ *
+ * Retrying a failed request on another node is always safe: a server never sends an ID
+ * twice, so a request that failed (or was abandoned) leaves at most a gap, never a duplicate.
+ */
+
+import { closesConnection, retryElsewhere, statusName } from "./status.js";
+
+/** Base class of every error this package raises (bad arguments raise TypeError/RangeError). */
+export class IdgenError extends Error {
+  /** The node ("host:port") the error is about, when there is one. */
+  node: string | undefined;
+
+  constructor(message: string, options?: { node?: string | undefined; cause?: unknown }) {
+    const node = options?.node;
+    super(node ? `${node}: ${message}` : message, options?.cause !== undefined ? { cause: options.cause } : undefined);
+    this.name = new.target.name;
+    this.node = node;
+  }
+}
+
+/**
+ * The server sent a malformed frame, or a well-formed frame that does not answer the request
+ * it stands for. The connection is dropped and the node marked down. `status` is the wire
+ * status of a framing fault (100 BAD_FRAME, 101 FRAME_TOO_LARGE), or `null` for an answer that
+ * does not fit its request.
+ */
+export class ProtocolError extends IdgenError {
+  readonly status: number | null;
+  readonly detail: string;
+
+  constructor(detail: string, status: number | null = null, node?: string) {
+    super(`protocol error: ${detail}`, { node });
+    this.status = status;
+    this.detail = detail;
+  }
+
+  /** The same error, about `node`. */
+  withNode(node: string): ProtocolError {
+    return new ProtocolError(this.detail, this.status, node);
+  }
+}
+
+/**
+ * The server answered with an ERROR frame. Act on `code` only; `serverMessage` is for humans.
+ * `statusName` is `null` for a code this client does not know; `closes` and `retryElsewhere`
+ * come from the status table (unknown codes by their class).
+ */
+export class ServerError extends IdgenError {
+  readonly code: number;
+  readonly statusName: string | null;
+  readonly serverMessage: string;
+  readonly closes: boolean;
+  readonly retryElsewhere: boolean;
+
+  constructor(code: number, serverMessage: string, node?: string) {
+    const name = statusName(code);
+    super(`server error ${code} ${name ?? "UNKNOWN"}: ${serverMessage}`, { node });
+    this.code = code;
+    this.statusName = name;
+    this.serverMessage = serverMessage;
+    this.closes = closesConnection(code);
+    this.retryElsewhere = retryElsewhere(code);
+  }
+}
+
+/**
+ * A node could not be reached or stopped answering: connection refused or reset, the server
+ * closed the connection with the request unanswered, or no answer within `timeoutMs`.
+ */
+export class UnavailableError extends IdgenError {
+  /** The connection broke after it was open: closed or reset by the node (not a stall, not
+   * a failed connect). The server may have closed it after a closing ERROR whose frame was
+   * lost to the reset, so the client reconnects to the same node once before failing over. */
+  readonly lost: boolean;
+
+  constructor(message: string, node?: string, cause?: unknown, lost = false) {
+    super(message, { node, cause });
+    this.lost = lost;
+  }
+}
+
+/**
+ * No node could serve the call. `errors` maps every node to its last error (`null`: never
+ * tried); `retryInMs` maps a node that is backing off to the milliseconds before it is tried
+ * again.
+ */
+export class NoNodeAvailableError extends UnavailableError {
+  readonly errors: ReadonlyMap<string, Error | null>;
+  readonly retryInMs: ReadonlyMap<string, number>;
+
+  constructor(errors: Map<string, Error | null>, retryInMs: Map<string, number>) {
+    const parts: string[] = [];
+    for (const [node, err] of errors) {
+      let text = err ? `${node}: ${err.message}` : `${node}: no error recorded`;
+      const wait = retryInMs.get(node);
+      if (wait !== undefined) text += ` (down, retried in ${(wait / 1000).toFixed(2)}s)`;
+      parts.push(text);
+    }
+    super(`no idgen node available; ${parts.join("; ")}`);
+    this.errors = errors;
+    this.retryInMs = retryInMs;
+  }
+}
+
+/** Why a TLS connection failed. */
+export type TlsErrorKind =
+  | "unknown_issuer"
+  | "name_mismatch"
+  | "expired"
+  | "not_yet_valid"
+  | "bad_certificate"
+  | "client_certificate_required"
+  | "client_certificate_rejected"
+  | "handshake";
+
+/**
+ * The TLS connection to a node failed: a node fault like any other UnavailableError (the
+ * client marks the node down and fails over). `kind` names the cause; `tlsCode` is Node's or
+ * OpenSSL's error code (e.g. `UNABLE_TO_VERIFY_LEAF_SIGNATURE`).
+ */
+export class TlsError extends UnavailableError {
+  readonly kind: TlsErrorKind;
+  readonly tlsCode: string;
+
+  constructor(kind: TlsErrorKind, message: string, tlsCode: string, node?: string, cause?: unknown) {
+    super(`TLS: ${message}`, node, cause);
+    this.kind = kind;
+    this.tlsCode = tlsCode;
+  }
+}
+
+/** The call's own deadline (`timeoutMs` or `signal`) ran out before it was served. */
+export class DeadlineError extends IdgenError {
+  constructor(message: string, cause?: unknown) {
+    super(message, { cause });
+  }
+}
+
+/** The client was closed by the application. */
+export class ClientClosedError extends IdgenError {
+  constructor(message = "the client is closed") {
+    super(message);
+  }
+}

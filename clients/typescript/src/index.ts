@@ -1,0 +1,25 @@
+/**
+ * idgen client for Node.js: the idgen wire protocol (versions 1 and 2) over TCP or TLS,
+ * pipelining, failover across nodes, a prefetch pool, and the shared string forms and
+ * masking. IDs are `bigint` everywhere (never `number`).
+ */
+
+export { Client, Layout, formatId, parseNode } from "./client.js";
+export type { CallOptions, ClientOptions, ClientStats, IdForm, IdParts, NodeState, TlsOptions } from "./client.js";
+export { PrefetchPool } from "./prefetch.js";
+export type { PrefetchOptions, PrefetchStats } from "./prefetch.js";
+export {
+  ClientClosedError,
+  DeadlineError,
+  IdgenError,
+  NoNodeAvailableError,
+  ProtocolError,
+  ServerError,
+  TlsError,
+  UnavailableError,
+} from "./errors.js";
+export type { TlsErrorKind } from "./errors.js";
+export { FormError, Masker, checkId, fromBase32, fromBase62, fromDecimal, toBase32, toBase62, toDecimal } from "./forms.js";
+export { STATUSES, closesConnection, retryElsewhere, statusName } from "./status.js";
+export type { StatusInfo } from "./status.js";
+export * as protocol from "./protocol.js";

@@ -1,0 +1,465 @@
+/**
+ * Shared test helpers: paths, vectors, real idgen nodes, an etcd, fake nodes, certificates.
+ * Every wait here is bounded in time, and tests stop only the processes they started (by PID).
+ */
+
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { accessSync, constants, existsSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync } from "node:fs";
+import * as net from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+import { createInterface } from "node:readline";
+import * as tls from "node:tls";
+import { fileURLToPath } from "node:url";
+
+import { closesConnection } from "../status.js";
+import { encodeError, encodeHelloOk, encodeIds, encodePong, encodeRanges, type HelloOk } from "../protocol.js";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url)); // clients/typescript/dist/test
+export const REPO = path.resolve(HERE, "..", "..", "..", "..");
+const START_TIMEOUT_MS = 30_000;
+
+export function loadJson(relative: string): unknown {
+  return JSON.parse(readFileSync(path.join(REPO, relative), "utf8"));
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** The server binary: `$IDGEN_BIN`, else `<repo>/target/debug/idgen`. Throws (the test fails,
+ * never skips) when it is missing. */
+export function idgenBin(): string {
+  const bin = process.env["IDGEN_BIN"] || path.join(REPO, "target", "debug", "idgen");
+  try {
+    accessSync(bin, constants.X_OK);
+  } catch {
+    throw new Error(`idgen server binary not found at ${bin}: build it with \`cargo build -p idgen\` (target/debug/idgen) or set IDGEN_BIN`);
+  }
+  return bin;
+}
+
+function tmpDir(prefix: string): string {
+  return mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+/** A real `idgen serve` process, stopped by PID. */
+export class NodeProc {
+  readonly addr: string;
+  readonly tlsAddr: string | null;
+  readonly dir: string;
+  private readonly proc: ChildProcess;
+  private readonly logPath: string;
+  private exited: Promise<void>;
+
+  private constructor(proc: ChildProcess, addr: string, tlsAddr: string | null, dir: string, logPath: string, exited: Promise<void>) {
+    this.proc = proc;
+    this.addr = addr;
+    this.tlsAddr = tlsAddr;
+    this.dir = dir;
+    this.logPath = logPath;
+    this.exited = exited;
+  }
+
+  get pid(): number {
+    return this.proc.pid!;
+  }
+
+  /**
+   * Start `idgen serve` on 127.0.0.1:0 (memory store, 2 shards unless `args` say otherwise)
+   * and wait for its `listening on` line (and `listening with TLS on` with --tls-listen).
+   */
+  static async start(args: string[] = [], options: { store?: string; dir?: string } = {}): Promise<NodeProc> {
+    const bin = idgenBin();
+    const dir = options.dir ?? tmpDir("idgen-tstest-");
+    const logPath = path.join(dir, `server-${Date.now()}.log`);
+    const log = openSync(logPath, "a");
+    const full = ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--http-listen", "off", "--store", options.store ?? "memory", "--data-dir", dir];
+    if (!args.includes("--shards")) full.push("--shards", "2");
+    full.push(...args);
+    const proc = spawn(bin, full, { stdio: ["ignore", "pipe", log] });
+    closeSync(log);
+    const exited = new Promise<void>((r) => proc.once("exit", () => r()));
+    const wantTls = args.includes("--tls-listen");
+    const lines = createInterface({ input: proc.stdout! });
+    let addr: string | null = null;
+    let tlsAddr: string | null = null;
+    const ready = new Promise<void>((resolve, reject) => {
+      lines.on("line", (line) => {
+        const t = line.trim();
+        if (t.startsWith("listening with TLS on ")) tlsAddr = t.slice("listening with TLS on ".length);
+        else if (t.startsWith("listening on ")) addr = t.slice("listening on ".length);
+        if (addr !== null && (tlsAddr !== null || !wantTls)) resolve();
+      });
+      proc.once("exit", (code) => reject(new Error(`idgen exited (${code}) before listening; log:\n${tail(logPath)}`)));
+    });
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([ready, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`idgen did not print its listening addresses within ${START_TIMEOUT_MS} ms; log:\n${tail(logPath)}`)), START_TIMEOUT_MS)))]);
+    } catch (e) {
+      proc.kill("SIGKILL");
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+    return new NodeProc(proc, addr!, tlsAddr, dir, logPath, exited);
+  }
+
+  log(): string {
+    return tail(this.logPath);
+  }
+
+  get running(): boolean {
+    return this.proc.exitCode === null && this.proc.signalCode === null;
+  }
+
+  /** SIGKILL, as a crash. */
+  async kill(): Promise<void> {
+    if (this.running) this.proc.kill("SIGKILL");
+    await withTimeout(this.exited, 10_000, "idgen did not exit after SIGKILL");
+  }
+
+  signal(sig: NodeJS.Signals): void {
+    if (this.running) this.proc.kill(sig);
+  }
+
+  /** SIGTERM, then SIGKILL after 15 s. */
+  async stop(): Promise<void> {
+    if (this.running) {
+      this.proc.kill("SIGTERM");
+      try {
+        await withTimeout(this.exited, 15_000, "");
+      } catch {
+        this.proc.kill("SIGKILL");
+        await withTimeout(this.exited, 10_000, "idgen did not exit after SIGKILL");
+      }
+    }
+  }
+}
+
+function tail(file: string): string {
+  try {
+    return readFileSync(file, "utf8").slice(-4000);
+  } catch {
+    return "(no log)";
+  }
+}
+
+export async function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(what || `timed out after ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A loopback port nothing listens on (bound, then released). */
+export async function unusedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  const port = (server.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => server.close(() => r()));
+  return port;
+}
+
+// -- etcd -------------------------------------------------------------------------------------
+
+/** A single-member etcd on loopback (Debian's `etcd`), stopped by PID. */
+export class Etcd {
+  readonly url: string;
+  private readonly proc: ChildProcess;
+  private readonly dir: string;
+  private readonly exited: Promise<void>;
+
+  private constructor(proc: ChildProcess, url: string, dir: string, exited: Promise<void>) {
+    this.proc = proc;
+    this.url = url;
+    this.dir = dir;
+    this.exited = exited;
+  }
+
+  static async start(): Promise<Etcd> {
+    const bin = process.env["ETCD_BIN"] || "etcd";
+    const dir = tmpDir("idgen-tstest-etcd-");
+    const client = await unusedPort();
+    const peer = await unusedPort();
+    const url = `http://127.0.0.1:${client}`;
+    const peerUrl = `http://127.0.0.1:${peer}`;
+    const log = openSync(path.join(dir, "etcd.log"), "a");
+    const proc = spawn(
+      bin,
+      ["--name", "t", "--data-dir", path.join(dir, "data"), "--listen-client-urls", url, "--advertise-client-urls", url, "--listen-peer-urls", peerUrl, "--initial-advertise-peer-urls", peerUrl, "--initial-cluster", `t=${peerUrl}`],
+      { stdio: ["ignore", log, log] },
+    );
+    closeSync(log);
+    const spawnError = new Promise<never>((_, reject) => proc.once("error", (e) => reject(new Error(`cannot start etcd (${bin}): ${e.message}`))));
+    spawnError.catch(() => undefined);
+    const exited = new Promise<void>((r) => proc.once("exit", () => r()));
+    const etcd = new Etcd(proc, url, dir, exited);
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      try {
+        const r = await Promise.race([fetch(`${url}/health`), spawnError]);
+        if (r.ok && ((await r.json()) as { health?: string }).health === "true") return etcd;
+      } catch (e) {
+        if (proc.exitCode !== null || (e instanceof Error && e.message.startsWith("cannot start etcd"))) {
+          throw new Error(`etcd failed to start: ${e instanceof Error ? e.message : String(e)}\n${tail(path.join(dir, "etcd.log"))}`);
+        }
+      }
+      if (Date.now() > deadline) {
+        await etcd.stop();
+        throw new Error(`etcd not healthy within 20 s:\n${tail(path.join(dir, "etcd.log"))}`);
+      }
+      await sleep(100);
+    }
+  }
+
+  /** The store URL for idgen nodes: `etcd://127.0.0.1:P/<prefix>`. */
+  store(prefix: string): string {
+    return `etcd://${this.url.slice("http://".length)}/${prefix}`;
+  }
+
+  private async call(api: string, body: object): Promise<unknown> {
+    const r = await fetch(`${this.url}/v3/${api}`, { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+    if (!r.ok) throw new Error(`etcd ${api}: HTTP ${r.status} ${await r.text()}`);
+    return r.json();
+  }
+
+  /** Every key under `prefix` with its value (text). */
+  async range(prefix: string): Promise<Map<string, string>> {
+    const key = Buffer.from(prefix);
+    const end = Buffer.from(prefix);
+    end[end.length - 1]!++;
+    const out = (await this.call("kv/range", { key: key.toString("base64"), range_end: end.toString("base64") })) as { kvs?: { key: string; value: string }[] };
+    return new Map((out.kvs ?? []).map((kv) => [Buffer.from(kv.key, "base64").toString(), Buffer.from(kv.value, "base64").toString()]));
+  }
+
+  async put(key: string, value: string): Promise<void> {
+    await this.call("kv/put", { key: Buffer.from(key).toString("base64"), value: Buffer.from(value).toString("base64") });
+  }
+
+  async stop(): Promise<void> {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) {
+      this.proc.kill("SIGTERM");
+      try {
+        await withTimeout(this.exited, 10_000, "");
+      } catch {
+        this.proc.kill("SIGKILL");
+        await withTimeout(this.exited, 10_000, "etcd did not exit");
+      }
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+// -- certificates -------------------------------------------------------------------------------
+
+let certs: string | null = null;
+
+/**
+ * The test certificates of the test kit's `idgen-test-certs`: `$IDGEN_TEST_CERTS` (a directory
+ * run_tests.sh fills), else written once into a temporary directory by
+ * `$IDGEN_TEST_CERTS_BIN`, else by `cargo run -p idgen-testkit --bin idgen-test-certs`.
+ * Throws (fails, never skips) when none works.
+ */
+export function certsDir(): string {
+  if (certs !== null) return certs;
+  const given = process.env["IDGEN_TEST_CERTS"];
+  if (given) {
+    if (!existsSync(path.join(given, "ca.crt"))) throw new Error(`IDGEN_TEST_CERTS=${given} holds no ca.crt`);
+    certs = given;
+    return given;
+  }
+  const dir = tmpDir("idgen-tstest-certs-");
+  const bin = process.env["IDGEN_TEST_CERTS_BIN"];
+  const [cmd, args] = bin ? [bin, [dir]] : ["cargo", ["run", "--quiet", "-p", "idgen-testkit", "--bin", "idgen-test-certs", "--", dir]];
+  const done = spawnSync(cmd, args, { cwd: REPO, timeout: 600_000, encoding: "utf8" });
+  if (done.status !== 0) throw new Error(`cannot generate test certificates with ${cmd} ${args.join(" ")}: ${done.error?.message ?? done.stderr}`);
+  certs = dir;
+  return dir;
+}
+
+export function cert(name: string): string {
+  return path.join(certsDir(), name);
+}
+
+// -- fake nodes ----------------------------------------------------------------------------------
+
+export function defaultHello(overrides: Partial<HelloOk> = {}): HelloOk {
+  return {
+    version: 1,
+    epochMs: 1767225600000n,
+    timestampBits: 41,
+    workerBits: 10,
+    sequenceBits: 12,
+    regionBits: 0,
+    maxBatch: 65536,
+    maxRequestFrame: 64,
+    workerFirst: 0,
+    workerCount: 1,
+    shard: 0,
+    ...overrides,
+  };
+}
+
+export type FakeMode = "serve" | "unavailable" | "garbage" | "silent" | "range_changed";
+
+export interface FakeOptions {
+  status?: number;
+  /** range_changed: requests served on the first connection before the 305. */
+  serveBefore?: number;
+  /** The HELLO_OK of every connection after the first. */
+  helloAfter?: HelloOk;
+  firstId?: bigint;
+  /** Answer GET_RANGES (version 2 HELLO_OK) with runs of this many IDs each. */
+  runLength?: number;
+  /** Hold every answer until this many requests have arrived (to prove pipelining). */
+  holdUntil?: number;
+  tls?: tls.TlsOptions;
+}
+
+/**
+ * A tiny idgen node. After the handshake it answers every request according to `mode`:
+ * `serve` (IDS/RANGES from one counter shared by all connections, PONG), `unavailable`
+ * (ERROR `status`, default 300, closing when the status closes), `garbage`, `silent`, or
+ * `range_changed` (serves `serveBefore` requests on the first connection, then 305 and close;
+ * later connections are greeted with `helloAfter` and served).
+ */
+export class FakeNode {
+  readonly addr: string;
+  requests = 0;
+  connections = 0;
+  readonly idsByConnection: bigint[][] = [];
+  readonly tlsSessions: { alpn: string | false | null; clientCert: boolean }[] = [];
+  readonly tlsFailures: Error[] = [];
+  private nextId: bigint;
+  private readonly server: net.Server;
+  private readonly sockets = new Set<net.Socket>();
+
+  private constructor(server: net.Server, addr: string, firstId: bigint) {
+    this.server = server;
+    this.addr = addr;
+    this.nextId = firstId;
+  }
+
+  static async start(hello: HelloOk, mode: FakeMode, o: FakeOptions = {}): Promise<FakeNode> {
+    let fake!: FakeNode;
+    const onSocket = (sock: net.Socket) => fake.handle(sock, hello, mode, o);
+    const server = o.tls ? tls.createServer({ ...o.tls, ALPNProtocols: ["idgen/1"] }, onSocket) : net.createServer(onSocket);
+    if (o.tls) {
+      server.on("tlsClientError", (e: Error) => fake.tlsFailures.push(e));
+    }
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+    const port = (server.address() as net.AddressInfo).port;
+    fake = new FakeNode(server, `127.0.0.1:${port}`, o.firstId ?? 1n << 40n);
+    return fake;
+  }
+
+  private handle(sock: net.Socket, hello: HelloOk, mode: FakeMode, o: FakeOptions): void {
+    this.sockets.add(sock);
+    sock.on("close", () => this.sockets.delete(sock));
+    sock.on("error", () => undefined);
+    sock.setNoDelay(true);
+    if (sock instanceof tls.TLSSocket) {
+      this.tlsSessions.push({ alpn: sock.alpnProtocol, clientCert: Object.keys(sock.getPeerCertificate()).length > 0 });
+    }
+    const index = this.connections++;
+    const sent: bigint[] = [];
+    this.idsByConnection.push(sent);
+    if (mode === "range_changed" && index > 0) mode = "serve";
+    const greeting = index === 0 ? hello : (o.helloAfter ?? hello);
+    let buf = Buffer.alloc(0);
+    let greeted = false;
+    let k = 0;
+    const held: Buffer[] = [];
+    sock.on("data", (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      if (!greeted) {
+        if (buf.length < 13) return;
+        buf = buf.subarray(13);
+        greeted = true;
+        sock.write(encodeHelloOk(greeting));
+      }
+      while (buf.length >= 4 && buf.length >= 4 + buf.readUInt32BE(0)) {
+        const length = buf.readUInt32BE(0);
+        const body = buf.subarray(4, 4 + length);
+        buf = buf.subarray(4 + length);
+        this.requests++;
+        const step = k++;
+        let answer: Buffer | null = null;
+        let close = false;
+        if (mode === "unavailable") {
+          answer = encodeError(o.status ?? 300, "fake node says no");
+          close = closesConnection(o.status ?? 300);
+        } else if (mode === "garbage") {
+          answer = Buffer.from("\x00\x00\x00\x09\x99garbage!", "latin1");
+        } else if (mode === "range_changed" && step >= (o.serveBefore ?? 0)) {
+          answer = encodeError(305, "worker range changed");
+          close = true;
+        } else if (mode === "serve" || mode === "range_changed") {
+          answer = this.answer(body, sent, greeting, o);
+        }
+        if (answer === null) continue; // silent
+        if (o.holdUntil !== undefined && this.requests < o.holdUntil) {
+          held.push(answer);
+          continue;
+        }
+        for (const h of held.splice(0)) sock.write(h);
+        sock.write(answer);
+        if (close) {
+          sock.end();
+          return;
+        }
+      }
+    });
+  }
+
+  private answer(body: Buffer, sent: bigint[], hello: HelloOk, o: FakeOptions): Buffer {
+    const op = body[0]!;
+    if (op === 0x03) return encodePong(body.readBigUInt64BE(1));
+    const count = body.readUInt32BE(1);
+    if (op !== 0x02 && !(op === 0x04 && hello.version >= 2)) return encodeError(202, "unknown opcode");
+    if (count === 0) return encodeError(200, "count 0");
+    if (count > hello.maxBatch) return encodeError(201, "batch too large");
+    const first = this.nextId;
+    const ids: bigint[] = [];
+    for (let i = 0n; i < BigInt(count); i++) ids.push(first + i);
+    sent.push(...ids);
+    if (op === 0x02) {
+      this.nextId += BigInt(count);
+      return encodeIds(ids);
+    }
+    // Runs of `runLength`, with a gap of one ID between runs.
+    const runLength = o.runLength ?? count;
+    const runs = [];
+    let next = first;
+    sent.length -= count;
+    for (let left = count; left > 0; ) {
+      const n = Math.min(runLength, left);
+      runs.push({ first: next, count: n });
+      for (let i = 0n; i < BigInt(n); i++) sent.push(next + i);
+      next += BigInt(n) + 1n;
+      left -= n;
+    }
+    this.nextId = next;
+    return encodeRanges(runs);
+  }
+
+  /** Stop accepting and cut every open connection (as a crashed node would). */
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
+/** Every element of `ids` is distinct. */
+export function allDistinct(ids: Iterable<bigint>): boolean {
+  const seen = new Set<bigint>();
+  let n = 0;
+  for (const id of ids) {
+    seen.add(id);
+    n++;
+  }
+  return seen.size === n;
+}

@@ -1,0 +1,207 @@
+// The shared wire vectors of protocol/tests/vectors.json, through the client's codec.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
+import { describe, test } from "node:test";
+
+import { ProtocolError } from "../errors.js";
+import * as protocol from "../protocol.js";
+import { STATUSES, closesConnection, retryElsewhere, statusName } from "../status.js";
+import { REPO, loadJson } from "./support.js";
+
+interface Case {
+  name: string;
+  direction: "request" | "response";
+  hex: string;
+  decoded?: Record<string, unknown>;
+  error?: { status: number; name: string; closes: boolean };
+  incomplete?: boolean;
+  consumed?: number;
+  max_frame?: number;
+}
+
+const VECTORS = loadJson("protocol/tests/vectors.json") as Case[];
+
+function encodeRequest(d: Record<string, unknown>): Buffer {
+  switch (d["op"]) {
+    case "HELLO":
+      return protocol.encodeHello(d["min_version"] as number, d["max_version"] as number);
+    case "GET_IDS":
+      return protocol.encodeGetIds(d["count"] as number);
+    case "PING":
+      return protocol.encodePing(BigInt(d["token"] as string));
+    default:
+      throw new Error(`unknown request op ${String(d["op"])}`);
+  }
+}
+
+/** The client's decoded frame in the vectors' JSON shape. */
+function asDecoded(frame: protocol.Response): Record<string, unknown> {
+  switch (frame.op) {
+    case "HELLO_OK": {
+      const h = frame.hello;
+      return {
+        op: "HELLO_OK",
+        version: h.version,
+        epoch_ms: h.epochMs.toString(),
+        timestamp_bits: h.timestampBits,
+        worker_bits: h.workerBits,
+        sequence_bits: h.sequenceBits,
+        region_bits: h.regionBits,
+        max_batch: h.maxBatch,
+        max_request_frame: h.maxRequestFrame,
+        worker_first: h.workerFirst,
+        worker_count: h.workerCount,
+        shard: h.shard,
+      };
+    }
+    case "IDS":
+      return { op: "IDS", ids: Array.from(frame.ids, (i) => i.toString()) };
+    case "PONG":
+      return { op: "PONG", token: frame.token.toString() };
+    case "ERROR":
+      return {
+        op: "ERROR",
+        status: frame.status,
+        name: statusName(frame.status),
+        message: frame.message,
+        closes: closesConnection(frame.status),
+        retry_elsewhere: retryElsewhere(frame.status),
+      };
+    case "RANGES":
+      return { op: "RANGES", runs: frame.runs.toRuns().map((r) => [r.first.toString(), r.count]) };
+  }
+}
+
+const hex = (s: string) => Buffer.from(s, "hex");
+
+describe("request vectors", () => {
+  const cases = VECTORS.filter((c) => c.direction === "request" && c.decoded);
+  test("there are enough of them", () => assert.ok(cases.length >= 10, `${cases.length}`));
+  for (const c of cases) {
+    test(`encodes ${c.name} byte-exact`, () => {
+      const raw = hex(c.hex);
+      const consumed = c.consumed ?? raw.length;
+      assert.equal(encodeRequest(c.decoded!).toString("hex"), raw.subarray(0, consumed).toString("hex"));
+    });
+  }
+});
+
+describe("response vectors", () => {
+  const decoded = VECTORS.filter((c) => c.direction === "response" && c.decoded);
+  const errors = VECTORS.filter((c) => c.direction === "response" && c.error);
+  const incomplete = VECTORS.filter((c) => c.direction === "response" && c.incomplete);
+  test("there are enough of them", () => {
+    assert.ok(decoded.length >= 15 && errors.length >= 10 && incomplete.length >= 2);
+  });
+  for (const c of decoded) {
+    test(`decodes ${c.name}`, () => {
+      const raw = hex(c.hex);
+      const out = protocol.decodeResponse(raw, c.max_frame!);
+      assert.ok(out !== null, "decoder asked for more bytes");
+      assert.equal(out.consumed, c.consumed ?? raw.length);
+      assert.deepEqual(asDecoded(out.frame), c.decoded);
+    });
+    test(`${c.name} fed one byte at a time decodes only once complete`, () => {
+      const raw = hex(c.hex);
+      for (let cut = 0; cut < raw.length; cut++) assert.equal(protocol.decodeResponse(raw.subarray(0, cut), c.max_frame!), null, `cut ${cut}`);
+    });
+  }
+  for (const c of errors) {
+    test(`rejects ${c.name} with ${c.error!.name}`, () => {
+      assert.ok(c.error!.closes, "response faults always close");
+      assert.throws(
+        () => protocol.decodeResponse(hex(c.hex), c.max_frame!),
+        (e: unknown) => e instanceof ProtocolError && e.status === c.error!.status,
+      );
+    });
+  }
+  for (const c of incomplete) {
+    test(`${c.name} asks for more bytes`, () => assert.equal(protocol.decodeResponse(hex(c.hex), c.max_frame!), null));
+  }
+  test("an oversized length is rejected from the 4-byte prefix alone", () => {
+    assert.throws(() => protocol.decodeResponse(hex("ffffffff")), (e: unknown) => e instanceof ProtocolError && e.status === 101);
+  });
+});
+
+describe("RANGES (version 2)", () => {
+  test("GET_RANGES encodes as opcode 0x04 with a u32 count", () => {
+    assert.equal(protocol.encodeGetRanges(4096).toString("hex"), "000000050400001000");
+  });
+  test("the PROTOCOL.md example: 8192 IDs in one run", () => {
+    const raw = hex("00000015840000200000000001000000000000000000002000");
+    const out = protocol.decodeResponse(raw);
+    assert.ok(out && out.frame.op === "RANGES");
+    const ids = out.frame.runs.toArray();
+    assert.equal(ids.length, 8192);
+    assert.equal(ids[0], 0n);
+    assert.equal(ids[8191], 8191n);
+  });
+  test("runs expand in order, across a carry into the high 32 bits", () => {
+    const runs = [
+      { first: 0xffff_fffdn, count: 5 },
+      { first: (5n << 32n) - 1n, count: 2 },
+      { first: 0x7fff_ffff_ffff_fff0n, count: 16 },
+    ];
+    const out = protocol.decodeResponse(protocol.encodeRanges(runs));
+    assert.ok(out && out.frame.op === "RANGES");
+    const want: bigint[] = [];
+    for (const r of runs) for (let i = 0n; i < BigInt(r.count); i++) want.push(r.first + i);
+    assert.deepEqual(Array.from(out.frame.runs.toArray()), want);
+    assert.equal(out.frame.total, 23);
+  });
+  const bad: [string, Buffer][] = [
+    ["an empty run", protocol.encodeRanges([{ first: 1n, count: 0 }])],
+    ["overlapping runs", protocol.encodeRanges([{ first: 10n, count: 5 }, { first: 14n, count: 1 }])],
+    ["decreasing runs", protocol.encodeRanges([{ first: 10n, count: 1 }, { first: 5n, count: 1 }])],
+    ["a run reaching the sign bit", protocol.encodeRanges([{ first: (1n << 63n) - 1n, count: 2 }])],
+  ];
+  for (const [what, frame] of bad) {
+    test(`rejects ${what} as BAD_FRAME`, () => {
+      assert.throws(() => protocol.decodeResponse(frame), (e: unknown) => e instanceof ProtocolError && e.status === 100);
+    });
+  }
+  test("rejects a total that disagrees with the runs, and a run count that disagrees with the length", () => {
+    const f = protocol.encodeRanges([{ first: 1n, count: 3 }]);
+    const wrongTotal = Buffer.from(f);
+    wrongTotal.writeUInt32BE(4, 5);
+    assert.throws(() => protocol.decodeResponse(wrongTotal), (e: unknown) => e instanceof ProtocolError && e.status === 100);
+    const wrongRuns = Buffer.from(f);
+    wrongRuns.writeUInt32BE(2, 9);
+    assert.throws(() => protocol.decodeResponse(wrongRuns), (e: unknown) => e instanceof ProtocolError && e.status === 100);
+  });
+});
+
+describe("status table", () => {
+  test("unknown codes follow their class", () => {
+    assert.equal(closesConnection(299) || retryElsewhere(299), false);
+    assert.ok(retryElsewhere(399) && !closesConnection(399));
+    assert.ok(closesConnection(499) && !retryElsewhere(499));
+    assert.equal(retryElsewhere(304), false);
+    assert.equal(statusName(499), null);
+  });
+  test("every row of PROTOCOL.md's table agrees with the client's", () => {
+    const text = readFileSync(path.join(REPO, "protocol", "PROTOCOL.md"), "utf8");
+    const table = text.split("<!-- status-table:begin -->")[1]!.split("<!-- status-table:end -->")[0]!;
+    const rows = table.split("\n").filter((r) => r.startsWith("| `"));
+    assert.equal(rows.length, STATUSES.size);
+    for (const r of rows) {
+      const cells = r.replace(/^\||\|$/g, "").split("|").map((c) => c.trim().replace(/`/g, ""));
+      const info = STATUSES.get(Number(cells[0]));
+      assert.ok(info, r);
+      assert.deepEqual([info.name, info.closes, info.retryElsewhere], [cells[1], cells[2] === "yes", cells[3] === "yes"], r);
+    }
+  });
+});
+
+describe("encoders refuse values that do not fit", () => {
+  test("counts, versions and tokens", () => {
+    assert.throws(() => protocol.encodeGetIds(-1), RangeError);
+    assert.throws(() => protocol.encodeGetIds(2 ** 32), RangeError);
+    assert.throws(() => protocol.encodeGetIds(1.5), RangeError);
+    assert.throws(() => protocol.encodeHello(0, 65536), RangeError);
+    assert.throws(() => protocol.encodePing(1n << 64n), RangeError);
+    assert.throws(() => protocol.encodePing(5 as unknown as bigint), RangeError);
+  });
+});
