@@ -62,13 +62,16 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Every file a user reads for instructions: the READMEs, `docs/`, the protocol spec, the
-/// sources whose doc comments become the crate docs, and the Python client.
+/// sources whose doc comments become the crate docs, and the clients.
 pub fn doc_files(root: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for md in [
         "README.md",
         "clients/rust/README.md",
         "clients/python/README.md",
+        "clients/go/README.md",
+        "clients/java/README.md",
+        "clients/typescript/README.md",
         "clients/vectors/FORMS.md",
         "id/README.md",
         "loadtest/README.md",
@@ -87,6 +90,8 @@ pub fn doc_files(root: &Path) -> Vec<PathBuf> {
         ("clients/rust/src", "rs"),
         ("loadtest/src", "rs"),
         ("clients/python/idgen_client", "py"),
+        ("clients/go", "go"),
+        ("clients/java/src/main", "java"),
     ] {
         walk(&root.join(dir), ext, &mut files);
     }
