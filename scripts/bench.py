@@ -7,7 +7,8 @@ loopback only, every load bounded in time.
 
 Prints a table (each row with its ratio to the best peer and to the limit), the TLS rows beside
 plaintext on one node (with the server's CPU time per request and per ID), TLS handshakes per
-second and the memory of 10,000 idle TLS connections, and writes
+second and the memory of 10,000 idle TLS connections, each client (Rust, Go, Java, TypeScript)
+against one node with its ratio to the Rust client, and writes
 <out>/latest.json and <out>/chart.svg (throughput and latency percentiles per system).
 Needs iperf3, wrk, redis-server and postgresql: run it through scripts/bench, which installs them
 (scripts/deps bench) and then runs this file.
@@ -433,6 +434,69 @@ def print_tls(rows, hs, idle):
           f"server RSS {idle['rss_mib']:.1f} MiB (idle server {idle['rss_mib_before']:.1f} MiB)")
 
 
+CLIENT_WORKLOADS = [
+    ("big batches", ["--batch", "4096", "--pipeline", "8", "--connections", "2"]),
+    ("1 ID/request, pipelined", ["--batch", "1", "--pipeline", "32", "--connections", "32"]),
+]
+
+
+def client_benches():
+    """Each client's bench program, built: (name, command prefix). They take the same flags
+    and print one JSON line."""
+    work = Path(tempfile.mkdtemp(prefix="idgen-bench-clients-"))
+    subprocess.run(["cargo", "build", "--release", "-p", "idgen-client", "--example", "bench"],
+                   cwd=ROOT, check=True, capture_output=True)
+    benches = [("Rust", [str(TARGET / "release" / "examples" / "bench")])]
+    go_env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOTOOLCHAIN": "local"}
+    subprocess.run(["go", "build", "-o", str(work / "idgen-bench-go"), "./cmd/idgen-bench"],
+                   cwd=ROOT / "clients" / "go", env=go_env, check=True, capture_output=True)
+    benches.append(("Go", [str(work / "idgen-bench-go")]))
+    java_src = sorted(str(p) for p in (ROOT / "clients" / "java" / "src" / "main").rglob("*.java"))
+    subprocess.run(["javac", "-d", str(work / "java"), *java_src], check=True, capture_output=True)
+    benches.append(("Java", ["java", "-cp", str(work / "java"), "dev.idgen.client.Bench"]))
+    ts = ROOT / "clients" / "typescript"
+    subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=ts, check=True, capture_output=True)
+    subprocess.run(["npm", "run", "build"], cwd=ts, check=True, capture_output=True)
+    benches.append(("TypeScript", ["node", str(ts / "dist" / "bench.js")]))
+    return benches, work
+
+
+def client_runs(seconds):
+    """Every client against one node (2 shards, 64 worker IDs each, memory store), the same
+    workloads one client after the other, with the ratio of each to the Rust client."""
+    benches, work = client_benches()
+    data = tempfile.mkdtemp(prefix="idgen-bench-")
+    server = start([str(TARGET / "release" / "idgen"), "serve", "--listen", "127.0.0.1:0",
+                    "--admin-listen", "off", "--http-listen", "off", "--store", "memory",
+                    "--shards", "2", "--workers-per-shard", "64", "--data-dir", data],
+                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    addr = re.match(r"listening on (\S+)", server.stdout.readline()).group(1)
+    rows = []
+    for workload, args in CLIENT_WORKLOADS:
+        for name, cmd in benches:
+            out = subprocess.run([*cmd, "--addr", addr, *args, "--seconds", str(seconds)],
+                                 capture_output=True, text=True, timeout=seconds + 60)
+            if out.returncode != 0:
+                raise SystemExit(f"{name} client bench failed: {out.stderr[-2000:]}")
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append({"client": name, "workload": workload, "ids_per_sec": r["ids_per_sec"],
+                         "requests_per_sec": r["requests_per_sec"], "errors": r.get("errors", 0)})
+    stop(server)
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+    for r in rows:
+        rust = next(x for x in rows if x["client"] == "Rust" and x["workload"] == r["workload"])
+        r["ratio_to_rust"] = r["ids_per_sec"] / rust["ids_per_sec"] if rust["ids_per_sec"] else None
+    return rows
+
+
+def print_clients(rows):
+    print(f"{'client':<12} {'workload':<26} {'IDs/s':>14} {'req/s':>12} {'errors':>7} {'× Rust':>7}")
+    for r in rows:
+        print(f"{r['client']:<12} {r['workload']:<26} {r['ids_per_sec']:>14,.0f} "
+              f"{r['requests_per_sec']:>12,.0f} {r['errors']:>7} {(r['ratio_to_rust'] or 0):>7.2f}")
+
+
 def protocol_vector(name):
     """The bytes of one request vector of protocol/tests/vectors.json (the spec's own)."""
     with open(ROOT / "protocol" / "tests" / "vectors.json") as f:
@@ -636,6 +700,9 @@ def main():
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--http-only", action="store_true",
                     help="only the HTTP ID API rows and the renewal check (prints, writes nothing)")
+    ap.add_argument("--clients-only", action="store_true",
+                    help="only the clients (Rust, Go, Java, TypeScript) side by side against one "
+                         "node (prints, writes nothing)")
     ap.add_argument("--tls-only", action="store_true",
                     help="only the TLS rows beside plaintext, handshakes and idle TLS connections "
                          "(prints, writes nothing)")
@@ -654,6 +721,14 @@ def main():
             for p in procs:
                 stop(p, signal.SIGKILL)
         print_http(http_rows, renewal)
+        return
+    if a.clients_only:
+        try:
+            client_rows = client_runs(seconds)
+        finally:
+            for p in procs:
+                stop(p, signal.SIGKILL)
+        print_clients(client_rows)
         return
     if a.tls_only:
         certs = test_certs()
@@ -719,6 +794,8 @@ def main():
           f"(idle server {idle['rss_mib_before']:.1f} MiB)")
     print()
     print_tls(tls_rows, hs, idle_tls)
+    print()
+    print_clients(client_rows)
     print(f"in-process: next_id {inproc['next_id_ns']:.1f} ns (wall clock read alone {inproc['wall_clock_read_ns']:.1f} ns), "
           f"uuid v7 {inproc['uuid_v7_ns']:.1f} ns → {inproc['uuid_v7_ns']/inproc['next_id_ns']:.1f}× ; "
           f"batch of 4096 {4096/inproc['batch_4096_ns']:.2f} G IDs/s vs bare loop {4096/inproc['bare_loop_4096_ns']:.2f} G/s "
@@ -734,7 +811,8 @@ def main():
                                                  "http": http_rows, "renewals": renewal,
                                                  "idle_connections": idle,
                                                  "tls": {"rows": tls_rows, "handshakes": hs,
-                                                         "idle_connections": idle_tls}},
+                                                         "idle_connections": idle_tls},
+                                                 "clients": client_rows},
                                                 indent=1))
     svg_chart(rows, out / "chart.svg")
     log(f"wrote {out/'latest.json'} and {out/'chart.svg'}")
