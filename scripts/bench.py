@@ -448,9 +448,12 @@ def client_benches():
                    cwd=ROOT, check=True, capture_output=True)
     benches = [("Rust", [str(TARGET / "release" / "examples" / "bench")])]
     go_env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOTOOLCHAIN": "local"}
+    # Each client on one core, as the Rust bench's current-thread runtime and Node's event
+    # loop are: with two, Go's scheduler fights the server's two shards for this machine's
+    # two cores (82 M against 171 M IDs/s for big batches, measured in one run).
     subprocess.run(["go", "build", "-o", str(work / "idgen-bench-go"), "./cmd/idgen-bench"],
                    cwd=ROOT / "clients" / "go", env=go_env, check=True, capture_output=True)
-    benches.append(("Go", [str(work / "idgen-bench-go")]))
+    benches.append(("Go", ["env", "GOMAXPROCS=1", str(work / "idgen-bench-go")]))
     java_src = sorted(str(p) for p in (ROOT / "clients" / "java" / "src" / "main").rglob("*.java"))
     subprocess.run(["javac", "-d", str(work / "java"), *java_src], check=True, capture_output=True)
     benches.append(("Java", ["java", "-cp", str(work / "java"), "dev.idgen.client.Bench"]))
