@@ -42,18 +42,22 @@
 //! calling thread) only for the next millisecond when one is used up, or for a clock step
 //! within `max_rollback_wait`.
 //!
-//! ```no_run
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
 //! use idgen_core::embedded::{Embedded, EmbeddedConfig};
-//! use idgen_core::store::etcd::EtcdStore;
+//! use idgen_core::store::memory::MemoryStore;
 //!
-//! // The same etcd, key prefix and namespace as the cluster's nodes
-//! // (`idgen serve --store etcd://10.0.0.5:2379/idgen --namespace default`).
-//! let store = EtcdStore::connect(vec!["10.0.0.5:2379".into()], "idgen".into()).await?;
-//! let ids = Embedded::start(std::sync::Arc::new(store), "default", EmbeddedConfig::default()).await?;
+//! // A cluster's store is the one its nodes name, e.g. for
+//! // `idgen serve --store etcd://10.0.0.5:2379/idgen --namespace default` (feature `etcd`):
+//! // `store::etcd::EtcdStore::connect(vec!["10.0.0.5:2379".into()], "idgen".into()).await?`.
+//! let store = Arc::new(MemoryStore::new());
+//! let ids = Embedded::start(store, "default", EmbeddedConfig::default()).await?;
 //! let id = ids.next_id()?;
+//! assert!(ids.workers().contains(ids.layout().decompose(id).worker));
 //! ids.shutdown().await?;
-//! # let _ = id; Ok(()) }
+//! # Ok(()) }
 //! ```
 
 use std::sync::{Arc, Mutex, MutexGuard};
