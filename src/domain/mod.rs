@@ -1,10 +1,13 @@
 //! The ID domain: the layout of an ID, the clocks it is made from, the generator that makes
 //! unique IDs from a worker range and an interval of ID time, the leases that hand out both,
-//! and the stores the leases live in. Nothing here serves a network; the node (`crate::node`)
-//! and the commands build on it.
+//! and the stores the leases live in. Defined in the `idgen-core` crate (which applications
+//! that want IDs in-process use on its own, see `idgen_core::embedded`) and re-exported here
+//! at the paths the server's modules, benchmarks, tests and documentation use. Nothing here
+//! serves a network; the node (`crate::node`) and the commands build on it.
 
-pub mod clock;
-pub mod generator;
-pub mod layout;
-pub mod lease;
-pub mod store;
+pub use idgen_core::{clock, generator, layout, lease, store};
+
+// The lease simulation drives the node's own shard issuer (`crate::node::issuer`) on
+// simulated time, so it lives in the server crate.
+#[cfg(test)]
+mod lease_sim;

@@ -51,9 +51,9 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use idgen::clock::SystemClock;
-//! use idgen::generator::{Ceiling, Generator, ShardConfig};
-//! use idgen::layout::Layout;
+//! use idgen_core::clock::SystemClock;
+//! use idgen_core::generator::{Ceiling, Generator, ShardConfig};
+//! use idgen_core::layout::Layout;
 //!
 //! let layout = Layout::default();
 //! let ceiling = Arc::new(Ceiling::new(u64::MAX)); // no lease: tests and benchmarks only
@@ -195,7 +195,7 @@ pub struct GeneratorStats {
 /// Adds `by` to a counter that only one thread writes (the shard's), so other threads can read
 /// it: a load and a store, no locked instruction on the hot path.
 #[inline]
-pub(crate) fn bump(counter: &AtomicU64, by: u64) {
+pub fn bump(counter: &AtomicU64, by: u64) {
     // Single writer: a load and a store, no locked instruction on the hot path.
     counter.store(
         counter.load(Ordering::Relaxed).wrapping_add(by),

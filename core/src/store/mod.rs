@@ -33,7 +33,7 @@
 //! last write, where the store can ([`KvStore::expires_keys`]): etcd attaches an etcd lease, so
 //! etcd's own clock (one clock, shared by every node) removes the key of a writer that stopped.
 //! The embedded, memory and FoundationDB stores cannot: they do a plain put, and say so. Nodes
-//! publish their clock key this way (`crate::node::drift`); an acquirer treats a holder whose clock
+//! publish their clock key this way (`crate::drift`); an acquirer treats a holder whose clock
 //! key is gone as dead (`crate::lease`).
 
 use std::fmt;

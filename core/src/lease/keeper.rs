@@ -143,10 +143,12 @@ impl LeaseShared {
     }
 }
 
-#[cfg(test)]
+/// For tests only, not part of the supported API (this crate's tests, and those of crates that
+/// turn on the `conformance` feature).
+#[cfg(any(test, feature = "conformance"))]
 impl LeaseShared {
     /// A lease view published by hand, for tests of its readers.
-    pub(crate) fn for_test(layout: Layout, view: Option<Arc<LeaseView>>) -> Arc<LeaseShared> {
+    pub fn for_test(layout: Layout, view: Option<Arc<LeaseView>>) -> Arc<LeaseShared> {
         Arc::new(LeaseShared {
             view: watch::Sender::new(view),
             stats: LeaseStats::default(),
@@ -155,7 +157,7 @@ impl LeaseShared {
     }
 
     /// Replaces the published view, as the keeper does on a grant or a loss.
-    pub(crate) fn publish_for_test(&self, view: Option<Arc<LeaseView>>) {
+    pub fn publish_for_test(&self, view: Option<Arc<LeaseView>>) {
         self.view.send_replace(view);
     }
 }

@@ -14,7 +14,7 @@
 //! | `cluster` | [`ClusterRecord`]: the layout, written once by the first node |
 //! | `generation` | the last generation number granted (a counter) |
 //! | `workers/<first>` | [`WorkerRecord`]: the worker IDs `first .. first + count`: state, owner, generation, `lease_end` |
-//! | `clocks/<instance>` | a node's clock (`crate::node::drift`); on etcd it expires when the node stops publishing |
+//! | `clocks/<instance>` | a node's clock (`crate::drift`); on etcd it expires when the node stops publishing |
 //!
 //! ## Range records
 //!
@@ -81,13 +81,10 @@ pub mod conformance;
 pub mod keeper;
 
 /// `idgen/<ns>/clocks/`: where nodes publish their clocks, one key per instance (written by
-/// `crate::node::drift`; an acquirer reads it to tell a live holder from a gone one).
+/// `crate::drift`; an acquirer reads it to tell a live holder from a gone one).
 pub fn clocks_prefix(namespace: &str) -> String {
     format!("idgen/{namespace}/clocks/")
 }
-
-#[cfg(test)]
-mod sim;
 
 /// Default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -504,7 +501,9 @@ impl<'s> Leases<'s> {
     fn key(&self, suffix: &str) -> Vec<u8> {
         format!("{}{}", self.prefix, suffix).into_bytes()
     }
-    fn worker_key(&self, id: u64) -> Vec<u8> {
+    /// The key of the worker record whose range starts at worker ID `id`:
+    /// `idgen/<namespace>/workers/<id>`, the ID in decimal, zero-padded to five digits.
+    pub fn worker_key(&self, id: u64) -> Vec<u8> {
         self.key(&format!("workers/{id:05}"))
     }
     fn workers_prefix(&self) -> Vec<u8> {
@@ -1113,7 +1112,8 @@ fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("lease records serialize")
 }
 
-pub(crate) fn duration_ms(d: Duration) -> u64 {
+/// `d` in whole milliseconds, saturating.
+pub fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

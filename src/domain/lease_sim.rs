@@ -71,14 +71,15 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::keeper::{Keeper, KeeperTiming, LeaseView};
-use super::*;
 use crate::clock::{Clock, TestClock};
+use crate::layout::Layout;
 use crate::layout::{Id, WorkerRange, DEFAULT_EPOCH_MS};
+use crate::lease::keeper::{Keeper, KeeperTiming, LeaseView};
+use crate::lease::*;
 use crate::node::issuer::{GenSettings, IssueError, ShardGen};
 use crate::node::{release_after_shards, ShardExit, ShardStats};
 use crate::store::memory::{Fault, MemoryStore};
-use crate::store::{BoxFuture, Check, Entry, Write};
+use crate::store::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
 
 /// One fence broken on purpose, to show the simulation notices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

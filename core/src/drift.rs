@@ -1,0 +1,352 @@
+//! Clock drift against the node's peers, watched from the control thread.
+//!
+//! Every node writes its wall clock to `idgen/<ns>/clocks/<instance>` once a second and reads
+//! its peers' keys four times a second. When a peer's value `p` changes between two polls, the
+//! write happened between the start of the earlier poll (`a`, our clock) and the end of the
+//! later one (`b`): the peer's clock minus ours lies in `[p − b, p − a]`. That interval allows
+//! for the store round trip and the polling period; its width is the estimate's uncertainty.
+//! A peer counts while its key keeps changing; a silent key (a stopped node) is forgotten.
+//!
+//! The key is written with [`KvStore::put_expiring`] ([`CLOCK_KEY_TTL`]): on etcd it vanishes
+//! a few publishing periods after its node stops, by etcd's clock, and its absence is what
+//! tells an acquirer that a held lease's holder is gone (`crate::lease`). A node publishes once
+//! right after its lease is granted, then every [`PUBLISH_EVERY`], and deletes its key when it
+//! shuts down. Stores that cannot expire keys keep a crashed node's key until it is deleted.
+//!
+//! The node's drift is the median, over its peers, of the part of each interval that is
+//! certainly away from zero (0 if the interval contains 0). With several peers the median
+//! points at the outlier: the node whose clock is wrong sees all its peers off, the others see
+//! only that one. With a single peer both nodes see the same drift.
+//!
+//! Drift never threatens uniqueness (leases are fenced in ID time); it degrades ordering
+//! across nodes, so a node beyond `--max-drift` is taken out of rotation (not ready) and
+//! refuses to start.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::lease::Owner;
+use crate::store::{KvStore, Txn};
+
+pub use crate::lease::clocks_prefix;
+
+/// How often a node publishes its clock.
+pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+/// How often a node reads its peers' clocks.
+pub const POLL_EVERY: Duration = Duration::from_millis(250);
+/// A peer whose clock key has not changed for this long is ignored.
+pub const PEER_SILENT_AFTER: Duration = Duration::from_secs(10);
+/// How long a clock key outlives its last write where the store expires keys: a few
+/// publishing periods, so a slow store round trip or two do not make a live node look gone.
+pub const CLOCK_KEY_TTL: Duration = Duration::from_secs(5);
+
+#[derive(Serialize, Deserialize)]
+struct ClockRecord {
+    unix_ms: u64,
+    node_id: String,
+    /// Written with an expiring put on a store that expires keys: only such a key is evidence
+    /// that its node is alive (`crate::lease`); a key of an earlier version, which never
+    /// expires, is not.
+    #[serde(default)]
+    expiring: bool,
+}
+
+#[derive(Debug)]
+struct Peer {
+    node_id: String,
+    version: u64,
+    /// Our clock at the start of the poll that first saw `version`.
+    seen_since: u64,
+    /// Peer minus us, ms: (low, high), and when (monotonic) it was measured.
+    estimate: Option<(i64, i64, Instant)>,
+}
+
+/// The clock watch's findings, shared with health and metrics.
+#[derive(Debug)]
+pub struct ClockWatch {
+    max_drift_ms: u64,
+    peers: Mutex<HashMap<String, Peer>>,
+    excessive: AtomicBool,
+}
+
+impl ClockWatch {
+    pub fn new(max_drift: Duration) -> Arc<ClockWatch> {
+        Arc::new(ClockWatch {
+            max_drift_ms: crate::lease::duration_ms(max_drift),
+            peers: Mutex::new(HashMap::new()),
+            excessive: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Peer>> {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// (this node's clock minus its peers', ms: the median of certain drifts; live peers).
+    pub fn drift_summary(&self) -> (i64, usize) {
+        let peers = self.lock();
+        let mut certain: Vec<i64> = peers
+            .values()
+            .filter_map(|p| p.estimate)
+            .filter(|(_, _, at)| at.elapsed() < PEER_SILENT_AFTER)
+            .map(|(lo, hi, _)| {
+                // Peer minus us → us minus peer.
+                if lo > 0 {
+                    -lo
+                } else if hi < 0 {
+                    -hi
+                } else {
+                    0
+                }
+            })
+            .collect();
+        if certain.is_empty() {
+            return (0, 0);
+        }
+        certain.sort_unstable();
+        let n = certain.len();
+        let median = if n % 2 == 1 {
+            certain[n / 2]
+        } else {
+            // Of the two middle values, the one closer to zero: with two peers that disagree,
+            // do not blame this node.
+            let (a, b) = (certain[n / 2 - 1], certain[n / 2]);
+            if a.abs() <= b.abs() {
+                a
+            } else {
+                b
+            }
+        };
+        (median, n)
+    }
+
+    /// A description of the drift if it exceeds `--max-drift`.
+    pub fn excessive_drift(&self) -> Option<String> {
+        let (drift, peers) = self.drift_summary();
+        (peers > 0 && drift.unsigned_abs() > self.max_drift_ms).then(|| {
+            format!(
+                "clock differs from {peers} peer(s) by {drift} ms (more than the allowed {} ms)",
+                self.max_drift_ms
+            )
+        })
+    }
+
+    /// Records one poll of the peers' clock keys, read between `a` and `b` (our clock, ms).
+    fn observe(&self, own_instance: &str, entries: &[(String, u64, ClockRecord)], a: u64, b: u64) {
+        let mut peers = self.lock();
+        for (instance, version, rec) in entries {
+            if instance == own_instance {
+                continue;
+            }
+            match peers.get_mut(instance) {
+                Some(p) if p.version == *version => {}
+                Some(p) => {
+                    let lo = rec.unix_ms as i64 - b as i64;
+                    let hi = rec.unix_ms as i64 - p.seen_since as i64;
+                    p.estimate = Some((lo, hi, Instant::now()));
+                    p.version = *version;
+                    p.seen_since = a;
+                    p.node_id.clone_from(&rec.node_id);
+                }
+                None => {
+                    peers.insert(
+                        instance.clone(),
+                        Peer {
+                            node_id: rec.node_id.clone(),
+                            version: *version,
+                            seen_since: a,
+                            estimate: None,
+                        },
+                    );
+                }
+            }
+        }
+        // Forget keys that vanished.
+        peers.retain(|k, _| entries.iter().any(|(i, _, _)| i == k));
+    }
+}
+
+/// Publishes this node's clock and compares it with its peers'.
+pub struct ClockWatcher<C: Clock> {
+    store: Arc<dyn KvStore>,
+    prefix: String,
+    owner: Owner,
+    clock: C,
+    watch: Arc<ClockWatch>,
+}
+
+impl<C: Clock> ClockWatcher<C> {
+    pub fn new(
+        store: Arc<dyn KvStore>,
+        namespace: &str,
+        owner: Owner,
+        clock: C,
+        watch: Arc<ClockWatch>,
+    ) -> Self {
+        ClockWatcher {
+            store,
+            prefix: clocks_prefix(namespace),
+            owner,
+            clock,
+            watch,
+        }
+    }
+
+    fn own_key(&self) -> Vec<u8> {
+        format!("{}{}", self.prefix, self.owner.instance).into_bytes()
+    }
+
+    /// Writes this node's clock key (expiring, where the store can).
+    pub async fn publish(&self) {
+        let rec = ClockRecord {
+            unix_ms: self.clock.wall_ms(),
+            node_id: self.owner.node_id.clone(),
+            expiring: self.store.expires_keys(),
+        };
+        let value = serde_json::to_vec(&rec).unwrap_or_default();
+        let key = self.own_key();
+        if let Err(e) = self.store.put_expiring(&key, &value, CLOCK_KEY_TTL).await {
+            tracing::debug!(error = %e, "could not publish the clock");
+        }
+    }
+
+    async fn poll(&self) {
+        let a = self.clock.wall_ms();
+        let Ok(entries) = self.store.scan(self.prefix.as_bytes()).await else {
+            return;
+        };
+        let b = self.clock.wall_ms();
+        let parsed: Vec<(String, u64, ClockRecord)> = entries
+            .into_iter()
+            .filter_map(|e| {
+                let instance = String::from_utf8(e.key.get(self.prefix.len()..)?.to_vec()).ok()?;
+                let rec: ClockRecord = serde_json::from_slice(&e.value).ok()?;
+                Some((instance, e.version, rec))
+            })
+            .collect();
+        self.watch.observe(&self.owner.instance, &parsed, a, b);
+    }
+
+    /// Start-up check: watch the peers for a little over one publishing period and refuse if
+    /// this node's clock is too far from theirs.
+    pub async fn check_at_start(&self) -> Result<(), String> {
+        let until = Instant::now() + PUBLISH_EVERY + 2 * POLL_EVERY;
+        self.poll().await;
+        if self.watch.lock().is_empty() {
+            return Ok(()); // no peers have ever published: nothing to compare with
+        }
+        while Instant::now() < until {
+            tokio::time::sleep(POLL_EVERY).await;
+            self.poll().await;
+        }
+        match self.watch.excessive_drift() {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs until `shutdown` turns true, then removes this node's clock key.
+    pub async fn run(&self, mut shutdown: watch::Receiver<bool>) {
+        let mut next_publish = Instant::now();
+        loop {
+            if Instant::now() >= next_publish {
+                self.publish().await;
+                next_publish = Instant::now() + PUBLISH_EVERY;
+            }
+            self.poll().await;
+            let excessive = self.watch.excessive_drift();
+            let was = self
+                .watch
+                .excessive
+                .swap(excessive.is_some(), Ordering::Relaxed);
+            match (&excessive, was) {
+                (Some(why), false) => tracing::warn!(
+                    event = "clock_drift_excessive",
+                    detail = %why,
+                    "clock drift beyond --max-drift: not ready"
+                ),
+                (None, true) => tracing::info!(
+                    event = "clock_drift_recovered",
+                    "clock drift back within --max-drift"
+                ),
+                _ => {}
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(POLL_EVERY) => {}
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                let mut txn = Txn::new(self.store.as_ref());
+                txn.delete(self.own_key());
+                let _ = tokio::time::timeout(Duration::from_secs(1), txn.commit()).await;
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(ms: u64) -> ClockRecord {
+        ClockRecord {
+            unix_ms: ms,
+            node_id: "p".into(),
+            expiring: false,
+        }
+    }
+
+    #[test]
+    fn drift_needs_a_change_and_takes_the_median_of_certain_parts() {
+        let w = ClockWatch::new(Duration::from_secs(1));
+        // First sighting: no estimate yet.
+        w.observe("me", &[("a".into(), 1, rec(10_000))], 10_000, 10_010);
+        assert_eq!(w.drift_summary(), (0, 0));
+        // The value changed: peer a wrote 13_000 while our clock read between 10_000 and
+        // 12_020, so a is ahead by 980..3000 ms: we are behind it by at least 980.
+        w.observe("me", &[("a".into(), 2, rec(13_000))], 12_000, 12_020);
+        assert_eq!(w.drift_summary(), (-980, 1));
+        assert!(w.excessive_drift().is_none(), "980 ms is within 1 s");
+        // A second peer that agrees with us: the median (closer to zero of two) clears us.
+        w.observe(
+            "me",
+            &[("a".into(), 2, rec(13_000)), ("b".into(), 7, rec(12_100))],
+            12_250,
+            12_260,
+        );
+        w.observe(
+            "me",
+            &[("a".into(), 2, rec(13_000)), ("b".into(), 8, rec(12_500))],
+            12_500,
+            12_510,
+        );
+        assert_eq!(w.drift_summary(), (0, 2));
+        // Our own key is never a peer; vanished keys are forgotten.
+        w.observe("me", &[("me".into(), 9, rec(99_999_999))], 13_000, 13_010);
+        assert_eq!(w.drift_summary(), (0, 0));
+    }
+
+    #[test]
+    fn an_outlier_sees_every_peer_off() {
+        let w = ClockWatch::new(Duration::from_secs(1));
+        let hour = 3_600_000u64;
+        let peers = |v: u64, t: u64| -> Vec<(String, u64, ClockRecord)> {
+            vec![("a".into(), v, rec(t)), ("b".into(), v, rec(t + 5))]
+        };
+        // We are an hour ahead of both peers.
+        w.observe("me", &peers(1, 1_000), hour + 1_000, hour + 1_010);
+        w.observe("me", &peers(2, 2_000), hour + 2_000, hour + 2_010);
+        let (drift, n) = w.drift_summary();
+        assert_eq!(n, 2);
+        assert!(drift > 3_590_000, "{drift}");
+        let why = w.excessive_drift().expect("excessive");
+        assert!(why.contains("2 peer(s)"), "{why}");
+    }
+}

@@ -1,0 +1,592 @@
+//! A lease-backed generator inside an application: [`Embedded`] joins a cluster's worker space
+//! through the same store, records and fences as an `idgen serve` node, and hands out IDs
+//! in-process, with no network round trip per ID.
+//!
+//! ```text
+//!   Embedded::start(store, namespace, config)
+//!     clock check against the members' clock keys (refuses beyond max_drift)
+//!     lease keeper: acquire patiently (a crashed predecessor's lease runs out first)
+//!     clock key published (acquirers see this member alive)
+//!   background (a task on the caller's runtime, or its own thread with start_blocking):
+//!     keeper: renew every TTL/3 ──raises──▶ Ceiling ◀── read once per millisecond ── next_id()
+//!     clock key: every second
+//!   shutdown() / drop: stop issuing, stop renewing, release the lease at the last timestamp
+//!                      issued, delete the clock key
+//! ```
+//!
+//! It is made of the node's own parts, not a copy of them: the lease [`Keeper`] (acquisition,
+//! renewal every TTL/3, loss, release), the [`ClockWatcher`] (the `clocks/<instance>` key every
+//! member publishes, and the start-up drift check), and the fenced [`Generator`], whose ceiling
+//! is the lease end last committed. So an embedded generator is, to every other member, one
+//! more node: it holds one worker record, renews it, and is taken over only as a node is (its
+//! lease end plus the safety period passed and, on etcd, its clock key gone).
+//!
+//! ## Failing closed
+//!
+//! The generator issues only timestamps strictly below the lease end last committed to the
+//! store. When renewals stop (the store unreachable, the process starved), it keeps issuing
+//! until ID time reaches that end, then every call fails with [`EmbeddedError::LeaseExpired`]
+//! until a renewal succeeds; a lease found lost (another member took its worker IDs after it
+//! expired) stops it at once ([`EmbeddedError::NoLease`]) while the keeper acquires a new one.
+//! It never issues past its lease, so a member that took the worker IDs over (above the lease
+//! end, its floor) cannot issue the same IDs.
+//!
+//! ## Runtimes
+//!
+//! [`Embedded::start`] runs its background work as a task on the caller's tokio runtime, which
+//! must keep running (a multi-threaded runtime, as `#[tokio::main]` builds; on a
+//! current-thread runtime, blocking the thread stalls renewals and the generator fails closed).
+//! [`Embedded::start_blocking`] opens the store and runs everything on a thread of its own, for
+//! applications without a runtime. The ID calls ([`next_id`](Embedded::next_id),
+//! [`next_batch`](Embedded::next_batch)) are synchronous: they take a lock, and wait (on the
+//! calling thread) only for the next millisecond when one is used up, or for a clock step
+//! within `max_rollback_wait`.
+//!
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use idgen_core::embedded::{Embedded, EmbeddedConfig};
+//! use idgen_core::store::memory::MemoryStore;
+//!
+//! // A cluster's store is the one its nodes name, e.g. for
+//! // `idgen serve --store etcd://10.0.0.5:2379/idgen --namespace default` (feature `etcd`):
+//! // `store::etcd::EtcdStore::connect(vec!["10.0.0.5:2379".into()], "idgen".into()).await?`.
+//! let store = Arc::new(MemoryStore::new());
+//! let ids = Embedded::start(store, "default", EmbeddedConfig::default()).await?;
+//! let id = ids.next_id()?;
+//! assert!(ids.workers().contains(ids.layout().decompose(id).worker));
+//! ids.shutdown().await?;
+//! # Ok(()) }
+//! ```
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::clock::{Clock, SystemClock};
+use crate::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
+use crate::generator::{
+    Fill, GenError, Generator, Progress, ShardConfig, DEFAULT_MAX_ROLLBACK_WAIT,
+};
+use crate::layout::{Id, Layout, WorkerRange};
+use crate::lease::keeper::{Keeper, LeaseShared};
+use crate::lease::{LeaseConfig, LeaseError, Owner, RegionScope, Released, DEFAULT_TTL};
+use crate::store::{self, KvStore, StoreAccess, StoreError, StoreUrl};
+
+/// How an embedded generator joins the worker space. The defaults are a server node's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmbeddedConfig {
+    /// The cluster's layout: it must be the one its cluster record holds (a mismatch is
+    /// refused, as for a node).
+    pub layout: Layout,
+    /// Worker IDs to lease (each gives `2^sequence_bits` IDs per millisecond). Default 1.
+    pub workers: u64,
+    /// How far ahead of the clock a grant or renewal puts the lease end (default 10 s, at
+    /// least 100 ms); renewals run every third of it.
+    pub ttl: Duration,
+    /// How long after its lease end an unreleased worker ID stays reserved (default 2 × TTL).
+    pub safety: Duration,
+    /// Which part of the worker space to lease from: the cluster's record says which, and every
+    /// member must agree.
+    pub region: RegionScope,
+    /// The name this member's records carry (default: the host name).
+    pub node_id: Option<String>,
+    /// How far back the clock may step and be waited out rather than refused (default 10 ms).
+    pub max_rollback_wait: Duration,
+    /// Refuse to start when the clock differs from the other members' by more (default 1 s).
+    pub max_drift: Duration,
+    /// How long [`Embedded::start`] keeps trying for a lease while one may free up by itself
+    /// (a crashed predecessor's, or the store briefly unreachable). `None`: as a node does,
+    /// long enough for a crashed predecessor's lease and clock key to run out.
+    pub start_within: Option<Duration>,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            layout: Layout::default(),
+            workers: 1,
+            ttl: DEFAULT_TTL,
+            safety: 2 * DEFAULT_TTL,
+            region: RegionScope::Global,
+            node_id: None,
+            max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
+            max_drift: Duration::from_secs(1),
+            start_within: None,
+        }
+    }
+}
+
+impl EmbeddedConfig {
+    fn check(&self) -> Result<(), EmbeddedError> {
+        if self.ttl < Duration::from_millis(100) {
+            return Err(EmbeddedError::Config(format!(
+                "ttl {:?} is too short (at least 100ms)",
+                self.ttl
+            )));
+        }
+        if self.workers == 0 {
+            return Err(EmbeddedError::Config(
+                "workers must be at least 1".to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn lease_config(&self, namespace: &str) -> LeaseConfig {
+        let mut config = LeaseConfig::new(namespace, self.workers);
+        config.ttl = self.ttl;
+        config.safety = self.safety;
+        config.region = self.region;
+        config
+    }
+
+    /// How long to keep trying for a lease at start, as a node does: a crashed predecessor's
+    /// lease must expire and pass its safety period, and its clock key must expire.
+    fn patience(&self) -> Duration {
+        self.start_within.unwrap_or_else(|| {
+            (self.ttl + self.safety).max(CLOCK_KEY_TTL + Duration::from_secs(1)) + self.ttl
+        })
+    }
+}
+
+/// Why an embedded generator did not start, or issued no ID.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error("invalid embedded generator settings: {0}")]
+    Config(String),
+    #[error("cannot open the store: {0}")]
+    Store(StoreError),
+    #[error("cannot join the worker space: {0}")]
+    Lease(#[from] LeaseError),
+    #[error("refusing to start: {0}")]
+    Clock(String),
+    #[error("cannot start the embedded generator's thread: {0}")]
+    Thread(std::io::Error),
+    /// The lease was not renewed in time: ID time reached the lease end last committed. Clears
+    /// by itself once a renewal succeeds.
+    #[error("no ID issued: ID time {timestamp} ms reached the worker lease's end ({ceiling} ms), which was not renewed in time (is the store reachable?); issuing resumes once a renewal succeeds")]
+    LeaseExpired { timestamp: u64, ceiling: u64 },
+    /// No lease is held: it was found lost (another member took its worker IDs) and a new one
+    /// is not acquired yet.
+    #[error("no ID issued: this generator holds no worker lease (it was lost; a new one is being acquired)")]
+    NoLease,
+    /// The clock is unusable for now (moved back, stalled, before the epoch), or the layout's
+    /// timestamps have run out ([`GenError::Exhausted`]).
+    #[error("no ID issued: {0}")]
+    Gen(GenError),
+    #[error("no ID issued: the embedded generator has shut down")]
+    Closed,
+}
+
+/// The generator of the lease held now, rebuilt when the lease changes generation.
+struct Issuer {
+    layout: Layout,
+    max_rollback_wait: Duration,
+    lease: Arc<LeaseShared>,
+    clock: SystemClock,
+    /// The generator and the lease generation it was built for.
+    current: Option<(u64, Generator<SystemClock>)>,
+    range: WorkerRange,
+    closed: bool,
+}
+
+impl Issuer {
+    /// Builds the generator of the lease held now if it is of another generation than the
+    /// current one. Returns whether it changed.
+    fn refresh(&mut self) -> bool {
+        let Some(view) = self.lease.current() else {
+            return false;
+        };
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|(g, _)| *g == view.grant.generation)
+        {
+            return false;
+        }
+        let config = ShardConfig {
+            worker_first: view.grant.first,
+            worker_count: view.grant.count,
+            floor: view.grant.floor,
+            max_rollback_wait: self.max_rollback_wait,
+        };
+        match Generator::new(self.layout, config, Arc::clone(&view.ceiling), self.clock) {
+            Ok(g) => {
+                self.current = Some((view.grant.generation, g));
+                self.range = view.grant.workers();
+                true
+            }
+            Err(e) => {
+                tracing::error!(event = "embedded_config_error", error = %e, "cannot build the embedded generator");
+                false
+            }
+        }
+    }
+
+    /// Issues `n` IDs as runs `(first, count)`, waiting on the clock when the next one needs a
+    /// later reading. On error, discard every run emitted.
+    fn fill(&mut self, n: u64, mut emit: impl FnMut(u64, u64)) -> Result<(), EmbeddedError> {
+        if self.closed {
+            return Err(EmbeddedError::Closed);
+        }
+        // A lease change reaches the generator as its old ceiling (lowered to 0 on a loss), so
+        // the lease is looked up only then, or while there is none.
+        if self.current.is_none() && !self.refresh() {
+            return Err(EmbeddedError::NoLease);
+        }
+        let mut fill = Fill::new(n);
+        loop {
+            let Some((_, g)) = self.current.as_mut() else {
+                return Err(EmbeddedError::NoLease);
+            };
+            match g.poll_fill(&mut fill, &mut emit) {
+                Ok(Progress::Done) => return Ok(()),
+                Ok(Progress::RetryAt(at)) => {
+                    let wait = at.saturating_sub(self.clock.mono_ns());
+                    self.clock.sleep(Duration::from_nanos(wait));
+                }
+                // A new lease generation: go on under it, only if nothing went out yet (a
+                // retry after part of the request was emitted would give more IDs than asked).
+                Err(GenError::LeaseCeiling { .. }) if fill.emitted() == 0 && self.refresh() => {}
+                Err(GenError::LeaseCeiling { timestamp, ceiling }) => {
+                    return Err(if self.lease.current().is_none() {
+                        EmbeddedError::NoLease
+                    } else {
+                        EmbeddedError::LeaseExpired { timestamp, ceiling }
+                    });
+                }
+                Err(e) => return Err(EmbeddedError::Gen(e)),
+            }
+        }
+    }
+
+    /// Stops issuing for good; returns the generation and the last timestamp issued under it.
+    fn close(&mut self) -> Option<(u64, u64)> {
+        self.closed = true;
+        self.current
+            .as_ref()
+            .and_then(|(gen, g)| g.last_issued_timestamp().map(|ts| (*gen, ts)))
+    }
+}
+
+/// Where the background work runs.
+enum Driver {
+    /// A task on the runtime [`Embedded::start`] was called on.
+    Task(tokio::task::JoinHandle<Result<Released, LeaseError>>),
+    /// A thread of its own ([`Embedded::start_blocking`]).
+    Thread(std::thread::JoinHandle<Result<Released, LeaseError>>),
+    /// Shut down already.
+    Done,
+}
+
+/// A lease-backed generator running inside this process (see the [module docs](self)).
+///
+/// Share it (`Arc<Embedded>`) between threads: every call takes one lock. Drop releases the
+/// lease in the background; [`shutdown`](Embedded::shutdown) releases it and says how.
+pub struct Embedded {
+    issuer: Arc<Mutex<Issuer>>,
+    lease: Arc<LeaseShared>,
+    layout: Layout,
+    stop: watch::Sender<bool>,
+    driver: Driver,
+}
+
+/// What [`Embedded::join`] hands to the background: everything the driver runs.
+struct Joined {
+    keeper: Arc<Keeper<SystemClock>>,
+    watcher: ClockWatcher<SystemClock>,
+    issuer: Arc<Mutex<Issuer>>,
+}
+
+fn lock(issuer: &Mutex<Issuer>) -> Result<MutexGuard<'_, Issuer>, EmbeddedError> {
+    // A panic while issuing is a failed fence assertion: issue nothing more.
+    issuer.lock().map_err(|_| EmbeddedError::Closed)
+}
+
+impl Embedded {
+    /// Joins the worker space of `namespace` in `store` (the cluster's store, key prefix and
+    /// namespace, as its nodes' `--store` and `--namespace` name them), as a node does: checks
+    /// the clock against the members', acquires a lease (waiting, within
+    /// [`EmbeddedConfig::start_within`], for one that frees up by itself), publishes its clock
+    /// key, then renews in a task on the current tokio runtime. Call it inside a runtime
+    /// that keeps running (see the [module docs](self#runtimes)).
+    pub async fn start(
+        store: Arc<dyn KvStore>,
+        namespace: &str,
+        config: EmbeddedConfig,
+    ) -> Result<Embedded, EmbeddedError> {
+        let (stop, stopped) = watch::channel(false);
+        let layout = config.layout;
+        let joined = Self::join(store, namespace, config).await?;
+        let issuer = Arc::clone(&joined.issuer);
+        let lease = joined.keeper.shared();
+        let task = tokio::spawn(Self::drive(joined, stopped));
+        Ok(Embedded {
+            issuer,
+            lease,
+            layout,
+            stop,
+            driver: Driver::Task(task),
+        })
+    }
+
+    /// As [`start`](Self::start), for an application without a tokio runtime: opens the store
+    /// `url` names (with the TLS material and credentials of `access`) and runs the store's
+    /// client and the background work on a thread of its own. `embedded` needs its directory
+    /// (`embedded:/path`); that store's database admits one process.
+    pub fn start_blocking(
+        url: &StoreUrl,
+        access: &StoreAccess,
+        namespace: &str,
+        config: EmbeddedConfig,
+    ) -> Result<Embedded, EmbeddedError> {
+        if matches!(url, StoreUrl::Embedded { dir: None }) {
+            return Err(EmbeddedError::Config(
+                "the embedded store needs its directory: embedded:/path/to/dir".to_string(),
+            ));
+        }
+        config.check()?;
+        let (url, access, namespace) = (url.clone(), access.clone(), namespace.to_string());
+        let layout = config.layout;
+        let (stop, stopped) = watch::channel(false);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("idgen-embedded".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(EmbeddedError::Thread(e)));
+                        return Ok(Released::AlreadyLost);
+                    }
+                };
+                runtime.block_on(async move {
+                    let joined = async {
+                        let store = store::open(&url, std::path::Path::new("."), &access)
+                            .await
+                            .map_err(EmbeddedError::Store)?;
+                        Self::join(store, &namespace, config).await
+                    };
+                    match joined.await {
+                        Ok(joined) => {
+                            let _ =
+                                tx.send(Ok((Arc::clone(&joined.issuer), joined.keeper.shared())));
+                            Self::drive(joined, stopped).await
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            Ok(Released::AlreadyLost)
+                        }
+                    }
+                })
+            })
+            .map_err(EmbeddedError::Thread)?;
+        match rx.recv() {
+            Ok(Ok((issuer, lease))) => Ok(Embedded {
+                issuer,
+                lease,
+                layout,
+                stop,
+                driver: Driver::Thread(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(EmbeddedError::Thread(std::io::Error::other(
+                    "the embedded generator's thread stopped while starting",
+                )))
+            }
+        }
+    }
+
+    /// The start-up of a node, without its listeners: clock check, lease, clock key.
+    async fn join(
+        store: Arc<dyn KvStore>,
+        namespace: &str,
+        config: EmbeddedConfig,
+    ) -> Result<Joined, EmbeddedError> {
+        config.check()?;
+        let clock = SystemClock::new();
+        let owner = Owner::this_process(config.node_id.clone(), clock.wall_ms());
+        let watcher = ClockWatcher::new(
+            Arc::clone(&store),
+            namespace,
+            owner.clone(),
+            clock,
+            ClockWatch::new(config.max_drift),
+        );
+        watcher
+            .check_at_start()
+            .await
+            .map_err(EmbeddedError::Clock)?;
+        let keeper = Arc::new(Keeper::new(
+            store,
+            config.layout,
+            config.lease_config(namespace),
+            owner,
+            clock,
+        ));
+        let view = keeper.acquire_patiently(config.patience()).await?;
+        // Acquirers on a store that expires keys take a held lease whose holder has no clock
+        // key once it expired: write it now, not only when the watcher's loop starts.
+        watcher.publish().await;
+        tracing::info!(
+            event = "embedded_started",
+            worker_first = view.grant.first,
+            worker_count = view.grant.count,
+            generation = view.grant.generation,
+            namespace,
+            "embedded generator joined the worker space"
+        );
+        let mut issuer = Issuer {
+            layout: config.layout,
+            max_rollback_wait: config.max_rollback_wait,
+            lease: keeper.shared(),
+            clock,
+            current: None,
+            range: WorkerRange::default(),
+            closed: false,
+        };
+        issuer.refresh();
+        Ok(Joined {
+            keeper,
+            watcher,
+            issuer: Arc::new(Mutex::new(issuer)),
+        })
+    }
+
+    /// The background: renew and publish the clock key until told to stop, then stop issuing
+    /// and release the lease at the last timestamp issued under it.
+    async fn drive(joined: Joined, stopped: watch::Receiver<bool>) -> Result<Released, LeaseError> {
+        let Joined {
+            keeper,
+            watcher,
+            issuer,
+        } = joined;
+        tokio::join!(keeper.run(stopped.clone()), watcher.run(stopped));
+        let current = keeper.shared().current();
+        let point = match issuer.lock() {
+            Ok(mut issuer) => {
+                let last = issuer.close();
+                last.filter(|(gen, _)| current.as_ref().is_some_and(|v| v.grant.generation == *gen))
+                    .map(|(_, ts)| ts)
+            }
+            // A panic while issuing: what was issued is unknown, but bounded by the ceiling.
+            Err(_) => current.as_ref().map(|v| v.ceiling.get()),
+        };
+        keeper.release(point).await
+    }
+
+    /// One ID.
+    pub fn next_id(&self) -> Result<Id, EmbeddedError> {
+        let mut id = 0;
+        lock(&self.issuer)?.fill(1, |first, _| id = first)?;
+        Ok(Id(id))
+    }
+
+    /// Fills `out` with strictly increasing IDs. On error the contents of `out` are
+    /// unspecified and must not be used.
+    pub fn next_batch(&self, out: &mut [u64]) -> Result<(), EmbeddedError> {
+        let mut pos = 0usize;
+        lock(&self.issuer)?.fill(out.len() as u64, |first, n| {
+            for (i, slot) in out[pos..pos + n as usize].iter_mut().enumerate() {
+                *slot = first + i as u64;
+            }
+            pos += n as usize;
+        })
+    }
+
+    /// `n` IDs as runs of consecutive integers: `emit(first, count)` once per millisecond of
+    /// work, the counts summing to `n`. On error, discard every run emitted.
+    pub fn fill_runs(&self, n: u64, emit: impl FnMut(u64, u64)) -> Result<(), EmbeddedError> {
+        lock(&self.issuer)?.fill(n, emit)
+    }
+
+    /// The layout IDs are made with.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The worker IDs the generator issues from (those of the lease it last picked up).
+    pub fn workers(&self) -> WorkerRange {
+        lock(&self.issuer).map(|i| i.range).unwrap_or_default()
+    }
+
+    /// The lease as its keeper sees it: the current grant and ceiling, renewal counters.
+    pub fn lease(&self) -> Arc<LeaseShared> {
+        Arc::clone(&self.lease)
+    }
+
+    /// Stops issuing, stops renewing, and releases the lease at the last timestamp issued under
+    /// it (so its worker IDs are free at once), then deletes the clock key.
+    pub async fn shutdown(mut self) -> Result<Released, EmbeddedError> {
+        self.stop_issuing();
+        match std::mem::replace(&mut self.driver, Driver::Done) {
+            Driver::Task(task) => match task.await {
+                Ok(released) => Ok(released?),
+                Err(e) => Err(EmbeddedError::Thread(std::io::Error::other(e.to_string()))),
+            },
+            Driver::Thread(thread) => {
+                match tokio::task::spawn_blocking(move || thread.join()).await {
+                    Ok(Ok(released)) => Ok(released?),
+                    _ => Err(EmbeddedError::Thread(std::io::Error::other(
+                        "the embedded generator's thread panicked",
+                    ))),
+                }
+            }
+            Driver::Done => Ok(Released::AlreadyLost),
+        }
+    }
+
+    /// As [`shutdown`](Self::shutdown), for a generator started with
+    /// [`start_blocking`](Self::start_blocking), waiting on the calling thread. One started
+    /// with [`start`](Self::start) releases on its runtime without being waited for.
+    pub fn shutdown_blocking(mut self) -> Result<Released, EmbeddedError> {
+        self.stop_issuing();
+        match std::mem::replace(&mut self.driver, Driver::Done) {
+            Driver::Thread(thread) => match thread.join() {
+                Ok(released) => Ok(released?),
+                Err(_) => Err(EmbeddedError::Thread(std::io::Error::other(
+                    "the embedded generator's thread panicked",
+                ))),
+            },
+            Driver::Task(_) => Err(EmbeddedError::Config(
+                "started with start(): its release runs on its runtime; await shutdown() to learn its outcome"
+                    .to_string(),
+            )),
+            Driver::Done => Ok(Released::AlreadyLost),
+        }
+    }
+
+    fn stop_issuing(&self) {
+        if let Ok(mut issuer) = self.issuer.lock() {
+            issuer.closed = true;
+        }
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Drop for Embedded {
+    /// Stops issuing and renewing and releases the lease: waits for it when the generator runs
+    /// on its own thread ([`start_blocking`](Embedded::start_blocking)); on a runtime
+    /// ([`start`](Embedded::start)), the release finishes there in the background (if the
+    /// runtime stops first, the lease simply runs out).
+    fn drop(&mut self) {
+        self.stop_issuing();
+        if let Driver::Thread(thread) = std::mem::replace(&mut self.driver, Driver::Done) {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

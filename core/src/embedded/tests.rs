@@ -1,0 +1,405 @@
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::*;
+use crate::lease::{Leases, WorkerRecord, WorkerState};
+use crate::store::embedded::EmbeddedStore;
+use crate::store::memory::MemoryStore;
+use crate::store::{BoxFuture, Check, Commit, Entry, Write};
+
+fn config(ttl_ms: u64) -> EmbeddedConfig {
+    EmbeddedConfig {
+        ttl: Duration::from_millis(ttl_ms),
+        safety: Duration::from_millis(2 * ttl_ms),
+        start_within: Some(Duration::from_secs(5)),
+        ..EmbeddedConfig::default()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn records(store: &dyn KvStore, namespace: &str) -> Vec<(u64, WorkerRecord)> {
+    let owner = Owner::this_process(Some("reader".into()), 0);
+    Leases::new(
+        store,
+        Layout::default(),
+        LeaseConfig::new(namespace, 1),
+        owner,
+    )
+    .ranges()
+    .await
+    .unwrap()
+}
+
+fn timestamp(layout: Layout, id: u64) -> u64 {
+    layout.decompose(Id(id)).timestamp
+}
+
+/// Two embedded generators on one embedded (redb) store, in a layout of two worker IDs, hold
+/// one each and issue distinct IDs; each releases its lease at its last timestamp on
+/// shutdown; a third one then reuses the freed worker ID above that timestamp.
+#[test]
+fn embedded_generators_on_the_embedded_store_share_the_worker_space_and_release() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(crate::layout::DEFAULT_EPOCH_MS, 48, 1, 14, 0).unwrap();
+    let config = |ttl_ms| EmbeddedConfig {
+        layout,
+        ..config(ttl_ms)
+    };
+    rt.block_on(async {
+        let store: Arc<dyn KvStore> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let a = Embedded::start(Arc::clone(&store), "emb", config(1_000))
+            .await
+            .unwrap();
+        let b = Embedded::start(Arc::clone(&store), "emb", config(1_000))
+            .await
+            .unwrap();
+        // The worker space is full (its holders share this host's name, so they look like
+        // an earlier life of this one, which frees up by itself: it waits, then gives up).
+        let impatient = EmbeddedConfig {
+            start_within: Some(Duration::from_millis(300)),
+            ..config(1_000)
+        };
+        let full = Embedded::start(Arc::clone(&store), "emb", impatient).await;
+        assert!(
+            matches!(
+                full,
+                Err(EmbeddedError::Lease(LeaseError::NoFreeRange { .. }))
+            ),
+            "{:?}",
+            full.err()
+        );
+        let (wa, wb) = (a.workers(), b.workers());
+        assert!(
+            wa.end() <= wb.first || wb.end() <= wa.first,
+            "{wa} and {wb} overlap"
+        );
+        let mut seen = HashSet::new();
+        let mut batch = vec![0u64; 5_000];
+        for g in [&a, &b, &a, &b] {
+            let one = g.next_id().unwrap();
+            assert!(seen.insert(one.0));
+            g.next_batch(&mut batch).unwrap();
+            assert!(batch.windows(2).all(|w| w[0] < w[1]));
+            for &id in &batch {
+                assert!(seen.insert(id), "ID {id} issued twice");
+                assert!(g.workers().contains(a.layout().decompose(Id(id)).worker));
+            }
+        }
+        let last_a = a.next_id().unwrap();
+        let released = a.shutdown().await.unwrap();
+        assert_eq!(
+            released,
+            Released::Freed {
+                lease_end: timestamp(layout, last_a.0)
+            },
+            "released at the last timestamp issued"
+        );
+        let recs = records(store.as_ref(), "emb").await;
+        let freed = recs.iter().find(|(first, _)| *first == wa.first).unwrap();
+        assert_eq!(freed.1.state, WorkerState::Released);
+        assert_eq!(freed.1.lease_end, timestamp(layout, last_a.0));
+        // The freed worker ID is the cheapest: the next member takes it, above its lease end.
+        let c = Embedded::start(Arc::clone(&store), "emb", config(1_000))
+            .await
+            .unwrap();
+        assert_eq!(c.workers(), wa);
+        let next = c.next_id().unwrap();
+        assert!(timestamp(layout, next.0) > freed.1.lease_end);
+        assert!(seen.insert(next.0));
+        c.shutdown().await.unwrap();
+        b.shutdown().await.unwrap();
+        assert!(records(store.as_ref(), "emb")
+            .await
+            .iter()
+            .all(|(_, r)| r.state == WorkerState::Released));
+    });
+}
+
+/// A memory store that can be taken down, and that remembers the largest `lease_end` of a
+/// worker record any applied commit wrote: the most any holder may issue below.
+struct Gate {
+    inner: MemoryStore,
+    down: AtomicBool,
+    committed_end: AtomicU64,
+}
+
+impl Gate {
+    fn new() -> Arc<Gate> {
+        Arc::new(Gate {
+            inner: MemoryStore::new(),
+            down: AtomicBool::new(false),
+            committed_end: AtomicU64::new(0),
+        })
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable("taken down by the test".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl KvStore for Gate {
+    fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.get(key).await
+        })
+    }
+    fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.scan(prefix).await
+        })
+    }
+    fn commit<'a>(
+        &'a self,
+        checks: &'a [Check],
+        writes: &'a [Write],
+    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            let outcome = self.inner.commit(checks, writes).await?;
+            if outcome == Commit::Applied {
+                for w in writes {
+                    if let Write::Put { key, value } = w {
+                        if key.windows(9).any(|k| k == b"/workers/") {
+                            let rec: WorkerRecord = serde_json::from_slice(value).unwrap();
+                            self.committed_end
+                                .fetch_max(rec.lease_end, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+            Ok(outcome)
+        })
+    }
+    fn describe(&self) -> String {
+        "gate".into()
+    }
+}
+
+/// With the store down, renewals fail: the generator issues until ID time reaches the lease
+/// end last committed, never at or past it, then fails closed with `LeaseExpired` until the
+/// store is back, when a renewal lets it issue again.
+#[test]
+fn the_embedded_generator_never_issues_at_or_past_its_lease_end() {
+    let rt = runtime();
+    let gate = Gate::new();
+    let ttl_ms = 300;
+    let ids = rt
+        .block_on(Embedded::start(
+            Arc::clone(&gate) as Arc<dyn KvStore>,
+            "ceiling",
+            config(ttl_ms),
+        ))
+        .unwrap();
+    let layout = ids.layout();
+    let mut issued = 0u64;
+    let mut batch = vec![0u64; 64];
+    // Before the fault: every ID is below a lease end already committed.
+    let until = Instant::now() + Duration::from_millis(400);
+    while Instant::now() < until {
+        ids.next_batch(&mut batch).unwrap();
+        let end = gate.committed_end.load(Ordering::SeqCst);
+        assert!(batch.iter().all(|&id| timestamp(layout, id) < end));
+        issued += 64;
+    }
+    gate.down.store(true, Ordering::SeqCst);
+    let end = gate.committed_end.load(Ordering::SeqCst);
+    let down_at = Instant::now();
+    let (mut during, mut refused, mut last_ts) = (0u64, 0u64, 0u64);
+    while down_at.elapsed() < Duration::from_millis(3 * ttl_ms) {
+        match ids.next_batch(&mut batch) {
+            Ok(()) => {
+                for &id in &batch {
+                    let ts = timestamp(layout, id);
+                    assert!(
+                        ts < end,
+                        "ID {id} at timestamp {ts}, at or past the lease end {end} committed"
+                    );
+                    last_ts = last_ts.max(ts);
+                }
+                assert_eq!(
+                    refused, 0,
+                    "issued again after failing closed, store still down"
+                );
+                during += 64;
+            }
+            Err(EmbeddedError::LeaseExpired { ceiling, .. }) => {
+                assert_eq!(ceiling, end, "the ceiling is the lease end committed");
+                refused += 1;
+            }
+            Err(e) => panic!("unexpected error while the store is down: {e}"),
+        }
+    }
+    assert_eq!(
+        gate.committed_end.load(Ordering::SeqCst),
+        end,
+        "nothing was committed while the store was down"
+    );
+    assert!(
+        during > 0,
+        "the generator issued nothing before its ceiling"
+    );
+    assert!(refused > 0, "the generator never failed closed");
+    assert!(
+        last_ts + 1 >= end.saturating_sub(5),
+        "it served up to near its ceiling"
+    );
+    // The store is back: a renewal raises the ceiling and the generator serves again.
+    gate.down.store(false, Ordering::SeqCst);
+    let back = Instant::now();
+    loop {
+        match ids.next_batch(&mut batch) {
+            Ok(()) => break,
+            Err(EmbeddedError::LeaseExpired { .. }) if back.elapsed() < Duration::from_secs(3) => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("did not recover after the store came back: {e}"),
+        }
+    }
+    let end = gate.committed_end.load(Ordering::SeqCst);
+    assert!(batch.iter().all(|&id| timestamp(layout, id) < end));
+    assert!(issued > 0);
+    rt.block_on(ids.shutdown()).unwrap();
+}
+
+/// A lease found lost (another member wrote over its record) stops the generator at once;
+/// the keeper acquires a new lease and the generator serves from it, above the old one.
+#[test]
+fn a_lost_lease_stops_the_generator_until_a_new_one_is_held() {
+    let rt = runtime();
+    let store = Arc::new(MemoryStore::new());
+    let ids = rt
+        .block_on(Embedded::start(
+            Arc::clone(&store) as Arc<dyn KvStore>,
+            "lost",
+            config(300),
+        ))
+        .unwrap();
+    let before = ids.next_id().unwrap();
+    assert_eq!(ids.workers(), WorkerRange::new(0, 1));
+    // Another member takes the record over (as after an expiry): a new generation.
+    rt.block_on(async {
+        let key = b"idgen/lost/workers/00000".to_vec();
+        let mut txn = crate::store::Txn::new(store.as_ref());
+        let raw = txn.get(&key).await.unwrap().unwrap();
+        let mut rec: WorkerRecord = serde_json::from_slice(&raw).unwrap();
+        rec.generation += 100;
+        rec.owner.instance = "someone-else".into();
+        txn.put(key, serde_json::to_vec(&rec).unwrap());
+        assert_eq!(txn.commit().await.unwrap(), Commit::Applied);
+    });
+    let t0 = Instant::now();
+    let mut saw_no_lease = false;
+    let after = loop {
+        match ids.next_id() {
+            Ok(id) if ids.workers().first != 0 => break id,
+            Ok(_) => {}
+            Err(EmbeddedError::NoLease | EmbeddedError::LeaseExpired { .. }) => saw_no_lease = true,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "no new lease");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(
+        saw_no_lease || ids.lease().stats.lost.load(Ordering::Relaxed) > 0,
+        "the loss was never seen"
+    );
+    let layout = ids.layout();
+    assert_ne!(
+        layout.decompose(after).worker,
+        0,
+        "the taken worker ID is not reused"
+    );
+    assert!(after != before);
+    rt.block_on(ids.shutdown()).unwrap();
+}
+
+/// Dropping a generator started on a runtime releases its lease there; one started with
+/// `start_blocking` releases before the drop returns.
+#[test]
+fn drop_releases_the_lease() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let url: StoreUrl = format!("embedded:{}", dir.path().display())
+        .parse()
+        .unwrap();
+    let blocking =
+        Embedded::start_blocking(&url, &StoreAccess::default(), "drop", config(1_000)).unwrap();
+    blocking.next_id().unwrap();
+    drop(blocking);
+    // The thread has released and closed the database: it opens again.
+    let store: Arc<dyn KvStore> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let recs = rt.block_on(records(store.as_ref(), "drop"));
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].1.state, WorkerState::Released);
+    let on_runtime = rt
+        .block_on(Embedded::start(Arc::clone(&store), "drop", config(1_000)))
+        .unwrap();
+    on_runtime.next_id().unwrap();
+    drop(on_runtime);
+    let t0 = Instant::now();
+    while !rt
+        .block_on(records(store.as_ref(), "drop"))
+        .iter()
+        .all(|(_, r)| r.state == WorkerState::Released)
+    {
+        assert!(t0.elapsed() < Duration::from_secs(3), "never released");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn bad_settings_are_refused_before_the_store_is_touched() {
+    let rt = runtime();
+    let store = Arc::new(MemoryStore::new());
+    for (config, want) in [
+        (
+            EmbeddedConfig {
+                workers: 0,
+                ..EmbeddedConfig::default()
+            },
+            "workers must be at least 1",
+        ),
+        (
+            EmbeddedConfig {
+                ttl: Duration::from_millis(10),
+                ..EmbeddedConfig::default()
+            },
+            "too short",
+        ),
+    ] {
+        let err = rt
+            .block_on(Embedded::start(
+                Arc::clone(&store) as Arc<dyn KvStore>,
+                "bad",
+                config,
+            ))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains(want), "{err}");
+    }
+    assert_eq!(store.commits(), 0);
+    let err = Embedded::start_blocking(
+        &StoreUrl::Embedded { dir: None },
+        &StoreAccess::default(),
+        "bad",
+        EmbeddedConfig::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("embedded:/path"), "{err}");
+}

@@ -1,0 +1,31 @@
+//! # idgen-core
+//!
+//! The ID domain of idgen, without the server: what an ID is and how it is made unique, with
+//! no network of its own beyond the coordination store. The `idgen` server builds on it (and
+//! re-exports every module at the same path: `idgen::layout`, `idgen::generator`, …), and so
+//! can an application that wants IDs in-process: [`embedded`] joins a cluster's worker space
+//! the way a server node does.
+//!
+//! - [`layout`]: the bit layout and [`layout::Id`] (from the `idgen-id` crate);
+//! - [`clock`]: wall and monotonic clocks behind a trait, with a controllable test clock;
+//! - [`generator`]: one generator over a worker range, fenced by a floor and a lease ceiling
+//!   (sans-IO: it says when to retry instead of sleeping);
+//! - [`lease`]: timestamp-fenced worker-ID leases, written once over any store, and their
+//!   keeper (acquire, renew, release);
+//! - [`store`]: the transactional key-value trait and its stores: embedded (redb), etcd
+//!   (feature `etcd`), FoundationDB (feature `fdb`), memory;
+//! - [`drift`]: the clock key every member of a cluster publishes (how an acquirer tells a
+//!   live holder from a gone one) and the drift between members' clocks;
+//! - [`embedded`]: [`Embedded`](embedded::Embedded), a lease-backed generator for one process.
+//!
+//! Uniqueness never depends on clocks agreeing: a worker range is leased together with an
+//! interval of ID time, and a generator issues only timestamps inside it (see the repository's
+//! `docs/ARCHITECTURE.md`).
+
+pub mod clock;
+pub mod drift;
+pub mod embedded;
+pub mod generator;
+pub mod layout;
+pub mod lease;
+pub mod store;
