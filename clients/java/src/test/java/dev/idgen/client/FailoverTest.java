@@ -255,8 +255,12 @@ class FailoverTest {
                 IdgenClient ca = IdgenClient.create(a.addr);
                 IdgenClient both = IdgenClient.builder().nodes(a.addr, b.addr).build()) {
             ca.nextId();
-            both.nextId(); // layout from a
-            a.kill();
+            // The layout comes from whichever node served first (usually a; under load its
+            // connect may lose to b's): stop that one, and the other's layout is refused.
+            both.nextId();
+            boolean fromA = both.nodes().stream()
+                    .anyMatch(n -> n.current() && n.address().equals(a.addr));
+            (fromA ? a : b).kill();
             IdgenException e = assertThrows(IdgenException.class, () -> both.nextIds(1));
             assertTrue(e.getMessage().contains("layout"), e.getMessage());
         }
