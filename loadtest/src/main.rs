@@ -33,6 +33,7 @@
 //!   connection (or a broken stream, or a malformed frame, described once on stderr) makes
 //!   the connection reconnect after 100 ms; its outstanding requests count as unanswered.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,16 +90,34 @@ fn main() -> ExitCode {
     }
 }
 
+/// The first of a name's addresses that accepts a connection (`localhost` is `::1` and
+/// `127.0.0.1` on most systems, and a node may listen on only one of them); the first address
+/// if none does, so the run reports why it cannot connect.
+async fn reachable(name: &str, resolved: &[SocketAddr]) -> Result<SocketAddr, String> {
+    let first = *resolved
+        .first()
+        .ok_or_else(|| format!("--addr {name}: no address"))?;
+    if resolved.len() > 1 {
+        for &addr in resolved {
+            let probe =
+                tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr));
+            if let Ok(Ok(_)) = probe.await {
+                return Ok(addr);
+            }
+        }
+    }
+    Ok(first)
+}
+
 /// Run the load; `Ok(false)` when --verify failed, `Err` on a fatal error.
 async fn run(cli: Cli) -> Result<bool, String> {
     let mut addrs = Vec::new();
     for a in &cli.addrs {
-        let resolved = tokio::net::lookup_host(a.as_str())
+        let resolved: Vec<SocketAddr> = tokio::net::lookup_host(a.as_str())
             .await
             .map_err(|e| format!("--addr {a}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("--addr {a}: no address"))?;
-        addrs.push(resolved);
+            .collect();
+        addrs.push(reachable(a, &resolved).await?);
     }
     let tls = match &cli.tls_ca {
         None => None,
@@ -275,5 +294,28 @@ async fn progress(start: Instant, mut rx: mpsc::UnboundedReceiver<Interval>) {
             sum.ids as f64 / secs,
             sum.errors,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reachable;
+
+    #[test]
+    fn a_name_connects_to_the_address_that_listens() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            // As `localhost` resolves on a dual-stack host: ::1 first, nobody listening there.
+            let v6: std::net::SocketAddr = format!("[::1]:{port}").parse().unwrap();
+            let v4 = listener.local_addr().unwrap();
+            assert_eq!(reachable("localhost", &[v6, v4]).await.unwrap(), v4);
+            assert_eq!(reachable("localhost", &[v4]).await.unwrap(), v4);
+            assert!(reachable("nowhere", &[]).await.is_err());
+        });
     }
 }
