@@ -46,11 +46,7 @@ find "$here/src/test/java" -name '*.java' > "$tmp/test.txt"
 
 echo "==> IDGEN_BIN=$IDGEN_BIN"
 echo "==> test certificates in $tmp/certs"
-if [ -n "${IDGEN_TEST_CERTS_BIN:-}" ]; then
-  "$IDGEN_TEST_CERTS_BIN" "$tmp/certs" >/dev/null
-else
-  (cd "$repo" && cargo run --quiet -p idgen-testkit --bin idgen-test-certs -- "$tmp/certs" >/dev/null)
-fi
+bash "$repo/clients/test-certs.sh" "$tmp/certs"
 export IDGEN_TEST_CERTS="$tmp/certs"
 
 echo "==> junit"
