@@ -21,6 +21,14 @@ pub trait Clock {
     /// Waits about `d`. Short waits (under a millisecond) should not give up the CPU for long:
     /// the generator uses them to wait for the next millisecond.
     fn sleep(&self, d: Duration);
+    /// Until [`release`](Clock::release), [`wall_ms`](Clock::wall_ms) may answer one reading
+    /// (the first after this call) to every call: for a unit of work short enough that one
+    /// reading serves it (a read's worth of requests). The default does nothing.
+    #[inline]
+    fn hold(&self) {}
+    /// Ends a [`hold`](Clock::hold).
+    #[inline]
+    fn release(&self) {}
 }
 
 /// The operating system's clocks: `CLOCK_REALTIME` for the wall, `CLOCK_MONOTONIC` (through
@@ -68,6 +76,241 @@ impl Clock for SystemClock {
                 std::hint::spin_loop();
             }
         }
+    }
+}
+
+/// The system clock, read at most about once per millisecond of work: between two reads of
+/// `CLOCK_REALTIME`, the CPU's time-stamp counter (one instruction, no system call) says whether
+/// the millisecond of the last reading can have ended. Until it can, [`Clock::wall_ms`] answers
+/// that reading again.
+///
+/// Every value it answers is a genuine reading of the system clock, taken at most a millisecond
+/// earlier: never ahead of the clock, so the lease fences (an ID's timestamp never above the
+/// lease's ceiling, never below a new range's floor, never below the last one issued) hold as
+/// they do with [`SystemClock`], and a clock that steps back is seen at the next millisecond.
+/// The counter only decides *when* to read again; if its rate were misjudged, a reading would
+/// be answered a little past the end of its millisecond (IDs lag the clock by that much), or
+/// read again early (costing a read), never a time the clock did not show.
+///
+/// The counter is used only where it is invariant (x86-64 with the invariant-TSC CPUID bit, and
+/// the kernel's own clock source is `tsc`): elsewhere every call reads the clock. The rate is
+/// measured once per process against the monotonic clock (about 2 ms, on first use).
+///
+/// [`Clock::hold`] makes it answer one reading for a whole unit of work (a read's worth of
+/// requests), without even the counter read; [`Clock::release`] ends that.
+#[derive(Clone, Debug)]
+pub struct CachedClock {
+    sys: SystemClock,
+    /// Counter ticks per nanosecond, if the counter can gate reads.
+    rate: Option<f64>,
+    /// The last reading, ms since the Unix epoch.
+    ms: std::cell::Cell<u64>,
+    /// The counter value until which `ms` is still the clock's millisecond (0: read next time).
+    until: std::cell::Cell<u64>,
+    /// The counter value at the last reading (a counter below it means another CPU's counter:
+    /// read again).
+    at: std::cell::Cell<u64>,
+    /// [`NOT_HELD`], [`HELD_UNREAD`] or [`HELD_READ`].
+    held: std::cell::Cell<u8>,
+}
+
+const NOT_HELD: u8 = 0;
+/// Held, and the reading to hold is the next one.
+const HELD_UNREAD: u8 = 1;
+/// Held: `ms` is the reading.
+const HELD_READ: u8 = 2;
+
+impl CachedClock {
+    pub fn new() -> Self {
+        CachedClock {
+            sys: SystemClock::new(),
+            rate: tsc::rate(),
+            ms: std::cell::Cell::new(0),
+            until: std::cell::Cell::new(0),
+            at: std::cell::Cell::new(0),
+            held: std::cell::Cell::new(NOT_HELD),
+        }
+    }
+
+    /// A clock that reads the system clock on every call (what [`CachedClock::new`] falls back
+    /// to without an invariant counter), for comparison.
+    pub fn uncached() -> Self {
+        CachedClock {
+            rate: None,
+            ..CachedClock::new()
+        }
+    }
+
+    /// Whether the time-stamp counter gates the reads (else every call reads the clock).
+    pub fn gated(&self) -> bool {
+        self.rate.is_some()
+    }
+
+    /// Reads the system clock, and (gated) until when the reading holds.
+    #[inline(never)]
+    fn read(&self, now_tick: u64) -> u64 {
+        let ns = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => d.as_secs() * 1_000_000_000 + u64::from(d.subsec_nanos()),
+            Err(_) => 0,
+        };
+        let ms = ns / 1_000_000;
+        self.ms.set(ms);
+        self.at.set(now_tick);
+        if let Some(rate) = self.rate {
+            // The counter ticks left in this millisecond, a little short of it (1/512), so
+            // that a rate measured slightly high still reads again before the millisecond ends.
+            let left_ns = (1_000_000 - ns % 1_000_000) as f64;
+            let until = now_tick.saturating_add((left_ns * rate * (1.0 - 1.0 / 512.0)) as u64);
+            self.until.set(until);
+        }
+        ms
+    }
+}
+
+impl Default for CachedClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for CachedClock {
+    #[inline]
+    fn wall_ms(&self) -> u64 {
+        let held = self.held.get();
+        if held == HELD_READ {
+            return self.ms.get();
+        }
+        let ms = match self.rate {
+            Some(_) => {
+                let t = tsc::read();
+                if t < self.until.get() && t >= self.at.get() {
+                    self.ms.get()
+                } else {
+                    self.read(t)
+                }
+            }
+            None => self.read(0),
+        };
+        if held == HELD_UNREAD {
+            self.held.set(HELD_READ);
+        }
+        ms
+    }
+
+    #[inline]
+    fn mono_ns(&self) -> u64 {
+        self.sys.mono_ns()
+    }
+
+    fn sleep(&self, d: Duration) {
+        self.sys.sleep(d)
+    }
+
+    /// Every [`Clock::wall_ms`] answers the first reading after this call (taken through the
+    /// counter gate as usual) until [`release`](Clock::release).
+    #[inline]
+    fn hold(&self) {
+        self.held.set(HELD_UNREAD);
+    }
+
+    #[inline]
+    fn release(&self) {
+        self.held.set(NOT_HELD);
+    }
+}
+
+/// The time-stamp counter: whether it can gate clock reads, and its rate.
+mod tsc {
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    /// Counter ticks per nanosecond, measured once per process; `None` where the counter is not
+    /// invariant or the kernel does not keep time with it.
+    pub(super) fn rate() -> Option<f64> {
+        static RATE: OnceLock<Option<f64>> = OnceLock::new();
+        *RATE.get_or_init(|| {
+            if std::env::var_os("IDGEN_NO_TSC").is_some() || !invariant() {
+                return None;
+            }
+            measure()
+        })
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    pub(super) fn read() -> u64 {
+        // SAFETY: RDTSC exists on every x86-64 CPU and has no preconditions.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline]
+    pub(super) fn read() -> u64 {
+        0
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn invariant() -> bool {
+        // CPUID 0x8000_0007, EDX bit 8: the counter runs at a constant rate in every P-, C- and
+        // T-state (the "invariant TSC").
+        let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+        if max < 0x8000_0007 {
+            return false;
+        }
+        let invariant = core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0;
+        // And the kernel keeps time with it (it demotes an unstable counter to another source).
+        let source = std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .unwrap_or_default();
+        invariant && source.trim() == "tsc"
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn invariant() -> bool {
+        false
+    }
+
+    /// Counter ticks per nanosecond against the monotonic clock: two measurements over 2 ms
+    /// each, from counter/clock pairs read back to back (the pair whose two counter reads are
+    /// closest, of a few tries, so a preemption between them cannot skew it). `None` unless
+    /// both agree within 0.1%: a counter that cannot be measured does not gate.
+    fn measure() -> Option<f64> {
+        let first = measure_once()?;
+        let second = measure_once()?;
+        ((first - second).abs() <= first * 1e-3).then_some((first + second) / 2.0)
+    }
+
+    fn measure_once() -> Option<f64> {
+        let (t0, i0) = pair();
+        while i0.elapsed() < Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
+        let (t1, i1) = pair();
+        let ns = i1.duration_since(i0).as_nanos() as f64;
+        let rate = t1.checked_sub(t0)? as f64 / ns;
+        // A counter of 100 MHz to 20 GHz; anything else is not a counter to trust.
+        (0.1..=20.0).contains(&rate).then_some(rate)
+    }
+
+    /// A counter value and the monotonic clock read between two counter reads, of the tightest
+    /// of 16 tries: the counter value is the midpoint of the two.
+    fn pair() -> (u64, Instant) {
+        let once = || {
+            let a = read();
+            let i = Instant::now();
+            let b = read();
+            let width = b.wrapping_sub(a);
+            (width, a.wrapping_add(width / 2), i)
+        };
+        let mut best = once();
+        for _ in 1..16 {
+            let p = once();
+            if p.0 < best.0 {
+                best = p;
+            }
+        }
+        (best.1, best.2)
     }
 }
 
@@ -199,6 +442,12 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn sleep(&self, d: Duration) {
         (**self).sleep(d)
     }
+    fn hold(&self) {
+        (**self).hold()
+    }
+    fn release(&self) {
+        (**self).release()
+    }
 }
 
 #[cfg(test)]
@@ -217,6 +466,83 @@ mod tests {
         assert!(m1 - m0 >= 200_000, "short sleep spun for {} ns", m1 - m0);
         c.sleep(Duration::from_millis(2));
         assert!(c.mono_ns() - m1 >= 2_000_000);
+    }
+
+    /// Every answer is a reading the system clock gave at most about a millisecond earlier:
+    /// never ahead of a reading taken after it.
+    fn cached_within(c: &CachedClock) {
+        let sys = SystemClock::new();
+        let start = Instant::now();
+        let mut seen = std::collections::BTreeSet::new();
+        while start.elapsed() < Duration::from_millis(30) {
+            let before = sys.wall_ms();
+            let got = c.wall_ms();
+            let after = sys.wall_ms();
+            assert!(
+                got <= after,
+                "answered {got}, the clock read {after} after it"
+            );
+            // A millisecond of staleness, plus one for the counter's measured rate.
+            assert!(
+                got + 2 >= before,
+                "answered {got}, the clock read {before} before it"
+            );
+            seen.insert(got);
+        }
+        // It follows the clock: 30 ms of calls see most of the 30 milliseconds.
+        assert!(
+            seen.len() >= 10,
+            "only {} distinct readings in 30 ms",
+            seen.len()
+        );
+    }
+
+    #[test]
+    fn cached_clock_answers_recent_readings_and_follows_the_clock() {
+        cached_within(&CachedClock::new());
+        cached_within(&CachedClock::uncached());
+    }
+
+    #[test]
+    fn cached_clock_holds_one_reading_until_released() {
+        for c in [CachedClock::new(), CachedClock::uncached()] {
+            // An old reading is not what a hold answers: the first reading after it is.
+            let _ = c.wall_ms();
+            std::thread::sleep(Duration::from_millis(3));
+            c.hold();
+            let sys_before = SystemClock::new().wall_ms();
+            let held = c.wall_ms();
+            assert!(
+                held + 2 >= sys_before,
+                "held {held}, the clock read {sys_before}"
+            );
+            std::thread::sleep(Duration::from_millis(3));
+            assert_eq!(c.wall_ms(), held, "a held reading stays");
+            c.release();
+            let next = c.wall_ms();
+            assert!(next >= held + 2, "after the release {next}, held {held}");
+        }
+    }
+
+    #[test]
+    fn cached_clock_gates_where_the_counter_is_invariant() {
+        // The gate is on exactly where the CPU says its counter is invariant (Linux shows it
+        // as the nonstop_tsc flag) and the kernel keeps time with it.
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let nonstop = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .is_some_and(|l| l.split_whitespace().any(|f| f == "nonstop_tsc"));
+        let source = std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .unwrap_or_default();
+        let expected = cfg!(target_arch = "x86_64")
+            && nonstop
+            && source.trim() == "tsc"
+            && std::env::var_os("IDGEN_NO_TSC").is_none();
+        assert_eq!(CachedClock::new().gated(), expected);
+        assert!(!CachedClock::uncached().gated());
     }
 
     #[test]

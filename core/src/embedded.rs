@@ -65,7 +65,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{CachedClock, Clock, SystemClock};
 use crate::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
 use crate::generator::{
     Fill, GenError, Generator, Progress, ShardConfig, DEFAULT_MAX_ROLLBACK_WAIT,
@@ -186,9 +186,10 @@ struct Issuer {
     layout: Layout,
     max_rollback_wait: Duration,
     lease: Arc<LeaseShared>,
-    clock: SystemClock,
+    /// The system clock read at most once per millisecond of work ([`CachedClock`]).
+    clock: CachedClock,
     /// The generator and the lease generation it was built for.
-    current: Option<(u64, Generator<SystemClock>)>,
+    current: Option<(u64, Generator<CachedClock>)>,
     range: WorkerRange,
     closed: bool,
 }
@@ -213,7 +214,12 @@ impl Issuer {
             floor: view.grant.floor,
             max_rollback_wait: self.max_rollback_wait,
         };
-        match Generator::new(self.layout, config, Arc::clone(&view.ceiling), self.clock) {
+        match Generator::new(
+            self.layout,
+            config,
+            Arc::clone(&view.ceiling),
+            self.clock.clone(),
+        ) {
             Ok(g) => {
                 self.current = Some((view.grant.generation, g));
                 self.range = view.grant.workers();
@@ -451,7 +457,7 @@ impl Embedded {
             layout: config.layout,
             max_rollback_wait: config.max_rollback_wait,
             lease: keeper.shared(),
-            clock,
+            clock: CachedClock::new(),
             current: None,
             range: WorkerRange::default(),
             closed: false,

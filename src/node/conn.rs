@@ -251,8 +251,17 @@ impl Conn {
         true
     }
 
-    /// Decodes and answers every complete request in the input buffer.
+    /// Decodes and answers every complete request in the input buffer, on one clock reading:
+    /// they arrived together, and one reading serves them all (a wait for the next millisecond
+    /// ends this call, and the next call reads again).
     fn handle_buffered(&mut self) -> After {
+        self.ctx.gen.borrow().hold_clock();
+        let after = self.handle_buffered_held();
+        self.ctx.gen.borrow().release_clock();
+        after
+    }
+
+    fn handle_buffered_held(&mut self) -> After {
         // An Rc clone (not an atomic Arc clone) to keep the counters at hand.
         let ctx = Rc::clone(&self.ctx);
         let stats = &ctx.stats;
@@ -294,23 +303,28 @@ impl Conn {
                     let mark = self.out.len();
                     encode_ids_header(count, &mut self.out);
                     self.out.reserve(count as usize * 8);
-                    self.pending = Some(Pending {
+                    // Served at once (not through `self.pending`, which only a wait needs).
+                    let pending = Pending {
                         ranges: false,
                         count,
                         mark,
                         fill: Fill::new(u64::from(count)),
-                    });
-                    continue;
+                    };
+                    if let Some(at) = self.resume(pending) {
+                        return After::Wait(at);
+                    }
                 }
                 Decoded::Request(Request::GetRanges { count }) => {
                     self.runs.clear();
-                    self.pending = Some(Pending {
+                    let pending = Pending {
                         ranges: true,
                         count,
                         mark: self.out.len(),
                         fill: Fill::new(u64::from(count)),
-                    });
-                    continue;
+                    };
+                    if let Some(at) = self.resume(pending) {
+                        return After::Wait(at);
+                    }
                 }
                 Decoded::Request(Request::Ping { token }) => encode_pong(token, &mut self.out),
                 Decoded::Reject { status, message } => {

@@ -10,15 +10,15 @@ use idgen_protocol::Status;
 
 use super::telemetry::ShardStats;
 use super::ShardExit;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{CachedClock, Clock};
 use crate::generator::{Fill, GenError, Generator, Progress, ShardConfig};
 use crate::layout::{Layout, WorkerRange};
 use crate::lease::keeper::LeaseShared;
 
 /// The shard's generator, rebuilt when the node's lease changes. Generic over the clock only
 /// so the lease simulation (`lease/sim.rs`) can run it on simulated time; a node uses the
-/// system clock.
-pub(crate) struct ShardGen<C: Clock + Clone = SystemClock> {
+/// system clock, read through [`CachedClock`].
+pub(crate) struct ShardGen<C: Clock + Clone = CachedClock> {
     index: usize,
     layout: Layout,
     workers_per_shard: u64,
@@ -55,7 +55,7 @@ impl ShardGen {
         lease: Arc<LeaseShared>,
         stats: Arc<ShardStats>,
     ) -> Self {
-        Self::with_clock(index, settings, lease, stats, SystemClock::new())
+        Self::with_clock(index, settings, lease, stats, CachedClock::new())
     }
 }
 
@@ -145,6 +145,23 @@ impl<C: Clock + Clone> ShardGen<C> {
 
     pub(crate) fn index(&self) -> usize {
         self.index
+    }
+
+    /// Lets the generator answer one clock reading until [`release_clock`](Self::release_clock)
+    /// ([`Clock::hold`]): for the requests of one read.
+    #[inline]
+    pub(crate) fn hold_clock(&self) {
+        if let Some((_, g)) = &self.current {
+            g.clock().hold();
+        }
+    }
+
+    /// Ends [`hold_clock`](Self::hold_clock).
+    #[inline]
+    pub(crate) fn release_clock(&self) {
+        if let Some((_, g)) = &self.current {
+            g.clock().release();
+        }
     }
 
     /// Issues what it can of `fill` now, as runs `(first, count)`, from the worker sub-range
@@ -307,7 +324,7 @@ mod tests {
     }
 
     fn now_id_ms(layout: crate::layout::Layout) -> u64 {
-        SystemClock::new().wall_ms() - layout.epoch_ms()
+        crate::clock::SystemClock::new().wall_ms() - layout.epoch_ms()
     }
 
     #[test]
