@@ -211,17 +211,26 @@ def http_runs(seconds, batch=65536):
                      "requests_per_sec": rps, "ids_per_sec": rps * per_request,
                      "latency_us": lat, "errors": errors, "http_requests_by_shard": by_shard})
 
+    def renewal_sum_count(m):
+        return tuple(sum(m.get(f'idgen_lease_renewal_duration_seconds_{k}{{result="{r}"}}', 0)
+                         for r in ("ok", "failed")) for k in ("sum", "count"))
+
     def renewals(during):
-        """Renewals while `during` runs, sampled every 50 ms: the last renewal's latency, and the
-        lease time left (TTL 1 s renewed every 333 ms: a renewal that starts late shows as
-        less than 667 ms left)."""
+        """Renewals while `during` runs, sampled every 50 ms: the durations of the renewals
+        since the last sample (from the renewal-duration histogram's sum and count; at most one
+        renewal per sample), and the lease time left (TTL 1 s renewed every 333 ms: a renewal
+        that starts late shows as less than 667 ms left)."""
         m0 = scrape(admin)
         proc = during()
         samples, left = [], []
+        prev = renewal_sum_count(m0)
         deadline = time.time() + seconds
         while time.time() < deadline:
             m = scrape(admin)
-            samples.append(m.get("idgen_lease_renew_latency_seconds", 0) * 1e6)
+            cur = renewal_sum_count(m)
+            if cur[1] > prev[1]:
+                samples.append((cur[0] - prev[0]) / (cur[1] - prev[1]) * 1e6)
+            prev = cur
             left.append(m.get("idgen_lease_time_remaining_seconds", 0))
             time.sleep(0.05)
         out = ""
@@ -234,7 +243,7 @@ def http_runs(seconds, batch=65536):
                   - m0.get('idgen_lease_renewals_total{result="failed"}', 0))
         rps = re.search(r"Requests/sec:\s+([\d.]+)", out or "")
         return {"renewals": n, "failed": failed,
-                # The last renewal's latency, sampled: its mean and maximum over the run.
+                # The renewals' durations, per sample: their mean and maximum over the run.
                 "mean_us": sum(samples) / len(samples) if samples else None,
                 "max_sampled_us": max(samples, default=None),
                 "min_lease_left_s": min(left, default=None),

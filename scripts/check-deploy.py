@@ -530,10 +530,10 @@ def alerts(root, metrics_text):
         "idgen_lease_renewals_total",
         "idgen_clock_rollback_events_total",
         "idgen_clock_behind",
-        "idgen_clock_drift_ms",
+        "idgen_clock_drift_seconds",
         "idgen_worker_ids_free",
-        "idgen_worker_ids_total",
-        "idgen_layout_years_left",
+        "idgen_worker_ids_capacity",
+        "idgen_layout_time_remaining_seconds",
         "idgen_ready",
     }
     check(wanted <= used, "the seed's alerts and the TLS alerts are all covered")

@@ -15,6 +15,9 @@ use serde_json::Value;
 
 const ADMIN: &[&str] = &["--admin-listen", "127.0.0.1:0"];
 
+/// A year of 365.25 days, in seconds.
+const YEAR: f64 = 365.25 * 86_400.0;
+
 fn start(extra: &[&str]) -> NodeProc {
     let mut args: Vec<&str> = ADMIN.to_vec();
     args.extend_from_slice(extra);
@@ -107,17 +110,17 @@ fn metrics_parse_and_move_with_traffic() {
         "idgen_requests_total",
         "idgen_errors_total",
         "idgen_batch_size_count",
-        "idgen_request_latency_seconds_count",
+        "idgen_request_duration_seconds_count",
         "idgen_sequence_exhaustion_waits_total",
         "idgen_clock_rollback_events_total",
-        "idgen_clock_rollback_largest_ms",
-        "idgen_clock_drift_ms",
+        "idgen_clock_rollback_largest_seconds",
+        "idgen_clock_drift_seconds",
         "idgen_lease_time_remaining_seconds",
         "idgen_lease_renewals_total",
-        "idgen_lease_renew_latency_seconds",
+        "idgen_lease_renewal_duration_seconds_count",
         "idgen_worker_ids_free",
         "idgen_connections_open",
-        "idgen_layout_years_left",
+        "idgen_layout_time_remaining_seconds",
         "idgen_ready",
     ] {
         assert!(
@@ -126,7 +129,7 @@ fn metrics_parse_and_move_with_traffic() {
         );
     }
     assert!(sum(&before, "idgen_lease_time_remaining_seconds") > 0.0);
-    assert!(sum(&before, "idgen_layout_years_left") > 60.0);
+    assert!(sum(&before, "idgen_layout_time_remaining_seconds") > 60.0 * YEAR);
     assert_eq!(sum(&before, "idgen_ready"), 1.0);
 
     let mut c = TestConn::open(node.addr);
@@ -430,7 +433,7 @@ fn a_clock_stepped_back_makes_the_real_process_unready_then_it_recovers() {
     let (_, text) = http(admin, "GET", "/metrics", None);
     let m = parse_prometheus(&text);
     assert!(sum(&m, "idgen_clock_rollback_events_total") >= 1.0);
-    assert!(sum(&m, "idgen_clock_rollback_largest_ms") >= 9_000.0);
+    assert!(sum(&m, "idgen_clock_rollback_largest_seconds") >= 9.0);
 
     // Back to true time: it serves again by itself, above everything issued before.
     std::fs::write(&offset, "+0\n").unwrap();

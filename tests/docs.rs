@@ -384,3 +384,42 @@ fn version_names_the_revision_and_the_features() {
         ),
     }
 }
+
+/// `docs/METRICS.md` carries the reference rendered from the metrics catalogue
+/// (`idgen::node::metrics::FAMILIES`), between its markers. `IDGEN_UPDATE_DOCS=1 cargo test
+/// --test docs` writes the rendering into the file instead of failing.
+#[test]
+fn the_metrics_reference_is_rendered_from_the_catalogue() {
+    use idgen::node::metrics::{reference, REFERENCE_BEGIN, REFERENCE_END};
+    let path = docs::repo_root().join("docs").join("METRICS.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (head, rest) = text
+        .split_once(REFERENCE_BEGIN)
+        .unwrap_or_else(|| panic!("docs/METRICS.md has no {REFERENCE_BEGIN} line"));
+    let (_, tail) = rest
+        .split_once(REFERENCE_END)
+        .unwrap_or_else(|| panic!("docs/METRICS.md has no {REFERENCE_END} line"));
+    let rendered = format!(
+        "{head}{REFERENCE_BEGIN}\n\n{}\n{REFERENCE_END}{tail}",
+        reference()
+    );
+    if rendered == text {
+        return;
+    }
+    if std::env::var("IDGEN_UPDATE_DOCS").as_deref() == Ok("1") {
+        std::fs::write(&path, rendered).unwrap();
+        eprintln!("wrote {}", path.display());
+        return;
+    }
+    let first = text
+        .lines()
+        .zip(rendered.lines())
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+        .map(|(i, (a, b))| format!("line {}:\n  file:     {a}\n  rendered: {b}", i + 1))
+        .unwrap_or_else(|| "the files differ in length".to_string());
+    panic!(
+        "docs/METRICS.md is not what the metrics catalogue renders ({first}); \
+         run IDGEN_UPDATE_DOCS=1 cargo test --test docs and commit the file"
+    );
+}

@@ -16,7 +16,8 @@
 //!   (feature `etcd`), FoundationDB (feature `fdb`), memory;
 //! - [`drift`]: the clock key every member of a cluster publishes (how an acquirer tells a
 //!   live holder from a gone one) and the drift between members' clocks;
-//! - [`embedded`]: [`Embedded`](embedded::Embedded), a lease-backed generator for one process.
+//! - [`embedded`]: [`Embedded`](embedded::Embedded), a lease-backed generator for one process;
+//! - [`histogram`]: fixed-bucket histograms (durations, batch sizes) that a metrics scrape reads.
 //!
 //! Uniqueness never depends on clocks agreeing: a worker range is leased together with an
 //! interval of ID time, and a generator issues only timestamps inside it (see the repository's
@@ -26,6 +27,7 @@ pub mod clock;
 pub mod drift;
 pub mod embedded;
 pub mod generator;
+pub mod histogram;
 pub mod layout;
 pub mod lease;
 pub mod store;

@@ -22,6 +22,16 @@ settings! {
         /// than this.
         #[arg(long, env = "IDGEN_ADMIN_REQUEST_TIMEOUT")]
         pub admin_request_timeout: Option<String>,
+        /// Also expose the metrics under the names of the previous release, in their old units
+        /// (docs/METRICS.md lists them); `--metrics-legacy-names` alone means true.
+        #[arg(
+            long,
+            env = "IDGEN_METRICS_LEGACY_NAMES",
+            num_args = 0..=1,
+            require_equals = true,
+            default_missing_value = "true"
+        )]
+        pub metrics_legacy_names: Option<bool>,
     }
 }
 
@@ -33,6 +43,8 @@ pub struct AdminSection {
     pub admin_listen: Option<SocketAddr>,
     #[serde(serialize_with = "ser::duration")]
     pub admin_request_timeout: Duration,
+    /// `/metrics` also carries the previous release's names.
+    pub metrics_legacy_names: bool,
 }
 
 impl Default for AdminSection {
@@ -40,6 +52,7 @@ impl Default for AdminSection {
         AdminSection {
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 7421))),
             admin_request_timeout: Duration::from_secs(10),
+            metrics_legacy_names: false,
         }
     }
 }
@@ -59,6 +72,7 @@ impl AdminSection {
                 d.admin_request_timeout,
             )?)
             .ok_or_else(|| err("admin_request_timeout: must be more than 0"))?,
+            metrics_legacy_names: given.metrics_legacy_names.unwrap_or(d.metrics_legacy_names),
         })
     }
 }

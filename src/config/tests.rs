@@ -233,6 +233,7 @@ fn the_printed_configuration_reads_back_as_itself() {
     };
     s.admin.admin_listen = Some("[::1]:7421".into());
     s.admin.admin_request_timeout = Some("20s".into());
+    s.admin.metrics_legacy_names = Some(true);
     s.shutdown = ShutdownArgs {
         drain_delay: Some("5s".into()),
         shutdown_timeout: Some("1h".into()),
@@ -264,6 +265,41 @@ fn the_printed_configuration_reads_back_as_itself() {
             assert!(text.contains(&format!("\n{key} = ")), "{key}: {text}");
         }
     }
+}
+
+#[test]
+fn the_legacy_metric_names_flag_is_off_unless_asked_for() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    use clap::Parser as _;
+    for (argv, want) in [
+        (&[][..], false),
+        (&["--metrics-legacy-names"][..], true),
+        (&["--metrics-legacy-names=true"][..], true),
+        (&["--metrics-legacy-names=false"][..], false),
+    ] {
+        let cli = Cli::try_parse_from(["serve"].iter().chain(argv))
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        let c = cli.serve.resolve(NOW).unwrap();
+        assert_eq!(c.admin.metrics_legacy_names, want, "{argv:?}");
+    }
+    // The flag alone does not take the next word as its value.
+    assert!(Cli::try_parse_from(["serve", "--metrics-legacy-names", "true"]).is_err());
+    let e = Cli::try_parse_from(["serve", "--metrics-legacy-names=yes"]).err();
+    assert!(e.is_some_and(|e| e.to_string().contains("yes")));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idgen.toml");
+    std::fs::write(&path, "[admin]\nmetrics_legacy_names = true\n").unwrap();
+    let c = ServeArgs {
+        config: Some(path),
+        ..ServeArgs::default()
+    }
+    .resolve(NOW)
+    .unwrap();
+    assert!(c.admin.metrics_legacy_names);
 }
 
 fn with_global_region() -> ServeArgs {

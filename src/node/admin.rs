@@ -24,20 +24,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
 use super::drift::ClockWatch;
-use super::telemetry::{Family, ShardStats};
-use super::tls::{ServerTls, TlsFront, TlsStats};
+use super::metrics::Scrape;
+use super::telemetry::ShardStats;
+use super::tls::{ServerTls, TlsFront};
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
 use crate::layout::{Id, Layout};
-use crate::lease::keeper::{LeaseShared, LeaseStats};
+use crate::lease::keeper::LeaseShared;
 
 /// What the admin server reads.
 pub struct AdminState {
@@ -411,271 +409,20 @@ async fn layout(State(state): State<Arc<AdminState>>) -> Response {
     .into_response()
 }
 
-/// Reads every counter at scrape time.
+/// Reads every family of the metrics catalogue at scrape time.
 #[derive(Debug)]
 struct Metrics(std::sync::Weak<AdminState>);
 
-fn counter(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> Result<(), std::fmt::Error> {
-    let c = ConstCounter::new(value);
-    let m = enc.encode_descriptor(name, help, None, c.metric_type())?;
-    c.encode(m)
-}
-
-fn gauge<N: prometheus_client::encoding::EncodeGaugeValue>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: N,
-) -> Result<(), std::fmt::Error> {
-    let g = ConstGauge::new(value);
-    let m = enc.encode_descriptor(name, help, None, g.metric_type())?;
-    g.encode(m)
-}
-
-fn per_shard_counter(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    values: &[u64],
-) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (i, v) in values.iter().enumerate() {
-        let labels = [("shard", i.to_string())];
-        let fam = m.encode_family(&labels)?;
-        ConstCounter::new(*v).encode(fam)?;
-    }
-    Ok(())
-}
-
-/// A counter family: one series per label set.
-fn labelled_counter<L: prometheus_client::encoding::EncodeLabelSet>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    series: impl Iterator<Item = (L, u64)>,
-) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, n) in series {
-        ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
-
-fn histogram(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    bounds: &[f64],
-    counts: &[u64],
-    sum: f64,
-) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    // Per-bucket counts: the encoder writes them cumulatively.
-    let buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(counts.iter().copied()).collect();
-    let count = counts.iter().sum();
-    m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
-}
-
 impl Collector for Metrics {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(s) = self.0.upgrade() else {
+        let Some(state) = self.0.upgrade() else {
             return Ok(());
         };
-        let now = SystemClock::new().wall_ms();
-        // The shards' counters, each as it is declared next to its field (ShardStats::METRICS).
-        for m in ShardStats::METRICS {
-            let values: Vec<u64> = s.shards.iter().map(|st| (m.read)(st)).collect();
-            match m.family {
-                Family::PerShard => per_shard_counter(&mut enc, m.name, m.help, &values)?,
-                Family::Total => counter(&mut enc, m.name, m.help, values.iter().sum())?,
-                Family::TotalGauge => {
-                    gauge(&mut enc, m.name, m.help, values.iter().sum::<u64>() as i64)?
-                }
-                Family::Max => gauge(
-                    &mut enc,
-                    m.name,
-                    m.help,
-                    values.iter().copied().max().unwrap_or(0) as i64,
-                )?,
-                Family::Any => gauge(
-                    &mut enc,
-                    m.name,
-                    m.help,
-                    i64::from(values.iter().any(|&v| v != 0)),
-                )?,
-            }
-        }
-        {
-            let (name, help) = ShardStats::ERRORS;
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-            let mut by_status: Vec<(idgen_protocol::Status, u64)> = Vec::new();
-            for st in &s.shards {
-                for (status, n) in st.errors_by_status() {
-                    match by_status.iter_mut().find(|(s2, _)| *s2 == status) {
-                        Some(e) => e.1 += n,
-                        None => by_status.push((status, n)),
-                    }
-                }
-            }
-            for (status, n) in by_status {
-                let labels = [
-                    ("status", status.0.to_string()),
-                    ("name", status.name().unwrap_or("UNKNOWN").to_string()),
-                ];
-                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
-            }
-        }
-        for h in ShardStats::HISTOGRAMS {
-            let mut counts = [0u64; 8];
-            let mut sum = 0u64;
-            for st in &s.shards {
-                for (c, a) in counts.iter_mut().zip((h.buckets)(st)) {
-                    *c += a.load(Ordering::Relaxed);
-                }
-                sum += (h.sum)(st);
-            }
-            let bounds: Vec<f64> = h
-                .bounds
-                .iter()
-                .map(|&b| {
-                    if b == u64::MAX {
-                        f64::INFINITY
-                    } else {
-                        b as f64 / h.unit
-                    }
-                })
-                .collect();
-            histogram(
-                &mut enc,
-                h.name,
-                h.help,
-                &bounds,
-                &counts,
-                sum as f64 / h.unit,
-            )?;
-        }
-
-        let ls = &s.lease.stats;
-        gauge(
-            &mut enc,
-            "idgen_lease_time_remaining_seconds",
-            "Time until the shards reach their lease ceiling",
-            s.lease.time_left_ms(now) as f64 / 1e3,
-        )?;
-        {
-            let (name, help) = LeaseStats::RENEWALS;
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (result, n) in ls.renewals() {
-                let labels = [("result", result.to_string())];
-                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
-            }
-        }
-        for m in LeaseStats::METRICS {
-            let v = (m.read)(ls);
-            if m.counter {
-                counter(&mut enc, m.name, m.help, v as u64)?;
-            } else {
-                gauge(&mut enc, m.name, m.help, v)?;
-            }
-        }
-        gauge(
-            &mut enc,
-            "idgen_lease_generation",
-            "Generation of the lease the node holds (0: none)",
-            s.lease.current().map_or(0, |v| v.grant.generation) as i64,
-        )?;
-        let layout = s.config.layout;
-        let space = if s.config.lease.region.region().is_some() {
-            layout.workers_per_region()
-        } else {
-            layout.worker_count()
+        let scrape = Scrape {
+            state: &state,
+            now_ms: SystemClock::new().wall_ms(),
+            process: super::process::read(),
         };
-        gauge(
-            &mut enc,
-            "idgen_worker_ids_total",
-            "Worker IDs in the node's region (or cluster)",
-            space as i64,
-        )?;
-        gauge(
-            &mut enc,
-            "idgen_layout_years_left",
-            "Years until the layout's timestamp range runs out",
-            layout.time_left(now).as_secs_f64() / (365.25 * 86_400.0),
-        )?;
-        let (drift, peers) = s.clock_watch.drift_summary();
-        gauge(
-            &mut enc,
-            "idgen_clock_drift_ms",
-            "This node's clock minus its peers' (median estimate; 0 without peers)",
-            drift,
-        )?;
-        gauge(
-            &mut enc,
-            "idgen_clock_peers",
-            "Peers whose clocks were compared",
-            peers as i64,
-        )?;
-        gauge(
-            &mut enc,
-            "idgen_ready",
-            "1 when /health/ready answers 200",
-            i64::from(s.not_ready_reasons().is_empty()),
-        )?;
-        gauge(
-            &mut enc,
-            "idgen_draining",
-            "1 while the node drains",
-            i64::from(s.draining.load(Ordering::Relaxed)),
-        )?;
-        if let Some(tls) = &s.tls {
-            tls_metrics(&mut enc, &tls.stats)?;
-        }
-        Ok(())
+        super::metrics::encode(&mut enc, &scrape)
     }
-}
-
-/// The TLS counters: handshakes by listener and outcome, connections by client identity (a
-/// bounded label set), reloads, and the serving certificate's expiry.
-fn tls_metrics(enc: &mut DescriptorEncoder, stats: &TlsStats) -> Result<(), std::fmt::Error> {
-    let handshakes = stats
-        .handshakes()
-        .into_iter()
-        .map(|(front, result, n)| ([("listener", front), ("result", result)], n));
-    labelled_counter(
-        enc,
-        "idgen_tls_handshakes",
-        "TLS handshakes, by listener (protocol, http, admin) and result (ok, failed, timeout)",
-        handshakes,
-    )?;
-    let clients = stats
-        .clients()
-        .into_iter()
-        .map(|(identity, n)| ([("identity", identity)], n));
-    labelled_counter(
-        enc,
-        "idgen_tls_client_connections",
-        "TLS connections accepted, by client identity (URI or DNS SAN, else CN; anonymous without a certificate; the first 32 identities, then other)",
-        clients,
-    )?;
-    let reloads = stats
-        .reloads()
-        .into_iter()
-        .map(|(result, n)| ([("result", result)], n));
-    labelled_counter(
-        enc,
-        "idgen_tls_reloads",
-        "Reloads of the TLS files after they changed, by result (applied, failed: the previous ones keep serving)",
-        reloads,
-    )?;
-    gauge(
-        enc,
-        "idgen_tls_certificate_expiry_timestamp_seconds",
-        "When the node's serving certificate expires (Unix time)",
-        stats.cert_not_after() as i64,
-    )
 }

@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::issuer::{status_of, wait_until, IssueError, ShardGen};
-use super::telemetry::{bump, drop_one, ShardStats};
+use super::telemetry::{bump, drop_one, Op, ShardStats};
 use crate::config::ListenSection;
 use crate::generator::{Fill, Progress};
 use crate::layout::{Layout, WorkerRange};
@@ -104,6 +104,8 @@ struct Conn {
     out: BytesMut,
     /// Requests answered in `out` since the last write.
     answered: u64,
+    /// The same by kind (`Op::ALL`'s protocol kinds; unknown opcodes are in `answered` only).
+    answered_by_op: [u64; Op::PROTOCOL],
     /// Scratch for the runs of a GET_RANGES answer (reused: no allocation per request).
     runs: Vec<(u64, u32)>,
     /// Room offered to the next read: doubles (to `MAX_READ`) when a read fills it.
@@ -132,6 +134,7 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, ctx:
         // Allocated by the first answer, sized by what it needs.
         out: BytesMut::new(),
         answered: 0,
+        answered_by_op: [0; Op::PROTOCOL],
         runs: Vec::new(),
         read_size: INITIAL_INPUT,
         announced: WorkerRange::default(),
@@ -246,8 +249,9 @@ impl Conn {
             self.out = BytesMut::new();
         }
         let us = u64::try_from(read_at.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.ctx.stats.latency_n(us, self.answered);
+        self.ctx.stats.protocol_durations(us, &self.answered_by_op);
         self.answered = 0;
+        self.answered_by_op = [0; Op::PROTOCOL];
         true
     }
 
@@ -289,6 +293,17 @@ impl Conn {
                     return After::Close;
                 }
             };
+            let op = match decoded {
+                Decoded::Request(Request::GetIds { .. }) => Some(Op::GetIds),
+                Decoded::Request(Request::GetRanges { .. }) => Some(Op::GetRanges),
+                Decoded::Request(Request::Hello { .. }) => Some(Op::Hello),
+                Decoded::Request(Request::Ping { .. }) => Some(Op::Ping),
+                // A refused frame (a count out of bounds) counts under its opcode.
+                Decoded::Reject { .. } => self.inbuf.get(4).copied().and_then(Op::of_opcode),
+            };
+            if let Some(op) = op {
+                self.answered_by_op[op as usize] += 1;
+            }
             self.inbuf.advance(used);
             bump(&stats.requests, 1);
             self.answered += 1;

@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use std::convert::Infallible;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -36,7 +36,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::issuer::{status_of, wait_until, IssueError, ShardGen};
-use super::telemetry::{bump, drop_one, ShardStats};
+use super::telemetry::{bump, drop_one, Op, ShardStats};
 use crate::generator::{Fill, Progress};
 
 /// Largest request body read (a batch request is `{"count": N}`).
@@ -110,7 +110,23 @@ pub(crate) async fn refuse_overloaded(mut stream: TcpStream, stats: Arc<ShardSta
     .await;
 }
 
+/// Answers one request; the ID requests' durations are recorded by kind (refusals included).
 async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let op = match (req.uri().path(), req.method()) {
+        ("/ids", &Method::POST) => Some(Op::HttpIds),
+        ("/ids/batch", &Method::POST) => Some(Op::HttpBatch),
+        _ => None,
+    };
+    let response = route(ctx, req).await;
+    if let Some(op) = op {
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        ctx.stats.record_duration(op, us);
+    }
+    response
+}
+
+async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
     bump(&ctx.stats.http_requests, 1);
     let strings = match strings_only(req.uri().query()) {
         Ok(s) => s,

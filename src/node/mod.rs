@@ -52,6 +52,8 @@ mod conn;
 pub mod drift;
 mod http;
 pub(crate) mod issuer;
+pub mod metrics;
+pub mod process;
 pub(crate) mod shard;
 pub mod telemetry;
 pub mod tls;

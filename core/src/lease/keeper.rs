@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use super::{duration_ms, Grant, GrantTerms, LeaseConfig, LeaseError, Leases, Owner, Released};
 use crate::clock::Clock;
 use crate::generator::Ceiling;
+use crate::histogram::{Histogram, Snapshot};
 use crate::layout::Layout;
 use crate::store::KvStore;
 
@@ -34,14 +35,26 @@ pub struct LeaseView {
     pub ceiling: Arc<Ceiling>,
 }
 
-/// Values for metrics and health, updated by the keeper.
+/// Upper bounds (inclusive, µs) of the renewal-duration histogram's buckets: 1 ms to 10 s.
+pub const RENEWAL_BUCKETS_US: [u64; 13] = [
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000,
+];
+
+/// Values for metrics and health, updated by the keeper. The metrics catalogue of the node
+/// (`idgen::node::metrics`) says how each is exposed.
 #[derive(Debug, Default)]
 pub struct LeaseStats {
     pub renew_ok: AtomicU64,
     pub renew_failed: AtomicU64,
-    /// Latency of the last renewal attempt, µs.
+    /// Durations of the successful renewals, µs (bounds [`RENEWAL_BUCKETS_US`]).
+    pub renew_ok_duration: Histogram<13>,
+    /// Durations of the failed renewals (the store refused, timed out or left the outcome
+    /// unknown), µs.
+    pub renew_failed_duration: Histogram<13>,
+    /// Duration of the last renewal attempt, µs.
     pub renew_latency_us: AtomicU64,
-    /// Sum of renewal latencies, µs (with `renew_ok + renew_failed`, an average).
+    /// Sum of the durations of every renewal attempt (lost ones included), µs.
     pub renew_latency_us_sum: AtomicU64,
     /// Generation of the current grant (0 before the first).
     pub generation: AtomicU64,
@@ -55,67 +68,23 @@ pub struct LeaseStats {
     pub last_ok_unix_ms: AtomicU64,
 }
 
-/// A lease metric: a value of [`LeaseStats`], declared once, next to what it counts.
-#[derive(Clone, Copy, Debug)]
-pub struct LeaseMetric {
-    pub name: &'static str,
-    pub help: &'static str,
-    /// A counter (else a gauge).
-    pub counter: bool,
-    /// The exposed value, from the stats.
-    pub read: fn(&LeaseStats) -> f64,
-}
-
-fn load(a: &AtomicU64) -> u64 {
-    a.load(Ordering::Relaxed)
-}
-
 impl LeaseStats {
-    /// Renewal attempts by result: the name, help, and the `result` label's values.
-    pub const RENEWALS: (&'static str, &'static str) =
-        ("idgen_lease_renewals", "Lease renewal attempts, by result");
-
-    /// `(ok, failed)` renewal attempts.
+    /// Renewal attempts by result: `("ok", n)`, `("failed", n)`.
     pub fn renewals(&self) -> [(&'static str, u64); 2] {
         [
-            ("ok", load(&self.renew_ok)),
-            ("failed", load(&self.renew_failed)),
+            ("ok", self.renew_ok.load(Ordering::Relaxed)),
+            ("failed", self.renew_failed.load(Ordering::Relaxed)),
         ]
     }
 
-    /// The keeper's other values as the metrics scrape exposes them.
-    pub const METRICS: &'static [LeaseMetric] = &[
-        LeaseMetric {
-            name: "idgen_lease_renew_latency_seconds",
-            help: "Latency of the last lease renewal attempt",
-            counter: false,
-            read: |s| load(&s.renew_latency_us) as f64 / 1e6,
-        },
-        LeaseMetric {
-            name: "idgen_lease_renew_latency_seconds_sum",
-            help: "Sum of lease renewal latencies, seconds (divide by idgen_lease_renewals)",
-            counter: true,
-            read: |s| (load(&s.renew_latency_us_sum) / 1_000_000) as f64,
-        },
-        LeaseMetric {
-            name: "idgen_lease_acquisitions",
-            help: "Leases acquired (the first and every re-acquisition)",
-            counter: true,
-            read: |s| load(&s.acquisitions) as f64,
-        },
-        LeaseMetric {
-            name: "idgen_lease_lost",
-            help: "Leases found lost",
-            counter: true,
-            read: |s| load(&s.lost) as f64,
-        },
-        LeaseMetric {
-            name: "idgen_worker_ids_free",
-            help: "Worker IDs free in the node's region (or cluster), as of the last look",
-            counter: false,
-            read: |s| load(&s.free_workers) as f64,
-        },
-    ];
+    /// The renewal-duration histograms by result, as [`renewals`](LeaseStats::renewals) counts
+    /// them (µs).
+    pub fn renewal_durations(&self) -> [(&'static str, Snapshot); 2] {
+        [
+            ("ok", self.renew_ok_duration.snapshot()),
+            ("failed", self.renew_failed_duration.snapshot()),
+        ]
+    }
 }
 
 /// State shared between the keeper and everyone who reads it.
@@ -465,6 +434,9 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                     "invariant 2: the ceiling is raised only to a lease end whose commit succeeded"
                 );
                 stats.renew_ok.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .renew_ok_duration
+                    .record(&RENEWAL_BUCKETS_US, latency_us);
                 let last_ok = stats.last_ok_unix_ms.swap(now, Ordering::Relaxed);
                 let since_ms = now.saturating_sub(last_ok);
                 if since_ms > duration_ms(self.config.ttl) / 2 {
@@ -500,6 +472,9 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             }
             Err(e) => {
                 stats.renew_failed.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .renew_failed_duration
+                    .record(&RENEWAL_BUCKETS_US, latency_us);
                 let now_id = now.saturating_sub(self.layout.epoch_ms());
                 tracing::warn!(
                     event = "lease_renewal_failed",
@@ -712,6 +687,16 @@ mod tests {
         assert!(
             view.ceiling.get() > before,
             "resumes when the store answers"
+        );
+        // The duration histograms count what the renewal counters count, by result.
+        let [(ok, ok_h), (failed, failed_h)] = shared.stats.renewal_durations();
+        assert_eq!((ok, failed), ("ok", "failed"));
+        assert_eq!(ok_h.count(), 2);
+        assert_eq!(failed_h.count(), 2);
+        assert_eq!(ok_h.counts.len(), RENEWAL_BUCKETS_US.len() + 1);
+        assert_eq!(
+            shared.stats.renewals(),
+            [("ok", ok_h.count()), ("failed", failed_h.count())]
         );
         assert_eq!(shared.current().unwrap().grant.generation, 1);
     }
