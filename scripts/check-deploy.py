@@ -464,6 +464,11 @@ def systemd(root, invocations):
     ]:
         check(v in keys.get(k, []), f"{k}={v}")
     check("RestrictAddressFamilies" in keys, "RestrictAddressFamilies")
+    envs = " ".join(keys.get("Environment", []))
+    check(
+        re.search(r"\bIDGEN_LOG=", envs) is not None and "RUST_LOG" not in envs,
+        f"the log level by IDGEN_LOG, not RUST_LOG (Environment={envs})",
+    )
     check(
         "yes" in keys.get("DynamicUser", []) or "User" in keys, "DynamicUser or a dedicated User"
     )
