@@ -13,6 +13,7 @@ as `what<US>VAR=value …<US>args…` (US: the 0x1f unit separator; shell-quoted
 --check-config.
 """
 
+import json
 import re
 import shlex
 import sys
@@ -415,23 +416,70 @@ def network_policy(by_kind, labels, ports, setting):
 def dockerfile(root):
     print("Dockerfile:")
     text = (root / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    # Instructions only (comments dropped, continuation lines joined), by stage.
+    logical = re.sub(r"\\\n", " ", "\n".join(
+        line for line in text.splitlines() if not line.lstrip().startswith("#")
+    ))
+    instructions = [line.strip() for line in logical.splitlines() if line.strip()]
+    stages = []
+    for ins in instructions:
+        if re.match(r"FROM\s", ins, re.I):
+            stages.append([ins])
+        elif stages:
+            stages[-1].append(ins)
     froms = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, re.M)
     check(len(froms) >= 2, f"multi-stage: {[f for f, _ in froms]}")
     check(froms[0][0].startswith("rust:") and "bookworm" in text, "a rust:*-bookworm builder")
-    check("-slim" in froms[-1][0] or "slim" in text.split("FROM")[-1][:80], "a slim runtime")
+    runtime_base = froms[-1][0]
+    check(
+        runtime_base.startswith("gcr.io/distroless/") or runtime_base == "scratch",
+        f"a runtime without a shell: distroless or scratch ({runtime_base})",
+    )
+    check(
+        not runtime_base.startswith("gcr.io/distroless/") or "debian12" in runtime_base,
+        "the distroless release is the builder's (bookworm = debian12: its glibc)",
+    )
+    final = stages[-1] if stages else []
+    keywords = [ins.split(None, 1)[0].upper() for ins in final]
+    check("RUN" not in keywords, f"no RUN in the runtime stage ({sorted(set(keywords))})")
+    check("SHELL" not in keywords, "no SHELL in the runtime stage")
+    check(
+        not any(re.search(r"\bcurl\b", ins) for ins in final),
+        "nothing in the runtime stage uses curl",
+    )
+    users = [ins.split(None, 1)[1] for ins in final if ins.upper().startswith("USER ")]
+    m = re.fullmatch(r"(\d+)(?::(\d+))?", users[-1].strip()) if users else None
+    check(
+        m is not None and int(m.group(1)) != 0 and (m.group(2) is None or int(m.group(2)) != 0),
+        f"the runtime user is numeric and not root ({users})",
+    )
     for pkg in ("protobuf-compiler", "libprotobuf-dev", "libclang-dev", "clang"):
         check(re.search(rf"\b{re.escape(pkg)}\b", text) is not None, f"builder installs {pkg}")
     check(re.search(r'^ARG FEATURES="etcd"', text, re.M) is not None, 'ARG FEATURES="etcd" (or "etcd fdb")')
+    check(re.search(r'^ARG REVISION=', text, re.M) is not None, "ARG REVISION")
+    check(re.search(r'^ARG FDB_VERSION=\d+\.\d+\.\d+$', text, re.M) is not None, "ARG FDB_VERSION")
     check("IDGEN_BUILD_REVISION=\"$REVISION\"" in text, "the build records REVISION for idgen --version")
+    builder = " ".join(" ".join(st) for st in stages[:-1])
     check(
-        text.count("foundationdb-clients_${FDB_VERSION}") == 2,
-        "foundationdb-clients installed in both stages when FEATURES=fdb",
+        "foundationdb-clients_${FDB_VERSION}" in builder
+        and "foundationdb-clients" not in " ".join(final),
+        "foundationdb-clients fetched in a builder stage only (FEATURES=fdb)",
     )
-    check(re.search(r"^USER\s+\d+", text, re.M) is not None, "a numeric non-root USER")
-    check(re.search(r"^EXPOSE 7420 7421 7422$", text, re.M) is not None, "EXPOSE 7420 7421 7422")
     check(
-        re.search(r'HEALTHCHECK[^\n]*\n[^\n]*"idgen", "health", "--ready"', text) is not None,
-        "HEALTHCHECK: idgen health --ready (/health/ready)",
+        re.search(r"libfdb_c\.so\s+/runtime/usr/lib/", builder) is not None
+        and any(re.match(r"COPY\s+--from=\S+\s+/runtime/\s+/$", ins) for ins in final),
+        "with fdb, the runtime gets libfdb_c.so from the builder (COPY, into /usr/lib)",
+    )
+    check(re.search(r"^EXPOSE 7420 7421 7422$", text, re.M) is not None, "EXPOSE 7420 7421 7422")
+    health = [ins for ins in final if ins.upper().startswith("HEALTHCHECK")]
+    cmd = re.search(r"\bCMD\s+(\[.*\])\s*$", health[0]) if health else None
+    try:
+        argv = json.loads(cmd.group(1)) if cmd else None
+    except ValueError:
+        argv = None
+    check(
+        argv is not None and argv[:3] == ["idgen", "health", "--ready"],
+        f"HEALTHCHECK: idgen health --ready in exec form ({argv})",
     )
     check('ENTRYPOINT ["idgen"]' in text, 'ENTRYPOINT ["idgen"]')
     check(
@@ -464,6 +512,11 @@ def systemd(root, invocations):
     ]:
         check(v in keys.get(k, []), f"{k}={v}")
     check("RestrictAddressFamilies" in keys, "RestrictAddressFamilies")
+    envs = " ".join(keys.get("Environment", []))
+    check(
+        re.search(r"\bIDGEN_LOG=", envs) is not None and "RUST_LOG" not in envs,
+        f"the log level by IDGEN_LOG, not RUST_LOG (Environment={envs})",
+    )
     check(
         "yes" in keys.get("DynamicUser", []) or "User" in keys, "DynamicUser or a dedicated User"
     )

@@ -1,11 +1,13 @@
 //! The `idgen` command: `serve` runs a node; the other subcommands help operate one.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use idgen::clock::{Clock, SystemClock};
-use idgen::commands::LayoutSource;
-use idgen::config::{LeaseSection, ListenSection, LogFormat, ServeArgs};
+use idgen::commands::exit::{write_stdout, Failure};
+use idgen::commands::{InspectArgs, LayoutSource};
+use idgen::config::{ListenSection, LogFormat, LogSection, ServeArgs};
 use idgen::node::Node;
 use mimalloc::MiMalloc;
 
@@ -15,6 +17,7 @@ static GLOBAL: MiMalloc = MiMalloc;
 /// idgen: 64-bit, time-ordered, unique IDs, with timestamp-fenced worker leases.
 #[derive(Parser)]
 #[command(name = "idgen", version = idgen::build_info::VERSION_LINE.as_str(), about, long_about = None)]
+#[command(after_help = idgen::commands::exit::TABLE)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,22 +39,7 @@ enum Command {
         json: bool,
     },
     /// Show a cluster from its store: layout, every lease, free worker IDs per region.
-    Inspect {
-        /// The store URL, as for `idgen serve --store`.
-        #[arg(long, env = "IDGEN_STORE")]
-        store: Option<String>,
-        /// Directory of the embedded store.
-        #[arg(long, env = "IDGEN_DATA_DIR")]
-        data_dir: Option<std::path::PathBuf>,
-        /// The cluster's namespace.
-        #[arg(long, env = "IDGEN_NAMESPACE")]
-        namespace: Option<String>,
-        /// The cluster's lease safety period (counts expired leases as held for this long).
-        #[arg(long)]
-        lease_safety: Option<String>,
-        #[arg(long)]
-        json: bool,
-    },
+    Inspect(Box<InspectArgs>),
     /// Work out a bit layout for a deployment: nodes, regions, peak rate, years.
     Layout(idgen::commands::calc::LayoutCalcArgs),
     /// Check a running node's health on its admin port: exit 0 if live (ready with --ready),
@@ -81,154 +69,116 @@ enum Command {
         #[command(flatten)]
         tls: idgen::commands::tls::ClientTls,
     },
+    /// Print a shell completion script for idgen.
+    #[command(after_help = "Install it where the shell looks, for example:\n  \
+        bash: idgen completions bash > ~/.local/share/bash-completion/completions/idgen\n  \
+        zsh:  idgen completions zsh > ~/.zfunc/_idgen   (with fpath+=~/.zfunc before compinit)\n  \
+        fish: idgen completions fish > ~/.config/fish/completions/idgen.fish")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff: `idgen man | man -l -`), or write one page per command.
+    Man {
+        /// Write idgen.1 and one idgen-COMMAND.1 per command into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
+}
+
+/// The command line as `idgen` parses it, also what completions and the man page describe.
+fn cli() -> clap::Command {
+    // `serve` and `inspect` show their settings' defaults from the configuration's sections.
+    let inspect = |c: clap::Command| {
+        let mut c = idgen::config::with_defaults_in_help(c);
+        for id in idgen::commands::INSPECT_IGNORES {
+            c = c.mut_arg(id, |a| a.hide(true));
+        }
+        c
+    };
+    Cli::command()
+        .mut_subcommand("serve", idgen::config::with_defaults_in_help)
+        .mut_subcommand("inspect", inspect)
 }
 
 fn main() -> ExitCode {
-    // `serve` and `inspect` show their settings' defaults from the configuration's sections.
-    let command = Cli::command()
-        .mut_subcommand("serve", idgen::config::with_defaults_in_help)
-        .mut_subcommand("inspect", idgen::config::with_defaults_in_help);
-    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+    let cli = match Cli::from_arg_matches(&cli().get_matches()) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    match cli.command {
-        Command::Serve(args) => serve(*args),
-        Command::Get { addr, count, tls } => get(&addr, count, &tls),
+    let (name, result) = match cli.command {
+        Command::Serve(args) => return serve(*args),
+        Command::Get { addr, count, tls } => ("get", get(&addr, count, &tls)),
         Command::Health {
             addr,
             ready,
             timeout,
             tls,
-        } => health(&addr, ready, &timeout, &tls),
-        Command::Layout(args) => layout_calc(&args),
-        Command::Decode { ids, layout, json } => decode(&ids, &layout, json),
-        Command::Inspect {
-            store,
-            data_dir,
-            namespace,
-            lease_safety,
-            json,
-        } => {
-            // The `[lease]` section's defaults, as `idgen serve` has them.
-            let d = LeaseSection::default();
-            inspect(
-                &store.unwrap_or_else(|| d.store.to_string()),
-                &data_dir.unwrap_or(d.data_dir),
-                &namespace.unwrap_or(d.namespace),
-                &lease_safety.unwrap_or_else(|| idgen::config::format_duration(d.lease_safety)),
-                json,
-            )
-        }
+        } => ("health", health(&addr, ready, &timeout, &tls)),
+        Command::Layout(args) => ("layout", layout_calc(&args)),
+        Command::Decode { ids, layout, json } => ("decode", decode(&ids, &layout, json)),
+        Command::Inspect(args) => ("inspect", inspect(&args)),
+        Command::Completions { shell } => ("completions", completions(shell)),
+        Command::Man { out_dir } => ("man", man(out_dir.as_deref())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => f.report(name),
     }
 }
 
-fn layout_calc(args: &idgen::commands::calc::LayoutCalcArgs) -> ExitCode {
-    match args.needs().and_then(|n| idgen::commands::calc::report(&n)) {
-        Ok(text) => {
-            println!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("idgen layout: {e}");
-            ExitCode::from(2)
-        }
-    }
+fn layout_calc(args: &idgen::commands::calc::LayoutCalcArgs) -> Result<(), Failure> {
+    let text = args
+        .needs()
+        .and_then(|n| idgen::commands::calc::report(&n))
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    write_stdout(format!("{text}\n").as_bytes())
 }
 
-fn decode(ids: &[String], layout: &LayoutSource, json: bool) -> ExitCode {
-    let layout = match layout.layout() {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("idgen decode: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match idgen::commands::decode(&layout, ids, json) {
-        Ok(lines) => {
-            for l in lines {
-                println!("{l}");
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("idgen decode: {e}");
-            ExitCode::from(2)
-        }
+fn decode(ids: &[String], layout: &LayoutSource, json: bool) -> Result<(), Failure> {
+    let layout = layout.layout()?;
+    let lines = idgen::commands::decode(&layout, ids, json).map_err(Failure::Usage)?;
+    let mut out = String::new();
+    for l in lines {
+        out.push_str(&l);
+        out.push('\n');
     }
+    write_stdout(out.as_bytes())
 }
 
-fn inspect(
-    store: &str,
-    data_dir: &std::path::Path,
-    namespace: &str,
-    safety: &str,
-    json: bool,
-) -> ExitCode {
-    let url: idgen::store::StoreUrl = match store.parse() {
-        Ok(u) => u,
-        Err(e) => {
-            eprintln!("idgen inspect: store: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let safety = match idgen::config::parse_duration("lease_safety", safety) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("idgen inspect: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
+fn inspect(args: &InspectArgs) -> Result<(), Failure> {
+    let (lease, log) = args.resolve()?;
+    // Logs (the store's warnings) go to stderr; the report is stdout's alone.
+    init_logging(&log)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("idgen inspect: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(idgen::commands::inspect(
-        &url, data_dir, namespace, safety, json,
-    )) {
-        Ok(text) => {
-            println!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("idgen inspect: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    let text = rt
+        .block_on(idgen::commands::inspect(&lease, args.json))
+        .map_err(Failure::Runtime)?;
+    write_stdout(format!("{text}\n").as_bytes())
 }
 
-fn get(addr: &str, count: u32, tls: &idgen::commands::tls::ClientTls) -> ExitCode {
+fn get(addr: &str, count: u32, tls: &idgen::commands::tls::ClientTls) -> Result<(), Failure> {
     use std::io::Write;
-    let mut conn = match idgen::commands::node_conn::NodeConn::connect(addr, tls) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("idgen get: cannot connect to {addr}: {e}");
-            return ExitCode::FAILURE;
+    let mut conn =
+        idgen::commands::node_conn::NodeConn::connect(addr, tls).map_err(|e| match e {
+            Failure::Runtime(m) => Failure::Runtime(format!("cannot connect to {addr}: {m}")),
+            usage => usage,
+        })?;
+    let ids = conn
+        .ids(u64::from(count))
+        .map_err(|e| Failure::Runtime(format!("{addr}: {e}")))?;
+    let written = (|| {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for id in ids {
+            writeln!(out, "{id}")?;
         }
-    };
-    let ids = match conn.ids(u64::from(count)) {
-        Ok(ids) => ids,
-        Err(e) => {
-            eprintln!("idgen get: {addr}: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for id in ids {
-        if writeln!(out, "{id}").is_err() {
-            return ExitCode::FAILURE;
-        }
-    }
-    if out.flush().is_err() {
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
+        out.flush()
+    })();
+    written.map_err(|e| Failure::Runtime(format!("cannot write the output: {e}")))
 }
 
 fn health(
@@ -236,42 +186,51 @@ fn health(
     ready: bool,
     timeout: &str,
     tls: &idgen::commands::tls::ClientTls,
-) -> ExitCode {
+) -> Result<(), Failure> {
     use idgen::commands::health::{check, Health};
-    let timeout = match idgen::config::parse_duration("timeout", timeout) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("idgen health: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let timeout = idgen::config::parse_duration("timeout", timeout)?;
     let what = if ready { "ready" } else { "live" };
-    match check(addr, ready, timeout, tls) {
-        Ok(Health::Ok) => {
-            println!("{addr}: {what}");
-            ExitCode::SUCCESS
-        }
-        Ok(Health::Not(status, body)) => {
-            eprintln!("idgen health: {addr}: not {what} ({status}): {body}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("idgen health: {e}");
-            ExitCode::FAILURE
+    match check(addr, ready, timeout, tls)? {
+        Health::Ok => write_stdout(format!("{addr}: {what}\n").as_bytes()),
+        Health::Not(status, body) => Err(Failure::Runtime(format!(
+            "{addr}: not {what} ({status}): {body}"
+        ))),
+    }
+}
+
+fn completions(shell: clap_complete::Shell) -> Result<(), Failure> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cli(), "idgen", &mut script);
+    write_stdout(&script)
+}
+
+fn man(out_dir: Option<&std::path::Path>) -> Result<(), Failure> {
+    match out_dir {
+        None => write_stdout(&idgen::commands::man::page(cli())),
+        Some(dir) => {
+            let written = idgen::commands::man::write_pages(cli(), dir)
+                .map_err(|e| Failure::Runtime(format!("{}: {e}", dir.display())))?;
+            let mut out = String::new();
+            for p in written {
+                out.push_str(&format!("{}\n", p.display()));
+            }
+            write_stdout(out.as_bytes())
         }
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// Installs the log subscriber (stderr) of the `[log]` section; a bad level (also in
+/// `RUST_LOG`) is a configuration error.
+fn init_logging(log: &LogSection) -> Result<(), Failure> {
+    let filter = log.filter()?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match format {
+    match log.log_format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
     }
+    Ok(())
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
@@ -288,6 +247,11 @@ fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("idgen: configuration error: cannot set up TLS: {e}");
         return ExitCode::from(2);
     }
+    // The log level, also one from RUST_LOG, is checked before anything starts.
+    if let Err(e) = config.log.filter() {
+        eprintln!("idgen: configuration error: {e}");
+        return ExitCode::from(2);
+    }
     if args.check_config {
         // The file on stdout (`--check-config > resolved.toml` keeps it), the verdict apart.
         return match config.to_toml() {
@@ -302,7 +266,10 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
     }
-    init_logging(config.log.log_format);
+    if let Err(e) = init_logging(&config.log) {
+        eprintln!("idgen: configuration error: {}", e.message());
+        return ExitCode::from(e.code());
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("idgen-control")

@@ -323,3 +323,176 @@ fn passwords_from_a_file_or_the_environment_and_never_in_the_logs() {
         assert!(!node.stdout.iter().any(|l| l.contains(PASSWORD)));
     }
 }
+
+/// `idgen inspect --config FILE` reaches an authenticated etcd over TLS as the node does: the
+/// node's own file names the store (etcds://), the authority, the client certificate and the
+/// user with a password file; inspect given that file (or the file without the password file,
+/// and IDGEN_ETCD_PASSWORD, or the same settings as flags) shows the node's lease. A wrong
+/// password is refused by etcd (exit 1); a user without a password, a missing authority, or
+/// two passwords are configuration errors (exit 2).
+#[test]
+fn inspect_reaches_the_store_with_the_nodes_tls_and_credentials() {
+    const PASSWORD: &str = "pw-inspect-5b21e0";
+    let ca = TestCa::new("etcd test ca");
+    let cluster = EtcdCluster::start_tls(1, EtcdTls::from_ca(&ca, true));
+    let me = ca.client("idgen");
+    enable_auth(
+        &cluster,
+        &ClientAuth {
+            ca: Some(&ca.ca),
+            cert: Some(&me),
+            user: None,
+        },
+        "root-secret",
+        &[TestUser {
+            name: "inspector",
+            password: PASSWORD,
+            readwrite_prefix: Some("insp/"),
+        }],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let password_file = dir.path().join("etcd-password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+    let url = cluster.url("insp");
+    let lease = format!(
+        "[lease]\nstore = \"{url}\"\nnamespace = \"payments\"\nlease_ttl = \"{TTL}\"\n\
+         etcd_ca = \"{}\"\netcd_cert = \"{}\"\netcd_key = \"{}\"\netcd_server_name = \"localhost\"\n\
+         etcd_user = \"inspector\"\n",
+        ca.ca.display(),
+        me.cert.display(),
+        me.key.display()
+    );
+    let with_file = dir.path().join("node.toml");
+    std::fs::write(
+        &with_file,
+        format!(
+            "{lease}etcd_password_file = \"{}\"\n",
+            password_file.display()
+        ),
+    )
+    .unwrap();
+    let without_password = dir.path().join("node-env.toml");
+    std::fs::write(&without_password, &lease).unwrap();
+
+    let node = NodeProc::start(&[
+        "--config",
+        path(&with_file),
+        "--shards",
+        "2",
+        "--node-id",
+        "pay-1",
+    ]);
+    serves(&node);
+    let inspect = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(idgen_binary());
+        cmd.arg("inspect")
+            .args(args)
+            .env_remove("IDGEN_ETCD_PASSWORD")
+            .env_remove("IDGEN_CONFIG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let holds = |out: &std::process::Output| {
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["namespace"], "payments", "{v}");
+        assert!(
+            v["leases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["node_id"] == "pay-1" && l["count"] == 2 && l["state"] == "held"),
+            "{v}"
+        );
+        let all = format!("{out:?}");
+        assert!(
+            !all.contains(PASSWORD),
+            "the password is in inspect's output"
+        );
+    };
+    holds(&inspect(&["--config", path(&with_file), "--json"], &[]));
+    holds(&inspect(
+        &["--config", path(&without_password), "--json"],
+        &[("IDGEN_ETCD_PASSWORD", PASSWORD)],
+    ));
+    // The flags alone, as the file has them, reach it too.
+    holds(&inspect(
+        &[
+            "--store",
+            &url,
+            "--namespace",
+            "payments",
+            "--etcd-ca",
+            path(&ca.ca),
+            "--etcd-cert",
+            path(&me.cert),
+            "--etcd-key",
+            path(&me.key),
+            "--etcd-user",
+            "inspector",
+            "--etcd-password-file",
+            path(&password_file),
+            "--json",
+        ],
+        &[],
+    ));
+    // A user without a password is a configuration error, as for serve.
+    let out = inspect(&["--config", path(&without_password)], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("without a password"),
+        "{out:?}"
+    );
+    // A wrong password (a flag over the file's): etcd refuses, a runtime failure that names
+    // the cause.
+    let wrong = dir.path().join("wrong-password");
+    std::fs::write(&wrong, "pw-wrong-77c4\n").unwrap();
+    let out = inspect(
+        &[
+            "--config",
+            path(&with_file),
+            "--etcd-password-file",
+            path(&wrong),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot open the store etcds://") && err.contains("authentication failed"),
+        "{out:?}"
+    );
+    assert!(!err.contains("pw-wrong-77c4"), "{err}");
+    // Without the file: the default embedded store, where no node ran.
+    let out = Command::new(idgen_binary())
+        .args(["inspect", "--namespace", "payments"])
+        .current_dir(dir.path())
+        .env_remove("IDGEN_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // A flag beats the file: another CA path, missing, is a configuration error.
+    let out = inspect(
+        &[
+            "--config",
+            path(&with_file),
+            "--etcd-ca",
+            "/nonexistent/ca.pem",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/ca.pem"),
+        "{out:?}"
+    );
+    // Both a password file and IDGEN_ETCD_PASSWORD: refused as serve refuses it.
+    let out = inspect(
+        &["--config", path(&with_file)],
+        &[("IDGEN_ETCD_PASSWORD", PASSWORD)],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    drop(node);
+}

@@ -12,6 +12,7 @@ use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
+use super::exit::Failure;
 use super::tls::{ClientTls, Connector};
 
 /// What the check found.
@@ -24,19 +25,20 @@ pub enum Health {
 }
 
 /// Asks the admin server at `addr` for `/health/live`, or `/health/ready` if `ready`, within
-/// `timeout` in all, over TLS if `tls` says so. `Err`: no answer (refused, timed out, not
-/// HTTP, a certificate that does not verify).
+/// `timeout` in all, over TLS if `tls` says so. `Err`: TLS files that cannot be read
+/// ([`Failure::Usage`]), or no answer ([`Failure::Runtime`]: refused, timed out, not HTTP, a
+/// certificate that does not verify).
 pub fn check(
     addr: &str,
     ready: bool,
     timeout: Duration,
     tls: &ClientTls,
-) -> Result<Health, String> {
-    let connector = tls.connector(addr, b"http/1.1")?;
+) -> Result<Health, Failure> {
+    let connector = tls.connector(addr, b"http/1.1").map_err(Failure::Usage)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::Runtime(e.to_string()))?;
     let path = if ready {
         "/health/ready"
     } else {
@@ -47,6 +49,7 @@ pub fn check(
             .await
             .map_err(|_| format!("{addr}: no answer within {timeout:?}"))?
     })
+    .map_err(Failure::Runtime)
 }
 
 async fn get(addr: &str, path: &str, tls: Option<Connector>) -> Result<Health, String> {

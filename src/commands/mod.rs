@@ -1,22 +1,28 @@
-//! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen layout` ([`calc`]).
+//! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen layout` ([`calc`]),
+//! `idgen health` ([`health`]); their exit statuses ([`exit`]).
 
 pub mod calc;
+pub mod exit;
 pub mod health;
+pub mod man;
 pub mod node_conn;
 pub mod tls;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 use serde_json::json;
 
 use crate::clock::{Clock, SystemClock};
-use crate::config::{parse_epoch, ConfigError};
+use crate::config::{
+    parse_epoch, ConfigError, LeaseArgs, LeaseSection, LogArgs, LogSection, Settings,
+};
 use crate::layout::{
     Layout, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
 };
 use crate::lease::{LeaseConfig, Leases, Owner, WorkerState};
-use crate::store::StoreUrl;
+use exit::Failure;
 
 /// Where a command takes the layout from: a running node, or flags.
 #[derive(Args, Debug, Clone, Default)]
@@ -41,10 +47,14 @@ pub struct LayoutSource {
 
 impl LayoutSource {
     /// The layout, from the node if `--addr` is given, else from the flags.
-    pub fn layout(&self) -> Result<Layout, String> {
+    pub fn layout(&self) -> Result<Layout, Failure> {
         if let Some(addr) = &self.addr {
-            let conn = node_conn::NodeConn::connect(addr, &self.tls)
-                .map_err(|e| format!("cannot read the layout from {addr}: {e}"))?;
+            let conn = node_conn::NodeConn::connect(addr, &self.tls).map_err(|e| match e {
+                Failure::Usage(m) => Failure::Usage(m),
+                Failure::Runtime(m) => {
+                    Failure::Runtime(format!("cannot read the layout from {addr}: {m}"))
+                }
+            })?;
             let h = conn.hello();
             return Layout::new(
                 h.epoch_ms,
@@ -53,10 +63,10 @@ impl LayoutSource {
                 h.sequence_bits,
                 h.region_bits,
             )
-            .map_err(|e| format!("{addr} announced an invalid layout: {e}"));
+            .map_err(|e| Failure::Runtime(format!("{addr} announced an invalid layout: {e}")));
         }
         let epoch = match &self.epoch {
-            Some(e) => parse_epoch(e).map_err(|ConfigError(m)| m)?,
+            Some(e) => parse_epoch(e).map_err(|ConfigError(m)| Failure::Usage(m))?,
             None => DEFAULT_EPOCH_MS,
         };
         Layout::new(
@@ -66,7 +76,50 @@ impl LayoutSource {
             self.sequence_bits,
             self.region_bits,
         )
-        .map_err(|e| format!("layout: {e}"))
+        .map_err(|e| Failure::Usage(format!("layout: {e}")))
+    }
+}
+
+/// Flags of `idgen inspect`: the store as `idgen serve` reaches it (the `[lease]` settings:
+/// flags, `IDGEN_*` variables, the file given by `--config`, with serve's precedence), and the
+/// `[log]` settings.
+#[derive(Args, Debug, Default, Clone)]
+pub struct InspectArgs {
+    /// A node's TOML configuration file (as `idgen serve --config`): its [lease] table says
+    /// which store and how to reach it (TLS, user), [log] how to log; flags and IDGEN_*
+    /// variables override it.
+    #[arg(long, env = "IDGEN_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// The `[lease]` settings `idgen inspect` takes no notice of: it shows every region and
+/// leases nothing. Hidden from its help (accepted, so a node's environment does no harm).
+pub const INSPECT_IGNORES: [&str; 2] = ["node_id", "region"];
+
+impl InspectArgs {
+    /// The `[lease]` and `[log]` sections: flags and environment over the file over the
+    /// defaults, resolved (and the store's TLS and password files read) as `idgen serve` does.
+    /// The file's other tables are read too (unknown keys are refused) but not used.
+    pub fn resolve(&self) -> Result<(LeaseSection, LogSection), ConfigError> {
+        let file = match &self.config {
+            Some(p) => Settings::load(p)?,
+            None => Settings::default(),
+        };
+        let mut lease = self.lease.clone().or(file.lease);
+        // Every region is shown: the node's own (and the layout it is checked against) does
+        // not matter here. The layout comes from the cluster record.
+        lease.region = Some("global".to_string());
+        lease.node_id = None;
+        let lease = LeaseSection::resolve(lease, &Layout::default())?;
+        let log = LogSection::resolve(self.log.clone().or(file.log))?;
+        Ok((lease, log))
     }
 }
 
@@ -94,15 +147,12 @@ pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<Stri
     Ok(out)
 }
 
-/// `idgen inspect --store URL`: the cluster record, every lease, free worker IDs per region.
-pub async fn inspect(
-    url: &StoreUrl,
-    data_dir: &std::path::Path,
-    namespace: &str,
-    safety: Duration,
-    as_json: bool,
-) -> Result<String, String> {
-    let store = crate::store::open(url, data_dir, &crate::store::StoreAccess::default())
+/// `idgen inspect`: the cluster record, every lease, free worker IDs per region, from the
+/// store `lease` names (reached with its TLS material and user) in its namespace; expired
+/// leases count as held for its safety period.
+pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, String> {
+    let (url, namespace, safety) = (&lease.store, lease.namespace.as_str(), lease.lease_safety);
+    let store = crate::store::open(url, &lease.data_dir, &lease.access)
         .await
         .map_err(|e| format!("cannot open the store {url}: {e}"))?;
     let now = SystemClock::new().wall_ms();

@@ -11,6 +11,7 @@ use std::time::Duration;
 use idgen_protocol::client::{Answer, ClientConn, Handshake};
 use idgen_protocol::ServerHello;
 
+use super::exit::Failure;
 use super::tls::{ClientTls, Connector};
 
 /// Connect, read and write timeouts of an operator command.
@@ -56,18 +57,24 @@ pub struct NodeConn {
 
 impl NodeConn {
     /// Connects to `addr` (`host:port`; every address it resolves to is tried in turn), over
-    /// TLS if `tls` says so, and completes the handshake.
-    pub fn connect(addr: &str, tls: &ClientTls) -> Result<NodeConn, String> {
-        let connector = tls.connector(addr, b"idgen/1")?;
+    /// TLS if `tls` says so, and completes the handshake. TLS files that cannot be read are a
+    /// [`Failure::Usage`]; a node that cannot be reached or refuses, a [`Failure::Runtime`].
+    pub fn connect(addr: &str, tls: &ClientTls) -> Result<NodeConn, Failure> {
+        let connector = tls.connector(addr, b"idgen/1").map_err(Failure::Usage)?;
         let mut last = format!("{addr}: resolves to no address");
-        let addrs = addr.to_socket_addrs().map_err(|e| format!("{addr}: {e}"))?;
+        let addrs = addr
+            .to_socket_addrs()
+            .map_err(|e| Failure::Runtime(format!("{addr}: {e}")))?;
         for a in addrs {
             match TcpStream::connect_timeout(&a, TIMEOUT) {
-                Ok(stream) => return NodeConn::handshake(stream, connector.as_ref()),
+                Ok(stream) => {
+                    return NodeConn::handshake(stream, connector.as_ref())
+                        .map_err(Failure::Runtime)
+                }
                 Err(e) => last = format!("{a}: {e}"),
             }
         }
-        Err(last)
+        Err(Failure::Runtime(last))
     }
 
     fn handshake(tcp: TcpStream, tls: Option<&Connector>) -> Result<NodeConn, String> {

@@ -64,7 +64,7 @@ pub use clock::{ClockArgs, ClockSection};
 pub use layout::LayoutArgs;
 pub use lease::{LeaseArgs, LeaseSection};
 pub use listen::{ListenArgs, ListenSection, MAX_BATCH_LIMIT};
-pub use log::{LogArgs, LogFormat, LogSection};
+pub use log::{LogArgs, LogFormat, LogSection, DEFAULT_LOG_LEVEL};
 pub use shutdown::{ShutdownArgs, ShutdownSection};
 pub use tls::{AdminTls, TlsArgs, TlsSection};
 
@@ -335,6 +335,9 @@ impl ServeConfig {
             }
             if name == "lease" && self.lease.node_id.is_none() {
                 out.push_str("# node_id is not set: the host name\n");
+            }
+            if name == "log" && self.log.log_level.is_none() {
+                out.push_str("# log_level is not set: RUST_LOG, else info\n");
             }
             if name == "lease" && self.lease.etcd_password_from_env() {
                 out.push_str(

@@ -96,6 +96,27 @@ fn garbage_is_refused_with_the_setting_named() {
     let mut log = ServeArgs::default();
     log.settings.log.log_format = Some("xml".into());
     assert!(bad(log).starts_with("log_format:"));
+    for level in ["verbose", "warning", "", "idgen=loud", "info,,debug=x"] {
+        let mut log = ServeArgs::default();
+        log.settings.log.log_level = Some(level.into());
+        assert!(bad(log).starts_with("log_level"), "{level:?}");
+    }
+    for level in [
+        "info",
+        " warn ",
+        "warn,idgen=debug",
+        "off",
+        "idgen::node=trace",
+        "3",
+    ] {
+        let mut log = ServeArgs::default();
+        log.settings.log.log_level = Some(level.into());
+        let c = log
+            .resolve(NOW)
+            .unwrap_or_else(|e| panic!("{level:?}: {e}"));
+        assert_eq!(c.log.log_level.as_deref(), Some(level.trim()));
+        assert!(c.log.filter().is_ok());
+    }
     let mut clock = ServeArgs::default();
     clock.settings.clock.max_rollback_wait = Some("5s".into());
     assert!(bad(clock).starts_with("max_rollback_wait:"));

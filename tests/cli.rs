@@ -1,0 +1,568 @@
+//! The `idgen` command line as an operator meets it: `inspect --config` on a node's own file
+//! (the embedded store), the log level's sources and their precedence, shell completions and
+//! the man page generated from the clap definition, and the documented exit statuses against
+//! real invocations.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::docs::repo_root;
+use common::node::{idgen_binary, NodeProc};
+use serde_json::Value;
+
+fn idgen(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(idgen_binary());
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("IDGEN_LOG")
+        .env_remove("IDGEN_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run idgen")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temporary path")
+}
+
+/// The subcommands as `idgen --help` lists them (but `help`).
+fn subcommands() -> Vec<String> {
+    let help = text(&idgen(&["--help"], &[]).stdout);
+    let list = help
+        .split("Commands:\n")
+        .nth(1)
+        .expect("a Commands: list")
+        .split("\n\n")
+        .next()
+        .unwrap();
+    let names: Vec<String> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| *n != "help")
+        .map(str::to_string)
+        .collect();
+    for expected in ["serve", "inspect", "health", "completions", "man"] {
+        assert!(names.iter().any(|n| n == expected), "{names:?}");
+    }
+    names
+}
+
+/// `idgen inspect --config FILE` reads the node's own file: the store (here the embedded one,
+/// in the directory the file names) and the namespace come from it, flags and IDGEN_* variables
+/// override it, and without the file inspect looks elsewhere (and finds nothing).
+#[test]
+fn inspect_reads_the_store_and_namespace_from_the_nodes_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let config = dir.path().join("idgen.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[lease]\nstore = \"embedded:{}\"\nnamespace = \"orders\"\nlease_ttl = \"2s\"\n\
+             [log]\nlog_format = \"json\"\n",
+            store.display()
+        ),
+    )
+    .unwrap();
+    let cfg = path(&config);
+    let mut node = NodeProc::start(&["--config", cfg, "--shards", "2", "--node-id", "alpha"]);
+    assert!(
+        node.stdout.iter().any(|l| l.contains("store embedded:")),
+        "{:?}",
+        node.stdout
+    );
+    // The embedded store belongs to one process: while the node runs, inspect is refused (a
+    // runtime failure, not a usage error).
+    let out = idgen(&["inspect", "--config", cfg], &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("cannot open the store embedded:"),
+        "{out:?}"
+    );
+    assert!(node.terminate(Duration::from_secs(15)).success());
+
+    let out = idgen(&["inspect", "--config", cfg, "--json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["namespace"], "orders", "{v}");
+    let leases = v["leases"].as_array().unwrap();
+    assert!(
+        leases
+            .iter()
+            .any(|l| l["node_id"] == "alpha" && l["count"] == 2 && l["state"] == "released"),
+        "{v}"
+    );
+    let out = idgen(&["inspect", "--config", cfg], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("namespace   orders in embedded:"),
+        "{out:?}"
+    );
+
+    // A flag, or its variable, beats the file.
+    for (args, env) in [
+        (vec!["--namespace", "billing"], vec![]),
+        (vec![], vec![("IDGEN_NAMESPACE", "billing")]),
+    ] {
+        let mut all = vec!["inspect", "--config", cfg];
+        all.extend(args);
+        let out = idgen(&all, &env);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(
+            text(&out.stderr).contains("no cluster in namespace \"billing\""),
+            "{out:?}"
+        );
+    }
+    // IDGEN_CONFIG names the file as --config does.
+    let out = idgen(&["inspect", "--json"], &[("IDGEN_CONFIG", cfg)]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // Without the file: the default store and namespace, where no node ran.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = Command::new(idgen_binary())
+        .args(["inspect"])
+        .env_remove("IDGEN_CONFIG")
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("no cluster in namespace \"default\""),
+        "{out:?}"
+    );
+    // A file that is not a configuration, a setting that does not parse, a missing file: 2.
+    let bad = dir.path().join("bad.toml");
+    for contents in [
+        "[lease]\nstorr = \"memory\"\n",
+        "[lease]\nlease_ttl = \"soon\"\n",
+    ] {
+        std::fs::write(&bad, contents).unwrap();
+        let out = idgen(&["inspect", "--config", path(&bad)], &[]);
+        assert_eq!(out.status.code(), Some(2), "{contents}: {out:?}");
+    }
+    let out = idgen(&["inspect", "--config", "/nonexistent/idgen.toml"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("/nonexistent/idgen.toml"));
+}
+
+/// Whether a node logged at info: its `node_started` event (idgen::node) and its
+/// `lease_acquired` event (idgen_core).
+fn logged(args: &[&str], env: &[(&str, &str)]) -> (bool, bool) {
+    let mut all = vec!["--store", "memory", "--shards", "1", "--log-format", "json"];
+    all.extend_from_slice(args);
+    let mut node = NodeProc::try_start(&all, env).unwrap_or_else(|e| panic!("{e}"));
+    let log = node.log();
+    assert!(node.terminate(Duration::from_secs(15)).success());
+    (
+        log.contains("\"event\":\"node_started\""),
+        log.contains("\"event\":\"lease_acquired\""),
+    )
+}
+
+/// The level comes from --log-level, else IDGEN_LOG, else the file's [log] log_level, else
+/// RUST_LOG (the test kit sets RUST_LOG=info on its nodes), else info; it takes tracing's
+/// directives; a value that does not parse, from any of them, is a configuration error (2).
+#[test]
+fn the_log_level_comes_from_the_flag_then_idgen_log_then_the_file_then_rust_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let warn_file = dir.path().join("warn.toml");
+    std::fs::write(&warn_file, "[log]\nlog_level = \"warn\"\n").unwrap();
+    let wf = path(&warn_file);
+    // RUST_LOG=info (the kit's) alone: info events.
+    assert_eq!(logged(&[], &[]), (true, true));
+    // The file beats RUST_LOG.
+    assert_eq!(logged(&["--config", wf], &[]), (false, false));
+    // IDGEN_LOG beats the file.
+    assert_eq!(
+        logged(&["--config", wf], &[("IDGEN_LOG", "info")]),
+        (true, true)
+    );
+    // The flag beats IDGEN_LOG; directives per target.
+    assert_eq!(
+        logged(&["--log-level", "warn"], &[("IDGEN_LOG", "info")]),
+        (false, false)
+    );
+    assert_eq!(
+        logged(&["--log-level", "warn,idgen::node=info"], &[]),
+        (true, false)
+    );
+    // Without any of them: info.
+    let out = Command::new(idgen_binary())
+        .args(["serve", "--store", "memory", "--check-config"])
+        .env_remove("RUST_LOG")
+        .env_remove("IDGEN_LOG")
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("# log_level is not set: RUST_LOG, else info"),
+        "{out:?}"
+    );
+    assert_eq!(idgen::config::DEFAULT_LOG_LEVEL, "info");
+
+    // --check-config prints the level it resolved, which reads back.
+    let out = idgen(
+        &[
+            "serve",
+            "--store",
+            "memory",
+            "--log-level",
+            "warn,idgen=debug",
+            "--check-config",
+        ],
+        &[],
+    );
+    assert!(
+        text(&out.stdout).contains("log_level = \"warn,idgen=debug\""),
+        "{out:?}"
+    );
+
+    // Bad values, from each source: exit 2 and the source named, before anything starts.
+    let bad_file = dir.path().join("bad.toml");
+    std::fs::write(&bad_file, "[log]\nlog_level = \"verbose\"\n").unwrap();
+    let serve = [
+        "serve",
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    for (extra, env, named) in [
+        (vec!["--log-level", "verbose"], vec![], "log_level"),
+        (vec!["--log-level", "idgen=loud"], vec![], "log_level"),
+        (vec!["--log-level", ""], vec![], "log_level"),
+        (vec![], vec![("IDGEN_LOG", "warning")], "log_level"),
+        (vec!["--config", path(&bad_file)], vec![], "log_level"),
+        (vec![], vec![("RUST_LOG", "idgen=loud")], "RUST_LOG"),
+    ] {
+        let mut args = serve.to_vec();
+        args.extend(extra.iter().copied());
+        for check in [false, true] {
+            let mut a = args.clone();
+            if check {
+                a.push("--check-config");
+            }
+            let out = idgen(&a, &env);
+            assert_eq!(out.status.code(), Some(2), "{a:?} {env:?}: {out:?}");
+            let err = text(&out.stderr);
+            assert!(
+                err.contains("configuration error") && err.contains(named),
+                "{a:?} {env:?}: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{a:?}: started: {out:?}");
+        }
+    }
+    // inspect takes the same flag (it logs the store's warnings).
+    let out = idgen(
+        &["inspect", "--store", "memory", "--log-level", "loud"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// `idgen completions SHELL`: every shell's script names every subcommand; bash accepts the
+/// bash one (`bash -n`), and a shell that sources it completes the subcommands and the flags of
+/// one.
+#[test]
+fn completion_scripts_cover_every_subcommand_and_bash_accepts_its_own() {
+    let subs = subcommands();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = idgen(&["completions", shell], &[]);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {out:?}");
+        let script = text(&out.stdout);
+        for sub in &subs {
+            assert!(script.contains(sub.as_str()), "{shell}: no {sub}");
+        }
+    }
+    let out = idgen(&["completions", "tcsh"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("idgen.bash");
+    std::fs::write(&script, idgen(&["completions", "bash"], &[]).stdout).unwrap();
+    let checked = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .expect("bash (it is every test machine's shell)");
+    assert!(checked.status.success(), "bash -n: {checked:?}");
+    // Complete `idgen <TAB>` and `idgen inspect --etcd-<TAB>` the way bash's completion does.
+    let complete = |words: &str, cword: usize| {
+        let probe = format!(
+            "source {}; COMP_WORDS=({words}); COMP_CWORD={cword}; COMP_LINE='{words}'; \
+             COMP_POINT=${{#COMP_LINE}}; _idgen idgen; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        );
+        let out = Command::new("bash").arg("-c").arg(probe).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        text(&out.stdout)
+    };
+    let top: BTreeSet<String> = complete("idgen ''", 1)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    for sub in &subs {
+        assert!(top.contains(sub), "`idgen <TAB>` misses {sub}: {top:?}");
+    }
+    let flags = complete("idgen inspect --etcd-", 2);
+    for flag in ["--etcd-ca", "--etcd-user", "--etcd-password-file"] {
+        assert!(flags.lines().any(|l| l == flag), "{flag}: {flags}");
+    }
+}
+
+/// `idgen man`: one page with every command (NAME, SYNOPSIS, OPTIONS, each command's section,
+/// EXIT STATUS), or one page per command with --out-dir; groff renders them without a
+/// warning.
+#[test]
+fn the_man_page_has_every_command_and_renders() {
+    let subs = subcommands();
+    let out = idgen(&["man"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let page = text(&out.stdout);
+    assert!(page.contains("\n.TH idgen 1 "), "{page}");
+    for section in [
+        "NAME",
+        "SYNOPSIS",
+        "DESCRIPTION",
+        "OPTIONS",
+        "SUBCOMMANDS",
+        "\"EXIT STATUS\"",
+    ] {
+        assert!(page.contains(&format!("\n.SH {section}\n")), "{section}");
+    }
+    for sub in &subs {
+        let heading = format!("\n.SH \"IDGEN {}\"\n", sub.to_uppercase());
+        assert!(page.contains(&heading), "no section {heading:?}");
+    }
+    // Options of the commands are on the page, with their environment variables.
+    for flag in [
+        r"\-\-etcd\-password\-file",
+        r"\-\-log\-level",
+        r"\-\-ready",
+        "IDGEN_LOG",
+    ] {
+        assert!(page.contains(flag), "{flag}");
+    }
+    // The exit table, as --help has it.
+    assert!(page.contains("Usage or configuration error"), "{page}");
+    assert!(!page.contains(".SH EXTRA"), "{page}");
+    render(&page, "idgen.1");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = idgen(&["man", "--out-dir", path(dir.path())], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mut expected: BTreeSet<String> = subs.iter().map(|s| format!("idgen-{s}.1")).collect();
+    expected.insert("idgen.1".into());
+    let written: BTreeSet<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(written, expected);
+    for name in &written {
+        let page = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        for section in ["NAME", "SYNOPSIS", "\"EXIT STATUS\""] {
+            assert!(
+                page.contains(&format!("\n.SH {section}\n")),
+                "{name}: {section}"
+            );
+        }
+        render(&page, name);
+    }
+    let serve = std::fs::read_to_string(dir.path().join("idgen-serve.1")).unwrap();
+    assert!(serve.contains(r"\fBidgen serve\fR"), "{serve}");
+    assert!(serve.contains(r"\-\-check\-config"), "{serve}");
+    // A directory that cannot be made: a runtime failure.
+    let out = idgen(&["man", "--out-dir", "/proc/no-such-dir"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
+/// Renders a page with groff (warnings on, fatal here) and `man -l` when they are installed
+/// (scripts/deps test installs groff); without them the structure checks above stand alone.
+fn render(page: &str, name: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(name);
+    std::fs::write(&file, page).unwrap();
+    match Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww", "-z"])
+        .arg(&file)
+        .output()
+    {
+        Ok(out) => {
+            assert!(out.status.success(), "groff {name}: {out:?}");
+            assert!(
+                out.stderr.is_empty(),
+                "groff warns on {name}: {}",
+                text(&out.stderr)
+            );
+        }
+        Err(e) => eprintln!("groff not installed ({e}): {name} checked for its structure only"),
+    }
+    if let Ok(out) = Command::new("man")
+        .arg("-l")
+        .arg(&file)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+    {
+        assert!(out.status.success(), "man -l {name}: {out:?}");
+        let shown = text(&out.stdout);
+        assert!(
+            shown.contains("NAME") && shown.contains("EXIT STATUS"),
+            "{shown}"
+        );
+    }
+}
+
+/// The exit table: the codes `idgen --help` documents, which docs/OPERATIONS.md repeats word
+/// for word.
+fn documented_codes() -> BTreeSet<i32> {
+    let help = text(&idgen(&["--help"], &[]).stdout);
+    let table = help
+        .split_once("Exit status:\n")
+        .expect("an exit table in idgen --help")
+        .1;
+    let ops = std::fs::read_to_string(repo_root().join("docs/OPERATIONS.md")).unwrap();
+    assert!(
+        ops.contains(table.trim_end()),
+        "docs/OPERATIONS.md does not hold the exit table of idgen --help:\n{table}"
+    );
+    table
+        .lines()
+        .filter_map(|l| l.strip_prefix("  ")?.split("  ").next()?.parse().ok())
+        .collect()
+}
+
+/// Every documented exit status against real invocations, and every invocation's status is a
+/// documented one.
+#[test]
+fn the_documented_exit_statuses_are_the_real_ones() {
+    let documented = documented_codes();
+    assert_eq!(documented, BTreeSet::from([0, 1, 2]));
+    let dir = tempfile::tempdir().unwrap();
+    let bad_config = dir.path().join("bad.toml");
+    std::fs::write(&bad_config, "[listen]\nshards = \"many\"\n").unwrap();
+    let good_config = dir.path().join("good.toml");
+    std::fs::write(&good_config, "[lease]\nstore = \"memory\"\n").unwrap();
+    // A closed port: bound, then released.
+    let closed = format!("127.0.0.1:{}", common::free_port());
+    // A port in use, for a node that cannot bind it.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let missing = "/nonexistent/ca.pem";
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["--help"], 0),
+        (vec!["--version"], 0),
+        (
+            vec!["serve", "--config", path(&good_config), "--check-config"],
+            0,
+        ),
+        (vec!["decode", "123456789"], 0),
+        (vec!["layout", "--nodes", "3", "--peak-rate", "1M"], 0),
+        (vec!["completions", "bash"], 0),
+        (vec!["man"], 0),
+        // Runtime failures.
+        (vec!["health", "--addr", &closed], 1),
+        (
+            vec!["health", "--ready", "--addr", &closed, "--timeout", "500ms"],
+            1,
+        ),
+        (vec!["get", "--addr", &closed], 1),
+        (vec!["decode", "--addr", &closed, "1"], 1),
+        (vec!["inspect", "--store", "memory"], 1),
+        (
+            vec![
+                "serve",
+                "--store",
+                "memory",
+                "--shards",
+                "1",
+                "--listen",
+                &taken,
+                "--admin-listen",
+                "off",
+                "--http-listen",
+                "off",
+            ],
+            1,
+        ),
+        // Usage and configuration errors.
+        (vec![], 2),
+        (vec!["bogus"], 2),
+        (vec!["serve", "--bogus"], 2),
+        (vec!["health", "--bogus"], 2),
+        (vec!["serve", "--config", path(&bad_config)], 2),
+        (
+            vec!["serve", "--config", path(&bad_config), "--check-config"],
+            2,
+        ),
+        (vec!["serve", "--config", "/nonexistent/idgen.toml"], 2),
+        (vec!["serve", "--store", "memory", "--log-level", "loud"], 2),
+        (
+            vec![
+                "serve",
+                "--store",
+                "memory",
+                "--tls-listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                missing,
+                "--tls-key",
+                missing,
+            ],
+            2,
+        ),
+        (vec!["health", "--addr", &closed, "--timeout", "soon"], 2),
+        (vec!["health", "--addr", &closed, "--tls-ca", missing], 2),
+        (vec!["get", "--addr", &closed, "--tls-ca", missing], 2),
+        (vec!["get", "--count", "0"], 2),
+        (vec!["decode", "12x"], 2),
+        (
+            vec!["decode", "--addr", &closed, "--tls-ca", missing, "1"],
+            2,
+        ),
+        (vec!["inspect", "--store", "redis://x"], 2),
+        (vec!["inspect", "--store", "memory", "--etcd-user", "me"], 2),
+        (vec!["inspect", "--config", path(&bad_config)], 2),
+        (vec!["layout", "--nodes", "0", "--peak-rate", "1M"], 2),
+        (vec!["completions", "tcsh"], 2),
+    ];
+    let mut seen = BTreeSet::new();
+    for (args, expected) in &cases {
+        let out = idgen(args, &[]);
+        let code = out
+            .status
+            .code()
+            .unwrap_or_else(|| panic!("{args:?}: {out:?}"));
+        assert_eq!(code, *expected, "idgen {args:?}: {}", text(&out.stderr));
+        if code != 0 {
+            assert!(
+                !out.stderr.is_empty(),
+                "idgen {args:?} failed without a word"
+            );
+        }
+        seen.insert(code);
+    }
+    assert_eq!(seen, documented, "a documented status is not exercised");
+    // Output into a pipe nobody reads any more is a runtime failure, not a crash.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(idgen_binary())
+        .args(["completions", "bash"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("cannot write the output"),
+        "{out:?}"
+    );
+}
