@@ -12,6 +12,9 @@ pub enum Target {
     Idgen,
     /// Redis: `INCRBY <key> <batch>` per request, the answer counts as `batch` IDs.
     Redis,
+    /// idgen's HTTP ID API (HTTP/1.1, keep-alive, pipelined): `POST /ids` with `--batch 1`,
+    /// else `POST /ids/batch` with `{"count": <batch>}`.
+    Http,
 }
 
 impl Target {
@@ -19,23 +22,26 @@ impl Target {
         match self {
             Target::Idgen => "idgen",
             Target::Redis => "redis",
+            Target::Http => "http",
         }
     }
 }
 
 /// Load tester for idgen: throughput, HDR latency percentiles and an end-of-run uniqueness
-/// check; the same workload can be pointed at Redis (`INCRBY`) for a side-by-side comparison.
+/// check, over the ID protocol or the HTTP ID API; the same workload can be pointed at Redis
+/// (`INCRBY`) for a side-by-side comparison.
 ///
 /// Without --rate the load is closed-loop (keep --pipeline requests in flight per
 /// connection). With --rate it is open-loop at a fixed total rate, and latency is measured
 /// from each request's intended send time (coordinated-omission correction, as wrk2).
 ///
 /// Exit status: 0 on success, 1 if --verify found a duplicate, an out-of-order ID, an ID with
-/// the sign bit set or an IDS frame of the wrong size, 2 on a usage or fatal error.
+/// the sign bit set or an answer of the wrong size, 2 on a usage or fatal error.
 #[derive(Debug, Parser)]
 #[command(name = "idgen-loadtest", version)]
 pub struct Cli {
-    /// Server address; repeat to spread the connections round-robin over several servers.
+    /// Server address (with --target http, the node's HTTP ID API address); repeat to spread
+    /// the connections round-robin over several servers.
     #[arg(long = "addr", value_name = "HOST:PORT", required = true)]
     pub addrs: Vec<String>,
 
@@ -47,7 +53,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub pipeline: u32,
 
-    /// IDs per request (GET_IDS count, or the INCRBY increment).
+    /// IDs per request (GET_IDS count, the INCRBY increment, or the HTTP batch's count).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch: u32,
 
@@ -79,6 +85,16 @@ pub struct Cli {
     /// Print one JSON object at the end instead of the table.
     #[arg(long)]
     pub json: bool,
+
+    /// Write one JSON object per second to this file (one a line): t, requests, ids, errors
+    /// and latency percentiles (µs) of that second, warmup included.
+    #[arg(long, value_name = "FILE")]
+    pub interval_json: Option<PathBuf>,
+
+    /// Write the per-second latency histograms (nanoseconds) to this file in HdrHistogram's
+    /// interval log format (compressed V2 histograms, readable by HdrHistogram's log tools).
+    #[arg(long, value_name = "FILE")]
+    pub hdr_log: Option<PathBuf>,
 
     /// No progress line on stderr.
     #[arg(long)]

@@ -1,7 +1,7 @@
 //! One load-generating connection: connect, handshake, the pipelined send/receive loop,
 //! reconnects. The protocol (the handshake, which answer belongs to which request, what an
-//! ERROR means for the connection) is `idgen_protocol::client`'s; this is the I/O and the
-//! measuring around it. Everything here is owned by the connection's task; the only things it shares
+//! ERROR means for the connection) is `idgen_protocol::client`'s; the HTTP ID API's framing is
+//! `crate::http`'s; this is the I/O and the measuring around it. Everything here is owned by the connection's task; the only things it shares
 //! are the read-only [`Config`], the progress channel (one message per second) and the
 //! once-only error notes (error paths only).
 
@@ -21,6 +21,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::cli::Target;
+use crate::http;
 use crate::redis::{self, Reply};
 use crate::tls::{Stream, Tls};
 
@@ -70,8 +71,9 @@ pub struct Config {
     pub end: Option<Instant>,
     /// Open loop: time between two requests of one connection.
     pub interval: Option<Duration>,
-    /// The encoded request (the same for every request of the run).
-    pub request: Vec<u8>,
+    /// The encoded request, per address (`addrs`' order): the same for every request of
+    /// the run to that address (HTTP names the address in its Host header).
+    pub requests: Vec<Vec<u8>>,
     /// What each idgen request awaits (`None` for Redis).
     awaits: Option<Awaits>,
     pub progress: Option<UnboundedSender<Interval>>,
@@ -95,19 +97,29 @@ impl Config {
         end: Option<Instant>,
         interval: Option<Duration>,
         redis_key: &str,
+        hosts: &[String],
         progress: Option<UnboundedSender<Interval>>,
         tls: Option<(Tls, Vec<ServerName<'static>>)>,
     ) -> Config {
-        let mut request = Vec::new();
         let idgen_request = match target {
             Target::Idgen if ranges => Some(Request::GetRanges { count: batch }),
             Target::Idgen => Some(Request::GetIds { count: batch }),
-            Target::Redis => None,
+            Target::Redis | Target::Http => None,
         };
-        match &idgen_request {
-            Some(r) => encode_request(r, &mut request),
-            None => redis::encode_incrby(redis_key, batch, &mut request),
-        }
+        let requests = (0..addrs.len())
+            .map(|i| {
+                let mut request = Vec::new();
+                match (&idgen_request, target) {
+                    (Some(r), _) => encode_request(r, &mut request),
+                    (None, Target::Http) => {
+                        let host = hosts.get(i).map_or("localhost", String::as_str);
+                        http::encode_request(host, batch, &mut request);
+                    }
+                    (None, _) => redis::encode_incrby(redis_key, batch, &mut request),
+                }
+                request
+            })
+            .collect();
         let awaits = idgen_request.as_ref().and_then(Awaits::of);
         Config {
             target,
@@ -120,7 +132,7 @@ impl Config {
             warmup_end,
             end,
             interval,
-            request,
+            requests,
             awaits,
             progress,
             notes: Mutex::new(HashSet::new()),
@@ -137,7 +149,7 @@ impl Config {
     }
 }
 
-/// One second of progress from one connection.
+/// One second of progress from one connection (every answer, warmup included).
 pub struct Interval {
     pub hist: Histogram<u64>,
     pub requests: u64,
@@ -153,6 +165,10 @@ impl Interval {
             ids: 0,
             errors: 0,
         }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requests == 0 && self.errors == 0 && self.hist.is_empty()
     }
 
     pub fn merge(&mut self, other: &Interval) {
@@ -186,7 +202,7 @@ pub struct ConnStats {
     pub out_of_order: u64,
     /// IDs with the top bit set (rejected IDS frames count once each).
     pub sign_bit: u64,
-    /// --verify: IDS answers whose count differs from --batch.
+    /// --verify: answers whose number of IDs differs from --batch.
     pub wrong_count: u64,
 }
 
@@ -207,13 +223,15 @@ enum ConnectError {
 struct Conn {
     stream: Stream,
     rbuf: BytesMut,
-    /// The idgen connection after its handshake (`None` for Redis).
+    /// The idgen connection after its handshake (`None` for Redis and HTTP).
     protocol: Option<ClientConn>,
 }
 
 struct State<'a> {
     cfg: &'a Config,
     addr: SocketAddr,
+    /// What each request to this address is.
+    request: &'a [u8],
     stats: ConnStats,
     /// Measured requests still to send (--requests).
     remaining: Option<u64>,
@@ -239,6 +257,7 @@ pub async fn run(
     let mut st = State {
         cfg,
         addr,
+        request: &cfg.requests[which],
         stats: ConnStats {
             hist: new_histogram(),
             requests: 0,
@@ -291,6 +310,8 @@ pub async fn run(
             }
         }
     }
+    // The last (partial) second, so the intervals add up to the whole run.
+    st.send_interval();
     Ok(st.stats)
 }
 
@@ -319,7 +340,7 @@ async fn connect(cfg: &Config, which: usize) -> Result<Conn, ConnectError> {
         rbuf: BytesMut::with_capacity(READ_CHUNK),
         protocol: None,
     };
-    if cfg.target == Target::Redis {
+    if cfg.target != Target::Idgen {
         return Ok(conn);
     }
     let handshake = Handshake::new();
@@ -500,7 +521,7 @@ impl State<'_> {
                 *next += step;
             }
             self.inflight.push_back((t, measured));
-            wbuf.extend_from_slice(&self.cfg.request);
+            wbuf.extend_from_slice(self.request);
             if let (Some(p), Some(awaits)) = (protocol.as_mut(), self.cfg.awaits) {
                 p.sent(awaits);
             }
@@ -508,7 +529,7 @@ impl State<'_> {
     }
 
     async fn session(&mut self, mut conn: Conn) -> End {
-        let mut wbuf = Vec::with_capacity(self.cfg.pipeline * self.cfg.request.len());
+        let mut wbuf = Vec::with_capacity(self.cfg.pipeline * self.request.len());
         self.prev_id = None; // order is promised per connection only
         let mut last_read = Instant::now();
         let mut drain_deadline = None;
@@ -519,7 +540,7 @@ impl State<'_> {
                 self.fill(now, &mut wbuf, &mut conn.protocol);
             }
             if !wbuf.is_empty() {
-                if self.inflight.len() == wbuf.len() / self.cfg.request.len() {
+                if self.inflight.len() == wbuf.len() / self.request.len() {
                     last_read = now; // the idle clock starts with the first outstanding request
                 }
                 let written = write_flush(&mut conn.stream, &wbuf).await;
@@ -584,6 +605,7 @@ impl State<'_> {
             let end = match self.cfg.target {
                 Target::Idgen => self.parse_idgen(&mut conn, now),
                 Target::Redis => self.parse_redis(&mut conn, now),
+                Target::Http => self.parse_http(&mut conn, now),
             };
             if let Some(end) = end {
                 return end;
@@ -597,10 +619,18 @@ impl State<'_> {
         let index = now.saturating_duration_since(self.cfg.start).as_secs();
         if index != self.interval_index {
             self.interval_index = index;
-            let done = std::mem::replace(&mut self.interval, Interval::new());
-            if let Some(tx) = &self.cfg.progress {
-                let _ = tx.send(done);
-            }
+            self.send_interval();
+        }
+    }
+
+    /// Hand what this connection measured since the last time to the progress task.
+    fn send_interval(&mut self) {
+        if self.interval.is_empty() {
+            return;
+        }
+        let done = std::mem::replace(&mut self.interval, Interval::new());
+        if let Some(tx) = &self.cfg.progress {
+            let _ = tx.send(done);
         }
     }
 
@@ -693,6 +723,46 @@ impl State<'_> {
                 }
             }
             conn.rbuf.advance(used);
+        }
+    }
+
+    fn parse_http(&mut self, conn: &mut Conn, now: Instant) -> Option<End> {
+        loop {
+            let (response, used) = match http::parse_response(&conn.rbuf) {
+                Ok(Some(r)) => r,
+                Ok(None) => return None,
+                Err(e) => return Some(self.malformed(&e, &conn.rbuf)),
+            };
+            let Some((sent, measured)) = self.inflight.pop_front() else {
+                return Some(self.malformed("an answer with no request outstanding", &conn.rbuf));
+            };
+            let close = response.close;
+            if response.status == 200 {
+                match http::parse_ids(response.body, self.cfg.batch) {
+                    Ok(ids) => self.answer_ids(sent, measured, now, ids.len(), ids.into_iter()),
+                    Err(e) => {
+                        self.inflight.push_front((sent, measured));
+                        return Some(self.malformed(&e, &conn.rbuf));
+                    }
+                }
+            } else {
+                let status = response.status;
+                let name = format!("HTTP_{status}");
+                self.error(&name);
+                let text = String::from_utf8_lossy(&response.body[..response.body.len().min(300)]);
+                self.cfg.note(
+                    &name,
+                    &format!("{}: server answered HTTP {status}: {text}", self.addr),
+                );
+                self.answered(measured, now);
+            }
+            conn.rbuf.advance(used);
+            if close {
+                return Some(self.abandon(
+                    CONNECTION_LOST,
+                    "the server closes the connection (Connection: close)",
+                ));
+            }
         }
     }
 

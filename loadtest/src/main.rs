@@ -1,7 +1,8 @@
 //! `idgen-loadtest`: a load tester for idgen in the tradition of redis-benchmark, wrk2 and
 //! rpc-perf. It measures throughput and HDR latency percentiles, optionally checks every ID
-//! it received for uniqueness and per-connection order, and can run the same workload
-//! against Redis (`INCRBY key batch`) for a side-by-side comparison. See `README.md`.
+//! it received for uniqueness and per-connection order, drives idgen's ID protocol or its
+//! HTTP ID API, and can run the same workload against Redis (`INCRBY key batch`) for a
+//! side-by-side comparison. See `README.md`.
 //!
 //! # Design
 //!
@@ -14,6 +15,10 @@
 //!   nothing for a client whose per-connection work is a syscall pair per batch.
 //! * **Framing.** idgen frames are encoded and decoded only by `idgen-protocol`
 //!   (`encode_request`, `decode_response`); the load tester never parses idgen bytes itself.
+//!   The HTTP target (`--target http`) writes its one request by hand and frames the answers
+//!   with `httparse` and their `Content-Length` (`http.rs`): an HTTP/1.1 client this small
+//!   costs a fraction of a general one (hyper's pool, per-request futures and allocations)
+//!   and pipelines, which hyper's client does not.
 //! * **Pipelining.** A connection keeps up to `--pipeline` requests outstanding. Every
 //!   request that may be sent now is appended to one buffer and written with one `write`
 //!   (coalescing), and every complete answer in the read buffer is handled before the next
@@ -28,7 +33,9 @@
 //!   certificate and name always verified; every write is followed by a flush so the last
 //!   TLS record goes out with it (a no-op on plain TCP).
 //! * **Reports.** Per-connection histograms (nanoseconds, 3 significant digits) are merged at
-//!   the end. The progress line gets one message per connection per second over a channel.
+//!   the end. The progress line, `--interval-json` and `--hdr-log` get one message per
+//!   connection per second over a channel (and each connection's last, partial second when
+//!   it finishes), merged per second by one task.
 //! * **Errors.** ERROR frames are counted by `Status` name; a status that closes the
 //!   connection (or a broken stream, or a malformed frame, described once on stderr) makes
 //!   the connection reconnect after 100 ms; its outstanding requests count as unanswered.
@@ -45,13 +52,14 @@ use tokio::time::Instant;
 
 mod cli;
 mod conn;
+mod http;
 mod redis;
 mod report;
 mod tls;
 
 use cli::{Cli, Target};
 use conn::{Config, Interval};
-use report::{Latency, Report};
+use report::{IntervalLine, Latency, Report};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -145,6 +153,22 @@ async fn run(cli: Cli) -> Result<bool, String> {
     if cli.target == Target::Redis && cli.redis_key.is_empty() {
         return Err("--redis-key must not be empty".into());
     }
+    if cli.ranges && cli.target != Target::Idgen {
+        return Err("--ranges is for the idgen target (GET_RANGES) only".into());
+    }
+    let outputs = Outputs {
+        progress: !cli.quiet,
+        interval_json: cli
+            .interval_json
+            .as_deref()
+            .map(|p| create(p, "--interval-json"))
+            .transpose()?,
+        hdr_log: cli
+            .hdr_log
+            .as_deref()
+            .map(|p| create(p, "--hdr-log"))
+            .transpose()?,
+    };
     if cli.verify {
         if let Some(n) = cli.requests {
             let ids = n.saturating_mul(cli.batch as u64);
@@ -159,6 +183,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
 
     let connections = cli.connections as usize;
     let start = Instant::now();
+    let wall_start = std::time::SystemTime::now();
     let warmup_end = start + cli.warmup;
     let end = match cli.requests {
         Some(_) => None,
@@ -180,10 +205,14 @@ async fn run(cli: Cli) -> Result<bool, String> {
         end,
         interval,
         &cli.redis_key,
-        (!cli.quiet).then_some(tx),
+        &cli.addrs,
+        outputs.any().then_some(tx),
         tls,
     ));
-    let progress = (!cli.quiet).then(|| tokio::spawn(progress(start, rx)));
+    let (done, finished_rx) = tokio::sync::oneshot::channel();
+    let recorder = outputs
+        .any()
+        .then(|| tokio::spawn(record(start, wall_start, rx, finished_rx, outputs)));
 
     let mut tasks = JoinSet::new();
     for i in 0..connections {
@@ -216,8 +245,11 @@ async fn run(cli: Cli) -> Result<bool, String> {
         }
     }
     let finished = Instant::now();
-    if let Some(p) = progress {
-        p.abort();
+    let _ = done.send(());
+    if let Some(recorder) = recorder {
+        recorder
+            .await
+            .map_err(|e| format!("the interval recorder failed: {e}"))??;
     }
 
     let m = report::merge(results, cli.verify);
@@ -267,34 +299,116 @@ async fn run(cli: Cli) -> Result<bool, String> {
     Ok(report.ok())
 }
 
-/// Print one line per second on stderr from the connections' per-second messages.
-async fn progress(start: Instant, mut rx: mpsc::UnboundedReceiver<Interval>) {
+/// Where the per-second figures go.
+struct Outputs {
+    /// The progress line on stderr.
+    progress: bool,
+    interval_json: Option<std::io::BufWriter<std::fs::File>>,
+    hdr_log: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Outputs {
+    fn any(&self) -> bool {
+        self.progress || self.interval_json.is_some() || self.hdr_log.is_some()
+    }
+}
+
+fn create(path: &std::path::Path, flag: &str) -> Result<std::io::BufWriter<std::fs::File>, String> {
+    std::fs::File::create(path)
+        .map(std::io::BufWriter::new)
+        .map_err(|e| format!("{flag} {}: {e}", path.display()))
+}
+
+/// Merges the connections' per-second messages, once a second and once more when the run has
+/// finished (`finished`: then every connection has sent its last one), into the progress line
+/// on stderr, a line of `--interval-json` and a histogram of `--hdr-log`.
+async fn record(
+    start: Instant,
+    wall_start: std::time::SystemTime,
+    mut rx: mpsc::UnboundedReceiver<Interval>,
+    mut finished: tokio::sync::oneshot::Receiver<()>,
+    mut out: Outputs,
+) -> Result<(), String> {
+    use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    use std::io::Write as _;
+
+    let hdr_err = |e: std::io::Error| format!("--hdr-log: {e}");
+    let mut serializer = V2DeflateSerializer::new();
+    let mut hdr = match out.hdr_log.as_mut() {
+        None => None,
+        Some(file) => Some(
+            IntervalLogWriterBuilder::new()
+                .add_comment(
+                    "idgen-loadtest: request latency in nanoseconds, one histogram per second",
+                )
+                .with_start_time(wall_start)
+                .with_base_time(wall_start)
+                // As HdrHistogram's Java log writer: the max column in milliseconds.
+                .with_max_value_divisor(1e6)
+                .begin_log_with(file, &mut serializer)
+                .map_err(hdr_err)?,
+        ),
+    };
+    if let Some(hdr) = hdr.as_mut() {
+        hdr.write_comment(
+            "Legend: interval start (s since BaseTime), length (s), max (ms), histogram",
+        )
+        .map_err(hdr_err)?;
+    }
     // A little after each second boundary, so the connections have flushed that second.
     let period = Duration::from_secs(1);
     let mut tick = tokio::time::interval_at(start + period + Duration::from_millis(20), period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last = start;
     loop {
-        let now = tick.tick().await;
+        let (now, last_one) = tokio::select! {
+            now = tick.tick() => (now, false),
+            _ = &mut finished => (Instant::now(), true),
+        };
         let mut sum = Interval::new();
         while let Ok(iv) = rx.try_recv() {
             sum.merge(&iv);
         }
-        let secs = now.duration_since(last).as_secs_f64().max(1e-3);
+        let length = now.duration_since(last);
+        let from = last.duration_since(start);
         last = now;
-        let p99 = if sum.hist.is_empty() {
-            0.0
-        } else {
-            report::us(sum.hist.value_at_quantile(0.99) as f64)
-        };
-        eprintln!(
-            "[{:>6.1}s] {:>10.0} req/s {:>12.0} IDs/s  errors {}  p99 {p99} µs",
-            now.duration_since(start).as_secs_f64(),
-            sum.requests as f64 / secs,
-            sum.ids as f64 / secs,
-            sum.errors,
-        );
+        let line = IntervalLine::new(now.duration_since(start), length, &sum);
+        if out.progress && !last_one {
+            eprintln!(
+                "[{:>6.1}s] {:>10.0} req/s {:>12.0} IDs/s  errors {}  p99 {} µs",
+                line.t,
+                sum.requests as f64 / length.as_secs_f64().max(1e-3),
+                sum.ids as f64 / length.as_secs_f64().max(1e-3),
+                sum.errors,
+                line.p99_us,
+            );
+        }
+        // The last, partial second only if something happened in it.
+        if !last_one || !sum.is_empty() {
+            if let Some(file) = out.interval_json.as_mut() {
+                let json = serde_json::to_string(&line).map_err(|e| format!("JSON: {e}"))?;
+                writeln!(file, "{json}").map_err(|e| format!("--interval-json: {e}"))?;
+            }
+            if let Some(hdr) = hdr.as_mut() {
+                hdr.write_histogram(&sum.hist, from, length, None)
+                    .map_err(|e| format!("--hdr-log: {e:?}"))?;
+            }
+        }
+        if last_one {
+            break;
+        }
     }
+    drop(hdr);
+    for (file, flag) in [
+        (out.interval_json.as_mut(), "--interval-json"),
+        (out.hdr_log.as_mut(), "--hdr-log"),
+    ] {
+        if let Some(file) = file {
+            file.flush().map_err(|e| format!("{flag}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

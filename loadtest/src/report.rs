@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::conn::{new_histogram, ConnStats};
+use crate::conn::{new_histogram, ConnStats, Interval};
 
 /// More IDs than this under --verify is a warning: 8 bytes each (2 GiB), twice during the sort.
 pub const VERIFY_WARN_IDS: u64 = 1 << 28;
@@ -20,6 +20,7 @@ pub struct Latency {
     pub p90: f64,
     pub p99: f64,
     pub p999: f64,
+    pub p9999: f64,
     pub max: f64,
     pub mean: f64,
 }
@@ -37,6 +38,7 @@ impl Latency {
                 p90: 0.0,
                 p99: 0.0,
                 p999: 0.0,
+                p9999: 0.0,
                 max: 0.0,
                 mean: 0.0,
             };
@@ -47,8 +49,49 @@ impl Latency {
             p90: q(0.9),
             p99: q(0.99),
             p999: q(0.999),
+            p9999: q(0.9999),
             max: us(h.max() as f64),
             mean: us(h.mean()),
+        }
+    }
+}
+
+/// One line of `--interval-json`: one second (the last one of a run may be shorter) of every
+/// connection's answers, warmup included. Field names are the file's (see README.md).
+#[derive(Debug, Serialize)]
+pub struct IntervalLine {
+    /// Seconds since the start of the run, at the end of the interval.
+    pub t: f64,
+    /// The interval's length in seconds.
+    pub interval_s: f64,
+    /// Requests answered (with IDs or with an error).
+    pub requests: u64,
+    pub ids: u64,
+    /// Errors (server statuses and client faults).
+    pub errors: u64,
+    /// Latency of the successful requests, µs (0 when there were none).
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub p9999_us: f64,
+    pub max_us: f64,
+}
+
+impl IntervalLine {
+    pub fn new(t: std::time::Duration, length: std::time::Duration, iv: &Interval) -> IntervalLine {
+        let l = Latency::from_histogram(&iv.hist);
+        let ms = |d: std::time::Duration| (d.as_secs_f64() * 1000.0).round() / 1000.0;
+        IntervalLine {
+            t: ms(t),
+            interval_s: ms(length),
+            requests: iv.requests,
+            ids: iv.ids,
+            errors: iv.errors,
+            p50_us: l.p50,
+            p99_us: l.p99,
+            p999_us: l.p999,
+            p9999_us: l.p9999,
+            max_us: l.max,
         }
     }
 }
@@ -212,8 +255,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "latency µs    p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  mean {}",
-            l.p50, l.p90, l.p99, l.p999, l.max, l.mean
+            "latency µs    p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}  mean {}",
+            l.p50, l.p90, l.p99, l.p999, l.p9999, l.max, l.mean
         );
         if let (Some(n), Some(d), Some(o), Some(b), Some(w)) = (
             self.verified_ids,

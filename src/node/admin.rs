@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -129,6 +130,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/health/ready", get(ready))
         .route("/ids/{id}", get(decode_id))
         .route("/layout", get(layout))
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .with_state(state)
 }
@@ -298,6 +300,14 @@ async fn not_found() -> Response {
     )
 }
 
+/// A known path with another method than GET or HEAD (axum adds the `Allow` header).
+async fn method_not_allowed() -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed here; use GET or HEAD",
+    )
+}
+
 async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
     let mut body = String::new();
     if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut body, &state.registry)
@@ -376,7 +386,17 @@ pub fn decoded_json(layout: &Layout, id: u64) -> Value {
     })
 }
 
-async fn decode_id(State(state): State<Arc<AdminState>>, Path(text): Path<String>) -> Response {
+async fn decode_id(
+    State(state): State<Arc<AdminState>>,
+    text: Result<Path<String>, PathRejection>,
+) -> Response {
+    // A segment that is not UTF-8 once percent-decoded is a bad ID like any other.
+    let Ok(Path(text)) = text else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the ID is not UTF-8 text: not a decimal, base62 (11 characters) or base32 (13 characters) ID",
+        );
+    };
     match parse_id(&text) {
         Ok(id) => Json(decoded_json(&state.config.layout, id)).into_response(),
         Err(e) => error(StatusCode::BAD_REQUEST, e),

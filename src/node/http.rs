@@ -13,8 +13,9 @@
 //! IDs above 2^53 lose precision in JavaScript's numbers, so every answer carries them as
 //! strings too (`id_str`, `ids_str`), or only as strings with `?format=string`. Errors are
 //! `{"error": "...", "status": N}`: 400 for a bad request, 404/405 for a wrong path or method,
-//! 413 for a body over 4 KiB, 503 when this node cannot issue now (no lease, clock trouble:
-//! try another node). The ops endpoints (`/metrics`, `/health/ready`, `/layout`,
+//! 408 for a body that does not arrive in time, 413 for a body over 4 KiB, 503 with
+//! `Retry-After: 1` when this node cannot issue now (no lease, clock trouble, its connection
+//! limit: try another node). `docs/openapi.yaml` is the full description. The ops endpoints (`/metrics`, `/health/ready`, `/layout`,
 //! `GET /ids/{id}`) are on the admin address.
 
 use std::cell::RefCell;
@@ -99,7 +100,7 @@ pub(crate) async fn refuse_overloaded(mut stream: TcpStream, stats: Arc<ShardSta
         "connection limit reached; try another node",
     );
     let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
         body.len()
     );
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
@@ -128,12 +129,14 @@ async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> 
 
 async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
     bump(&ctx.stats.http_requests, 1);
-    let strings = match strings_only(req.uri().query()) {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
+    // `?format=` is read by the two ID endpoints only (the others take no parameters).
+    let strings = || strings_only(req.uri().query());
     match (req.uri().path(), req.method()) {
         ("/ids", &Method::POST) => {
+            let strings = match strings() {
+                Ok(s) => s,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
             let mut id = 0;
             match issue(ctx, 1, |first, _| id = first).await {
                 Ok(()) => json(single(id, strings)),
@@ -141,6 +144,10 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
             }
         }
         ("/ids/batch", &Method::POST) => {
+            let strings = match strings() {
+                Ok(s) => s,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
             let count = match batch_count(req.into_body(), ctx.max_batch, ctx.request_timeout).await
             {
                 Ok(n) => n,
