@@ -11,12 +11,21 @@ on, so that the TLS metric families the alerts use exist); SERVE_HELP_FILE the o
 Writes to INVOCATIONS_OUT the `idgen serve` command lines the deploy files run, one per line
 as `what<US>VAR=value …<US>args…` (US: the 0x1f unit separator; shell-quoted), for validate-deploy to run each with
 --check-config.
+
+    check-deploy.py --queries ROOT PROMETHEUS_URL
+
+runs every query of the Grafana dashboard and every alert expression on a Prometheus that
+scrapes a live node (validate-deploy starts a throwaway one on loopback).
 """
 
 import json
 import re
 import shlex
 import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -546,53 +555,340 @@ def toml_sample(root, serve_help):
         )
 
 
+# ---- Prometheus rules, the Grafana dashboard, and their queries -----------------------------
+
+# Where every alert's runbook_url points: a heading of docs/OPERATIONS.md.
+RUNBOOK_BASE = "https://github.com/idgen/idgen/blob/main/docs/OPERATIONS.md#"
+# Series that Prometheus makes itself, not the node.
+SCRAPE_SERIES = {"up"}
+# Labels a scrape adds (target labels), so no node exposes them.
+TARGET_LABELS = {"job", "instance"}
+# Metric names the rules and the dashboard may use: the node's, the process's, the scrape's.
+METRIC_NAME = re.compile(r"\b(idgen_[a-z0-9_]+|process_[a-z0-9_]+|up)\b")
+SELECTOR = re.compile(r"\b(idgen_[a-z0-9_]+|process_[a-z0-9_]+|up)\s*\{([^}]*)\}")
+MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+SELECTOR_ANY = re.compile(r"\b(idgen_[a-z0-9_]+|process_[a-z0-9_]+|up)\b(\s*\{[^}]*\})?")
+COUNTER_FUNCS = re.compile(r"\b(rate|irate|increase)\(\s*$")
+
+
+class Scrape:
+    """A node's /metrics: every sample name, its family's type, and the label values seen."""
+
+    def __init__(self, text):
+        self.types = dict(re.findall(r"^# TYPE (\S+) (\S+)", text, re.M))
+        self.labels = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s", line)
+            if not m:
+                continue
+            seen = self.labels.setdefault(m.group(1), {})
+            for k, _, v in MATCHER.findall(m.group(3) or ""):
+                seen.setdefault(k, set()).add(v)
+
+    def type_of(self, sample):
+        """The type of the family a sample name belongs to (None: not on /metrics)."""
+        if sample not in self.labels:
+            return None
+        if sample in self.types:
+            return self.types[sample]
+        for suffix in ("_total", "_bucket", "_sum", "_count", "_created", "_info"):
+            if sample.endswith(suffix) and sample[: -len(suffix)] in self.types:
+                return self.types[sample[: -len(suffix)]]
+        return None
+
+
+def strip_strings(expr):
+    """The expression with its string literals emptied (label values hold no metric names)."""
+    return re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+
+
+def check_expr(what, expr, scrape):
+    """Every metric an expression names is on the live node's /metrics, of the type its
+    suffix and its use say (counters and histogram series only inside rate/irate/increase,
+    gauges never; _bucket only of a histogram), and every label it selects on exists there
+    (with the value, for an `=` matcher)."""
+    bare = strip_strings(expr)
+    seen_uses = set()
+    for m in METRIC_NAME.finditer(bare):
+        name = m.group(1)
+        in_rate = COUNTER_FUNCS.search(bare[: m.start()]) is not None
+        if name in SCRAPE_SERIES or (name, in_rate) in seen_uses:
+            continue
+        seen_uses.add((name, in_rate))
+        kind = scrape.type_of(name)
+        if kind is None:
+            check(False, f"{what}: {name} is on /metrics")
+            continue
+        if name.endswith(("_bucket", "_sum", "_count")) and kind == "histogram":
+            ok = in_rate
+            rule = "a histogram series, inside rate/increase"
+        elif kind == "counter":
+            ok = in_rate and name.endswith("_total")
+            rule = "a counter (_total), inside rate/increase"
+        else:
+            ok = kind in ("gauge", "info") and not in_rate and not name.endswith("_bucket")
+            rule = "a gauge, not inside rate/increase"
+        check(ok, f"{what}: {name} ({kind}) is {rule}")
+    for name, body in sorted(set(SELECTOR.findall(expr))):
+        if name in SCRAPE_SERIES:
+            continue
+        seen = scrape.labels.get(name, {})
+        for label, op, value in MATCHER.findall(body):
+            if label in TARGET_LABELS:
+                continue
+            ok = label in seen and (op != "=" or value in seen[label])
+            check(ok, f"{what}: {name}{{{label}{op}\"{value}\"}} matches series on /metrics")
+
+
+def github_anchors(markdown):
+    """The anchors GitHub gives the headings of a Markdown file (outside code blocks)."""
+    anchors, counts, fenced = set(), {}, False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        m = None if fenced else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        n = counts.get(slug, 0)
+        counts[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def alert_rules(root):
+    rules = load_all(root / "deploy" / "prometheus" / "alerts.yml")[0]
+    return [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+
+
 def alerts(root, metrics_text):
     print("prometheus/alerts.yml:")
-    families = set(re.findall(r"^# TYPE (\S+) ", metrics_text, re.M))
-    check(len(families) > 10, f"{len(families)} metric families scraped from a live node")
+    scrape = Scrape(metrics_text)
+    check(len(scrape.types) > 10, f"{len(scrape.types)} metric families scraped from a live node")
     # The TLS families exist only on a node that serves TLS: validate-deploy starts it so.
     check(
-        "idgen_tls_handshakes_total" in families,
+        scrape.type_of("idgen_tls_handshakes_total") is not None,
         "the live node serves TLS (its TLS metric families are on /metrics)",
     )
-    rules = load_all(root / "deploy" / "prometheus" / "alerts.yml")[0]
-    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    rules = alert_rules(root)
     used = set()
-    for e in exprs:
-        used |= set(re.findall(r"\bidgen_[a-z0-9_]+", e))
-    for name in sorted(used):
-        base = re.sub(r"_(bucket|sum|count)$", "", name)
-        check(name in families or base in families, f"metric {name} exists on /metrics")
-    names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    for r in rules:
+        check_expr(r["alert"], r["expr"], scrape)
+        used |= set(METRIC_NAME.findall(strip_strings(r["expr"])))
+
+    # Every alert fires in at least one test case (an expected alert, not only `[]`).
     tests = load_all(root / "deploy" / "prometheus" / "alerts.test.yml")[0]
-    tested = {
-        t["alertname"] for case in tests["tests"] for t in case.get("alert_rule_test", [])
+    fires = {
+        t["alertname"]
+        for case in tests["tests"]
+        for t in case.get("alert_rule_test", [])
+        if t.get("exp_alerts")
     }
-    check(names <= tested, f"every alert has a unit test ({len(tested)}/{len(names)})")
+    names = [r["alert"] for r in rules]
+    check(len(set(names)) == len(names), f"{len(names)} alerts, each name once")
+    for name in names:
+        check(name in fires, f"{name} fires in a case of alerts.test.yml")
+    check(fires <= set(names), f"tests expect only alerts that exist ({sorted(fires - set(names))})")
     series = {
-        re.match(r"[a-z_0-9]+", s["series"]).group(0)
+        re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", s["series"].strip()).group(0)
         for case in tests["tests"]
         for s in case["input_series"]
     }
-    for s in sorted(series):
-        check(s in families, f"test series {s} exists on /metrics")
+    for s in sorted(series - SCRAPE_SERIES):
+        check(scrape.type_of(s) is not None, f"test series {s} exists on /metrics")
+
+    # Every alert links its runbook: a heading of docs/OPERATIONS.md.
+    anchors = github_anchors((root / "docs" / "OPERATIONS.md").read_text(encoding="utf-8"))
+    for r in rules:
+        url = r.get("annotations", {}).get("runbook_url", "")
+        anchor = url[len(RUNBOOK_BASE):] if url.startswith(RUNBOOK_BASE) else None
+        check(
+            anchor is not None and anchor in anchors,
+            f"{r['alert']}: runbook_url is the base + #{anchor}, a heading of docs/OPERATIONS.md",
+        )
     wanted = {
         "idgen_tls_certificate_expiry_timestamp_seconds",
         "idgen_tls_handshakes_total",
         "idgen_lease_time_remaining_seconds",
+        "idgen_lease_ttl_seconds",
         "idgen_lease_renewals_total",
+        "idgen_lease_renewal_duration_seconds_bucket",
         "idgen_clock_rollback_events_total",
         "idgen_clock_behind",
         "idgen_clock_drift_seconds",
         "idgen_worker_ids_free",
         "idgen_worker_ids_capacity",
         "idgen_layout_time_remaining_seconds",
+        "idgen_node_info",
+        "idgen_ready",
+        "idgen_errors_total",
+        "idgen_requests_total",
+        "idgen_http_requests_total",
+        "idgen_connections_refused_total",
+        "idgen_request_duration_seconds_bucket",
+        "up",
+    }
+    check(wanted <= used, f"the alerts cover targets, lease, errors, latency, clocks, capacity, TLS "
+          f"(missing: {sorted(wanted - used)})")
+
+
+# What Grafana substitutes for the dashboard's variables when validate-deploy runs its queries.
+DASHBOARD_VARIABLES = {
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "5m",
+    "${job:regex}": "idgen",
+    "${instance:regex}": ".*",
+    "$job": "idgen",
+    "$instance": ".*",
+}
+
+
+def dashboard_panels(doc):
+    """Every panel, rows' nested panels included."""
+    for p in doc.get("panels", []):
+        yield p
+        yield from p.get("panels", [])
+
+
+def dashboard_queries(root):
+    """(panel title, expression with the variables substituted) of every query of the
+    dashboard, its variables' queries included."""
+    doc = json.loads((root / "deploy" / "grafana" / "idgen.json").read_text(encoding="utf-8"))
+    out = []
+    for p in dashboard_panels(doc):
+        for t in p.get("targets", []):
+            if "expr" in t:
+                out.append((p.get("title", "?"), t["expr"]))
+    for var in doc.get("templating", {}).get("list", []):
+        if var.get("type") == "query":
+            q = var.get("query")
+            q = q.get("query") if isinstance(q, dict) else q
+            m = re.fullmatch(r"\s*label_values\((.*),\s*[a-z_]+\)\s*", q or "")
+            out.append((f"variable {var['name']}", m.group(1) if m else q))
+    subst = []
+    for title, expr in out:
+        for k in sorted(DASHBOARD_VARIABLES, key=len, reverse=True):
+            expr = expr.replace(k, DASHBOARD_VARIABLES[k])
+        subst.append((title, expr))
+    return doc, subst
+
+
+def dashboard(root, metrics_text):
+    print("grafana/idgen.json:")
+    scrape = Scrape(metrics_text)
+    doc, queries = dashboard_queries(root)
+    check(isinstance(doc.get("schemaVersion"), int) and doc["schemaVersion"] >= 39,
+          f"schemaVersion {doc.get('schemaVersion')} (Grafana 11 or later)")
+    check(bool(doc.get("uid")) and bool(doc.get("title")), f"uid {doc.get('uid')!r}, a title")
+    variables = {v["name"]: v for v in doc.get("templating", {}).get("list", [])}
+    ds = variables.get("datasource", {})
+    check(ds.get("type") == "datasource" and ds.get("query") == "prometheus",
+          "a `datasource` variable of Prometheus data sources")
+    for name in ("job", "instance"):
+        v = variables.get(name, {})
+        check(v.get("type") == "query" and v.get("datasource", {}).get("uid") == "${datasource}",
+              f"a `{name}` query variable on ${{datasource}}")
+    panels = list(dashboard_panels(doc))
+    ids = [p.get("id") for p in panels]
+    check(len(set(ids)) == len(ids) and None not in ids, f"{len(ids)} panels, distinct ids")
+    graphs = [p for p in panels if p.get("type") != "row"]
+    off_ds, no_query, unfiltered = [], [], []
+    for p in graphs:
+        title = p.get("title")
+        if p.get("datasource", {}).get("uid") != "${datasource}" or any(
+            t.get("datasource", {}).get("uid") != "${datasource}" for t in p.get("targets", [])
+        ):
+            off_ds.append(title)
+        if not p.get("targets"):
+            no_query.append(title)
+        for t in p.get("targets", []):
+            sels = list(SELECTOR_ANY.finditer(t.get("expr", "")))
+            if not sels or not all(
+                'job=~"$job"' in (m.group(2) or "") and 'instance=~"$instance"' in (m.group(2) or "")
+                for m in sels
+            ):
+                unfiltered.append(f"{title} {t.get('refId')}")
+    check(not off_ds, f"every panel and query uses ${{datasource}} (not: {off_ds})")
+    check(not no_query, f"every panel of the {len(graphs)} has queries (not: {no_query})")
+    check(not unfiltered, f"every selector filters on $job and $instance (not: {unfiltered})")
+    for title, expr in queries:
+        check_expr(f"dashboard {title!r}", expr, scrape)
+    used = set()
+    for _, expr in queries:
+        used |= set(METRIC_NAME.findall(strip_strings(expr)))
+    wanted = {
+        "idgen_ids_issued_total",
+        "idgen_requests_total",
+        "idgen_http_requests_total",
+        "idgen_request_duration_seconds_bucket",
+        "idgen_errors_total",
+        "idgen_lease_time_remaining_seconds",
+        "idgen_lease_ttl_seconds",
+        "idgen_clock_drift_seconds",
+        "idgen_worker_ids_free",
+        "idgen_connections_open",
+        "idgen_connections_total",
+        "idgen_connections_refused_total",
         "idgen_ready",
     }
-    check(wanted <= used, "the seed's alerts and the TLS alerts are all covered")
+    check(wanted <= used, f"panels for throughput, latency, errors, lease, drift, worker IDs, "
+          f"connections, readiness (missing: {sorted(wanted - used)})")
+
+
+def selectors_of(expr):
+    """The vector selectors of an expression (name and matchers), to query each alone."""
+    return sorted({m.group(1) + (m.group(2) or "").strip() for m in SELECTOR_ANY.finditer(expr)})
+
+
+def live_queries(root, url, deadline_s=60.0):
+    """Runs every dashboard query and every alert expression on a Prometheus that scrapes a
+    live node (validate-deploy starts both): each must evaluate without error, each
+    dashboard query must return series, and so must every selector of the alerts on its
+    own (a misspelt name or label would return nothing)."""
+    print(f"queries on {url}:")
+    start = time.monotonic()
+
+    def query(expr):
+        left = deadline_s - (time.monotonic() - start)
+        if left <= 0:
+            return {"status": "error", "error": "validate-deploy's query budget is used up"}
+        q = urllib.parse.urlencode({"query": expr})
+        try:
+            with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=min(left, 10)) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            try:
+                return json.load(e)
+            except ValueError:
+                return {"status": "error", "error": f"HTTP {e.code}"}
+        except (OSError, ValueError) as e:
+            return {"status": "error", "error": str(e)}
+
+    _, queries = dashboard_queries(root)
+    for title, expr in queries:
+        got = query(expr)
+        n = len(got.get("data", {}).get("result", []))
+        check(got.get("status") == "success" and n > 0,
+              f"dashboard {title!r}: {n} series ({got.get('error', 'ok')}): {' '.join(expr.split())}")
+    for r in alert_rules(root):
+        got = query(r["expr"])
+        check(got.get("status") == "success",
+              f"alert {r['alert']} evaluates ({got.get('error', 'ok')})")
+        for sel in selectors_of(r["expr"]):
+            got = query(sel)
+            n = len(got.get("data", {}).get("result", []))
+            check(got.get("status") == "success" and n > 0,
+                  f"alert {r['alert']}: {sel} selects {n} series")
 
 
 def main():
+    if sys.argv[1:2] == ["--queries"]:
+        live_queries(Path(sys.argv[2]).resolve(), sys.argv[3])
+        sys.exit(1 if FAILURES else 0)
     root = Path(sys.argv[1]).resolve()
     metrics_text = Path(sys.argv[2]).read_text(encoding="utf-8")
     serve_help = Path(sys.argv[3]).read_text(encoding="utf-8")
@@ -611,6 +907,7 @@ def main():
     systemd(root, invocations)
     toml_sample(root, serve_help)
     alerts(root, metrics_text)
+    dashboard(root, metrics_text)
     with open(sys.argv[4], "w", encoding="utf-8") as out:
         for what, env, args in invocations:
             envs = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
