@@ -85,8 +85,8 @@ impl LayoutSource {
 /// `[log]` settings.
 #[derive(Args, Debug, Default, Clone)]
 pub struct InspectArgs {
-    /// A node's TOML configuration file (as `idgen serve --config`): its [lease] table says
-    /// which store and how to reach it (TLS, user), [log] how to log; flags and IDGEN_*
+    /// A node's TOML configuration file (as `idgen serve --config`): its lease table says
+    /// which store and how to reach it (TLS, user), its log table how to log; flags and IDGEN_*
     /// variables override it.
     #[arg(long, env = "IDGEN_CONFIG")]
     pub config: Option<PathBuf>,

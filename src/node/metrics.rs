@@ -1,7 +1,7 @@
 //! The metrics catalogue: every family the node exposes on `/metrics`, declared once, with its
 //! name, type, labels, unit and meaning, and how the scrape reads it. The admin server's
 //! `/metrics` walks [`FAMILIES`]; the reference `docs/METRICS.md` is rendered from it
-//! ([`reference`]) and a test compares the two.
+//! ([`reference()`]) and a test compares the two.
 //!
 //! Names follow Prometheus' conventions: base units in the name (`_seconds`, `_bytes`),
 //! counters end in `_total`, info gauges in `_info` (value 1, the facts in labels). What the
