@@ -3,7 +3,20 @@
 nextval, plus the in-process generator against the uuid crate's v7. One run, one machine,
 loopback only, every load bounded in time.
 
-    scripts/bench [--seconds 5] [--out docs/bench] [--skip-build] [--quick]
+    scripts/bench [--seconds 5] [--out docs/bench] [--skip-build] [--quick] [--cores N]
+    scripts/bench --cost-only | --compare OLD_IDGEN_BINARY | --tls-only | --http-only | --clients-only
+
+Cost, not only speed: every server row carries the server's CPU time (user + system, from
+/proc, the server process and its children) per request and per ID, sampled inside the load
+generator's measured window, and its ratio to the best peer's; system calls per request come
+from perf's syscall tracepoints on a short extra run. The workloads run twice: shared (server
+and load generator on every CPU) and pinned (taskset: the server on CPU 0, the load generator
+on the others). The efficiency targets are checked against this run's figures and printed
+(not a pass/fail: the run's ratios are the result), and a model of throughput as cores grow
+(against 25 and 100 Gb/s NICs) is computed from the pinned costs. `--cores N` runs the
+shard-scaling rows (1, 2, 4 … N shards, each on CPUs of its own) where the machine has them,
+and says which it could not run. The JSON records the git revision, rustc, the build profile
+and the CPU.
 
 Prints a table (each row with its ratio to the best peer and to the limit), the TLS rows beside
 plaintext on one node (with the server's CPU time per request and per ID), TLS handshakes per
@@ -90,46 +103,169 @@ def loopback_limit(seconds):
             "ids_per_sec": bps / 64, "bytes_per_sec": bps / 8}
 
 
-def loadtest(args, seconds, label, workload):
-    cmd = [str(TARGET / "release" / "idgen-loadtest"), *args, "--duration", f"{seconds}s",
-           "--warmup", "1s", "--json", "--quiet", "--threads", "1"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+def proc_cpu_ns(pid):
+    """User + system CPU time, in ns, of `pid` and of every live descendant, by pid
+    (/proc/<pid>/stat): PostgreSQL serves each connection from a child process."""
+    tick = 1e9 / os.sysconf("SC_CLK_TCK")
+    parents, cpu = {}, {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(d.name)] = int(fields[1])
+        cpu[int(d.name)] = (int(fields[11]) + int(fields[12])) * tick
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        if p in tree or p not in cpu:
+            continue
+        tree.add(p)
+        todo += [c for c, pp in parents.items() if pp == p]
+    return {p: cpu[p] for p in tree}
+
+
+def cpu_between(before, after):
+    """CPU time spent between two proc_cpu_ns snapshots (a process that appeared in between
+    counts whole)."""
+    return sum(ns - before.get(p, 0) for p, ns in after.items())
+
+
+def measured(cmd, server_pid, warmup, seconds, timeout):
+    """Runs a load generator and samples the server's CPU time inside its measured window
+    (from 0.3 s after the warm-up to 0.3 s before the end): (completed process, CPU ns spent
+    in the window, window length in s)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(warmup + 0.3)
+    c0, t0 = proc_cpu_ns(server_pid), time.monotonic()
+    time.sleep(max(seconds - 0.6, 0.2))
+    c1, t1 = proc_cpu_ns(server_pid), time.monotonic()
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), cpu_between(c0, c1), t1 - t0
+
+
+def add_cost(row, spent_ns, window_s):
+    """The server's CPU time per request and per ID, from the CPU it spent in a window of the
+    run and the rates the client measured."""
+    reqs = row["requests_per_sec"] * window_s
+    ids = row["ids_per_sec"] * window_s
+    row["server_cpu_cores"] = spent_ns / 1e9 / window_s
+    row["server_cpu_ns_per_request"] = spent_ns / reqs if reqs else None
+    row["server_cpu_ns_per_id"] = spent_ns / ids if ids else None
+    return row
+
+
+# CPUs for the pinned mode: the server on the first, the load generator on the others.
+PIN = {"server": None, "load": None}
+
+
+def pinned(cmd, who):
+    cpus = PIN[who]
+    return ["taskset", "-c", cpus, *cmd] if cpus else cmd
+
+
+def loadtest(args, seconds, label, workload, server_pid=None, threads=1):
+    cmd = pinned([str(TARGET / "release" / "idgen-loadtest"), *args, "--duration", f"{seconds}s",
+                  "--warmup", "1s", "--json", "--quiet", "--threads", str(threads)], "load")
+    if server_pid is None:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+        spent = window = None
+    else:
+        out, spent, window = measured(cmd, server_pid, 1, seconds, seconds + 60)
     if out.returncode != 0:
         raise SystemExit(f"{label}: idgen-loadtest failed ({out.returncode}): {out.stderr[-2000:]}")
     r = json.loads(out.stdout)
     errors = sum(r.get("errors", {}).values()) if isinstance(r.get("errors"), dict) else r.get("errors")
-    return {"system": label, "workload": workload, "ids_per_sec": r["ids_per_sec"],
-            "requests_per_sec": r["requests_per_sec"], "latency_us": r["latency_us"],
-            "errors": errors}
+    row = {"system": label, "workload": workload, "ids_per_sec": r["ids_per_sec"],
+           "requests_per_sec": r["requests_per_sec"], "latency_us": r["latency_us"],
+           "errors": errors}
+    if spent is not None:
+        add_cost(row, spent, window)
+    return row
+
+
+def syscalls(server_pid, args, seconds=2):
+    """System calls of the server per request, counted by perf's syscall tracepoints on a
+    short extra run (recv/send/epoll by name, and all of them)."""
+    names = ["recvfrom", "sendto", "read", "write", "readv", "writev", "epoll_wait",
+             "epoll_pwait", "futex", "sched_yield"]
+    out_file = tempfile.mktemp(prefix="idgen-bench-perf-")
+    events = ["-e", "raw_syscalls:sys_enter"]
+    for n in names:
+        events += ["-e", f"syscalls:sys_enter_{n}"]
+    perf = subprocess.Popen(["perf", "stat", "-x,", *events, "-p", str(server_pid), "-o", out_file,
+                             "--", "sleep", str(seconds + 2)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    cmd = pinned([str(TARGET / "release" / "idgen-loadtest"), *args, "--duration", f"{seconds}s",
+                  "--json", "--quiet", "--threads", "1"], "load")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    _, err = perf.communicate(timeout=seconds + 30)
+    if out.returncode != 0 or perf.returncode != 0:
+        raise SystemExit(f"syscall count failed: {out.stderr[-1000:]} {err[-1000:]}")
+    # The requests the server answered while perf counted: the whole load run (perf starts
+    # before it and stops after it).
+    requests = json.loads(out.stdout)["requests"]
+    counts = {}
+    for line in Path(out_file).read_text().splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[0].strip().isdigit():
+            counts[parts[2].split(":")[-1].replace("sys_enter_", "").replace("sys_enter", "all")] = int(parts[0])
+    os.unlink(out_file)
+    per = {k: v / requests for k, v in counts.items() if v}
+    return {"requests": requests, "per_request": per,
+            "reads_per_request": (counts.get("recvfrom", 0) + counts.get("read", 0) + counts.get("readv", 0)) / requests,
+            "writes_per_request": (counts.get("sendto", 0) + counts.get("write", 0) + counts.get("writev", 0)) / requests,
+            "all_per_request": counts.get("all", 0) / requests}
 
 
 WORKLOADS = [
     ("big batches", ["--batch", "4096", "--pipeline", "8", "--connections", "2"]),
-    ("1 ID/request, pipelined", ["--batch", "1", "--pipeline", "32", "--connections", "32"]),
+    ("1 ID/req, 50 conn × 128", ["--batch", "1", "--pipeline", "128", "--connections", "50"]),
+    ("1 ID/req, 8 conn × 16", ["--batch", "1", "--pipeline", "16", "--connections", "8"]),
     ("1 request in flight", ["--batch", "1", "--pipeline", "1", "--connections", "1"]),
 ]
+# The workloads whose system calls per request are counted (an extra short run each).
+SYSCALL_WORKLOADS = ["1 ID/req, 50 conn × 128", "1 request in flight"]
 
 
-def idgen_runs(seconds, shards, workers=64, only_ranges=False):
-    rows = []
+def start_idgen(shards, workers=64, binary=None, extra=()):
+    """A node on the memory store, pinned to the server CPUs in the pinned mode: (process,
+    protocol address, data directory)."""
     data = tempfile.mkdtemp(prefix="idgen-bench-")
-    server = start([str(TARGET / "release" / "idgen"), "serve", "--listen", "127.0.0.1:0",
-                    "--admin-listen", "off", "--store", "memory", "--shards", str(shards),
-                    "--workers-per-shard", str(workers), "--data-dir", data],
+    binary = binary or str(TARGET / "release" / "idgen")
+    server = start(pinned([binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "off",
+                           "--http-listen", "off", "--store", "memory", "--shards", str(shards),
+                           "--workers-per-shard", str(workers), "--data-dir", data, *extra],
+                          "server"),
                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = server.stdout.readline()
     m = re.match(r"listening on (\S+)", line)
     if not m:
         raise SystemExit(f"idgen did not start: {line!r}")
-    addr = m.group(1)
-    label = f"idgen ({shards} shard{'s' if shards > 1 else ''})"
-    if workers != 64:
-        label = f"idgen ({shards} shard, {workers} worker IDs)"
+    return server, m.group(1), data
+
+
+def idgen_runs(seconds, shards, workers=64, only_ranges=False, binary=None, label=None,
+               syscall_rows=None, threads=1):
+    rows = []
+    server, addr, data = start_idgen(shards, workers, binary)
+    if label is None:
+        label = f"idgen ({shards} shard{'s' if shards > 1 else ''})"
+        if workers != 64:
+            label = f"idgen ({shards} shard, {workers} worker IDs)"
     for name, args in ([] if only_ranges else WORKLOADS):
-        rows.append(loadtest(["--addr", addr, *args], seconds, label, name))
+        rows.append(loadtest(["--addr", addr, *args], seconds, label, name, server.pid, threads))
+        if syscall_rows is not None and name in SYSCALL_WORKLOADS:
+            syscall_rows.append({"system": label, "workload": name,
+                                 **syscalls(server.pid, ["--addr", addr, *args])})
     # Range answers (protocol version 2): the big-batch workload, IDs sent as runs.
     rows.append(loadtest(["--addr", addr, "--ranges", *WORKLOADS[0][1]], seconds, label,
-                         "big batches, range answers"))
+                         "big batches, range answers", server.pid, threads))
+    # The layout's limit for this worker range: 4,096 IDs per worker ID per millisecond.
+    rows[-1]["range_limit_ids_per_sec"] = shards * workers * 4096 * 1000
     stop(server)
     shutil.rmtree(data, ignore_errors=True)
     return rows
@@ -306,10 +442,8 @@ def test_certs():
 
 
 def cpu_ns(pid):
-    """User + system CPU time of a process so far, in ns (/proc/<pid>/stat)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks * 1e9 / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a process and its children so far, in ns."""
+    return sum(proc_cpu_ns(pid).values())
 
 
 def start_tls_node(certs, extra=()):
@@ -342,13 +476,8 @@ def tls_runs(seconds, certs):
     rows = []
     for name, args in WORKLOADS:
         for transport, addr, extra in (("plaintext", plain, []), ("TLS", tls, tls_args)):
-            before = cpu_ns(server.pid)
-            r = loadtest(["--addr", addr, *extra, *args], seconds, f"idgen {transport}", name)
-            spent = cpu_ns(server.pid) - before
-            # The load tester's warm-up second is served too: count its share of the work.
-            served = seconds + 1
-            r["server_cpu_ns_per_request"] = spent / max(r["requests_per_sec"] * served, 1)
-            r["server_cpu_ns_per_id"] = spent / max(r["ids_per_sec"] * served, 1)
+            r = loadtest(["--addr", addr, *extra, *args], seconds, f"idgen {transport}", name,
+                         server.pid)
             r["transport"] = transport
             rows.append(r)
     stop(server)
@@ -518,13 +647,18 @@ def protocol_vector(name):
     raise SystemExit(f"scripts/bench: no vector {name!r} in protocol/tests/vectors.json")
 
 
-def redis_runs(seconds):
+def redis_runs(seconds, syscall_rows=None):
     port = free_port()
-    server = start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    server = start(pinned(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no"], "server"), stdout=subprocess.DEVNULL)
     wait_port(port)
-    rows = [loadtest(["--target", "redis", "--addr", f"127.0.0.1:{port}", *args], seconds,
-                     "Redis INCRBY", name) for name, args in WORKLOADS]
+    rows = []
+    for name, args in WORKLOADS:
+        args = ["--target", "redis", "--addr", f"127.0.0.1:{port}", *args]
+        rows.append(loadtest(args, seconds, "Redis INCRBY", name, server.pid))
+        if syscall_rows is not None and name in SYSCALL_WORKLOADS:
+            syscall_rows.append({"system": "Redis INCRBY", "workload": name,
+                                 **syscalls(server.pid, args)})
     stop(server)
     return rows
 
@@ -545,9 +679,9 @@ def postgres_runs(seconds):
     subprocess.run(as_pg + [str(bindir / "initdb"), "-D", str(data / "db"), "-A", "trust"],
                    check=True, capture_output=True)
     port = free_port()
-    server = start(as_pg + [str(bindir / "postgres"), "-D", str(data / "db"), "-p", str(port),
+    server = start(pinned(as_pg + [str(bindir / "postgres"), "-D", str(data / "db"), "-p", str(port),
                             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-                            "-c", "synchronous_commit=off", "-k", str(data), "-c", "max_connections=100"],
+                            "-c", "synchronous_commit=off", "-k", str(data), "-c", "max_connections=100"], "server"),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     psql = as_pg + [str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-q"]
@@ -556,21 +690,28 @@ def postgres_runs(seconds):
             break
         time.sleep(0.2)
     rows = []
-    for i, (name, batch, clients) in enumerate([("big batches", 4096, 2),
-                                                ("1 ID/request, pipelined", 1, 32),
-                                                ("1 request in flight", 1, 1)]):
-        script = data / f"b{batch}.sql"
-        script.write_text("SELECT nextval('s') FROM generate_series(1, %d);\n" % batch
-                          if batch > 1 else "SELECT nextval('s');\n")
+    # The same shapes as WORKLOADS: (name, IDs per statement, connections, statements in
+    # flight per connection). Pipelined statements are sent with pgbench's \\startpipeline
+    # (PostgreSQL 14+): one transaction of `depth` statements, sent without waiting.
+    shapes = [("big batches", 4096, 2, 8), ("1 ID/req, 50 conn × 128", 1, 50, 128),
+              ("1 ID/req, 8 conn × 16", 1, 8, 16), ("1 request in flight", 1, 1, 1)]
+    postmaster = server.pid
+    for i, (name, batch, clients, depth) in enumerate(shapes):
+        script = data / f"w{i}.sql"
+        stmt = ("SELECT nextval('s') FROM generate_series(1, %d);" % batch if batch > 1
+                else "SELECT nextval('s');")
+        script.write_text("\\startpipeline\n" + (stmt + "\n") * depth + "\\endpipeline\n"
+                          if depth > 1 else stmt + "\n")
         shutil.chown(script, "postgres", "postgres")
         logdir = data / f"log{i}"
         logdir.mkdir()
         shutil.chown(logdir, "postgres", "postgres")
-        cmd = as_pg + [str(bindir / "pgbench"), "-n", "-M", "prepared", "-h", "127.0.0.1",
-                       "-p", str(port), "-U", "postgres", "-c", str(clients), "-j", "1",
-                       "-T", str(seconds), "-f", str(script), "-l",
-                       "--log-prefix", str(logdir / "tx"), "postgres"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+        cmd = pinned(as_pg + [str(bindir / "pgbench"), "-n", "-M", "prepared", "-h", "127.0.0.1",
+                              "-p", str(port), "-U", "postgres", "-c", str(clients), "-j", "1",
+                              "-T", str(seconds + 1), "-f", str(script), "-l",
+                              "--log-prefix", str(logdir / "tx"), "postgres"], "load")
+        # pgbench has no warm-up: its first second (connecting) is left out of the CPU window.
+        out, spent, window = measured(cmd, postmaster, 1, seconds, seconds + 60)
         m = re.search(r"tps = ([\d.]+)", out.stdout)
         if out.returncode != 0 or not m:
             raise SystemExit(f"pgbench failed: {out.stdout[-1000:]} {out.stderr[-1000:]}")
@@ -583,17 +724,21 @@ def postgres_runs(seconds):
                     lat.append(int(parts[2]))
         lat.sort()
         pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0)
-        rows.append({"system": "PostgreSQL nextval (pgbench)", "workload": name,
-                     "ids_per_sec": tps * batch, "requests_per_sec": tps,
-                     "latency_us": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
-                                    "p999": pct(0.999), "max": lat[-1] if lat else 0}})
+        row = {"system": "PostgreSQL nextval (pgbench)", "workload": name,
+               "ids_per_sec": tps * depth * batch, "requests_per_sec": tps * depth,
+               # pgbench times transactions: with a pipeline, all `depth` statements of one.
+               "latency_us": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
+                              "p999": pct(0.999), "max": lat[-1] if lat else 0},
+               "latency_of": "transaction" if depth > 1 else "statement"}
+        rows.append(add_cost(row, spent, window))
     stop(server)
     shutil.rmtree(data, ignore_errors=True)
     return rows
 
 
 def in_process(quick):
-    """Criterion: one ID (system clock) and uuid v7; batch fill and the bare loop."""
+    """Criterion: one ID (the cached clock, and the system clock read every call) and uuid v7;
+    the clock reads; batch fill and the bare loop."""
     args = ["cargo", "bench", "-p", "idgen-benches", "--bench", "generator", "--",
             "--warm-up-time", "1", "--measurement-time", "2" if quick else "4"]
     subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -602,8 +747,10 @@ def in_process(quick):
         return json.loads(est.read_text())["median"]["point_estimate"]
     return {
         "next_id_ns": ns("next_id"),
+        "next_id_system_clock_ns": ns("next_id_system_clock"),
         "uuid_v7_ns": ns("uuid_v7"),
         "wall_clock_read_ns": ns("wall_clock_read"),
+        "cached_clock_read_ns": ns("cached_clock_read"),
         "batch_4096_ns": ns("batch_4096_workers_1024"),
         "bare_loop_4096_ns": ns("batch_4096_bare_shift_or_loop"),
     }
@@ -703,6 +850,261 @@ def print_http(http_rows, renewal):
                  if v["load_requests_per_sec"] else ""))
 
 
+# Sizes on the wire (protocol/tests/vectors.json): a GET_IDS request is 9 bytes, an IDS answer
+# 9 + 8 × count bytes. TCP/IPv4 over Ethernet with full 1,500-byte frames carries 1,448 bytes of
+# payload in 1,538 bytes on the wire (preamble, header, FCS, gap): pipelined answers fill them.
+WIRE_OVERHEAD = 1538 / 1448
+NICS = [("25 Gb/s", 25e9), ("100 Gb/s", 100e9)]
+MODEL_CORES = [1, 2, 4, 8, 16, 32, 64]
+
+
+def scaling_model(cost):
+    """Throughput as cores grow, from the CPU cost of one request and of one ID measured on one
+    shard, against what the NICs can carry. Assumes shards scale linearly (they share nothing
+    on the request path) and that the cost per request stays what loopback measured (it counts
+    the kernel's loopback work on both ends of each send; a NIC moves part of that off the
+    CPU)."""
+    per_req, per_id = cost["ns_per_request"], cost["ns_per_id"]
+    nic = {name: bps / 8 for name, bps in NICS}
+    rows = []
+    for cores in MODEL_CORES:
+        r = {"cores": cores,
+             "requests_per_sec_cpu": cores * 1e9 / per_req,
+             "ids_per_sec_cpu": cores * 1e9 / per_id}
+        for name, bytes_per_sec in nic.items():
+            r[f"requests_per_sec_{name}"] = min(r["requests_per_sec_cpu"],
+                                                bytes_per_sec / (17 * WIRE_OVERHEAD))
+            r[f"ids_per_sec_{name}"] = min(r["ids_per_sec_cpu"],
+                                           bytes_per_sec / ((8 + 9 / 4096) * WIRE_OVERHEAD))
+        rows.append(r)
+    # Where each NIC becomes the bound.
+    knees = {}
+    for name, bytes_per_sec in nic.items():
+        knees[f"cores_to_fill_{name}_with_1_id_requests"] = bytes_per_sec / (17 * WIRE_OVERHEAD) / (1e9 / per_req)
+        knees[f"cores_to_fill_{name}_with_batches"] = bytes_per_sec / ((8 + 9 / 4096) * WIRE_OVERHEAD) / (1e9 / per_id)
+    return {"from": cost, "rows": rows, **knees}
+
+
+def print_model(model):
+    f = model["from"]
+    print(f"scaling model from one pinned shard: {f['ns_per_request']:.0f} ns of server CPU per "
+          f"one-ID request ({f['request_workload']}), {f['ns_per_id']:.2f} ns per ID ({f['id_workload']})")
+    head = f"{'cores':>5} {'req/s (CPU)':>14} " + " ".join(f"{'req/s @' + n:>16}" for n, _ in NICS) + \
+        f" {'IDs/s (CPU)':>16} " + " ".join(f"{'IDs/s @' + n:>17}" for n, _ in NICS)
+    print(head)
+    for r in model["rows"]:
+        print(f"{r['cores']:>5} {r['requests_per_sec_cpu']:>14,.0f} "
+              + " ".join(f"{r[f'requests_per_sec_{n}']:>16,.0f}" for n, _ in NICS)
+              + f" {r['ids_per_sec_cpu']:>16,.0f} "
+              + " ".join(f"{r[f'ids_per_sec_{n}']:>17,.0f}" for n, _ in NICS))
+    for n, _ in NICS:
+        print(f"{n}: filled by one-ID requests at {model[f'cores_to_fill_{n}_with_1_id_requests']:.1f} cores, "
+              f"by 4,096-ID batches at {model[f'cores_to_fill_{n}_with_batches']:.1f} cores")
+
+
+def best_peer_costs(rows):
+    """The lowest server CPU per request (and per ID) of the peers, by workload."""
+    best = {}
+    for r in rows:
+        if r["system"].startswith("idgen") or r.get("server_cpu_ns_per_request") is None:
+            continue
+        b = best.setdefault(r["workload"], {"ns_per_request": None, "ns_per_id": None})
+        for key, col in (("ns_per_request", "server_cpu_ns_per_request"), ("ns_per_id", "server_cpu_ns_per_id")):
+            if b[key] is None or r[col] < b[key]:
+                b[key] = r[col]
+                b[key.replace("ns_", "system_")] = r["system"]
+    return best
+
+
+def print_costs(rows, title):
+    """Server CPU per request and per ID, and how many times less than the best peer's."""
+    best = best_peer_costs(rows)
+    print(title)
+    print(f"{'system':<32} {'workload':<28} {'req/s':>12} {'IDs/s':>14} {'p50 µs':>8} {'p99 µs':>8} "
+          f"{'p99.9':>8} {'CPU':>5} {'ns/req':>8} {'ns/ID':>8} {'÷ best peer':>11}")
+    for r in rows:
+        if r.get("server_cpu_ns_per_request") is None:
+            continue
+        # One ID per request compares CPU per request; batches compare CPU per ID.
+        key, col = (("ns_per_id", "server_cpu_ns_per_id") if r["workload"].startswith("big")
+                    else ("ns_per_request", "server_cpu_ns_per_request"))
+        peer = best.get(r["workload"].replace(", range answers", ""), {}).get(key)
+        r["cpu_ratio_to_best_peer"] = r[col] / peer if peer else None
+        lat = r.get("latency_us", {})
+        ratio = f"{r['cpu_ratio_to_best_peer']:.3f}" if r["cpu_ratio_to_best_peer"] else "-"
+        print(f"{r['system']:<32} {r['workload']:<28} {r['requests_per_sec']:>12,.0f} {r['ids_per_sec']:>14,.0f} "
+              f"{lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} {lat.get('p999', 0):>8.1f} "
+              f"{r['server_cpu_cores']:>5.2f} {r['server_cpu_ns_per_request']:>8,.0f} "
+              f"{r['server_cpu_ns_per_id']:>8.2f} {ratio:>11}")
+    print("CPU: server cores busy; ns/req, ns/ID: server CPU time (user + system, /proc) per "
+          "request and per ID; ÷ best peer: this row's ns (per request; per ID for batches) over "
+          "the lowest peer's in the same workload")
+
+
+def print_syscalls(rows):
+    print(f"{'system calls per request (perf stat, extra 2 s run)':<56} {'reads':>6} {'writes':>6} "
+          f"{'epoll':>6} {'all':>6}")
+    for r in rows:
+        per = r["per_request"]
+        epoll = per.get("epoll_wait", 0) + per.get("epoll_pwait", 0)
+        print(f"{r['system'] + ', ' + r['workload']:<56} {r['reads_per_request']:>6.3f} "
+              f"{r['writes_per_request']:>6.3f} {epoll:>6.3f} {r['all_per_request']:>6.3f}")
+
+
+def targets(rows, syscall_rows, inproc, tag):
+    """The efficiency targets, each as measured in this run: (target, value, met)."""
+    def row(system_prefix, workload):
+        return next((r for r in rows if r["system"].startswith(system_prefix) and r["workload"] == workload), None)
+    out = []
+    ig, rd = row("idgen (1 shard", "1 ID/req, 50 conn × 128"), row("Redis", "1 ID/req, 50 conn × 128")
+    if ig and ig.get("server_cpu_ns_per_request"):
+        v = ig["server_cpu_ns_per_request"]
+        out.append(("50 conn × 128, ns of server CPU per request ≤ 120", f"{v:.0f}", v <= 120))
+        if rd and rd.get("server_cpu_ns_per_request"):
+            x = rd["server_cpu_ns_per_request"] / v
+            out.append(("50 conn × 128, ≥ 7× less CPU per request than Redis", f"{x:.1f}×", x >= 7))
+    for r in syscall_rows:
+        if r["system"].startswith("idgen (1 shard") and r["workload"] == "1 request in flight":
+            out.append(("1 in flight: ≤ 1 read and ≤ 1 write system call per request",
+                        f"{r['reads_per_request']:.2f} / {r['writes_per_request']:.2f}",
+                        r["reads_per_request"] <= 1.005 and r["writes_per_request"] <= 1.005))
+    ig, rd = row("idgen (1 shard", "1 request in flight"), row("Redis", "1 request in flight")
+    if ig and rd:
+        a, b = ig["latency_us"], rd["latency_us"]
+        out.append(("1 in flight: p99 ≤ Redis p99", f"{a['p99']:.1f} vs {b['p99']:.1f} µs", a["p99"] <= b["p99"]))
+        out.append(("1 in flight: p99.9 ≤ 2 × Redis p99.9", f"{a['p999']:.1f} vs {b['p999']:.1f} µs",
+                    a["p999"] <= 2 * b["p999"]))
+    ig = row("idgen (1 shard", "big batches")
+    if ig and ig.get("server_cpu_ns_per_id"):
+        v = ig["server_cpu_ns_per_id"]
+        out.append(("4,096-ID batches: ≤ 2 ns of server CPU per ID", f"{v:.2f}", v <= 2))
+    ig = row("idgen (1 shard", "big batches, range answers")
+    if ig and ig.get("range_limit_ids_per_sec"):
+        x = ig["ids_per_sec"] / ig["range_limit_ids_per_sec"]
+        out.append(("range answers ≥ 0.95 × the worker range's limit", f"{x:.3f}", x >= 0.95))
+    if inproc:
+        v = inproc["next_id_ns"]
+        out.append(("in-process: one ID ≤ 30 ns", f"{v:.1f} ns", v <= 30))
+    print(f"targets ({tag}):")
+    for name, value, met in out:
+        print(f"  {'met    ' if met else 'NOT MET'} {name}: {value}")
+    return [{"target": n, "value": v, "met": m} for n, v, m in out]
+
+
+def machine_and_build():
+    """What the figures were measured on and with."""
+    def cmd(*c):
+        try:
+            return subprocess.run(c, cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+        except OSError:
+            return "?"
+    import tomllib
+    with open(ROOT / "Cargo.toml", "rb") as f:
+        profile = tomllib.load(f).get("profile", {}).get("release", {})
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    flags = next((l.split(":", 1)[1].split() for l in cpuinfo.splitlines() if l.startswith("flags")), [])
+    source = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    return {
+        "cpus": os.cpu_count(), "kernel": os.uname().release,
+        "cpu": next((l.split(":", 1)[1].strip() for l in cpuinfo.splitlines() if l.startswith("model name")), "?"),
+        "clocksource": source.read_text().strip() if source.exists() else "?",
+        "invariant_tsc": "nonstop_tsc" in flags,
+        "git_revision": cmd("git", "rev-parse", "HEAD"),
+        "git_dirty": bool(cmd("git", "status", "--porcelain", "--untracked-files=no")),
+        "rustc": cmd("rustc", "-V"),
+        "build_profile": {"name": "release", **profile},
+        "load_average_at_end": os.getloadavg(),
+    }
+
+
+def cpu_sets(server_cpus):
+    """CPU lists for the pinned mode: `server_cpus` CPUs for the server, the rest for the load
+    generator; None if the machine has too few."""
+    n = os.cpu_count() or 1
+    if server_cpus >= n:
+        return None
+    server = f"0-{server_cpus - 1}" if server_cpus > 1 else "0"
+    load = f"{server_cpus}-{n - 1}" if n - server_cpus > 1 else str(server_cpus)
+    return server, load, n - server_cpus
+
+
+def pinned_runs(seconds, no_postgres, syscall_rows):
+    """The same workloads with the server on CPU 0 and the load generator on the others."""
+    sets = cpu_sets(1)
+    if sets is None:
+        return []
+    PIN["server"], PIN["load"], _ = sets
+    try:
+        rows = [{**r, "system": r["system"] + " pinned"} for r in idgen_runs(seconds, 1, syscall_rows=syscall_rows)]
+        rows += [{**r, "system": "Redis INCRBY pinned"} for r in redis_runs(seconds)]
+        if not no_postgres:
+            rows += [{**r, "system": "PostgreSQL nextval pinned"} for r in postgres_runs(seconds)]
+    finally:
+        PIN["server"] = PIN["load"] = None
+    return rows
+
+
+def scaling_runs(seconds, cores):
+    """Shard-scaling rows: 1, 2, 4 … shards up to `cores`, each shard count on its own CPUs
+    with the load generator on the rest. Returns (rows, shard counts this machine cannot run)."""
+    counts, k = [], 1
+    while k <= cores:
+        counts.append(k)
+        k *= 2
+    if cores not in counts:
+        counts.append(cores)
+    rows, skipped = [], []
+    for shards in counts:
+        sets = cpu_sets(shards)
+        if sets is None:
+            skipped.append(shards)
+            continue
+        PIN["server"], PIN["load"], load_cpus = sets
+        try:
+            server, addr, data = start_idgen(shards)
+            for name, args in WORKLOADS[:2]:
+                # Enough connections for every shard (connections are dealt round-robin).
+                rows.append({**loadtest(["--addr", addr, *args], seconds, f"idgen ({shards} shards pinned)",
+                                        name, server.pid, threads=load_cpus), "shards": shards})
+            stop(server)
+            shutil.rmtree(data, ignore_errors=True)
+        finally:
+            PIN["server"] = PIN["load"] = None
+    return rows, skipped
+
+
+def print_scaling(rows, skipped, cores):
+    if rows:
+        print(f"{'shard scaling (pinned)':<28} {'workload':<28} {'IDs/s':>14} {'req/s':>12} {'ns/req':>8} {'ns/ID':>8}")
+        for r in rows:
+            print(f"{r['system']:<28} {r['workload']:<28} {r['ids_per_sec']:>14,.0f} "
+                  f"{r['requests_per_sec']:>12,.0f} {r['server_cpu_ns_per_request']:>8,.0f} {r['server_cpu_ns_per_id']:>8.2f}")
+    if skipped:
+        print(f"shard scaling: this machine has {os.cpu_count()} CPUs, so {', '.join(map(str, skipped))} "
+              f"shard(s) with a load generator on CPUs of its own could not run here "
+              f"(--cores {cores}; the model above is what they are expected to show)")
+
+
+def compare_runs(seconds, baseline):
+    """The idgen rows for `baseline` (another build's idgen binary) and for this build,
+    alternating workload by workload on two live nodes."""
+    rows = []
+    nodes = [("baseline", *start_idgen(1, binary=baseline)), ("this build", *start_idgen(1))]
+    for name, args in WORKLOADS:
+        for label, server, addr, _ in nodes:
+            rows.append(loadtest(["--addr", addr, *args], seconds, f"idgen 1 shard, {label}", name, server.pid))
+    for _, server, _, data in nodes:
+        stop(server)
+        shutil.rmtree(data, ignore_errors=True)
+    print(f"{'build':<26} {'workload':<28} {'req/s':>12} {'IDs/s':>14} {'p99 µs':>8} {'ns/req':>8} {'ns/ID':>8} {'÷ baseline':>10}")
+    for r in rows:
+        base = next(b for b in rows if b["workload"] == r["workload"] and b["system"].endswith("baseline"))
+        col = "server_cpu_ns_per_id" if r["workload"].startswith("big") else "server_cpu_ns_per_request"
+        print(f"{r['system']:<26} {r['workload']:<28} {r['requests_per_sec']:>12,.0f} {r['ids_per_sec']:>14,.0f} "
+              f"{r['latency_us'].get('p99', 0):>8.1f} {r['server_cpu_ns_per_request']:>8,.0f} "
+              f"{r['server_cpu_ns_per_id']:>8.2f} {r[col] / base[col]:>10.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=5, help="measurement time of each run")
@@ -710,6 +1112,10 @@ def main():
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--quick", action="store_true", help="2 s runs, shorter criterion")
     ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--cores", type=int, default=os.cpu_count(),
+                    help="shard-scaling rows for 1, 2, 4 … N shards, each on CPUs of its own with "
+                         "the load generator on the others; counts this machine cannot host are "
+                         "reported as such [default: this machine's CPUs]")
     ap.add_argument("--http-only", action="store_true",
                     help="only the HTTP ID API rows and the renewal check (prints, writes nothing)")
     ap.add_argument("--clients-only", action="store_true",
@@ -718,6 +1124,12 @@ def main():
     ap.add_argument("--tls-only", action="store_true",
                     help="only the TLS rows beside plaintext, handshakes and idle TLS connections "
                          "(prints, writes nothing)")
+    ap.add_argument("--cost-only", action="store_true",
+                    help="only the cost rows (idgen, Redis, PostgreSQL; shared and pinned), system "
+                         "calls, the targets and the model (prints, writes nothing)")
+    ap.add_argument("--compare", metavar="IDGEN_BINARY",
+                    help="only the idgen rows, for this idgen binary (another build: the before "
+                         "of a change) and for this build, alternating (prints, writes nothing)")
     a = ap.parse_args()
     seconds = 2 if a.quick else a.seconds
     if not a.skip_build:
@@ -726,51 +1138,70 @@ def main():
                        cwd=ROOT, check=True)
         subprocess.run(["cargo", "build", "--release", "-p", "idgen-testkit", "--bin",
                         "idgen-test-certs"], cwd=ROOT, check=True)
+
+    def only(run, show):
+        try:
+            result = run()
+        finally:
+            for p in procs:
+                stop(p, signal.SIGKILL)
+        show(result)
+
+    if a.compare:
+        return only(lambda: compare_runs(seconds, a.compare), lambda _: None)
     if a.http_only:
-        try:
-            http_rows, renewal = http_runs(seconds)
-        finally:
-            for p in procs:
-                stop(p, signal.SIGKILL)
-        print_http(http_rows, renewal)
-        return
+        return only(lambda: http_runs(seconds), lambda r: print_http(*r))
     if a.clients_only:
-        try:
-            client_rows = client_runs(seconds)
-        finally:
-            for p in procs:
-                stop(p, signal.SIGKILL)
-        print_clients(client_rows)
-        return
+        return only(lambda: client_runs(seconds), print_clients)
     if a.tls_only:
         certs = test_certs()
         try:
-            tls_rows = tls_runs(seconds, certs)
-            hs = handshakes(seconds, certs)
-            idle_tls = idle_tls_rss(certs)
+            return only(lambda: (tls_runs(seconds, certs), handshakes(seconds, certs), idle_tls_rss(certs)),
+                        lambda r: print_tls(*r))
         finally:
-            for p in procs:
-                stop(p, signal.SIGKILL)
             shutil.rmtree(certs, ignore_errors=True)
-        print_tls(tls_rows, hs, idle_tls)
-        return
-    rows = []
+    if a.cost_only:
+        def cost():
+            sys_rows = []
+            rows = idgen_runs(seconds, 1, syscall_rows=sys_rows) + redis_runs(seconds, sys_rows)
+            if not a.no_postgres:
+                rows += postgres_runs(seconds)
+            return rows, sys_rows, pinned_runs(seconds, a.no_postgres, None)
+
+        def show(r):
+            rows, sys_rows, pin = r
+            print_costs(rows, "shared: server and load generator on every CPU")
+            print()
+            print_costs(pin, "pinned: server on CPU 0, load generator on the others")
+            print()
+            print_syscalls(sys_rows)
+            targets(rows, sys_rows, None, "shared")
+            if pin:
+                targets([{**x, "system": x["system"].replace(" pinned", "")} for x in pin], [], None, "pinned")
+                print_model(scaling_model(model_cost(pin)))
+        return only(cost, show)
+
+    rows, syscall_rows = [], []
     certs = test_certs()
     try:
         log("loopback limit (iperf3)")
         rows.append(loopback_limit(seconds))
         for shards in (1, 2):
             log(f"idgen, {shards} shard(s)")
-            rows += idgen_runs(seconds, shards)
+            rows += idgen_runs(seconds, shards, syscall_rows=syscall_rows if shards == 1 else None)
         # 64 worker IDs cap one shard at 64 × 4096 IDs per ms (262 M/s), which range answers
         # reach: show them with a worker range that does not bind.
         log("idgen, 1 shard, 256 worker IDs, range answers")
         rows += idgen_runs(seconds, 1, workers=256, only_ranges=True)
         log("Redis INCRBY")
-        rows += redis_runs(seconds)
+        rows += redis_runs(seconds, syscall_rows)
         if not a.no_postgres:
             log("PostgreSQL nextval")
             rows += postgres_runs(seconds)
+        log("pinned: server on CPU 0, load generator on the others")
+        pin_rows = pinned_runs(seconds, a.no_postgres, None)
+        log(f"shard scaling up to {a.cores} shards")
+        scale_rows, scale_skipped = scaling_runs(seconds, a.cores)
         log("idgen HTTP ID API (wrk)")
         http_rows, renewal = http_runs(seconds)
         log("10,000 idle connections")
@@ -779,6 +1210,8 @@ def main():
         tls_rows = tls_runs(seconds, certs)
         hs = handshakes(seconds, certs)
         idle_tls = idle_tls_rss(certs)
+        log("clients (Rust, Go, Java, TypeScript)")
+        client_rows = client_runs(seconds)
         log("in-process (criterion)")
         inproc = in_process(a.quick)
     finally:
@@ -791,15 +1224,29 @@ def main():
         if r["workload"] == "big batches":
             # Range answers compete with the same peers as big batches.
             peers = peers + [{**r, "workload": "big batches, range answers"}]
-    print(f"{'system':<32} {'workload':<26} {'IDs/s':>14} {'req/s':>12} {'p50 µs':>8} {'p99 µs':>8} {'× best peer':>11} {'× limit':>8}")
+    print(f"{'system':<32} {'workload':<28} {'IDs/s':>14} {'req/s':>12} {'p50 µs':>8} {'p99 µs':>8} {'× best peer':>11} {'× limit':>8}")
     for r in rows:
         best = max((p["ids_per_sec"] for p in peers if p["workload"] == r["workload"]), default=0)
         lat = r.get("latency_us", {})
         r["ratio_to_best_peer"] = r["ids_per_sec"] / best if best else None
         r["ratio_to_limit"] = r["ids_per_sec"] / limit
-        print(f"{r['system']:<32} {r['workload']:<26} {r['ids_per_sec']:>14,.0f} "
+        print(f"{r['system']:<32} {r['workload']:<28} {r['ids_per_sec']:>14,.0f} "
               f"{r.get('requests_per_sec', 0):>12,.0f} {lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} "
               f"{(r['ratio_to_best_peer'] or 0):>11.2f} {r['ratio_to_limit']:>8.3f}")
+    print()
+    print_costs(rows, "cost, shared: server and load generator on every CPU")
+    print()
+    print_costs(pin_rows, "cost, pinned: server on CPU 0, load generator on the others")
+    print()
+    print_syscalls(syscall_rows)
+    print()
+    target_rows = targets(rows, syscall_rows, inproc, "shared")
+    pin_targets = targets([{**x, "system": x["system"].replace(" pinned", "")} for x in pin_rows], [], None,
+                          "pinned") if pin_rows else []
+    print()
+    model = scaling_model(model_cost(pin_rows or rows))
+    print_model(model)
+    print_scaling(scale_rows, scale_skipped, a.cores)
     print()
     print_http(http_rows, renewal)
     print(f"idle connections: {idle['connections']} open, server RSS {idle['rss_mib']:.1f} MiB "
@@ -808,18 +1255,24 @@ def main():
     print_tls(tls_rows, hs, idle_tls)
     print()
     print_clients(client_rows)
-    print(f"in-process: next_id {inproc['next_id_ns']:.1f} ns (wall clock read alone {inproc['wall_clock_read_ns']:.1f} ns), "
-          f"uuid v7 {inproc['uuid_v7_ns']:.1f} ns → {inproc['uuid_v7_ns']/inproc['next_id_ns']:.1f}× ; "
+    print(f"in-process: next_id {inproc['next_id_ns']:.1f} ns (cached clock read {inproc['cached_clock_read_ns']:.1f} ns; "
+          f"on the system clock read every call {inproc['next_id_system_clock_ns']:.1f} ns, that read alone "
+          f"{inproc['wall_clock_read_ns']:.1f} ns), uuid v7 {inproc['uuid_v7_ns']:.1f} ns → "
+          f"{inproc['uuid_v7_ns']/inproc['next_id_ns']:.1f}× ; "
           f"batch of 4096 {4096/inproc['batch_4096_ns']:.2f} G IDs/s vs bare loop {4096/inproc['bare_loop_4096_ns']:.2f} G/s "
           f"→ {inproc['bare_loop_4096_ns']/inproc['batch_4096_ns']:.2f}×")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    machine = {"cpus": os.cpu_count(), "kernel": os.uname().release,
-               "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
-               "load_average_at_end": os.getloadavg()}
     (out / "latest.json").write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                                 "seconds_per_run": seconds, "machine": machine,
-                                                 "rows": rows, "in_process": inproc,
+                                                 "seconds_per_run": seconds,
+                                                 "machine": machine_and_build(),
+                                                 "rows": rows, "pinned_rows": pin_rows,
+                                                 "syscalls": syscall_rows,
+                                                 "targets": {"shared": target_rows, "pinned": pin_targets},
+                                                 "model": model,
+                                                 "scaling": {"rows": scale_rows, "could_not_run": scale_skipped,
+                                                             "cores_asked": a.cores},
+                                                 "in_process": inproc,
                                                  "http": http_rows, "renewals": renewal,
                                                  "idle_connections": idle,
                                                  "tls": {"rows": tls_rows, "handshakes": hs,
@@ -828,6 +1281,16 @@ def main():
                                                 indent=1))
     svg_chart(rows, out / "chart.svg")
     log(f"wrote {out/'latest.json'} and {out/'chart.svg'}")
+
+
+def model_cost(rows):
+    """The costs the model starts from: idgen on one shard (pinned where it ran pinned), one ID
+    per request with 50 connections × 128 in flight, and 4,096-ID batches."""
+    def find(workload):
+        return next(r for r in rows if r["system"].startswith("idgen (1 shard") and r["workload"] == workload)
+    req, ids = find("1 ID/req, 50 conn × 128"), find("big batches")
+    return {"ns_per_request": req["server_cpu_ns_per_request"], "request_workload": req["system"] + ", " + req["workload"],
+            "ns_per_id": ids["server_cpu_ns_per_id"], "id_workload": ids["system"] + ", " + ids["workload"]}
 
 
 if __name__ == "__main__":
