@@ -3,11 +3,12 @@
 
 Run by scripts/validate-deploy (with a venv that has PyYAML):
 
-    check-deploy.py ROOT METRICS_FILE SERVE_HELP_FILE INVOCATIONS_OUT
+    check-deploy.py ROOT METRICS_FILE SERVE_HELP_FILE INVOCATIONS_OUT OVERLAY=RENDERED…
 
 ROOT is the repository; METRICS_FILE a scrape of a running node's /metrics (a node with TLS
 on, so that the TLS metric families the alerts use exist); SERVE_HELP_FILE the output of
-`idgen serve --help`. Prints one line per check and exits 1 if any fails.
+`idgen serve --help`; each OVERLAY=RENDERED an overlay of deploy/k8s/overlays (etcd, fdb) and
+the file `kubectl kustomize` rendered it into. Prints one line per check and exits 1 if any fails.
 Writes to INVOCATIONS_OUT the `idgen serve` command lines the deploy files run, one per line
 as `what<US>VAR=value …<US>args…` (US: the 0x1f unit separator; shell-quoted), for validate-deploy to run each with
 --check-config.
@@ -115,15 +116,34 @@ def haproxy(root, node_names):
     )
 
 
-def k8s(root, invocations):
-    print("k8s/:")
-    docs = []
-    for p in sorted((root / "deploy" / "k8s").glob("*.yaml")):
-        docs += load_all(p)
+RECOMMENDED = ("name", "instance", "version", "component", "part-of", "managed-by")
+# Labels a selector may name: the ones that never change over a release (spec.selector of a
+# StatefulSet is immutable, and a Service or NetworkPolicy selecting on the version would lose
+# the pods of the other version during a rollout).
+STABLE = {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
+
+
+def cargo_version(root):
+    text = (root / "Cargo.toml").read_text(encoding="utf-8")
+    m = re.search(r'^\[workspace\.package\][^\[]*?^version\s*=\s*"([^"]+)"', text, re.M | re.S)
+    m = m or re.search(r'^version\s*=\s*"([^"]+)"', text, re.M)
+    return m.group(1)
+
+
+def k8s(root, overlay, docs, invocations):
+    """One overlay of deploy/k8s/, as `kubectl kustomize` renders it (what `kubectl apply -k`
+    sends)."""
+    print(f"k8s/overlays/{overlay} (rendered):")
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
-    sts = by_kind["StatefulSet"][0]
+
+    def named(kind, name):
+        found = [d for d in by_kind.get(kind, []) if d["metadata"]["name"] == name]
+        check(len(found) == 1, f"one {kind} {name}")
+        return found[0] if found else None
+
+    sts = named("StatefulSet", "idgen")
     pod = sts["spec"]["template"]["spec"]
     labels = sts["spec"]["template"]["metadata"]["labels"]
     check(
@@ -173,25 +193,26 @@ def k8s(root, invocations):
         str(res["requests"]["cpu"]) == envv.get("IDGEN_SHARDS"),
         "IDGEN_SHARDS equals the CPU request (one shard per core)",
     )
+    memory = res["requests"]["memory"]
+    check(
+        res["limits"].get("memory") == memory,
+        f"memory limit = request ({memory}): the measured figure, Guaranteed QoS",
+    )
+    ops = (root / "docs" / "OPERATIONS.md").read_text(encoding="utf-8")
+    check(
+        f"`{memory}`" in ops.split("### Sizing on Kubernetes", 1)[-1].split("\n## ", 1)[0],
+        f"docs/OPERATIONS.md, Sizing on Kubernetes, gives the figure `{memory}`",
+    )
+    spread(pod, labels, "idgen")
     store = envv.get("IDGEN_STORE", "")
-    check(store.startswith("fdb:"), f"IDGEN_STORE {store}")
-    cluster_path = Path(store[len("fdb:"):])
-    mounts = {m["name"]: m for m in c["volumeMounts"]}
-    vols = {v["name"]: v for v in pod["volumes"]}
-    cm_vol = [n for n, v in vols.items() if "configMap" in v]
-    check(len(cm_vol) == 1, "one ConfigMap volume")
-    cm_name = vols[cm_vol[0]]["configMap"]["name"]
-    m = mounts[cm_vol[0]]
-    cms = {d["metadata"]["name"]: d for d in by_kind.get("ConfigMap", [])}
+    want = {"etcd": "etcd://", "fdb": "fdb:"}.get(overlay, "?")
+    check(store.startswith(want), f"IDGEN_STORE {store} (the {overlay} store)")
     check(
-        cm_name in cms and cluster_path.name in cms[cm_name]["data"],
-        f"ConfigMap {cm_name} has key {cluster_path.name}",
+        c["image"].startswith("idgen:") and c["image"].endswith(f":{overlay}"),
+        f"image {c['image']} (tag {overlay}: built with the store's feature)",
     )
-    check(
-        str(cluster_path.parent) == m["mountPath"] and m.get("readOnly") is True,
-        f"mounted read-only at {m['mountPath']} (the store path's directory)",
-    )
-    svcs = {d["metadata"]["name"]: d for d in by_kind["Service"]}
+    own = lambda d: d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "idgen"  # noqa: E731
+    svcs = {d["metadata"]["name"]: d for d in by_kind["Service"] if own(d)}
     check(sts["spec"]["serviceName"] in svcs, f"serviceName {sts['spec']['serviceName']}")
     check(
         svcs[sts["spec"]["serviceName"]]["spec"].get("clusterIP") == "None",
@@ -208,15 +229,296 @@ def k8s(root, invocations):
         )
     setting = settings_of(c)
     tls_wiring(setting, c, pod, ports, svcs, sts)
-    network_policy(by_kind, labels, ports, setting)
-    (pdb,) = by_kind["PodDisruptionBudget"]
+    idgen_kinds = {k: [d for d in v if own(d)] for k, v in by_kind.items()}
+    network_policy(idgen_kinds, labels, ports, setting)
+    (pdb,) = idgen_kinds["PodDisruptionBudget"]
     check(
         pdb["spec"]["selector"]["matchLabels"].items() <= labels.items(),
         "PodDisruptionBudget selects the pods",
     )
+    recommended_labels(root, docs)
+    stable_selectors(docs)
+    (np,) = idgen_kinds["NetworkPolicy"]
+    peers = [
+        peer
+        for rule in np["spec"].get("ingress", []) + np["spec"].get("egress", [])
+        for peer in rule.get("from", []) + rule.get("to", [])
+    ]
+    check(
+        all(
+            "app.kubernetes.io/name" not in p.get(k, {}).get("matchLabels", {})
+            or p[k]["matchLabels"]["app.kubernetes.io/name"] != "idgen"
+            for p in peers
+            for k in ("podSelector", "namespaceSelector")
+        ),
+        "no NetworkPolicy peer selects idgen's own labels (kustomize's includeSelectors would "
+        "add them to the peers)",
+    )
+    if overlay == "fdb":
+        fdb_store(store, c, pod, by_kind)
+    elif overlay == "etcd":
+        etcd_store(store, by_kind, np)
+    monitoring(root, by_kind, svcs, sts, ports, setting)
     run_env = {k: v for k, v in envv.items()}
     run_env["IDGEN_NODE_ID"] = f"{sts['metadata']['name']}-0"
-    invocations.append(("k8s/statefulset.yaml", run_env, c["args"][1:]))
+    invocations.append((f"k8s/overlays/{overlay} (rendered)", run_env, c["args"][1:]))
+    return sts
+
+
+def spread(pod, labels, what):
+    tsc = pod.get("topologySpreadConstraints", [])
+    keys = {t["topologyKey"] for t in tsc}
+    check(
+        {"topology.kubernetes.io/zone", "kubernetes.io/hostname"} <= keys,
+        f"{what}: spread over zones and nodes ({sorted(keys)})",
+    )
+    check(
+        all(t["labelSelector"]["matchLabels"].items() <= labels.items() for t in tsc),
+        f"{what}: the spread constraints select its own pods",
+    )
+
+
+def recommended_labels(root, docs):
+    version = cargo_version(root)
+    missing = []
+    for d in docs:
+        objs = [(f"{d['kind']} {d['metadata']['name']}", d["metadata"].get("labels", {}))]
+        if "template" in d.get("spec", {}):
+            objs.append((f"{d['kind']} {d['metadata']['name']} pods",
+                         d["spec"]["template"]["metadata"].get("labels", {})))
+        for what, lab in objs:
+            want = [k for k in RECOMMENDED if not (d["kind"] == "ConfigMap" and k == "version")]
+            missing += [f"{what}: {k}" for k in want if f"app.kubernetes.io/{k}" not in lab]
+            if lab.get("app.kubernetes.io/name") == "idgen" and "app.kubernetes.io/version" in lab:
+                if lab["app.kubernetes.io/version"] != version:
+                    missing.append(f"{what}: version {lab['app.kubernetes.io/version']}")
+            if lab.get("app.kubernetes.io/part-of") != "idgen":
+                missing.append(f"{what}: part-of {lab.get('app.kubernetes.io/part-of')}")
+    check(
+        not missing,
+        f"the recommended labels app.kubernetes.io/{{{','.join(RECOMMENDED)}}} on every object "
+        f"and pod, version {version} (Cargo.toml) on idgen's{': ' if missing else ''}"
+        f"{', '.join(missing)}",
+    )
+
+
+def stable_selectors(docs):
+    sels = []
+    for d in docs:
+        spec, what = d.get("spec", {}), f"{d['kind']} {d['metadata']['name']}"
+        if d["kind"] in ("StatefulSet", "PodDisruptionBudget", "ServiceMonitor"):
+            sels.append((what, spec["selector"].get("matchLabels", {})))
+        if d["kind"] == "Service":
+            sels.append((what, spec.get("selector", {})))
+        if d["kind"] == "NetworkPolicy":
+            sels.append((what, spec["podSelector"].get("matchLabels", {})))
+        if d["kind"] == "StatefulSet":
+            for t in spec["template"]["spec"].get("topologySpreadConstraints", []):
+                sels.append((f"{what} spread", t["labelSelector"].get("matchLabels", {})))
+    bad = [f"{w}: {sorted(s)}" for w, s in sels if not s or not set(s) <= STABLE]
+    check(
+        not bad,
+        f"every selector ({len(sels)}) names only {sorted(STABLE)}, never the version"
+        f"{': ' if bad else ''}{', '.join(bad)}",
+    )
+    vcts = [
+        (f"{d['metadata']['name']} {v['metadata']['name']}", v["metadata"].get("labels", {}))
+        for d in docs
+        if d["kind"] == "StatefulSet"
+        for v in d["spec"].get("volumeClaimTemplates", [])
+    ]
+    check(
+        all("app.kubernetes.io/version" not in lab for _, lab in vcts),
+        f"no version label in volumeClaimTemplates (immutable): {[w for w, _ in vcts]}",
+    )
+
+
+def fdb_store(store, c, pod, by_kind):
+    cluster_path = Path(store[len("fdb:"):])
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    cm_vol = [n for n, v in vols.items() if "configMap" in v]
+    check(len(cm_vol) == 1, "one ConfigMap volume")
+    if len(cm_vol) != 1:
+        return
+    cm_name = vols[cm_vol[0]]["configMap"]["name"]
+    m = mounts[cm_vol[0]]
+    cms = {d["metadata"]["name"]: d for d in by_kind.get("ConfigMap", [])}
+    check(
+        cm_name in cms and cluster_path.name in cms[cm_name]["data"],
+        f"ConfigMap {cm_name} has key {cluster_path.name}",
+    )
+    check(
+        str(cluster_path.parent) == m["mountPath"] and m.get("readOnly") is True,
+        f"mounted read-only at {m['mountPath']} (the store path's directory)",
+    )
+
+
+def etcd_store(store, by_kind, np):
+    """IDGEN_STORE names every member of the overlay's etcd StatefulSet by its stable name
+    through the headless Service, on the members' client port, which the NetworkPolicies let
+    idgen reach."""
+    m = re.fullmatch(r"etcd://([^/]+)(/.*)?", store)
+    check(m is not None, f"IDGEN_STORE {store} is etcd://HOST:PORT,…/PREFIX")
+    if m is None:
+        return
+    endpoints = [e.rsplit(":", 1) for e in m.group(1).split(",")]
+    etcds = [d for d in by_kind["StatefulSet"] if d["metadata"]["name"] != "idgen"]
+    check(len(etcds) == 1, f"one etcd StatefulSet ({[d['metadata']['name'] for d in etcds]})")
+    if len(etcds) != 1:
+        return
+    e = etcds[0]
+    name, svc_name, n = e["metadata"]["name"], e["spec"]["serviceName"], e["spec"]["replicas"]
+    check(n >= 3 and n % 2 == 1, f"etcd: {n} members (odd, at least 3)")
+    pod = e["spec"]["template"]["spec"]
+    elabels = e["spec"]["template"]["metadata"]["labels"]
+    (ec,) = pod["containers"]
+    eports = {p["name"]: p["containerPort"] for p in ec["ports"]}
+    client = eports.get("client")
+    check(
+        [h for h, _ in endpoints] == [f"{name}-{i}.{svc_name}" for i in range(n)]
+        and all(p == str(client) for _, p in endpoints),
+        f"the endpoints are the {n} members {name}-N.{svc_name} on the client port {client}",
+    )
+    svcs = {d["metadata"]["name"]: d for d in by_kind["Service"]}
+    svc = svcs.get(svc_name, {}).get("spec", {})
+    check(
+        svc.get("clusterIP") == "None"
+        and svc.get("publishNotReadyAddresses") is True
+        and svc.get("selector", {"-": "-"}).items() <= elabels.items(),
+        f"etcd: {svc_name} is headless, selects the members and publishes them before ready",
+    )
+    eenv = {x["name"]: x.get("value") for x in ec["env"]}
+    peer = eports.get("peer")
+    check(
+        eenv.get("ETCD_ADVERTISE_CLIENT_URLS") == f"http://$(POD_NAME).{svc_name}:{client}"
+        and eenv.get("ETCD_INITIAL_ADVERTISE_PEER_URLS") == f"http://$(POD_NAME).{svc_name}:{peer}"
+        and eenv.get("ETCD_NAME") == "$(POD_NAME)"
+        and [x["name"] for x in ec["env"]].index("POD_NAME") == 0,
+        "etcd: each member advertises its own stable name",
+    )
+    check(
+        (eenv.get("ETCD_INITIAL_CLUSTER") or "").split(",")
+        == [f"{name}-{i}=http://{name}-{i}.{svc_name}:{peer}" for i in range(n)],
+        f"etcd: ETCD_INITIAL_CLUSTER lists the {n} members",
+    )
+    check(
+        eenv.get("ETCD_AUTO_COMPACTION_RETENTION") is not None,
+        "etcd: auto-compaction on (every lease renewal is a revision)",
+    )
+    check(bool(e["spec"].get("volumeClaimTemplates")), "etcd: a volume per member")
+    spread(pod, elabels, "etcd")
+    pdbs = [d for d in by_kind["PodDisruptionBudget"]
+            if d["spec"]["selector"]["matchLabels"].items() <= elabels.items()]
+    check(
+        len(pdbs) == 1 and pdbs[0]["spec"].get("maxUnavailable") == (n - 1) // 2,
+        f"etcd: a PodDisruptionBudget that keeps a quorum (at most {(n - 1) // 2} down)",
+    )
+    to_etcd = [
+        r for r in np["spec"]["egress"]
+        if any(t.get("podSelector", {}).get("matchLabels", {"-": "-"}).items() <= elabels.items()
+               and "namespaceSelector" not in t for t in r.get("to", []))
+    ]
+    check(
+        len(to_etcd) == 1
+        and [(p["port"], p.get("protocol", "TCP")) for p in to_etcd[0]["ports"]] == [(client, "TCP")],
+        f"idgen's NetworkPolicy: egress to the etcd members on TCP {client} only",
+    )
+    enps = [d for d in by_kind["NetworkPolicy"]
+            if d["spec"]["podSelector"]["matchLabels"].items() <= elabels.items()]
+    check(len(enps) == 1, "etcd: a NetworkPolicy of its own")
+    if len(enps) == 1:
+        spec = enps[0]["spec"]
+        idgen_labels = {"app.kubernetes.io/name": "idgen"}
+        admits = {
+            p["port"]: [peer.get("podSelector", {}).get("matchLabels", {})
+                        for peer in rule.get("from", [])]
+            for rule in spec.get("ingress", []) for p in rule.get("ports", [])
+        }
+        check(
+            set(spec.get("policyTypes", [])) == {"Ingress", "Egress"}
+            and admits.get(client) == [idgen_labels]
+            and all(s.items() <= elabels.items() for s in admits.get(peer, [{"-": "-"}])),
+            f"etcd: its NetworkPolicy admits idgen on {client} and the members on {peer}",
+        )
+
+
+def monitoring(root, by_kind, svcs, sts, ports, setting):
+    """The ServiceMonitor scrapes the admin port's /metrics over the scheme IDGEN_TLS_ADMIN
+    implies, as job "idgen"; the PrometheusRule's groups are deploy/prometheus/alerts.yml's."""
+    sms = by_kind.get("ServiceMonitor", [])
+    check(len(sms) == 1, "one ServiceMonitor")
+    if sms:
+        spec = sms[0]["spec"]
+        sel = spec["selector"]["matchLabels"]
+        picked = {n: s for n, s in svcs.items() if sel.items() <= s["metadata"]["labels"].items()}
+        headless = sts["spec"]["serviceName"]
+        check(headless in picked, f"ServiceMonitor selects the headless Service {headless}")
+        eps = spec.get("endpoints", [])
+        scheme = "https" if (setting("tls_admin") or "off") == "tls" else "http"
+        for ep in eps:
+            targets = {
+                n: [p for p in s["spec"]["ports"] if p["name"] == ep.get("port")]
+                for n, s in picked.items()
+            }
+            check(
+                targets.get(headless)
+                and ports.get(targets[headless][0]["targetPort"]) == ports["admin"]
+                and all(not t for n, t in targets.items() if n != headless),
+                f"ServiceMonitor port {ep.get('port')}: the admin port {ports['admin']} of "
+                f"{headless} only",
+            )
+            check(ep.get("path", "/metrics") == "/metrics", f"path {ep.get('path')}")
+            check(
+                ep.get("scheme", "http") == scheme,
+                f"scheme {ep.get('scheme', 'http')} (tls_admin {setting('tls_admin') or 'off'})",
+            )
+        check(len(eps) == 1, f"one endpoint ({len(eps)})")
+        job = svcs[headless]["metadata"]["labels"].get(spec.get("jobLabel", ""), headless)
+        check(job == "idgen", f"job label {job!r} (the alerts' and dashboard's job)")
+    rules = by_kind.get("PrometheusRule", [])
+    check(len(rules) == 1, "one PrometheusRule")
+    if rules:
+        source = load_all(root / "deploy" / "prometheus" / "alerts.yml")[0]
+        check(
+            rules[0]["spec"] == {"groups": source["groups"]},
+            "PrometheusRule groups are exactly deploy/prometheus/alerts.yml's "
+            "(regenerate with scripts/gen-prometheusrule)",
+        )
+
+
+def k8s_overlays(rendered):
+    """What the overlays share is the base: the same idgen objects and labels, apart from what
+    each overlay is for (the store, its volume, the image tag, the store's egress rule)."""
+    print("k8s/overlays (across):")
+
+    def base_part(docs):
+        out = {}
+        for d in docs:
+            if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") != "idgen":
+                continue
+            if d["kind"] == "ConfigMap":
+                continue
+            d = yaml.safe_load(yaml.safe_dump(d))
+            if d["kind"] == "StatefulSet":
+                pod = d["spec"]["template"]["spec"]
+                (c,) = pod["containers"]
+                c["env"] = [e for e in c["env"] if e["name"] != "IDGEN_STORE"]
+                c["image"] = c["image"].split(":")[0]
+                keep = {"tls", "tmp"}
+                c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] in keep]
+                pod["volumes"] = [v for v in pod["volumes"] if v["name"] in keep]
+            if d["kind"] == "NetworkPolicy":
+                d["spec"]["egress"] = d["spec"]["egress"][1:]
+            out[(d["kind"], d["metadata"]["name"])] = d
+        return out
+
+    parts = {name: base_part(docs) for name, docs in rendered.items()}
+    first = next(iter(parts.values()))
+    check(len(first) >= 7, f"{len(first)} idgen objects from the base")
+    for name, part in parts.items():
+        diff = sorted(k for k in set(first) | set(part) if first.get(k) != part.get(k))
+        check(not diff, f"overlays/{name}: the base's objects, changed only for the store {diff}")
 
 
 def port_of(addr):
@@ -336,10 +638,10 @@ def tls_wiring(setting, c, pod, ports, svcs, sts):
 
 
 def network_policy(by_kind, labels, ports, setting):
-    """networkpolicy.yaml admits exactly the ports the pods serve, the ID ports from labelled
+    """The NetworkPolicy admits exactly the ports the pods serve, the ID ports from labelled
     clients and the admin port from monitoring only, and lets the pods reach the store and
     DNS only."""
-    print("k8s/networkpolicy.yaml:")
+    print("k8s/ NetworkPolicy:")
     (np,) = by_kind.get("NetworkPolicy", [None])
     if np is None:
         check(False, "a NetworkPolicy")
@@ -902,7 +1204,13 @@ def main():
     )
     check(nodes == nodes_etcd, "both compose files have the same nodes")
     haproxy(root, nodes)
-    k8s(root, invocations)
+    rendered = {}
+    for arg in sys.argv[5:]:
+        overlay, path = arg.split("=", 1)
+        rendered[overlay] = load_all(path)
+        k8s(root, overlay, rendered[overlay], invocations)
+    check(sorted(rendered) == ["etcd", "fdb"], f"both overlays rendered ({sorted(rendered)})")
+    k8s_overlays(rendered)
     dockerfile(root)
     systemd(root, invocations)
     toml_sample(root, serve_help)
