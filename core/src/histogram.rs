@@ -83,6 +83,14 @@ impl<const N: usize> Histogram<N> {
         bump(&self.sum, value.saturating_mul(n));
     }
 
+    /// Counts `n` values summing to `sum`, all in the bucket `bucket`. Only for a histogram that
+    /// a single thread writes, as [`Histogram::bump_n`].
+    #[inline]
+    pub fn add(&self, bucket: usize, n: u64, sum: u64) {
+        bump(self.slot(bucket), n);
+        bump(&self.sum, sum);
+    }
+
     /// Counts one value under `bounds`, from any thread (atomic adds).
     pub fn record(&self, bounds: &[u64; N], value: u64) {
         self.slot(bucket_of(bounds, value))

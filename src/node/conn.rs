@@ -25,7 +25,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::issuer::{status_of, wait_until, IssueError, ShardGen};
-use super::telemetry::{bump, drop_one, Op, ShardStats};
+use super::telemetry::{bump, drop_one, Op, ShardStats, BATCH_BUCKETS};
+use idgen_core::histogram::bucket_of;
 use crate::config::ListenSection;
 use crate::generator::{Fill, Progress};
 use crate::layout::{Layout, WorkerRange};
@@ -117,6 +118,44 @@ struct Conn {
     closing: bool,
     /// The request in progress, waiting for the clock (nothing after it is decoded meanwhile).
     pending: Option<Pending>,
+    /// Counts of the requests handled by the current [`Conn::handle_buffered`] call, added to
+    /// the shard's counters once at its end (plain fields here, one store per counter there).
+    tally: Tally,
+}
+
+/// Requests and ID batches counted while a read's worth of requests is handled.
+#[derive(Default)]
+struct Tally {
+    requests: u64,
+    /// `(requests, IDs)` by bucket of [`BATCH_BUCKETS`] (the last: above every bound).
+    batches: [(u64, u64); BATCH_BUCKETS.len() + 1],
+}
+
+impl Tally {
+    #[inline]
+    fn served(&mut self, count: u64) {
+        let bucket = if count == 1 {
+            0
+        } else {
+            bucket_of(&BATCH_BUCKETS, count)
+        };
+        let b = &mut self.batches[bucket];
+        b.0 += 1;
+        b.1 += count;
+    }
+
+    /// Adds the counts to the shard's and starts again.
+    fn flush(&mut self, stats: &ShardStats) {
+        if self.requests != 0 {
+            bump(&stats.requests, self.requests);
+        }
+        for (bucket, (n, ids)) in self.batches.iter().enumerate() {
+            if *n != 0 {
+                stats.served_n(bucket, *n, *ids);
+            }
+        }
+        *self = Tally::default();
+    }
 }
 
 /// Serves one ID-protocol connection, plaintext or TLS (the caller set `TCP_NODELAY`).
@@ -140,6 +179,7 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, ctx:
         announced: WorkerRange::default(),
         closing: false,
         pending: None,
+        tally: Tally::default(),
     };
     conn.run(&mut stream).await;
     drop_one(&stats.connections_open);
@@ -262,6 +302,7 @@ impl Conn {
         self.ctx.gen.borrow().hold_clock();
         let after = self.handle_buffered_held();
         self.ctx.gen.borrow().release_clock();
+        self.tally.flush(&self.ctx.stats);
         after
     }
 
@@ -289,7 +330,7 @@ impl Conn {
                 Err(e) => {
                     encode_error(e.status(), &e.to_string(), &mut self.out);
                     stats.error(e.status());
-                    bump(&stats.requests, 1);
+                    self.tally.requests += 1;
                     return After::Close;
                 }
             };
@@ -305,7 +346,7 @@ impl Conn {
                 self.answered_by_op[op as usize] += 1;
             }
             self.inbuf.advance(used);
-            bump(&stats.requests, 1);
+            self.tally.requests += 1;
             self.answered += 1;
             if let Err(e) = self.state.check(&decoded) {
                 encode_error(e.status(), &e.to_string(), &mut self.out);
@@ -417,8 +458,8 @@ impl Conn {
     }
 
     /// Counts a request answered with `count` IDs.
-    fn served(&self, count: u32) {
-        self.ctx.stats.served(u64::from(count));
+    fn served(&mut self, count: u32) {
+        self.tally.served(u64::from(count));
     }
 
     /// Answers a request that got no IDs with its ERROR frame; a status that closes the

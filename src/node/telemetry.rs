@@ -145,6 +145,14 @@ impl ShardStats {
             .bump_n(bucket_of(&BATCH_BUCKETS, count), count, 1);
     }
 
+    /// Counts `n` requests answered with `ids` IDs in all, whose batch sizes all fall in
+    /// `bucket` of [`BATCH_BUCKETS`] (a connection's tally of one read's worth of requests).
+    #[inline]
+    pub(crate) fn served_n(&self, bucket: usize, n: u64, ids: u64) {
+        bump(&self.id_requests, n);
+        self.batch_sizes.add(bucket, n, ids);
+    }
+
     /// Records the ID protocol's requests answered by one write, `answered[i]` of kind
     /// `Op::ALL[i]`, that took `us` each: one bucket lookup for all of them.
     #[inline]
