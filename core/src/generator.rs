@@ -457,6 +457,14 @@ impl<C: Clock> Generator<C> {
                     // bound. Two milliseconds of slack absorb scheduling noise.
                     let limit_ns = (self.max_wait_ms + 2).saturating_mul(1_000_000);
                     if waited_ns > limit_ns {
+                        // The wall clock was read before the monotonic one: a pause of this
+                        // thread in between (a VM paused, a profiler attaching) is not a clock
+                        // that stood still. Read it once more, after the deadline (and not a
+                        // held reading), before refusing.
+                        self.clock.release();
+                        if self.now() != now {
+                            continue;
+                        }
                         return Err(match stall {
                             Stall::Exhausted => GenError::ClockStalled {
                                 waited_ms: waited_ns / 1_000_000,

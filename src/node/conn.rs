@@ -26,10 +26,10 @@ use tokio::sync::watch;
 
 use super::issuer::{status_of, wait_until, IssueError, ShardGen};
 use super::telemetry::{bump, drop_one, Op, ShardStats, BATCH_BUCKETS};
-use idgen_core::histogram::bucket_of;
 use crate::config::ListenSection;
 use crate::generator::{Fill, Progress};
 use crate::layout::{Layout, WorkerRange};
+use idgen_core::histogram::bucket_of;
 
 /// Stop decoding requests once this much output is waiting to be written.
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;

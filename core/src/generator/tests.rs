@@ -574,3 +574,77 @@ fn the_wait_bound_spans_every_call_of_one_request() {
         "{err:?}"
     );
 }
+
+/// A clock whose wall readings follow a script (the last one repeats) and whose monotonic time
+/// is set by the test.
+struct ScriptedClock {
+    wall: std::cell::RefCell<std::collections::VecDeque<u64>>,
+    mono: std::cell::Cell<u64>,
+}
+
+impl Clock for ScriptedClock {
+    fn wall_ms(&self) -> u64 {
+        let mut w = self.wall.borrow_mut();
+        if w.len() > 1 {
+            w.pop_front().unwrap_or(0)
+        } else {
+            w.front().copied().unwrap_or(0)
+        }
+    }
+    fn mono_ns(&self) -> u64 {
+        self.mono.get()
+    }
+    fn sleep(&self, d: Duration) {
+        self.mono.set(self.mono.get() + d.as_nanos() as u64);
+    }
+}
+
+#[test]
+fn a_pause_between_the_clock_reads_is_not_a_stalled_clock() {
+    // One worker, 4 slots per millisecond. The millisecond M fills up; the next request waits.
+    // Then the thread is paused for 20 ms (past the 12 ms a sequence wait may take) right after
+    // reading the wall clock: that reading still says M, the monotonic clock says 20 ms have
+    // passed. The clock did advance: a reading after the deadline shows it, and the request is
+    // served, not refused as "wall clock did not advance".
+    let m = DEFAULT_EPOCH_MS + START;
+    let clock = ScriptedClock {
+        // Reads: the first fill, the wait, the paused retry (M); after the deadline, M + 20.
+        wall: std::cell::RefCell::new([m, m, m, m + 20].into_iter().collect()),
+        mono: std::cell::Cell::new(0),
+    };
+    let config = ShardConfig {
+        worker_first: 0,
+        worker_count: 1,
+        floor: 0,
+        max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
+    };
+    let mut g = Generator::new(layout(2), config, Arc::new(Ceiling::new(u64::MAX)), clock).unwrap();
+    let ids = std::cell::RefCell::new(Vec::new());
+    let emit = |first: u64, n: u64| ids.borrow_mut().extend(first..first + n);
+    let mut full = Fill::new(4);
+    assert_eq!(g.poll_fill(&mut full, emit), Ok(Progress::Done));
+    let mut next = Fill::new(1);
+    assert!(matches!(
+        g.poll_fill(&mut next, emit),
+        Ok(Progress::RetryAt(_))
+    ));
+    // Paused: 20 ms pass between the wall reading (still M, from the script) and the
+    // monotonic one.
+    g.clock().mono.set(20_000_000);
+    assert_eq!(g.poll_fill(&mut next, emit), Ok(Progress::Done));
+    assert_eq!(ids.borrow().len(), 5);
+    assert!(ids.borrow().windows(2).all(|w| w[0] < w[1]));
+    // A clock that really stands still (at M + 20 from now on) is still refused.
+    let mut stuck = Fill::new(3);
+    assert_eq!(g.poll_fill(&mut stuck, emit), Ok(Progress::Done));
+    let mut more = Fill::new(1);
+    assert!(matches!(
+        g.poll_fill(&mut more, emit),
+        Ok(Progress::RetryAt(_))
+    ));
+    g.clock().mono.set(40_000_000);
+    assert!(matches!(
+        g.poll_fill(&mut more, emit),
+        Err(GenError::ClockStalled { .. })
+    ));
+}
