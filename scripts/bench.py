@@ -618,7 +618,12 @@ def client_runs(seconds):
             out = subprocess.run([*cmd, "--addr", addr, *args, "--seconds", str(seconds)],
                                  capture_output=True, text=True, timeout=seconds + 60)
             if out.returncode != 0:
-                raise SystemExit(f"{name} client bench failed: {out.stderr[-2000:]}")
+                # One client failing does not lose the rest of the run: its row says why.
+                log(f"{name} client bench failed: {out.stderr[-2000:]}")
+                rows.append({"client": name, "workload": workload, "ids_per_sec": 0,
+                             "requests_per_sec": 0, "errors": None,
+                             "failed": out.stderr.strip()[-500:]})
+                continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append({"client": name, "workload": workload, "ids_per_sec": r["ids_per_sec"],
                          "requests_per_sec": r["requests_per_sec"], "errors": r.get("errors", 0)})
@@ -634,6 +639,9 @@ def client_runs(seconds):
 def print_clients(rows):
     print(f"{'client':<12} {'workload':<26} {'IDs/s':>14} {'req/s':>12} {'errors':>7} {'× Rust':>7}")
     for r in rows:
+        if r.get("failed"):
+            print(f"{r['client']:<12} {r['workload']:<26} FAILED: {r['failed'].splitlines()[-1]}")
+            continue
         print(f"{r['client']:<12} {r['workload']:<26} {r['ids_per_sec']:>14,.0f} "
               f"{r['requests_per_sec']:>12,.0f} {r['errors']:>7} {(r['ratio_to_rust'] or 0):>7.2f}")
 
