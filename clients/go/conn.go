@@ -193,6 +193,10 @@ func (c *conn) start(leftover []byte) {
 	go c.readLoop(leftover)
 }
 
+// writeFailureGrace is how long a failed write waits for the reader's verdict on the
+// connection before failing it itself.
+const writeFailureGrace = 50 * time.Millisecond
+
 func (c *conn) writeLoop() {
 	defer c.done.Done()
 	var spare []byte
@@ -211,6 +215,15 @@ func (c *conn) writeLoop() {
 			continue
 		}
 		if _, err := c.nc.Write(buf); err != nil {
+			// A node that answers with a closing status (305 RANGE_CHANGED, 303) closes the
+			// connection, and a write racing with that close fails with a reset. The answer,
+			// which the reader gets from what arrived before the reset, says what happened;
+			// the write error says only that the socket is gone. Give the reader a moment to
+			// report it first (the first error wins).
+			select {
+			case <-c.closing:
+			case <-time.After(writeFailureGrace):
+			}
 			c.fail(&UnavailableError{Node: c.node, Detail: "sending failed", Err: err, peerClosed: true})
 			return
 		}
