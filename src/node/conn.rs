@@ -31,6 +31,31 @@ use crate::generator::{Fill, Progress};
 use crate::layout::{Layout, WorkerRange};
 use idgen_core::histogram::bucket_of;
 
+/// A `GET_IDS` request for one ID, as it is on the wire, and the first 9 bytes of its answer
+/// (an IDS frame of one ID: length 13, opcode, count 1; the ID follows).
+const SINGLE_ID_REQUEST: [u8; 9] = [0, 0, 0, 5, idgen_protocol::OP_GET_IDS, 0, 0, 0, 1];
+const SINGLE_ID_ANSWER: [u8; 17] = [
+    0,
+    0,
+    0,
+    13,
+    idgen_protocol::OP_IDS,
+    0,
+    0,
+    0,
+    1,
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+];
+/// The most one-ID requests answered by one draw.
+const MAX_SINGLE_ID_RUN: usize = 4096;
+
 /// Stop decoding requests once this much output is waiting to be written.
 const OUTPUT_HIGH_WATER: usize = 256 * 1024;
 /// First capacity of a connection's input buffer. Idle connections keep this little (10,000
@@ -142,6 +167,14 @@ impl Tally {
         let b = &mut self.batches[bucket];
         b.0 += 1;
         b.1 += count;
+    }
+
+    /// `n` requests answered with one ID each.
+    #[inline]
+    fn single_ids(&mut self, n: u64) {
+        let b = &mut self.batches[0];
+        b.0 += n;
+        b.1 += n;
     }
 
     /// Adds the counts to the shard's and starts again.
@@ -323,6 +356,9 @@ impl Conn {
             if self.out.len() >= OUTPUT_HIGH_WATER {
                 return After::More;
             }
+            if self.single_id_run() {
+                continue;
+            }
             let version = self.state.version().unwrap_or(1);
             let (decoded, used) = match decode_request_for(&self.inbuf, &self.limits, version) {
                 Ok(None) => return After::Read,
@@ -393,6 +429,66 @@ impl Conn {
                 return After::Close;
             }
         }
+    }
+
+    /// A run of `GET_IDS` requests for one ID each, the commonest pipelined traffic, answered
+    /// with one draw from the generator: the requests are counted in the input (a byte compare
+    /// each), their IDs come as one batch (one pass through the generator's fences instead of
+    /// one per request), and each request gets its own IDS frame, in order. True if a run was
+    /// answered. Anything else (a handshake not yet done, fewer than two such requests, a draw
+    /// that fails or must wait before its first ID) leaves the input as it was for the general
+    /// path, one request at a time; IDs drawn by a draw that failed are burned (never issued),
+    /// as the generator does for any request that fails part-way.
+    fn single_id_run(&mut self) -> bool {
+        if self.state.version().is_none() || self.closing {
+            return false;
+        }
+        let room = OUTPUT_HIGH_WATER.saturating_sub(self.out.len()) / SINGLE_ID_ANSWER.len() + 1;
+        let n = self
+            .inbuf
+            .chunks_exact(SINGLE_ID_REQUEST.len())
+            .take(room.min(MAX_SINGLE_ID_RUN))
+            .take_while(|frame| *frame == SINGLE_ID_REQUEST)
+            .count();
+        if n < 2 {
+            return false;
+        }
+        let mark = self.out.len();
+        let mut fill = Fill::new(n as u64);
+        let mut drawn = 0u64;
+        let result = {
+            let out = &mut self.out;
+            out.reserve(n * SINGLE_ID_ANSWER.len());
+            let mut gen = self.ctx.gen.borrow_mut();
+            gen.issue(self.announced, &mut fill, |first, count| {
+                drawn += count;
+                for id in first..first + count {
+                    out.extend_from_slice(&SINGLE_ID_ANSWER[..9]);
+                    out.extend_from_slice(&id.to_be_bytes());
+                }
+            })
+        };
+        let answered = match result {
+            Ok(Progress::Done) => drawn,
+            // The millisecond ran out part-way: the IDs drawn so far answer as many requests
+            // (each ID passed the fences); the rest go the general way, which waits.
+            Ok(Progress::RetryAt(_)) if drawn > 0 => {
+                bump(&self.ctx.stats.generator.issued, drawn);
+                drawn
+            }
+            _ => {
+                self.out.truncate(mark);
+                return false;
+            }
+        };
+        // `answered <= n`: the draw asked for n IDs.
+        self.inbuf
+            .advance(answered as usize * SINGLE_ID_REQUEST.len());
+        self.tally.requests += answered;
+        self.answered += answered;
+        self.answered_by_op[Op::GetIds as usize] += answered;
+        self.tally.single_ids(answered);
+        true
     }
 
     fn hello(&mut self) {
