@@ -31,28 +31,11 @@ use crate::generator::{Fill, Progress};
 use crate::layout::{Layout, WorkerRange};
 use idgen_core::histogram::bucket_of;
 
-/// A `GET_IDS` request for one ID, as it is on the wire, and the first 9 bytes of its answer
-/// (an IDS frame of one ID: length 13, opcode, count 1; the ID follows).
+/// A `GET_IDS` request for one ID, as it is on the wire, and the header of its answer (an IDS
+/// frame of one ID: length 13, opcode, count 1), which the ID's 8 bytes follow.
 const SINGLE_ID_REQUEST: [u8; 9] = [0, 0, 0, 5, idgen_protocol::OP_GET_IDS, 0, 0, 0, 1];
-const SINGLE_ID_ANSWER: [u8; 17] = [
-    0,
-    0,
-    0,
-    13,
-    idgen_protocol::OP_IDS,
-    0,
-    0,
-    0,
-    1,
-    0,
-    0,
-    0,
-    0,
-    0,
-    0,
-    0,
-    0,
-];
+const SINGLE_ID_HEADER: [u8; 9] = [0, 0, 0, 13, idgen_protocol::OP_IDS, 0, 0, 0, 1];
+const SINGLE_ID_ANSWER_LEN: usize = SINGLE_ID_HEADER.len() + 8;
 /// The most one-ID requests answered by one draw.
 const MAX_SINGLE_ID_RUN: usize = 4096;
 
@@ -443,7 +426,7 @@ impl Conn {
         if self.state.version().is_none() || self.closing {
             return false;
         }
-        let room = OUTPUT_HIGH_WATER.saturating_sub(self.out.len()) / SINGLE_ID_ANSWER.len() + 1;
+        let room = OUTPUT_HIGH_WATER.saturating_sub(self.out.len()) / SINGLE_ID_ANSWER_LEN + 1;
         let n = self
             .inbuf
             .chunks_exact(SINGLE_ID_REQUEST.len())
@@ -458,12 +441,12 @@ impl Conn {
         let mut drawn = 0u64;
         let result = {
             let out = &mut self.out;
-            out.reserve(n * SINGLE_ID_ANSWER.len());
+            out.reserve(n * SINGLE_ID_ANSWER_LEN);
             let mut gen = self.ctx.gen.borrow_mut();
             gen.issue(self.announced, &mut fill, |first, count| {
                 drawn += count;
                 for id in first..first + count {
-                    out.extend_from_slice(&SINGLE_ID_ANSWER[..9]);
+                    out.extend_from_slice(&SINGLE_ID_HEADER);
                     out.extend_from_slice(&id.to_be_bytes());
                 }
             })
