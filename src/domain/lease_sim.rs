@@ -1283,7 +1283,7 @@ fn the_simulation_catches_a_broken_floor() {
 }
 
 /// How often each mutant is caught, for tuning the simulation's weights:
-/// `cargo test --lib lease::sim::mutant_detection_rates -- --ignored --nocapture`.
+/// `cargo test -p idgen --lib domain::lease_sim::mutant_detection_rates -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn mutant_detection_rates() {
