@@ -459,6 +459,46 @@ fn limits_and_timeouts() {
 }
 
 #[test]
+fn the_idle_timeout_counts_from_the_last_request() {
+    // An idle timeout shorter than the handshake timeout: once the handshake is done, the
+    // earlier deadline rules.
+    let node = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--idle-timeout",
+        "300ms",
+        "--handshake-timeout",
+        "5s",
+    ]);
+    // A connection that asks every 100 ms stays open well past the idle timeout.
+    let mut busy = TestConn::open(node.addr);
+    let mut quiet = TestConn::open(node.addr);
+    let opened = Instant::now();
+    let mut last = opened;
+    while opened.elapsed() < Duration::from_millis(1200) {
+        assert_eq!(busy.get_ids(1).unwrap().len(), 1, "busy connection closed");
+        last = Instant::now();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The quiet one was closed after its 300 ms, not after the handshake's 5 s.
+    let t = Instant::now();
+    assert!(quiet.recv().is_none(), "quiet connection still open");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    // The busy one, now quiet, is closed about the idle timeout after its last request.
+    assert!(
+        busy.recv().is_none(),
+        "busy connection still open once quiet"
+    );
+    let waited = last.elapsed();
+    assert!(
+        waited >= Duration::from_millis(200) && waited < Duration::from_secs(3),
+        "closed {waited:?} after the last request (idle timeout 300 ms)"
+    );
+}
+
+#[test]
 fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
     let data = tempfile::tempdir().unwrap();
     // Two worker IDs in all, so that the restart below must reuse the released ones (it would

@@ -10,8 +10,10 @@
 //! the high-water mark plus one maximal answer of memory, never more.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
@@ -103,6 +105,22 @@ pub(crate) async fn refuse_overloaded(mut stream: TcpStream, stats: Arc<ShardSta
 async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, out: &[u8]) -> std::io::Result<()> {
     stream.write_all(out).await?;
     stream.flush().await
+}
+
+/// Writes `out` as [`write_out`] does, within `limit`. False if the write failed or did not end
+/// in time. A write the socket takes at once (nearly all of them) arms no timer.
+async fn write_within<S: AsyncWrite + Unpin>(stream: &mut S, out: &[u8], limit: Duration) -> bool {
+    let mut write = std::pin::pin!(write_out(stream, out));
+    let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(written) => written.is_ok(),
+        Poll::Pending => matches!(tokio::time::timeout(limit, write).await, Ok(Ok(()))),
+    }
+}
+
+/// Ends when the node starts draining (or its shutdown signal is gone).
+async fn until_draining(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|draining| *draining).await;
 }
 
 struct Conn {
@@ -204,11 +222,18 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, ctx:
 impl Conn {
     async fn run<S: AsyncRead + AsyncWrite + Unpin>(&mut self, stream: &mut S) {
         let listen = self.ctx.listen;
-        let mut shutdown = self.ctx.shutdown.clone();
+        let shutdown = self.ctx.shutdown.clone();
         let opened = Instant::now();
         let mut last_request = opened;
         let mut read_at = opened;
         let mut draining = *shutdown.borrow();
+        // One future and one timer for the connection's life, not one of each per read: the
+        // drain signal stays registered, and the timer is moved only when the deadline comes
+        // earlier than it is set for or it fires before the deadline (a request came since).
+        let drain = until_draining(shutdown);
+        tokio::pin!(drain);
+        let timer = tokio::time::sleep_until((opened + listen.handshake_timeout).into());
+        tokio::pin!(timer);
         loop {
             let before = self.answered;
             let after = self.handle_buffered();
@@ -241,16 +266,14 @@ impl Conn {
             } else {
                 last_request + listen.idle_timeout
             };
+            if deadline < timer.deadline().into_std() {
+                timer.as_mut().reset(deadline.into());
+            }
             self.inbuf.reserve(self.read_size);
             let offered = self.inbuf.capacity() - self.inbuf.len();
             tokio::select! {
                 biased;
-                changed = shutdown.changed() => {
-                    draining = changed.is_err() || *shutdown.borrow();
-                    if !draining {
-                        continue;
-                    }
-                }
+                () = &mut drain, if !draining => draining = true,
                 read = stream.read_buf(&mut self.inbuf) => match read {
                     Ok(0) | Err(_) => return,
                     Ok(n) => {
@@ -261,9 +284,13 @@ impl Conn {
                         }
                     }
                 },
-                _ = tokio::time::sleep_until(deadline.into()) => {
-                    // Handshake or idle timeout: close without an ERROR frame (PROTOCOL.md §9).
-                    return;
+                () = &mut timer => {
+                    if deadline <= timer.deadline().into_std() {
+                        // Handshake or idle timeout: close without an ERROR frame (PROTOCOL.md
+                        // §9).
+                        return;
+                    }
+                    timer.as_mut().reset(deadline.into());
                 }
             }
         }
@@ -294,9 +321,7 @@ impl Conn {
         if self.out.is_empty() {
             return true;
         }
-        let written =
-            tokio::time::timeout(self.ctx.listen.write_timeout, write_out(stream, &self.out)).await;
-        if !matches!(written, Ok(Ok(()))) {
+        if !write_within(stream, &self.out, self.ctx.listen.write_timeout).await {
             return false;
         }
         self.out.clear();
@@ -445,10 +470,7 @@ impl Conn {
             let mut gen = self.ctx.gen.borrow_mut();
             gen.issue(self.announced, &mut fill, |first, count| {
                 drawn += count;
-                for id in first..first + count {
-                    out.extend_from_slice(&SINGLE_ID_HEADER);
-                    out.extend_from_slice(&id.to_be_bytes());
-                }
+                put_single_id_answers(out, first, count);
             })
         };
         let answered = match result {
@@ -572,6 +594,29 @@ fn put_run(out: &mut BytesMut, first: u64, n: u64) {
     unsafe { out.set_len(len) };
 }
 
+/// Appends one IDS frame of one ID for each of `first .. first + n`, written straight into the
+/// buffer's spare capacity (a profile of runs of one-ID requests showed the two appends per
+/// answer, each reloading the buffer's length and checking its room, as the loop's cost).
+#[inline]
+fn put_single_id_answers(out: &mut BytesMut, first: u64, n: u64) {
+    let bytes = n as usize * SINGLE_ID_ANSWER_LEN;
+    out.reserve(bytes);
+    let spare = &mut out.spare_capacity_mut()[..bytes];
+    for (i, answer) in spare.chunks_exact_mut(SINGLE_ID_ANSWER_LEN).enumerate() {
+        let (header, id) = answer.split_at_mut(SINGLE_ID_HEADER.len());
+        for (dst, byte) in header.iter_mut().zip(SINGLE_ID_HEADER) {
+            dst.write(byte);
+        }
+        for (dst, byte) in id.iter_mut().zip((first + i as u64).to_be_bytes()) {
+            dst.write(byte);
+        }
+    }
+    let len = out.len() + bytes;
+    // SAFETY: the loop above initialised the `bytes` bytes after the current length, and
+    // `reserve` made room for them.
+    unsafe { out.set_len(len) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,6 +632,21 @@ mod tests {
                 .map(|c| u64::from_be_bytes(c.try_into().unwrap()))
                 .collect();
             assert_eq!(ids, ((1 << 40)..(1 << 40) + n).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn put_single_id_answers_writes_one_ids_frame_per_id() {
+        for n in [1u64, 2, 63, 64, 65, 4096] {
+            let mut out = BytesMut::from(&b"hdr"[..]);
+            put_single_id_answers(&mut out, (1 << 40) - 1, n);
+            assert_eq!(out.len(), 3 + SINGLE_ID_ANSWER_LEN * n as usize, "n = {n}");
+            let mut expected = b"hdr".to_vec();
+            for id in (1 << 40) - 1..(1 << 40) - 1 + n {
+                idgen_protocol::encode_ids_header(1, &mut expected);
+                expected.extend_from_slice(&id.to_be_bytes());
+            }
+            assert_eq!(&out[..], &expected[..], "n = {n}");
         }
     }
 }
