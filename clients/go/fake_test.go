@@ -274,6 +274,41 @@ func TestTheContextBoundsACallWithoutMarkingTheNodeDown(t *testing.T) {
 	}
 }
 
+// dial bounds the handshake with a watcher goroutine that puts a deadline in the past on
+// the socket when the dial's context ends, and the context is cancelled as soon as the dial
+// returns. A watcher that starts late (a loaded machine; the hook makes it late every time)
+// then sees both its stop signal and the context done: whatever it picks, the open
+// connection must keep no deadline, or its first write or read fails with an i/o timeout
+// and a healthy node is marked down.
+func TestALateDialWatcherLeavesNoDeadlineOnTheConnection(t *testing.T) {
+	testHookDialWatcher = func() { time.Sleep(50 * time.Millisecond) }
+	t.Cleanup(func() { testHookDialWatcher = nil })
+	f := newFake(t, defaultHello(), "serve")
+	const clients = 12 // a watcher picks the context half the time: 2^-12 to miss it
+	cs := make([]*Client, clients)
+	for i := range cs {
+		cs[i] = newClient(t, Options{Nodes: []string{f.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	}
+	runGoroutines(t, clients, 30*time.Second, func(g int) ([]uint64, error) {
+		_, err := cs[g].Layout(bg(t, 5*time.Second))
+		return nil, err
+	})
+	time.Sleep(150 * time.Millisecond) // every watcher has made its choice
+	results := runGoroutines(t, clients, 30*time.Second, func(g int) ([]uint64, error) {
+		if _, err := cs[g].Ping(bg(t, 5*time.Second)); err != nil {
+			return nil, err
+		}
+		return cs[g].NextIDs(bg(t, 5*time.Second), 3)
+	})
+	checkUnique(t, results...)
+	for g, c := range cs {
+		st := nodeState(c, f.addr)
+		if s := c.Stats(); s.Connects != 1 || s.NodeFailures != 0 || st.Down || st.LastError != nil {
+			t.Fatalf("client %d: the connection failed: stats %+v, state %+v", g, s, st)
+		}
+	}
+}
+
 func TestAllNodesDownIsANoNodeErrorListingEachNode(t *testing.T) {
 	a, b := unusedAddr(t), unusedAddr(t)
 	c := newClient(t, Options{Nodes: []string{a, b}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
