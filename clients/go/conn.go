@@ -26,9 +26,12 @@ import (
 //
 // Stalls: while requests are outstanding the reader's read deadline is kept at
 // RequestTimeout past the last bytes received; a node that sends nothing for that long is
-// treated as down and every request in flight on it fails over. A caller whose context
-// ends first just stops waiting; its answer, when it comes, is matched by position and
-// dropped, so the order is never lost.
+// treated as down and every request in flight on it fails over. Writes have no deadline:
+// a write that waits on a node slow to read (its socket buffer full of pipelined requests)
+// is not a failure while answers keep coming, and a node that stops reading stops
+// answering, so the read deadline fails the connection and its close ends the write. A
+// caller whose context ends first just stops waiting; its answer, when it comes, is
+// matched by position and dropped, so the order is never lost.
 
 const (
 	readBufferSize = 64 * 1024

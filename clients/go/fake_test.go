@@ -3,6 +3,7 @@ package idgen
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -306,6 +307,86 @@ func TestALateDialWatcherLeavesNoDeadlineOnTheConnection(t *testing.T) {
 		if s := c.Stats(); s.Connects != 1 || s.NodeFailures != 0 || st.Down || st.LastError != nil {
 			t.Fatalf("client %d: the connection failed: stats %+v, state %+v", g, s, st)
 		}
+	}
+}
+
+// Writes have no deadline of their own: a node that reads slowly (its socket buffer full
+// of pipelined requests, the client's write waiting on it far longer than RequestTimeout)
+// but keeps answering is not down.
+func TestANodeThatReadsSlowlyButAnswersIsNotDown(t *testing.T) {
+	h := defaultHello()
+	h.MaxBatch = 1 // one frame per ID: 6 000 frames written at once
+	slow := newFake(t, h, "slow_reader")
+	other := newFake(t, h, "serve")
+	const n = 6000
+	timeout := 300 * time.Millisecond
+	c := newClient(t, Options{Nodes: []string{slow.addr, other.addr}, RequestTimeout: timeout,
+		BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	shrinkSendBuffer(t, c, slow.addr)
+	start := time.Now()
+	ids, err := c.NextIDs(bg(t, 60*time.Second), n)
+	took := time.Since(start)
+	if err != nil || len(ids) != n || !increasing(ids) {
+		t.Fatalf("%v, %d IDs (%s, node %+v)", err, len(ids), took, nodeState(c, slow.addr))
+	}
+	if min := time.Duration(n/slowReadEvery) * slowReadPause; took < min || took < 2*timeout {
+		t.Fatalf("the node read %d requests in %s: not slowly", n, took)
+	}
+	s := c.Stats()
+	if conns, _ := other.counts(); conns != 0 || s.Connects != 1 || s.NodeFailures != 0 || s.Failovers != 0 || nodeState(c, slow.addr).Down {
+		t.Fatalf("the connection to a node that reads slowly was given up: %+v, %+v", s, nodeState(c, slow.addr))
+	}
+}
+
+// shrinkSendBuffer connects c to addr and gives the connection a small socket send buffer
+// (loopback's is large enough to take megabytes of requests at once), so that a long
+// pipeline of requests makes the client's write wait on the node.
+func shrinkSendBuffer(t *testing.T, c *Client, addr string) {
+	t.Helper()
+	if _, err := c.Layout(bg(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		if n.addr != addr {
+			continue
+		}
+		n.mu.Lock()
+		cc := n.conn
+		n.mu.Unlock()
+		if cc == nil {
+			t.Fatalf("%s: not connected", addr)
+		}
+		if err := cc.nc.(*net.TCPConn).SetWriteBuffer(4096); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("no node %s", addr)
+}
+
+// A node that stops reading altogether (the client's write blocked on it) and so owes
+// answers it never sends is down after RequestTimeout, and the call fails over.
+func TestANodeThatStopsReadingIsDownAfterRequestTimeout(t *testing.T) {
+	h := defaultHello()
+	h.MaxBatch = 1
+	deaf := newFake(t, h, "deaf")
+	good := newFake(t, h, "serve")
+	timeout := 300 * time.Millisecond
+	c := newClient(t, Options{Nodes: []string{deaf.addr, good.addr}, RequestTimeout: timeout,
+		BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	shrinkSendBuffer(t, c, deaf.addr)
+	start := time.Now()
+	ids, err := c.NextIDs(bg(t, 30*time.Second), 20000)
+	took := time.Since(start)
+	if err != nil || len(ids) != 20000 || took > timeout+5*time.Second {
+		t.Fatalf("%v after %s", err, took)
+	}
+	st := nodeState(c, deaf.addr)
+	if !st.Down || st.Connected || st.LastError == nil || !strings.Contains(st.LastError.Error(), "no answer within") {
+		t.Fatalf("state %+v", st)
+	}
+	if c.Stats().Failovers != 1 {
+		t.Fatalf("stats %+v", c.Stats())
 	}
 }
 
