@@ -32,8 +32,9 @@ type Options struct {
 	// Default 1 s.
 	ConnectTimeout time.Duration
 	// RequestTimeout: a node that owes answers and sends nothing for this long is treated
-	// as down, and the calls in flight on it fail over. Default 1 s. Each call's own
-	// deadline and cancellation come from its context.
+	// as down, and the calls in flight on it fail over. Default 1 s. Writes have no
+	// deadline: a node slow to read is not down while its answers keep coming. Each call's
+	// own deadline and cancellation come from its context.
 	RequestTimeout time.Duration
 	// A node that failed is skipped for BackoffMin, doubling per consecutive failure up
 	// to BackoffMax. Defaults 200 ms and 10 s.

@@ -26,9 +26,12 @@ import (
 //
 // Stalls: while requests are outstanding the reader's read deadline is kept at
 // RequestTimeout past the last bytes received; a node that sends nothing for that long is
-// treated as down and every request in flight on it fails over. A caller whose context
-// ends first just stops waiting; its answer, when it comes, is matched by position and
-// dropped, so the order is never lost.
+// treated as down and every request in flight on it fails over. Writes have no deadline:
+// a write that waits on a node slow to read (its socket buffer full of pipelined requests)
+// is not a failure while answers keep coming, and a node that stops reading stops
+// answering, so the read deadline fails the connection and its close ends the write. A
+// caller whose context ends first just stops waiting; its answer, when it comes, is
+// matched by position and dropped, so the order is never lost.
 
 const (
 	readBufferSize = 64 * 1024
@@ -434,6 +437,10 @@ type dialOptions struct {
 	stats      *stats
 }
 
+// testHookDialWatcher, when set (by tests only), runs first in dial's watcher goroutine:
+// it stands for a scheduler that starts the watcher late.
+var testHookDialWatcher func()
+
 // dial connects to node, runs the TLS handshake if configured, and the HELLO handshake,
 // all within ctx.
 func dial(ctx context.Context, node string, o dialOptions) (*conn, error) {
@@ -446,19 +453,31 @@ func dial(ctx context.Context, node string, o dialOptions) (*conn, error) {
 		return nil, &UnavailableError{Node: node, Detail: "cannot connect", Err: err}
 	}
 	nc := raw
-	// Bound everything below by ctx: its deadline, and its cancellation.
-	stop := make(chan struct{})
-	defer close(stop)
+	// Bound everything below by ctx: its deadline, and its cancellation (a deadline in the
+	// past, set by a watcher goroutine). The watcher is stopped and waited for before the
+	// deadline is cleared and the connection handed over: the caller cancels ctx as soon as
+	// dial returns, and a watcher that had not reached its select by then (a loaded
+	// machine) would find both ctx and stop done, might pick ctx, and would leave a
+	// deadline in the past on the open connection, so that its first write or read failed
+	// with an i/o timeout and a healthy node was marked down.
+	if dl, ok := ctx.Deadline(); ok {
+		raw.SetDeadline(dl)
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(stopped)
+		if testHookDialWatcher != nil {
+			testHookDialWatcher()
+		}
 		select {
 		case <-ctx.Done():
 			raw.SetDeadline(time.Unix(1, 0))
 		case <-stop:
 		}
 	}()
-	if dl, ok := ctx.Deadline(); ok {
-		raw.SetDeadline(dl)
-	}
+	var unwatchOnce sync.Once
+	unwatch := func() { unwatchOnce.Do(func() { close(stop); <-stopped }) }
+	defer unwatch()
 	var state *tls.ConnectionState
 	if o.tls != nil {
 		tc := tls.Client(raw, o.tls)
@@ -481,6 +500,7 @@ func dial(ctx context.Context, node string, o dialOptions) (*conn, error) {
 		}
 		return nil, err
 	}
+	unwatch()
 	raw.SetDeadline(time.Time{})
 	c := &conn{
 		node:     node,

@@ -3,6 +3,7 @@ package idgen
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -271,6 +272,121 @@ func TestTheContextBoundsACallWithoutMarkingTheNodeDown(t *testing.T) {
 	cancel2()
 	if _, err := c2.NextID(done); !errors.Is(err, context.Canceled) {
 		t.Fatalf("done context: %v", err)
+	}
+}
+
+// dial bounds the handshake with a watcher goroutine that puts a deadline in the past on
+// the socket when the dial's context ends, and the context is cancelled as soon as the dial
+// returns. A watcher that starts late (a loaded machine; the hook makes it late every time)
+// then sees both its stop signal and the context done: whatever it picks, the open
+// connection must keep no deadline, or its first write or read fails with an i/o timeout
+// and a healthy node is marked down.
+func TestALateDialWatcherLeavesNoDeadlineOnTheConnection(t *testing.T) {
+	testHookDialWatcher = func() { time.Sleep(50 * time.Millisecond) }
+	t.Cleanup(func() { testHookDialWatcher = nil })
+	f := newFake(t, defaultHello(), "serve")
+	const clients = 12 // a watcher picks the context half the time: 2^-12 to miss it
+	cs := make([]*Client, clients)
+	for i := range cs {
+		cs[i] = newClient(t, Options{Nodes: []string{f.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	}
+	runGoroutines(t, clients, 30*time.Second, func(g int) ([]uint64, error) {
+		_, err := cs[g].Layout(bg(t, 5*time.Second))
+		return nil, err
+	})
+	time.Sleep(150 * time.Millisecond) // every watcher has made its choice
+	results := runGoroutines(t, clients, 30*time.Second, func(g int) ([]uint64, error) {
+		if _, err := cs[g].Ping(bg(t, 5*time.Second)); err != nil {
+			return nil, err
+		}
+		return cs[g].NextIDs(bg(t, 5*time.Second), 3)
+	})
+	checkUnique(t, results...)
+	for g, c := range cs {
+		st := nodeState(c, f.addr)
+		if s := c.Stats(); s.Connects != 1 || s.NodeFailures != 0 || st.Down || st.LastError != nil {
+			t.Fatalf("client %d: the connection failed: stats %+v, state %+v", g, s, st)
+		}
+	}
+}
+
+// Writes have no deadline of their own: a node that reads slowly (its socket buffer full
+// of pipelined requests, the client's write waiting on it far longer than RequestTimeout)
+// but keeps answering is not down.
+func TestANodeThatReadsSlowlyButAnswersIsNotDown(t *testing.T) {
+	h := defaultHello()
+	h.MaxBatch = 1 // one frame per ID: 6 000 frames written at once
+	slow := newFake(t, h, "slow_reader")
+	other := newFake(t, h, "serve")
+	const n = 6000
+	timeout := 300 * time.Millisecond
+	c := newClient(t, Options{Nodes: []string{slow.addr, other.addr}, RequestTimeout: timeout,
+		BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	shrinkSendBuffer(t, c, slow.addr)
+	start := time.Now()
+	ids, err := c.NextIDs(bg(t, 60*time.Second), n)
+	took := time.Since(start)
+	if err != nil || len(ids) != n || !increasing(ids) {
+		t.Fatalf("%v, %d IDs (%s, node %+v)", err, len(ids), took, nodeState(c, slow.addr))
+	}
+	if min := time.Duration(n/slowReadEvery) * slowReadPause; took < min || took < 2*timeout {
+		t.Fatalf("the node read %d requests in %s: not slowly", n, took)
+	}
+	s := c.Stats()
+	if conns, _ := other.counts(); conns != 0 || s.Connects != 1 || s.NodeFailures != 0 || s.Failovers != 0 || nodeState(c, slow.addr).Down {
+		t.Fatalf("the connection to a node that reads slowly was given up: %+v, %+v", s, nodeState(c, slow.addr))
+	}
+}
+
+// shrinkSendBuffer connects c to addr and gives the connection a small socket send buffer
+// (loopback's is large enough to take megabytes of requests at once), so that a long
+// pipeline of requests makes the client's write wait on the node.
+func shrinkSendBuffer(t *testing.T, c *Client, addr string) {
+	t.Helper()
+	if _, err := c.Layout(bg(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		if n.addr != addr {
+			continue
+		}
+		n.mu.Lock()
+		cc := n.conn
+		n.mu.Unlock()
+		if cc == nil {
+			t.Fatalf("%s: not connected", addr)
+		}
+		if err := cc.nc.(*net.TCPConn).SetWriteBuffer(4096); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("no node %s", addr)
+}
+
+// A node that stops reading altogether (the client's write blocked on it) and so owes
+// answers it never sends is down after RequestTimeout, and the call fails over.
+func TestANodeThatStopsReadingIsDownAfterRequestTimeout(t *testing.T) {
+	h := defaultHello()
+	h.MaxBatch = 1
+	deaf := newFake(t, h, "deaf")
+	good := newFake(t, h, "serve")
+	timeout := 300 * time.Millisecond
+	c := newClient(t, Options{Nodes: []string{deaf.addr, good.addr}, RequestTimeout: timeout,
+		BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+	shrinkSendBuffer(t, c, deaf.addr)
+	start := time.Now()
+	ids, err := c.NextIDs(bg(t, 30*time.Second), 20000)
+	took := time.Since(start)
+	if err != nil || len(ids) != 20000 || took > timeout+5*time.Second {
+		t.Fatalf("%v after %s", err, took)
+	}
+	st := nodeState(c, deaf.addr)
+	if !st.Down || st.Connected || st.LastError == nil || !strings.Contains(st.LastError.Error(), "no answer within") {
+		t.Fatalf("state %+v", st)
+	}
+	if c.Stats().Failovers != 1 {
+		t.Fatalf("stats %+v", c.Stats())
 	}
 }
 

@@ -322,6 +322,11 @@ func defaultHello() ServerHello {
 //   - "unavailable": ERROR status to every request (closing when the status closes);
 //   - "garbage": bytes that are not a valid response;
 //   - "silent": nothing at all;
+//   - "slow_reader": serves, but with a small socket receive buffer and reading
+//     slowly (a pause every slowReadEvery requests), so that a long pipeline of requests
+//     fills the buffers and the client's write waits on the node;
+//   - "deaf": after HELLO_OK reads nothing more (and answers nothing) until killed, with a
+//     small socket receive buffer;
 //   - "range_changed": on the first connection serves serveBefore requests, then answers
 //     ERROR 305 and closes; later connections are greeted with helloAfter and served.
 type fakeNode struct {
@@ -334,6 +339,7 @@ type fakeNode struct {
 	status      Status
 	serveBefore int
 	tlsConf     *tls.Config
+	killed      chan struct{}
 
 	mu          sync.Mutex
 	nextID      uint64
@@ -353,11 +359,27 @@ func newFake(t testing.TB, hello ServerHello, mode string) *fakeNode {
 
 func startFake(t testing.TB, f *fakeNode) *fakeNode {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	if f.mode == "slow_reader" || f.mode == "deaf" {
+		// Set on the listener, so that the accepted connection advertises a small window
+		// from its first segment on.
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.t, f.ln, f.addr = t, ln, ln.Addr().String()
+	f.killed = make(chan struct{})
 	if f.nextID == 0 {
 		f.nextID = 1 << 40
 	}
@@ -429,6 +451,13 @@ func (f *fakeNode) serve(raw net.Conn) {
 	if _, err := c.Write(helloOKBytes(h)); err != nil {
 		return
 	}
+	if mode == "deaf" {
+		select {
+		case <-f.killed:
+		case <-time.After(30 * time.Second):
+		}
+		return
+	}
 	r := bufio.NewReader(c)
 	for k := 0; k < 1000000; k++ { // bounded
 		var head [4]byte
@@ -442,6 +471,9 @@ func (f *fakeNode) serve(raw net.Conn) {
 		f.mu.Lock()
 		f.requests++
 		f.mu.Unlock()
+		if mode == "slow_reader" && k%slowReadEvery == slowReadEvery-1 {
+			time.Sleep(slowReadPause)
+		}
 		switch {
 		case mode == "unavailable":
 			c.Write(errorBytes(f.status, "fake node says no"))
@@ -453,12 +485,18 @@ func (f *fakeNode) serve(raw net.Conn) {
 		case mode == "range_changed" && k >= f.serveBefore:
 			c.Write(errorBytes(StatusRangeChanged, "worker range changed"))
 			return
-		case mode == "serve" || mode == "range_changed":
+		case mode == "serve" || mode == "range_changed" || mode == "slow_reader":
 			c.Write(f.answer(body, index, h))
 		}
 		// "silent": nothing
 	}
 }
+
+// A "slow_reader" fake pauses slowReadPause after every slowReadEvery requests.
+const (
+	slowReadEvery = 128
+	slowReadPause = 20 * time.Millisecond
+)
 
 func (f *fakeNode) answer(body []byte, index int, h ServerHello) []byte {
 	switch body[0] {
@@ -513,6 +551,11 @@ func (f *fakeNode) kill() {
 	f.mu.Lock()
 	open := f.open
 	f.open = nil
+	select {
+	case <-f.killed:
+	default:
+		close(f.killed)
+	}
 	f.mu.Unlock()
 	for _, c := range open {
 		c.Close()
