@@ -1043,6 +1043,13 @@ fn ten_thousand_idle_connections_cost_little_and_others_are_served() {
         rss < 100 * 1024,
         "server RSS {rss} KiB with {want} idle connections"
     );
+    // Per connection, well under what a plaintext connection cost when its task had room for
+    // a TLS session's state as well (about 7 KiB).
+    let per_connection = (rss.saturating_sub(before) * 1024) / want.max(1) as u64;
+    assert!(
+        per_connection <= 4096,
+        "{per_connection} bytes of server memory per idle connection"
+    );
     let mut fresh = TestConn::open(node.addr);
     assert_eq!(fresh.get_ids(1000).unwrap().len(), 1000);
     assert!(served.get_ids(10).unwrap()[0] > last);

@@ -115,7 +115,11 @@ async fn write_within<S: AsyncWrite + Unpin>(stream: &mut S, out: &[u8], limit: 
     let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
     match first {
         Poll::Ready(written) => written.is_ok(),
-        Poll::Pending => matches!(tokio::time::timeout(limit, write).await, Ok(Ok(()))),
+        // Boxed: the timer is rare, and this way it takes no room in every connection.
+        Poll::Pending => matches!(
+            Box::pin(tokio::time::timeout(limit, write)).await,
+            Ok(Ok(()))
+        ),
     }
 }
 

@@ -407,12 +407,17 @@ impl Dealer {
                     let _guard = guard;
                     match tls {
                         None => conn::serve(stream, ctx).await,
+                        // Boxed, so that the TLS session's state takes no room in the task
+                        // of every plaintext connection.
                         Some((tls, front, timeout)) => {
-                            if let Some((stream, _client)) =
-                                tls.accept(front, stream, peer, timeout).await
-                            {
-                                conn::serve(stream, ctx).await;
-                            }
+                            Box::pin(async move {
+                                if let Some((stream, _client)) =
+                                    tls.accept(front, stream, peer, timeout).await
+                                {
+                                    conn::serve(stream, ctx).await;
+                                }
+                            })
+                            .await
                         }
                     }
                 });
@@ -423,12 +428,17 @@ impl Dealer {
                     let _guard = guard;
                     match tls {
                         None => http::serve(stream, ctx).await,
+                        // Boxed, so that the TLS session's state takes no room in the task
+                        // of every plaintext connection.
                         Some((tls, front, timeout)) => {
-                            if let Some((stream, _client)) =
-                                tls.accept(front, stream, peer, timeout).await
-                            {
-                                http::serve(stream, ctx).await;
-                            }
+                            Box::pin(async move {
+                                if let Some((stream, _client)) =
+                                    tls.accept(front, stream, peer, timeout).await
+                                {
+                                    http::serve(stream, ctx).await;
+                                }
+                            })
+                            .await
                         }
                     }
                 });
