@@ -400,46 +400,40 @@ impl Dealer {
             (Front::ProtocolTls, None) => return,
             _ => None,
         };
-        match front {
-            Front::Protocol | Front::ProtocolTls => {
+        // One task type per kind of connection, so that a plaintext connection's task has no
+        // room for a TLS session's state.
+        match (front, tls) {
+            (Front::Protocol | Front::ProtocolTls, None) => {
                 let ctx = Rc::clone(&self.protocol);
                 self.tasks.spawn_local(async move {
                     let _guard = guard;
-                    match tls {
-                        None => conn::serve(stream, ctx).await,
-                        // Boxed, so that the TLS session's state takes no room in the task
-                        // of every plaintext connection.
-                        Some((tls, front, timeout)) => {
-                            Box::pin(async move {
-                                if let Some((stream, _client)) =
-                                    tls.accept(front, stream, peer, timeout).await
-                                {
-                                    conn::serve(stream, ctx).await;
-                                }
-                            })
-                            .await
-                        }
+                    conn::serve(stream, ctx).await;
+                });
+            }
+            (Front::Protocol | Front::ProtocolTls, Some((tls, front, timeout))) => {
+                let ctx = Rc::clone(&self.protocol);
+                self.tasks.spawn_local(async move {
+                    let _guard = guard;
+                    if let Some((stream, _client)) = tls.accept(front, stream, peer, timeout).await
+                    {
+                        conn::serve(stream, ctx).await;
                     }
                 });
             }
-            Front::Http => {
+            (Front::Http, None) => {
                 let ctx = Rc::clone(&self.http);
                 self.tasks.spawn_local(async move {
                     let _guard = guard;
-                    match tls {
-                        None => http::serve(stream, ctx).await,
-                        // Boxed, so that the TLS session's state takes no room in the task
-                        // of every plaintext connection.
-                        Some((tls, front, timeout)) => {
-                            Box::pin(async move {
-                                if let Some((stream, _client)) =
-                                    tls.accept(front, stream, peer, timeout).await
-                                {
-                                    http::serve(stream, ctx).await;
-                                }
-                            })
-                            .await
-                        }
+                    http::serve(stream, ctx).await;
+                });
+            }
+            (Front::Http, Some((tls, front, timeout))) => {
+                let ctx = Rc::clone(&self.http);
+                self.tasks.spawn_local(async move {
+                    let _guard = guard;
+                    if let Some((stream, _client)) = tls.accept(front, stream, peer, timeout).await
+                    {
+                        http::serve(stream, ctx).await;
                     }
                 });
             }
