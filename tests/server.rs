@@ -150,20 +150,8 @@ fn thousands_of_pipelined_mixed_requests_are_answered_in_order() {
             },
         });
     }
-    let mut out = BytesMut::new();
-    for r in &reqs {
-        encode_request(r, &mut out);
-    }
-    // Unknown opcodes, raw, in the middle.
-    let writer = {
-        let mut s = c.stream.try_clone().unwrap();
-        std::thread::spawn(move || {
-            for chunk in out.chunks(7919) {
-                s.write_all(chunk).unwrap();
-            }
-            s.write_all(&[0, 0, 0, 1, 0x7f]).unwrap();
-        })
-    };
+    // Then an unknown opcode, raw.
+    let writer = send_in_chunks(&c, &reqs, &[0, 0, 0, 1, 0x7f]);
     let mut last = 0u64;
     let mut ids_total = 0usize;
     for (i, r) in reqs.iter().enumerate() {
@@ -177,12 +165,7 @@ fn thousands_of_pipelined_mixed_requests_are_answered_in_order() {
                 assert_eq!(status, Status::BATCH_TOO_LARGE)
             }
             (Request::GetIds { count }, Response::Ids(ids)) => {
-                assert_eq!(ids.len(), *count as usize, "answer {i}");
-                for id in ids {
-                    assert!(id > last, "answer {i}: {id} after {last}");
-                    last = id;
-                }
-                ids_total += *count as usize;
+                ids_total += check_ids(i, *count, &ids, &mut last);
             }
             (r, a) => panic!("answer {i}: {r:?} answered with {a:?}"),
         }
@@ -194,6 +177,37 @@ fn thousands_of_pipelined_mixed_requests_are_answered_in_order() {
     writer.join().unwrap();
     assert_usable(&mut c, "after the mix");
     assert!(ids_total > 1_000_000, "{ids_total}");
+}
+
+/// Sends `reqs`, then the raw bytes `trailing`, from a thread, in 7,919-byte writes that split
+/// frames across reads; the caller reads the answers meanwhile.
+fn send_in_chunks(
+    c: &TestConn,
+    reqs: &[Request],
+    trailing: &'static [u8],
+) -> std::thread::JoinHandle<()> {
+    let mut out = BytesMut::new();
+    for r in reqs {
+        encode_request(r, &mut out);
+    }
+    let mut s = c.stream.try_clone().unwrap();
+    std::thread::spawn(move || {
+        for chunk in out.chunks(7919) {
+            s.write_all(chunk).unwrap();
+        }
+        s.write_all(trailing).unwrap();
+    })
+}
+
+/// Checks answer `i`, the IDs of a request for `count`: as many, each above the last one
+/// seen (`last`, moved on). Returns how many.
+fn check_ids(i: usize, count: u32, ids: &[u64], last: &mut u64) -> usize {
+    assert_eq!(ids.len(), count as usize, "answer {i}");
+    for &id in ids {
+        assert!(id > *last, "answer {i}: {id} after {last}");
+        *last = id;
+    }
+    ids.len()
 }
 
 #[test]
@@ -220,18 +234,7 @@ fn long_runs_of_one_id_requests_are_answered_one_by_one_in_order_across_millisec
         reqs.push(Request::Ping { token: block });
         reqs.push(Request::GetIds { count: 2 });
     }
-    let mut out = BytesMut::new();
-    for r in &reqs {
-        encode_request(r, &mut out);
-    }
-    let writer = {
-        let mut s = c.stream.try_clone().unwrap();
-        std::thread::spawn(move || {
-            for chunk in out.chunks(7919) {
-                s.write_all(chunk).unwrap();
-            }
-        })
-    };
+    let writer = send_in_chunks(&c, &reqs, &[]);
     let mut last = 0u64;
     let mut ids_total = 0usize;
     for (i, r) in reqs.iter().enumerate() {
@@ -239,12 +242,7 @@ fn long_runs_of_one_id_requests_are_answered_one_by_one_in_order_across_millisec
         match (r, answer) {
             (Request::Ping { token }, Response::Pong(t)) => assert_eq!(*token, t, "answer {i}"),
             (Request::GetIds { count }, Response::Ids(ids)) => {
-                assert_eq!(ids.len(), *count as usize, "answer {i}");
-                for id in ids {
-                    assert!(id > last, "answer {i}: {id} after {last}");
-                    last = id;
-                }
-                ids_total += *count as usize;
+                ids_total += check_ids(i, *count, &ids, &mut last);
             }
             (r, a) => panic!("answer {i}: {r:?} answered with {a:?}"),
         }

@@ -589,8 +589,8 @@ fn put_run(out: &mut BytesMut, first: u64, n: u64) {
     out.reserve(bytes);
     write_be_run(&mut out.spare_capacity_mut()[..bytes], first);
     let len = out.len() + bytes;
-    // SAFETY: the loop above initialised the `bytes` bytes after the current length, and
-    // `reserve` made room for them.
+    // SAFETY: `write_be_run` initialised the `bytes` bytes after the current length (all of
+    // the slice it was given), and `reserve` made room for them.
     unsafe { out.set_len(len) };
 }
 
