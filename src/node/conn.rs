@@ -165,6 +165,7 @@ struct Tally {
 impl Tally {
     #[inline]
     fn served(&mut self, count: u64) {
+        // One ID, the commonest size, is bucket 0 without the search.
         let bucket = if count == 1 {
             0
         } else {
@@ -547,7 +548,7 @@ impl Conn {
                 if p.ranges {
                     encode_ranges(&self.runs, &mut self.out);
                 }
-                self.served(p.count);
+                self.tally.served(u64::from(p.count));
                 None
             }
             Ok(Progress::RetryAt(at)) => {
@@ -561,11 +562,6 @@ impl Conn {
                 None
             }
         }
-    }
-
-    /// Counts a request answered with `count` IDs.
-    fn served(&mut self, count: u32) {
-        self.tally.served(u64::from(count));
     }
 
     /// Answers a request that got no IDs with its ERROR frame; a status that closes the
