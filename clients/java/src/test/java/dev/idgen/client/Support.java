@@ -161,8 +161,13 @@ final class Support {
             waitFor();
         }
 
+        /** Sends {@code sig} with kill(1) (procps), and fails if it was not sent. */
         void signal(String sig) throws IOException, InterruptedException {
-            new ProcessBuilder("kill", "-" + sig, Long.toString(proc.pid())).inheritIO().start().waitFor(10, TimeUnit.SECONDS);
+            Process k = new ProcessBuilder("kill", "-" + sig, Long.toString(proc.pid())).inheritIO().start();
+            if (!k.waitFor(10, TimeUnit.SECONDS) || k.exitValue() != 0) {
+                k.destroyForcibly();
+                throw new IOException("kill -" + sig + " " + proc.pid() + " failed");
+            }
         }
 
         void stop() {
