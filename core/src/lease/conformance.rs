@@ -51,6 +51,7 @@ pub async fn run(store: &dyn KvStore, namespace_prefix: &str) {
     a_grant_over_part_of_a_record_keeps_the_rest_of_it(store, &ns("trim")).await;
     one_worker_records_of_earlier_versions_read_as_ranges(store, &ns("legacy")).await;
     a_window_over_many_small_records_merges_them_first(store, &ns("merge")).await;
+    a_merge_over_never_used_gaps_keeps_every_record_apart(store, &ns("gaps")).await;
     a_holder_that_publishes_its_clock_is_not_taken_over(store, &ns("alive")).await;
 }
 
@@ -798,6 +799,82 @@ async fn a_window_over_many_small_records_merges_them_first(store: &dyn KvStore,
     assert_eq!((all.first, all.count), (0, 256), "{ctx}");
 }
 
+async fn a_merge_over_never_used_gaps_keeps_every_record_apart(store: &dyn KvStore, ns: &str) {
+    let ctx = format!("{} [{ns}]", store.describe());
+    let layout = Layout::new(DEFAULT_EPOCH_MS, 46, 7, 10, 0).expect("valid layout"); // 128 IDs
+                                                                                     // A namespace as an earlier version or an operator leaves it: one-worker records released
+                                                                                     // long ago over 0..100, each at its own lease_end, and never-used gaps at every fifth
+                                                                                     // worker ID (0, 5, 10, ...).
+    let setup = leases(store, ns, layout, "setup", 1);
+    setup.ensure_cluster(NOW).await.unwrap();
+    let used: Vec<u64> = (0..100).filter(|w| w % 5 != 0).collect();
+    let lease_end = |w: u64| NOW_ID - 50_000 + w;
+    for chunk in used.chunks(40) {
+        let writes: Vec<Write> = chunk
+            .iter()
+            .map(|&w| Write::Put {
+                key: setup.worker_key(w),
+                value: serde_json::to_vec(&WorkerRecord {
+                    state: WorkerState::Released,
+                    owner: owner("old"),
+                    generation: w + 1,
+                    lease_end: lease_end(w),
+                    count: 1,
+                    layout_version: super::LAYOUT_VERSION,
+                    written_unix_ms: NOW - 50_000,
+                })
+                .unwrap(),
+            })
+            .collect();
+        assert_eq!(
+            store.commit(&[], &writes).await,
+            Ok(Commit::Applied),
+            "{ctx}"
+        );
+    }
+    // A one-worker node takes the lowest never-used worker ID, floored at nothing.
+    let small = leases(store, ns, layout, "small", 1);
+    let s = small.acquire(NOW).await.unwrap();
+    assert_eq!((s.first, s.floor), (0, 0), "{ctx}");
+    // A node that wants 90 worker IDs gets 1..91: 72 records and 18 gaps, more than one
+    // transaction takes, so it merges runs over the gaps first, around the small node's record.
+    let big = leases(store, ns, layout, "big", 90);
+    let g = big.acquire(NOW + 1).await.unwrap();
+    assert_eq!(g.first, 1, "{ctx}");
+    let max_end = used
+        .iter()
+        .filter(|&&w| (1..91).contains(&w))
+        .map(|&w| lease_end(w))
+        .max();
+    assert_eq!(
+        Some(g.floor),
+        max_end,
+        "{ctx}: the largest lease_end of the window"
+    );
+    // The records never overlap: the small node's is intact and renews; the records above the
+    // window are untouched.
+    let ranges = big.ranges().await.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let mut at = 0;
+    for (first, r) in &ranges {
+        assert!(*first >= at, "{ctx}: overlapping records at {first}");
+        at = first + r.count;
+    }
+    assert_eq!(ranges[0].0, 0, "{ctx}");
+    assert_eq!(
+        (ranges[0].1.state, ranges[0].1.count, ranges[0].1.generation),
+        (WorkerState::Held, 1, s.generation),
+        "{ctx}"
+    );
+    assert!(small.renew(&s, NOW + 2).await.is_ok(), "{ctx}");
+    for (first, r) in ranges.iter().filter(|(first, _)| *first >= 91) {
+        assert_eq!(
+            (r.count, r.lease_end, r.owner.node_id.as_str()),
+            (1, lease_end(*first), "old"),
+            "{ctx}: worker {first}"
+        );
+    }
+}
+
 async fn a_holder_that_publishes_its_clock_is_not_taken_over(store: &dyn KvStore, ns: &str) {
     let ctx = format!("{} [{ns}]", store.describe());
     let layout = Layout::new(DEFAULT_EPOCH_MS, 50, 2, 11, 0).expect("valid layout"); // 4 IDs
@@ -835,13 +912,14 @@ async fn a_holder_that_publishes_its_clock_is_not_taken_over(store: &dyn KvStore
         // a is alive by the store's clock: not taken over; "old" is.
         let g = f.acquire(ahead).await.unwrap();
         assert_eq!((g.first, g.floor), (2, o.lease_end), "{ctx}");
+        // a's range is not promised to free up either: its holder publishes its clock.
         let err = f2.acquire(ahead).await.unwrap_err();
         assert!(
             matches!(
                 err,
                 LeaseError::NoFreeRange {
                     free: 0,
-                    expiring: 2,
+                    expiring: 0,
                     ..
                 }
             ),

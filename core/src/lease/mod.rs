@@ -32,7 +32,19 @@
 //! Every change to *which* records exist (a grant, a merge) also reads and bumps `generation`,
 //! read before the records are scanned: two such changes cannot both commit from one state,
 //! and one that creates a record inside another's window (where there was no key to check)
-//! makes the other's commit fail. Renewals and releases only rewrite their own record.
+//! makes the other's commit fail. A merge runs in transactions of its own after the scan, so
+//! each commits only if the counter still reads what it read before that scan (plus the
+//! merge's own earlier runs): a grant that landed in a never-used gap of its run meanwhile
+//! makes it choose again instead of overlaying the new record. Renewals and releases only
+//! rewrite their own record.
+//!
+//! ## Unknown outcomes
+//!
+//! A grant whose commit applied but whose answer was lost leaves a record held by this
+//! instance that it does not know it holds. An acquirer treats its own held records as
+//! grantable (it adopts them when nothing better is free), and every grant releases the other
+//! records its instance holds, at their `lease_end` (nothing was issued under them), in the
+//! same transaction: no unknown outcome leaks worker IDs for the life of the process.
 //!
 //! ## Invariants every operation keeps
 //!
@@ -50,7 +62,8 @@
 //!    record, so the holder finds its lease lost. Generations only increase.
 //! 4. A grant or merge reads the generation counter before the records, commits conditional on
 //!    both, and bumps the counter: two changes to which records exist cannot both commit from
-//!    one state.
+//!    one state. A merge's transactions check that the counter is the one read before its
+//!    scan.
 //!
 //! The code asserts each where it must hold (`assert!`, naming the invariant), on both sides of
 //! the store: what an operation computes before its commit, and what the keeper receives and
@@ -120,6 +133,9 @@ pub struct LeaseConfig {
     pub region: RegionScope,
     /// Transaction attempts on contention.
     pub max_attempts: u32,
+    /// The most worker records one transaction reads and rewrites ([`MAX_RECORDS_PER_TXN`]
+    /// unless a test lowers it to make merges common).
+    pub max_records_per_txn: usize,
 }
 
 impl LeaseConfig {
@@ -131,6 +147,7 @@ impl LeaseConfig {
             workers,
             region: RegionScope::Global,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_records_per_txn: MAX_RECORDS_PER_TXN,
         }
     }
 }
@@ -460,6 +477,8 @@ struct Span {
 /// The records overlapping an acquirer's search space, in worker order, as it sees them now.
 struct View {
     spans: Vec<Span>,
+    /// Which holders publish their clock (where the store expires keys).
+    live: Liveness,
 }
 
 impl View {
@@ -603,11 +622,20 @@ impl<'s> Leases<'s> {
         // Keys sort as text, worker IDs as numbers.
         out.sort_by_key(|(first, _, _)| *first);
         for pair in out.windows(2) {
-            let ((a, _, ra), (b, eb, _)) = (&pair[0], &pair[1]);
+            let ((a, ea, ra), (b, eb, rb)) = (&pair[0], &pair[1]);
             if a + ra.count > *b {
+                // Both records, so an operator can tell which one is live (docs/OPERATIONS.md,
+                // "Overlapping worker records", says how to repair it without deleting it).
                 return Err(Self::corrupt(
                     &eb.key,
-                    format!("overlaps the record of workers {a}..{}", a + ra.count),
+                    format!(
+                        "workers {b}..{} ({}) overlap workers {a}..{} at {} ({})",
+                        b + rb.count,
+                        summary(rb),
+                        a + ra.count,
+                        String::from_utf8_lossy(&ea.key),
+                        summary(ra)
+                    ),
                 ));
             }
         }
@@ -663,7 +691,7 @@ impl<'s> Leases<'s> {
                 })
             })
             .collect();
-        Ok(View { spans })
+        Ok(View { spans, live })
     }
 
     /// Why no window of `wanted` worker IDs could be chosen.
@@ -672,9 +700,13 @@ impl<'s> Leases<'s> {
         for s in view.spans.iter().filter(|s| s.avail == Avail::Blocked) {
             let width = s.end.min(hi) - s.first.max(lo);
             blocked += width;
+            // Frees up by itself only if its holder is gone: a holder that still publishes its
+            // clock keeps it (and releases what it holds by mistake at its next grant). An
+            // earlier life of this node is gone once its clock key expires.
             let previous_life = s.rec.owner.node_id == self.owner.node_id
                 && s.rec.owner.instance != self.owner.instance;
-            if s.rec.lease_end < now || previous_life {
+            let holder_alive = view.live.alive(&s.rec.owner.instance);
+            if previous_life || (s.rec.lease_end < now && !holder_alive) {
                 expiring += width;
             }
         }
@@ -813,13 +845,17 @@ impl<'s> Leases<'s> {
             };
             let end = first + wanted;
             let over = view.overlapping(first, end);
-            if over.len() > MAX_RECORDS_PER_TXN {
+            let limit = self.config.max_records_per_txn.max(2);
+            if over.len() > limit {
                 merges += 1;
                 if merges > MAX_MERGE_ROUNDS {
                     // The records kept changing under the merges.
                     return Err(LeaseError::Contention { attempts: merges });
                 }
-                if !self.merge(over, now_unix_ms).await? {
+                // The merge commits only if no grant or merge committed since the counter was
+                // read, before the scan that found `over` (invariant 4).
+                let seen = generation - 1;
+                if !self.merge(over, seen, now_unix_ms).await? {
                     conflicts += 1;
                     if conflicts >= attempts {
                         return Err(LeaseError::Contention { attempts });
@@ -862,6 +898,31 @@ impl<'s> Leases<'s> {
                     && over.iter().all(|s| txn.is_checked(&s.entry.key)),
                 "invariant 4: a grant commits conditional on the generation and on every record it replaces"
             );
+            // Records this instance holds outside the window are orphans of acquisitions whose
+            // outcome it never learned (applied, answer lost): nothing renews them and nobody
+            // else may take them while this process publishes its clock. The grant releases
+            // them at their lease_end (nothing was issued under them), as many as the
+            // transaction has room for; a later grant takes any left.
+            let room = limit.saturating_sub(over.len());
+            let orphans: Vec<&Span> = view
+                .spans
+                .iter()
+                .filter(|s| {
+                    (s.end <= first || s.first >= end)
+                        && s.rec.state == WorkerState::Held
+                        && s.rec.owner.instance == self.owner.instance
+                })
+                .take(room)
+                .collect();
+            for s in &orphans {
+                txn.check(&s.entry);
+                let released = WorkerRecord {
+                    state: WorkerState::Released,
+                    written_unix_ms: now_unix_ms,
+                    ..s.rec.clone()
+                };
+                txn.put(s.entry.key.clone(), to_json(&released));
+            }
             let rec = WorkerRecord {
                 state: WorkerState::Held,
                 owner: self.owner.clone(),
@@ -878,6 +939,16 @@ impl<'s> Leases<'s> {
                         lo <= first && end <= hi,
                         "a grant lies inside the search space"
                     );
+                    for s in &orphans {
+                        tracing::warn!(
+                            event = "lease_orphan_released",
+                            worker_first = s.first,
+                            worker_count = s.end - s.first,
+                            generation = s.rec.generation,
+                            lease_end = s.rec.lease_end,
+                            "released worker IDs this node was granted by an acquisition whose answer was lost"
+                        );
+                    }
                     return Ok(Grant {
                         first,
                         count: wanted,
@@ -897,11 +968,19 @@ impl<'s> Leases<'s> {
     }
 
     /// Merges `over` (consecutive grantable records, as scanned) in runs of at most
-    /// [`MAX_RECORDS_PER_TXN`]: each run becomes one released record from its first worker ID
+    /// `max_records_per_txn`: each run becomes one released record from its first worker ID
     /// to its last, gaps included, with the largest `lease_end` of the run, in one transaction.
-    /// False if a transaction conflicted (something changed: choose again).
-    async fn merge(&self, over: &[Span], now_unix_ms: u64) -> Result<bool, LeaseError> {
-        for run in over.chunks(MAX_RECORDS_PER_TXN) {
+    /// False if a transaction conflicted or found the records changed since the scan (choose
+    /// again).
+    ///
+    /// `seen` is the generation counter as read before the scan that found `over`. A run
+    /// covers the never-used gaps between its records, where the scan checked no key: a grant
+    /// that landed in one after the scan would be overlaid by the merged record. Every grant
+    /// and merge bumps the counter, so each run commits only if the counter still reads what
+    /// the scan saw (plus this merge's own earlier runs).
+    async fn merge(&self, over: &[Span], seen: u64, now_unix_ms: u64) -> Result<bool, LeaseError> {
+        let mut expected = seen;
+        for run in over.chunks(self.config.max_records_per_txn.max(2)) {
             let (Some(head), Some(tail)) = (run.first(), run.last()) else {
                 continue;
             };
@@ -911,6 +990,14 @@ impl<'s> Leases<'s> {
             let mut txn = Txn::new(self.store);
             self.check_cluster(&mut txn, now_unix_ms).await?;
             let generation = self.next_generation(&mut txn).await?;
+            if generation != expected.saturating_add(1) {
+                // A grant or merge committed since the scan: the gaps may hold records now.
+                return Ok(false);
+            }
+            assert!(
+                txn.is_checked(&self.key("generation")),
+                "invariant 4: a merge commits conditional on the generation its scan saw"
+            );
             let mut lease_end = 0u64;
             for s in run {
                 txn.check(&s.entry);
@@ -939,6 +1026,7 @@ impl<'s> Leases<'s> {
             if txn.commit().await? == Commit::Conflict {
                 return Ok(false);
             }
+            expected = generation;
         }
         Ok(true)
     }
@@ -1105,6 +1193,18 @@ enum Attempt<'a, T> {
     Commit(Txn<'a>, T),
     /// Nothing to write: return the value.
     Return(T),
+}
+
+/// A worker record in a few words, for errors: state, holder, generation and `lease_end`.
+fn summary(rec: &WorkerRecord) -> String {
+    let state = match rec.state {
+        WorkerState::Held => "held",
+        WorkerState::Released => "released",
+    };
+    format!(
+        "{state} by {} under generation {}, lease_end {}",
+        rec.owner.instance, rec.generation, rec.lease_end
+    )
 }
 
 fn to_json<T: Serialize>(value: &T) -> Vec<u8> {

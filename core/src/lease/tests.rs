@@ -263,7 +263,7 @@ async fn release_frees_at_once_with_the_true_last_timestamp() {
 #[tokio::test(flavor = "current_thread")]
 async fn unknown_outcomes_are_safe() {
     // With room to spare, a retry after an unknown acquisition takes a fresh range rather than
-    // wait for its own orphaned records' lease_end (they free up after expiry + safety).
+    // wait for its own orphaned records' lease_end.
     let s = MemoryStore::new();
     let a = leases(&s, "a", 2);
     s.inject(Fault::UnknownApplied);
@@ -273,6 +273,11 @@ async fn unknown_outcomes_are_safe() {
     ));
     let g = a.acquire(NOW + 1).await.unwrap();
     assert_eq!((g.first, g.floor, g.generation), (2, 0, 2));
+    // ... and releases the orphan in the same commit, at its lease_end: free for anyone now.
+    let recs = a.ranges().await.unwrap();
+    assert_eq!(recs.len(), 2);
+    assert_eq!((recs[0].0, recs[0].1.state), (0, WorkerState::Released));
+    assert_eq!(recs[0].1.lease_end, NOW_ID + TTL, "kept, never lowered");
 
     // Without room, it adopts its own records, floored at their lease_end.
     let s = MemoryStore::new();
@@ -752,5 +757,220 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
     match f.as_mut().poll(&mut cx) {
         std::task::Poll::Ready(v) => v,
         std::task::Poll::Pending => panic!("a memory store operation did not complete"),
+    }
+}
+
+/// A store that runs a rival's operation (on the inner store, from another thread) just before
+/// the `nth` read of `key` reaches the store.
+struct BeforeRead {
+    inner: &'static MemoryStore,
+    key: Vec<u8>,
+    nth: usize,
+    reads: std::sync::atomic::AtomicUsize,
+    rival: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl KvStore for BeforeRead {
+    fn get<'b>(&'b self, key: &'b [u8]) -> BoxFuture<'b, Result<Option<Entry>, StoreError>> {
+        if key == self.key.as_slice()
+            && self
+                .reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1
+                == self.nth
+        {
+            if let Some(rival) = self.rival.lock().unwrap().take() {
+                std::thread::spawn(rival).join().unwrap();
+            }
+        }
+        self.inner.get(key)
+    }
+    fn scan<'b>(&'b self, prefix: &'b [u8]) -> BoxFuture<'b, Result<Vec<Entry>, StoreError>> {
+        self.inner.scan(prefix)
+    }
+    fn commit<'b>(
+        &'b self,
+        checks: &'b [Check],
+        writes: &'b [Write],
+    ) -> BoxFuture<'b, Result<Commit, StoreError>> {
+        self.inner.commit(checks, writes)
+    }
+    fn describe(&self) -> String {
+        "before-read".into()
+    }
+}
+
+/// 128 worker IDs.
+fn layout128() -> Layout {
+    Layout::new(DEFAULT_EPOCH_MS, 46, 7, 10, 0).unwrap()
+}
+
+/// Writes a one-worker record for each of `ids` as it is (no checks), and the generation
+/// counter: a namespace of many small records, as ones from before ranges leave it.
+async fn write_records(s: &MemoryStore, ids: impl Iterator<Item = u64>, rec: &WorkerRecord) {
+    let l = Leases::new(s, layout128(), LeaseConfig::new("t", 1), owner("setup"));
+    l.ensure_cluster(NOW).await.unwrap();
+    let mut writes: Vec<Write> = ids
+        .map(|id| Write::Put {
+            key: l.worker_key(id),
+            value: serde_json::to_vec(&WorkerRecord {
+                generation: id + 1,
+                ..rec.clone()
+            })
+            .unwrap(),
+        })
+        .collect();
+    writes.push(Write::Put {
+        key: b"idgen/t/generation".to_vec(),
+        value: b"500".to_vec(),
+    });
+    s.commit(&[], &writes).await.unwrap();
+}
+
+fn released_long_ago() -> WorkerRecord {
+    WorkerRecord {
+        state: WorkerState::Released,
+        owner: owner("old"),
+        generation: 1,
+        lease_end: NOW_ID - 100_000,
+        count: 1,
+        layout_version: LAYOUT_VERSION,
+        written_unix_ms: NOW - 100_000,
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_merge_never_overlays_a_grant_made_in_a_gap_after_its_scan() {
+    // Released one-worker records over 0..128 but for a never-used gap at worker 30. A node
+    // that wants 90 worker IDs chooses 0..90, which overlaps 89 records: it merges 0..65 first
+    // (64 records and the gap). Between its scan and the merge's read of the generation, a
+    // rival takes the never-used worker 30.
+    let inner: &'static MemoryStore = Box::leak(Box::new(MemoryStore::new()));
+    write_records(inner, (0..128).filter(|&w| w != 30), &released_long_ago()).await;
+    let rival = Box::new(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let g = rt
+            .block_on(
+                Leases::new(inner, layout128(), LeaseConfig::new("t", 1), owner("rival"))
+                    .acquire(NOW),
+            )
+            .unwrap();
+        assert_eq!((g.first, g.floor), (30, 0), "the rival takes the gap");
+    });
+    let racy: &'static BeforeRead = Box::leak(Box::new(BeforeRead {
+        inner,
+        key: b"idgen/t/generation".to_vec(),
+        // The acquisition's own read, then the merge's.
+        nth: 2,
+        reads: Default::default(),
+        rival: std::sync::Mutex::new(Some(rival)),
+    }));
+    let big = Leases::new(racy, layout128(), LeaseConfig::new("t", 90), owner("big"));
+    let g = big.acquire(NOW).await.unwrap();
+    assert!(g.first > 30, "the grant avoids the rival's worker: {g:?}");
+    // The rival's record is intact and no record overlaps another.
+    let ranges = big.ranges().await.expect("no overlapping records");
+    let (_, rival) = ranges.iter().find(|(first, _)| *first == 30).unwrap();
+    assert_eq!(
+        (rival.state, rival.count, rival.owner.node_id.as_str()),
+        (WorkerState::Held, 1, "rival")
+    );
+    assert_eq!(rival.lease_end, NOW_ID + TTL);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_overlap_error_names_both_records() {
+    let s = MemoryStore::new();
+    write_records(&s, 0..1, &released_long_ago()).await;
+    let held = WorkerRecord {
+        state: WorkerState::Released,
+        count: 65,
+        ..released_long_ago()
+    };
+    let l = Leases::new(&s, layout128(), LeaseConfig::new("t", 1), owner("x"));
+    s.commit(
+        &[],
+        &[Write::Put {
+            key: l.worker_key(0),
+            value: serde_json::to_vec(&held).unwrap(),
+        }],
+    )
+    .await
+    .unwrap();
+    write_records(
+        &s,
+        30..31,
+        &WorkerRecord {
+            state: WorkerState::Held,
+            owner: owner("live"),
+            lease_end: NOW_ID + TTL,
+            ..released_long_ago()
+        },
+    )
+    .await;
+    let err = l.acquire(NOW).await.unwrap_err();
+    let LeaseError::Corrupt { key, detail } = &err else {
+        panic!("expected corrupt records, got {err}");
+    };
+    assert_eq!(key, "idgen/t/workers/00030");
+    for part in [
+        "workers 30..31 (held by live-instance",
+        &format!("lease_end {}", NOW_ID + TTL),
+        "workers 0..65 at idgen/t/workers/00000 (released by old-instance",
+    ] {
+        assert!(detail.contains(part), "{part:?} missing from: {detail}");
+    }
+}
+
+/// Publishes `name`'s clock key, as a running node does (on a store that expires keys, that
+/// is what tells an acquirer the holder is alive).
+async fn publish_clock(store: &dyn KvStore, name: &str) {
+    let key = format!("{}{}-instance", clocks_prefix("t"), name);
+    let value = format!(r#"{{"unix_ms":{NOW},"node_id":"{name}","expiring":true}}"#);
+    store
+        .put_expiring(key.as_bytes(), value.as_bytes(), Duration::from_secs(5))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_acquisition_whose_answer_was_lost_orphans_no_record() {
+    // A store that expires keys (etcd): a node that publishes its clock keeps what it holds.
+    let s = conformance::Recording::claiming_expiry(MemoryStore::new(), true);
+    publish_clock(&s, "a").await;
+    let a = tiny_leases1(&s, "a");
+    // The first grant (worker 0) commits, but its answer is lost (the keeper's timeout, a
+    // leader change); the retry takes worker 1.
+    s.inner.inject(Fault::UnknownApplied);
+    assert!(matches!(
+        a.acquire(NOW).await,
+        Err(LeaseError::Store(StoreError::Unknown(_)))
+    ));
+    let g = a.acquire(NOW + 1).await.unwrap();
+    assert_eq!(g.first, 1);
+    // An hour later, with `a` alive and renewing worker 1, another node gets worker 0: the
+    // retry released it.
+    let hour = 3_600_000;
+    a.renew(&g, NOW + hour).await.unwrap();
+    let b = tiny_leases1(&s, "b").acquire(NOW + hour).await.unwrap();
+    assert_eq!(
+        (b.first, b.floor),
+        (0, NOW_ID + TTL),
+        "floored at the orphan's lease_end"
+    );
+    // Worker IDs whose holders still publish their clocks are not promised to free up, even
+    // once their lease_end has passed: nobody else may take them.
+    publish_clock(&s, "b").await;
+    match tiny_leases1(&s, "c").acquire(NOW + hour + 10 * TTL).await {
+        Err(LeaseError::NoFreeRange { free, expiring, .. }) => {
+            assert_eq!(
+                (free, expiring),
+                (0, 0),
+                "live holders' ranges do not expire"
+            )
+        }
+        other => panic!("expected no free range, got {other:?}"),
     }
 }
