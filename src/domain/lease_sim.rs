@@ -37,7 +37,20 @@
 //!   published for it;
 //! - per worker ID, grants use disjoint, ordered timestamp intervals: every timestamp of an
 //!   older generation is below every timestamp of a newer one, and at or below the newer
-//!   grant's floor (checked both when a grant appears and at every issue).
+//!   grant's floor (checked both when a grant appears and at every issue);
+//! - the worker records always read (no two overlap: a `Corrupt` answer is a failure), after
+//!   every step and from every acquisition.
+//!
+//! ## The worker space
+//!
+//! 16 worker IDs; processes of three shapes (two shards of four worker IDs, two of one, and
+//! one issuer over one worker ID, as an embedded generator holds); transactions of at most 2 worker records
+//! (`LeaseConfig::max_records_per_txn`), so that a window often overlaps more records than one
+//! transaction may touch and is merged first. The namespace starts as an earlier version
+//! leaves it: one-worker records released long ago over some worker IDs, never-used gaps
+//! between them; now and then an operator deletes a released record of worker IDs no grant
+//! ever covered (a gap again, harmless since nothing was issued there). So merges run over
+//! gaps, and rivals take worker IDs inside a merge's run between its scan and its commit.
 //!
 //! ## Mutants
 //!
@@ -53,7 +66,10 @@
 //!   IDs rise above that grant's floor;
 //! - in `Leases::acquire`, the re-read `txn.get(&key)` as `self.store.get(&key)`: seed 12,
 //!   step 933, a grant whose floor is below what the renewing holder then issued;
-//! - in `Leases::release`, `t.saturating_sub(1).max(grant.floor)`: seed 0, step 59.
+//! - in `Leases::release`, `t.saturating_sub(1).max(grant.floor)`: seed 0, step 59;
+//! - in `Leases::merge`, without the check that the generation counter still reads what the
+//!   acquisition's scan saw: seed 16, step 48, a merge overlays a grant made in a never-used
+//!   gap of its run, and the records no longer read.
 //!
 //! (Seeds and steps as of the commit that added this; any change to the simulation moves
 //! them.) The simulation before interleaving passed the first two over 2000 seeds.
@@ -142,6 +158,8 @@ struct Sched {
     /// Suspensions, by the kind of operation suspended ([`OpKind`] as index).
     suspensions: [AtomicU64; 4],
     conflicts: AtomicU64,
+    /// Merge commits applied (an acquisition's commit that writes no held record).
+    merges: AtomicU64,
 }
 
 impl Sched {
@@ -301,6 +319,13 @@ impl KvStore for Link {
             if outcome == Ok(Commit::Conflict) {
                 self.sched.conflicts.fetch_add(1, Ordering::Relaxed);
             }
+            let held = |w: &Write| matches!(w, Write::Put { value, .. } if value.windows(15).any(|v| v == br#""state":"held""#));
+            if outcome == Ok(Commit::Applied)
+                && self.op() == OpKind::Acquire
+                && !writes.iter().any(held)
+            {
+                self.sched.merges.fetch_add(1, Ordering::Relaxed);
+            }
             outcome
         })
     }
@@ -375,8 +400,12 @@ struct GrantSeen {
 }
 
 const TTL_MS: u64 = 3_000;
-const SHARDS: u64 = 2;
-const WORKERS_PER_SHARD: u64 = 1;
+/// Shards and worker IDs per shard of the processes of each name: a wide node, a narrow one,
+/// and one issuer over one worker ID (as an embedded generator holds), so that a narrow grant
+/// can land in a never-used gap inside a wide acquirer's merge.
+const SHAPES: [(u64, u64); 3] = [(2, 4), (2, 1), (1, 1)];
+/// Worker records one transaction may touch: low, so that acquisitions merge records often.
+const RECORDS_PER_TXN: usize = 2;
 const MAX_RUNNING: usize = 8;
 const TRACE_LEN: usize = 40;
 
@@ -392,6 +421,9 @@ struct Totals {
     conflicts: u64,
     lost: u64,
     releases: u64,
+    /// Merges of small records before a grant, and never-used gaps made by an operator.
+    merges: u64,
+    gaps: u64,
 }
 
 impl std::ops::AddAssign for Totals {
@@ -406,6 +438,8 @@ impl std::ops::AddAssign for Totals {
         self.conflicts += o.conflicts;
         self.lost += o.lost;
         self.releases += o.releases;
+        self.merges += o.merges;
+        self.gaps += o.gaps;
     }
 }
 
@@ -435,12 +469,14 @@ struct Sim {
 
 impl Sim {
     fn new(seed: u64, mutant: Mutant) -> Self {
-        // 8 worker IDs, 2 per node: small enough that nodes contend and ranges get reused.
-        let layout = Layout::new(DEFAULT_EPOCH_MS, 48, 3, 12, 0).unwrap();
+        // 16 worker IDs (8, 2 or 1 per process, `SHAPES`): small enough that nodes contend and
+        // ranges get reused, wide enough that a window overlaps more records than a
+        // transaction may touch.
+        let layout = Layout::new(DEFAULT_EPOCH_MS, 47, 4, 12, 0).unwrap();
         let now = DEFAULT_EPOCH_MS + 10_000_000;
         let gen = GenSettings {
             layout,
-            workers_per_shard: WORKERS_PER_SHARD,
+            workers_per_shard: 1,
             max_rollback_wait: Duration::from_millis(10),
         };
         let sched = Arc::new(Sched {
@@ -448,6 +484,7 @@ impl Sim {
             suspend_percent: AtomicU64::new(25),
             suspensions: Default::default(),
             conflicts: AtomicU64::new(0),
+            merges: AtomicU64::new(0),
         });
         let mut sim = Sim {
             rng: Rng::new(seed, 1),
@@ -470,10 +507,103 @@ impl Sim {
             totals: Totals::default(),
             trace: VecDeque::new(),
         };
+        sim.legacy_records();
         for name in 0..3 {
             sim.spawn(name, 0);
         }
         sim
+    }
+
+    /// The lease operations on the store itself, as an operator's tools see it.
+    fn operator(&self) -> Leases<'_> {
+        let owner = Owner {
+            node_id: "operator".into(),
+            host: "sim".into(),
+            pid: 0,
+            started_unix_ms: 0,
+            instance: "operator".into(),
+        };
+        let mut config = LeaseConfig::new("sim", 1);
+        config.max_records_per_txn = RECORDS_PER_TXN;
+        Leases::new(self.store.as_ref(), self.layout, config, owner)
+    }
+
+    /// A namespace from an earlier version: one-worker records, released long ago, over some
+    /// worker IDs, and never-used gaps between them.
+    fn legacy_records(&mut self) {
+        let long_ago = (self.now - self.layout.epoch_ms()).saturating_sub(1_000 * TTL_MS);
+        let used: Vec<u64> = (0..self.layout.worker_count())
+            .filter(|_| self.rng.chance(60))
+            .collect();
+        let leases = self.operator();
+        let mut writes = Vec::new();
+        for w in used {
+            let rec = WorkerRecord {
+                state: WorkerState::Released,
+                owner: leases.owner().clone(),
+                generation: w + 1,
+                lease_end: long_ago,
+                count: 1,
+                layout_version: 1,
+                written_unix_ms: self.now - 1_000 * TTL_MS,
+            };
+            writes.push(Write::Put {
+                key: leases.worker_key(w),
+                value: serde_json::to_vec(&rec).unwrap(),
+            });
+        }
+        writes.push(Write::Put {
+            key: b"idgen/sim/generation".to_vec(),
+            value: b"100".to_vec(),
+        });
+        assert_eq!(ready(self.store.commit(&[], &writes)), Ok(Commit::Applied));
+    }
+
+    /// An operator deletes a released record of worker IDs no grant ever covered: a never-used
+    /// gap again (harmless: nothing was issued there, so no floor is lost).
+    fn delete_unused_record(&mut self) {
+        let Ok(ranges) = ready(self.operator().ranges()) else {
+            return;
+        };
+        let unused: Vec<(u64, WorkerRecord)> = ranges
+            .into_iter()
+            .filter(|(first, r)| {
+                let range = WorkerRange::new(*first, r.count);
+                r.state == WorkerState::Released
+                    && range.ids().all(|w| !self.issued.contains_key(&w))
+                    && self.grants.values().all(|g| {
+                        !range
+                            .ids()
+                            .any(|w| WorkerRange::new(g.first, g.count).contains(w))
+                    })
+            })
+            .collect();
+        let picks: Vec<usize> = (0..unused.len()).collect();
+        let Some(i) = self.rng.pick(&picks) else {
+            return;
+        };
+        let (first, rec) = &unused[i];
+        let key = self.operator().worker_key(*first);
+        let Ok(Some(entry)) = ready(self.store.get(&key)) else {
+            return;
+        };
+        let check = Check {
+            key: key.clone(),
+            version: entry.version,
+        };
+        if ready(self.store.commit(&[check], &[Write::Delete { key }])) == Ok(Commit::Applied) {
+            self.totals.gaps += 1;
+            let count = rec.count;
+            self.note(|| format!("operator deleted the unused record of workers {first}+{count}"));
+        }
+    }
+
+    /// The records must always read: a correct store never holds overlapping records, so a
+    /// `Corrupt` here is a bug in the lease logic (a merge overlaying a grant, say).
+    fn check_records(&self) {
+        if let Err(e @ LeaseError::Corrupt { .. }) = ready(self.operator().ranges()) {
+            panic!("the worker records no longer read: {e}");
+        }
     }
 
     fn note(&mut self, event: impl FnOnce() -> String) {
@@ -496,7 +626,9 @@ impl Sim {
             scanned: Mutex::new(Vec::new()),
             suspended_at: Mutex::new(""),
         });
-        let mut config = LeaseConfig::new("sim", SHARDS * WORKERS_PER_SHARD);
+        let (shards, per_shard) = SHAPES[name % SHAPES.len()];
+        let mut config = LeaseConfig::new("sim", shards * per_shard);
+        config.max_records_per_txn = RECORDS_PER_TXN;
         config.ttl = Duration::from_millis(TTL_MS);
         config.safety = Duration::from_millis(2 * TTL_MS);
         config.max_attempts = 3;
@@ -518,13 +650,17 @@ impl Sim {
                 },
             ),
         );
-        let shards = (0..SHARDS as usize)
+        let gen = GenSettings {
+            workers_per_shard: per_shard,
+            ..self.gen
+        };
+        let shards = (0..shards as usize)
             .map(|index| {
                 let stats = Arc::new(ShardStats::default());
                 Shard {
                     gen: ShardGen::with_clock(
                         index,
-                        self.gen,
+                        gen,
                         keeper.shared(),
                         Arc::clone(&stats),
                         clock.clone(),
@@ -767,6 +903,9 @@ impl Sim {
         let label = self.processes[p].label();
         match outcome {
             Outcome::Acquired(r) => {
+                if let Err(e @ LeaseError::Corrupt { .. }) = &r {
+                    panic!("{label}: an acquisition found the records corrupt: {e}");
+                }
                 let r = r.map(|v| v.grant.generation);
                 self.note(|| format!("{label} {kind:?} done: {r:?}"));
             }
@@ -901,7 +1040,7 @@ impl Sim {
             return;
         }
         self.observe(p);
-        let s = self.rng.below(SHARDS) as usize;
+        let s = self.rng.below(self.processes[p].shards.len() as u64) as usize;
         let n = if self.rng.chance(5) {
             1 + self.rng.below(6_000)
         } else {
@@ -1042,6 +1181,7 @@ impl Sim {
                     self.drive(q, 0);
                 }
             }
+            93 => self.delete_unused_record(),
             _ => {
                 // A quiet spell: time passes with nobody renewing.
                 let ms = TTL_MS + self.rng.below(3 * TTL_MS);
@@ -1056,6 +1196,7 @@ impl Sim {
             t.suspensions[k] = n.load(Ordering::Relaxed);
         }
         t.conflicts = self.sched.conflicts.load(Ordering::Relaxed);
+        t.merges = self.sched.merges.load(Ordering::Relaxed);
         t.lost = self
             .processes
             .iter()
@@ -1115,6 +1256,7 @@ fn run_seed(
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for _ in 0..steps {
             sim.step();
+            sim.check_records();
         }
     }));
     match result {
@@ -1178,6 +1320,9 @@ fn fenced_leases_never_overlap_across_seeds() {
         assert!(totals.conflicts > n, "only {} conflicts", totals.conflicts);
         assert!(totals.lost > n / 2, "only {} lost leases", totals.lost);
         assert!(totals.releases > n * 2, "only {} releases", totals.releases);
+        // Windows over more records than a transaction takes, and gaps inside them.
+        assert!(totals.merges > n, "only {} merges", totals.merges);
+        assert!(totals.gaps > n / 4, "only {} gaps made", totals.gaps);
     }
 }
 
@@ -1259,21 +1404,26 @@ fn the_simulation_catches_a_broken_floor() {
         LeaseConfig::new("sim", 2),
         Owner::this_process(Some("forger".into()), 0),
     );
-    let mut recs = ready(leases.ranges()).unwrap();
-    for (id, rec) in recs.iter_mut() {
-        rec.lease_end = 0;
-        rec.state = WorkerState::Released;
-        rec.count = sim.layout.worker_count() - *id;
-        let key = leases.worker_key(*id);
-        ready(sim.store.commit(
-            &[],
-            &[Write::Put {
-                key,
-                value: serde_json::to_vec(&rec).unwrap(),
-            }],
-        ))
-        .unwrap();
-    }
+    let recs = ready(leases.ranges()).unwrap();
+    let mut writes: Vec<Write> = recs
+        .iter()
+        .map(|(id, _)| Write::Delete {
+            key: leases.worker_key(*id),
+        })
+        .collect();
+    let (first, rec) = &recs[0];
+    assert_eq!(*first, 0, "process 0's record comes first");
+    let whole = WorkerRecord {
+        lease_end: 0,
+        state: WorkerState::Released,
+        count: sim.layout.worker_count(),
+        ..rec.clone()
+    };
+    writes.push(Write::Put {
+        key: leases.worker_key(0),
+        value: serde_json::to_vec(&whole).unwrap(),
+    });
+    ready(sim.store.commit(&[], &writes)).unwrap();
     drop(leases);
     // Process 1 now takes the lowest "free" range, which is process 0's: the checker must
     // refuse the grant's floor.
