@@ -171,8 +171,8 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
 }
 
 /// `count` IDs from this shard's generator as runs `emit(first, n)`, from whatever worker
-/// range it holds now (an HTTP request announces none, so a lease change is never its
-/// concern), waiting on the shard's runtime when the generator asks for a later clock reading.
+/// range it holds when the request starts (an HTTP request announces none), and all from that
+/// one grant, waiting on the shard's runtime when the generator asks for a later clock reading.
 /// On error nothing emitted may be used.
 async fn issue(
     ctx: &HttpCtx,
@@ -180,9 +180,13 @@ async fn issue(
     mut emit: impl FnMut(u64, u64),
 ) -> Result<(), IssueError> {
     let mut fill = Fill::new(u64::from(count));
+    let mut started = None;
     loop {
         // The borrow ends before any wait: other requests on this shard issue meanwhile.
-        let progress = ctx.gen.borrow_mut().issue_current(&mut fill, &mut emit)?;
+        let progress = ctx
+            .gen
+            .borrow_mut()
+            .issue_current(&mut started, &mut fill, &mut emit)?;
         match progress {
             Progress::Done => break,
             Progress::RetryAt(at) => wait_until(&ctx.gen, at).await,

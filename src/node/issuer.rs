@@ -37,6 +37,17 @@ pub(crate) enum IssueError {
     NoLease,
     /// Issued from another worker range than the connection's HELLO_OK announced.
     RangeChanged,
+    /// The lease changed while a request that announced no range (HTTP) was part served: it
+    /// fails whole rather than finish from another grant.
+    LeaseChanged,
+}
+
+/// The grant a request that announced no range drew its first IDs under (see
+/// [`ShardGen::issue_current`]): it finishes under this one or fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StartedUnder {
+    generation: u64,
+    range: WorkerRange,
 }
 
 /// What a shard generator is built from: the layout, the `[listen]` section's worker IDs per
@@ -207,22 +218,46 @@ impl<C: Clock + Clone> ShardGen<C> {
 
     /// As [`issue`](Self::issue), from whatever worker range the shard holds now, for a caller
     /// that announced none (the HTTP API): a request that has emitted nothing yet follows a
-    /// lease change to the new range.
+    /// lease change to the new range. Once it has emitted IDs (`started`, the request's own,
+    /// empty before its first call) it finishes under the grant it started with or fails
+    /// whole with [`IssueError::LeaseChanged`]: one answer never holds IDs of two grants (two
+    /// worker ranges, not increasing), whatever other requests on the shard picked up while it
+    /// waited.
     pub(crate) fn issue_current(
         &mut self,
+        started: &mut Option<StartedUnder>,
         fill: &mut Fill,
         mut emit: impl FnMut(u64, u64),
     ) -> Result<Progress, IssueError> {
+        if let Some(under) = *started {
+            if self.current.as_ref().map(|(g, _)| *g) != Some(under.generation) {
+                return Err(IssueError::LeaseChanged);
+            }
+            // Same generation, so same range; `issue` picks up no new lease for a request that
+            // has emitted IDs.
+            return self.issue(under.range, fill, emit);
+        }
         let range = self.range();
-        match self.issue(range, fill, &mut emit) {
+        let result = match self.issue(range, fill, &mut emit) {
             // The lease changed between the look-up and the draw (nothing was drawn): once
             // more, under the new range.
             Err(IssueError::RangeChanged) if fill.emitted() == 0 => {
                 let range = self.range();
-                self.issue(range, fill, emit)
+                self.issue(range, fill, &mut emit)
             }
             other => other,
+        };
+        if fill.emitted() > 0 {
+            // Everything this call emitted came from the generator current now: `issue`
+            // changes generator only before a request's first ID.
+            if let Some((generation, _)) = &self.current {
+                *started = Some(StartedUnder {
+                    generation: *generation,
+                    range: self.current_range,
+                });
+            }
         }
+        result
     }
 
     /// How long until monotonic time `at` (a [`Progress::RetryAt`]) on the shard's clock.
@@ -281,6 +316,11 @@ pub(crate) fn status_of(e: &IssueError) -> (Status, String) {
         IssueError::Gen(g @ GenError::LeaseCeiling { .. }) => {
             (Status::UNAVAILABLE_LEASE, g.to_string())
         }
+        IssueError::LeaseChanged => (
+            Status::UNAVAILABLE_LEASE,
+            "unavailable: this node's lease changed while the request was served; retry"
+                .to_string(),
+        ),
         IssueError::RangeChanged => (
             Status::RANGE_CHANGED,
             "this node's worker range changed since HELLO_OK; reconnect to learn the new one"
@@ -359,6 +399,49 @@ mod tests {
             partial > 0,
             "the ceiling never cut a batch: the test proves nothing"
         );
+    }
+
+    #[test]
+    fn a_request_without_a_range_finishes_under_the_grant_it_started_with_or_fails_whole() {
+        let layout = crate::layout::Layout::default();
+        let per_ms = 1u64 << layout.sequence_bits();
+        let far = now_id_ms(layout) + 60_000;
+        let lease = LeaseShared::for_test(layout, Some(view(1, 0, far)));
+        let mut g = shard(&lease);
+        // A hundred milliseconds' worth: the first call emits part and asks to wait.
+        let mut fill = Fill::new(100 * per_ms);
+        let mut started = None;
+        let mut workers = std::collections::BTreeSet::new();
+        let mut emit = |first: u64, _n: u64| {
+            workers.insert(layout.decompose(crate::layout::Id(first)).worker);
+        };
+        let first = g.issue_current(&mut started, &mut fill, &mut emit);
+        assert!(matches!(first, Ok(Progress::RetryAt(_))));
+        assert!(fill.emitted() > 0 && started.is_some());
+        // While it waits, the lease is lost and another range taken; another request on the
+        // shard picks the new one up.
+        lease.current().unwrap().ceiling.lower_to(0);
+        lease.publish_for_test(Some(view(2, 5, far)));
+        assert_eq!(g.range(), WorkerRange::new(5, 1));
+        let resumed = g.issue_current(&mut started, &mut fill, &mut emit);
+        assert!(
+            matches!(resumed, Err(IssueError::LeaseChanged)),
+            "fails whole"
+        );
+        assert_eq!(
+            workers.into_iter().collect::<Vec<_>>(),
+            vec![0],
+            "no ID of the new range"
+        );
+        // A new request is served from the new range.
+        let (mut fill, mut started, mut seen) = (Fill::new(10), None, Vec::new());
+        while let Ok(Progress::RetryAt(_)) = g.issue_current(&mut started, &mut fill, |first, _| {
+            seen.push(layout.decompose(crate::layout::Id(first)).worker)
+        }) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(fill.emitted(), 10, "served whole");
+        assert!(seen.iter().all(|&w| w == 5));
     }
 
     #[test]
