@@ -84,13 +84,18 @@ impl Clock for SystemClock {
 /// the millisecond of the last reading can have ended. Until it can, [`Clock::wall_ms`] answers
 /// that reading again.
 ///
-/// Every value it answers is a genuine reading of the system clock, taken at most a millisecond
-/// earlier: never ahead of the clock, so the lease fences (an ID's timestamp never above the
-/// lease's ceiling, never below a new range's floor, never below the last one issued) hold as
-/// they do with [`SystemClock`], and a clock that steps back is seen at the next millisecond.
-/// The counter only decides *when* to read again; if its rate were misjudged, a reading would
-/// be answered a little past the end of its millisecond (IDs lag the clock by that much), or
-/// read again early (costing a read), never a time the clock did not show.
+/// Every value it answers is a genuine reading of the system clock, taken at most about a
+/// millisecond earlier (or, while [held](Clock::hold), at the start of the unit of work). While
+/// the clock only moves forward, that reading is never ahead of the clock. After the clock
+/// steps back, a cached or held reading *is* ahead of it, by up to about a millisecond (or by
+/// the step, for the one held reading) until the next read sees the step. The lease fences do
+/// not depend on either: a reading is only ever a time the clock showed, the generator checks
+/// every new millisecond against its floor, its ceiling and the last millisecond it used
+/// whatever the clock says, and a clock that steps back is seen at the next read, then waited
+/// out or refused as with [`SystemClock`]. The counter only decides *when* to read again; if
+/// its rate were misjudged, a reading would be answered a little past the end of its
+/// millisecond (IDs lag the clock by that much), or read again early (costing a read), never a
+/// time the clock did not show.
 ///
 /// The counter is used only where it is invariant (x86-64 with the invariant-TSC CPUID bit, and
 /// the kernel's own clock source is `tsc`): elsewhere every call reads the clock. The rate is
