@@ -86,7 +86,7 @@ struct Peer {
 pub enum StepVerdict {
     /// No live peer: nobody to confirm or contradict (one node, or an embedded store).
     NoPeers,
-    /// Live peers, none measured since the step yet.
+    /// Live peers, not all measured since the step yet.
     Pending { peers: usize },
     /// The peers measured since the step agree with this node's clock within `--max-drift`
     /// (`drift_ms`: this node's minus theirs, as [`ClockWatch::drift_summary`] reckons it).
@@ -138,7 +138,7 @@ impl ClockWatch {
     /// Whether the peers confirm a step of this node's wall clock seen when
     /// [`polls`](ClockWatch::polls) read `after_poll`: judged only by estimates whose interval
     /// began at a later poll, so none straddles the step (an interval that does contains zero
-    /// and would "agree" with any step).
+    /// and would "agree" with any step), once every live peer has such an estimate.
     pub fn step_verdict(&self, after_poll: u64) -> StepVerdict {
         let live: Vec<_> = self
             .lock()
@@ -151,7 +151,9 @@ impl ClockWatch {
         }
         let peers = live.len();
         let (drift_ms, n) = Self::median(live.into_iter().filter(|e| e.3 > after_poll));
-        if n == 0 {
+        if n < peers {
+            // Every live peer has its say: one peer stepped with this node must not outvote
+            // the others before they are measured.
             return StepVerdict::Pending { peers };
         }
         if drift_ms.unsigned_abs() <= self.max_drift_ms {
@@ -508,6 +510,52 @@ mod tests {
             w.step_verdict(seen),
             StepVerdict::Confirmed {
                 peers: 1,
+                drift_ms: 0
+            }
+        );
+        // With a second live peer, the verdict waits until it is measured too (one peer stepped
+        // with this node does not outvote another not yet measured).
+        let w = ClockWatch::new(Duration::from_secs(1));
+        let both = |v: u64, a_ms: u64, b_ms: u64| -> Vec<(String, u64, ClockRecord)> {
+            vec![("a".into(), v, rec(a_ms)), ("b".into(), v, rec(b_ms))]
+        };
+        observe(&w, &both(1, 1_000, 1_000), 1_000, 1_010);
+        observe(&w, &both(2, 2_000, 2_000), 2_000, 2_010);
+        let seen = w.polls();
+        let only_a = |v: u64, a_ms: u64| -> Vec<(String, u64, ClockRecord)> {
+            vec![("a".into(), v, rec(a_ms)), ("b".into(), 2, rec(2_000))]
+        };
+        observe(
+            &w,
+            &only_a(3, minute + 3_000),
+            minute + 3_000,
+            minute + 3_010,
+        );
+        observe(
+            &w,
+            &only_a(4, minute + 4_000),
+            minute + 4_000,
+            minute + 4_010,
+        );
+        assert_eq!(w.step_verdict(seen), StepVerdict::Pending { peers: 2 });
+        observe(
+            &w,
+            &both(5, minute + 5_000, 5_000),
+            minute + 5_000,
+            minute + 5_010,
+        );
+        observe(
+            &w,
+            &both(6, minute + 6_000, 6_000),
+            minute + 6_000,
+            minute + 6_010,
+        );
+        // Peer a stepped with us, b did not: of the three clocks, two agree, and the median
+        // (the closer to zero of two) does not blame this node, as for the drift alarm.
+        assert_eq!(
+            w.step_verdict(seen),
+            StepVerdict::Confirmed {
+                peers: 2,
                 drift_ms: 0
             }
         );
