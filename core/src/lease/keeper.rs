@@ -207,11 +207,13 @@ struct Step {
     contradicted: bool,
 }
 
-/// The time a lease operation uses ([`Keeper::lease_now`]), and the anchor to keep if it
-/// succeeds: (wall ms, boot ns) that later operations are bounded by.
+/// The time a lease operation uses ([`Keeper::lease_now`]), the boot clock (ns) when it was
+/// taken, and the anchor to keep if it succeeds: (wall ms, boot ns) that later operations are
+/// bounded by.
 #[derive(Clone, Copy, Debug)]
 struct LeaseTime {
     now: u64,
+    boot: u64,
     anchor: (u64, u64),
 }
 
@@ -237,6 +239,9 @@ pub struct Keeper<C: Clock> {
     step: Mutex<Option<Step>>,
     /// The peers' clocks, to confirm a step (none: no peers to ask).
     watch: Option<Arc<ClockWatch>>,
+    /// The boot clock (ns) at the last successful grant or renewal: how late the next one is,
+    /// whatever the wall clock did meanwhile.
+    last_ok_boot_ns: AtomicU64,
 }
 
 impl<C: Clock + Send + Sync + 'static> Keeper<C> {
@@ -265,6 +270,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             anchor: Mutex::new(None),
             step: Mutex::new(None),
             watch: None,
+            last_ok_boot_ns: AtomicU64::new(0),
         }
     }
 
@@ -355,6 +361,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         let boot = self.clock.boot_ns();
         let at_wall = LeaseTime {
             now: wall,
+            boot,
             anchor: (wall, boot),
         };
         let anchor = *self.anchor.lock().unwrap_or_else(|e| e.into_inner());
@@ -433,6 +440,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         }
         LeaseTime {
             now: passed.saturating_add(ttl_ms),
+            boot,
             anchor: (then_ms, then_boot),
         }
     }
@@ -515,7 +523,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
 
     /// Acquires a lease and publishes it. At start-up, the caller treats an error as fatal.
     pub async fn acquire(&self) -> Result<Arc<LeaseView>, LeaseError> {
-        let LeaseTime { now, anchor } = self.lease_now();
+        let LeaseTime { now, boot, anchor } = self.lease_now();
         let grant = self.timed(self.leases().acquire(now)).await?;
         assert!(
             grant.lease_end >= grant.floor
@@ -533,6 +541,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         stats.generation.store(grant.generation, Ordering::Relaxed);
         stats.acquisitions.fetch_add(1, Ordering::Relaxed);
         stats.last_ok_unix_ms.store(now, Ordering::Relaxed);
+        self.last_ok_boot_ns.store(boot, Ordering::Relaxed);
         tracing::info!(
             event = "lease_acquired",
             store = %self.store.describe(),
@@ -616,7 +625,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         );
         let stats = &self.shared.stats;
         let started = Instant::now();
-        let LeaseTime { now, anchor } = self.lease_now();
+        let LeaseTime { now, boot, anchor } = self.lease_now();
         let result = self.timed(self.leases().renew(&grant, now)).await;
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         stats.renew_latency_us.store(latency_us, Ordering::Relaxed);
@@ -643,8 +652,10 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 stats
                     .renew_ok_duration
                     .record(&RENEWAL_BUCKETS_US, latency_us);
-                let last_ok = stats.last_ok_unix_ms.swap(now, Ordering::Relaxed);
-                let since_ms = now.saturating_sub(last_ok);
+                stats.last_ok_unix_ms.store(now, Ordering::Relaxed);
+                // By the boot clock: a step of the wall clock just believed is no late renewal.
+                let last_ok = self.last_ok_boot_ns.swap(boot, Ordering::Relaxed);
+                let since_ms = boot.saturating_sub(last_ok) / 1_000_000;
                 if since_ms > duration_ms(self.config.ttl) / 2 {
                     tracing::warn!(
                         event = "lease_renewed_late",
