@@ -20,23 +20,28 @@
 //! since, with one TTL of slack. Within that, the wall clock is used as it is (a step back
 //! too). A wall clock further ahead has *stepped*; the step is
 //!
-//! - **believed at once** if the peers' clocks confirm it ([`ClockWatch::step_verdict`], from
+//! - **believed as soon as the peers' clocks confirm it** ([`ClockWatch::step_verdict`], from
 //!   the clock keys the drift watcher reads, judged only by polls begun after the step was
-//!   seen): a fleet stepped together agrees with itself;
+//!   seen: within [`VERDICT_WITHIN`], 2.5 s): a fleet stepped together agrees with itself;
 //! - **believed after [`STEP_HOLD`]** if there is no live peer to ask (one node, an embedded
 //!   store), provided the wall clock stayed where it stepped to (wall minus boot clock within
 //!   one TTL) for that long;
 //! - **not believed** while the peers contradict it (this node's clock is the outlier; the
-//!   drift alarm takes it out of rotation too), or while they have not yet been measured.
+//!   drift alarm takes it out of rotation too), or until every live peer has been measured
+//!   since the step.
+//!
+//! A resume from suspend moves the wall and boot clocks together: no step.
 //!
 //! Until it is believed, the operation uses the time that passed plus one TTL, without the
 //! slack accumulating from renewal to renewal: the lease end stays within two TTLs of the
 //! time that really passed, so a step that comes back before it is believed leaves nothing
-//! issued, or held, ahead. The shards meanwhile meet their ceiling and refuse (fail closed);
-//! the keeper renews every `retry_every` instead of every `renew_every`, so the step is
-//! believed soon after it qualifies. The `clock_jumped_ahead` event says how long the node
-//! expects to refuse; `clock_step_believed`, `clock_step_contradicted` and
-//! `clock_step_withdrawn` say how it ended. docs/RELIABILITY.md says what each case costs.
+//! issued, or held, ahead. The shards meanwhile meet their ceiling and refuse (fail closed).
+//! The keeper's loop looks at the clock every 250 ms between renewals and renews at once when
+//! it stepped (or came back), and while a step waits for its hold or for the peers it renews
+//! every `retry_every` instead of every `renew_every`, so the step is believed soon after it
+//! qualifies. The `clock_jumped_ahead` event says how long the node expects to refuse;
+//! `clock_step_believed`, `clock_step_contradicted` and `clock_step_withdrawn` say how it
+//! ended. docs/RELIABILITY.md ("Clock steps ahead") says what each case costs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
