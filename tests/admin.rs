@@ -521,6 +521,174 @@ fn inspect_shows_the_leases_of_a_live_cluster() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no cluster"));
 }
 
+/// A wall clock stepped forward by minutes and left there (NTP putting right a clock that was
+/// behind, an operator setting the time) is believed within seconds, whatever the TTL: a lone
+/// node (no peers to confirm the step) refuses while the step has held less than the keeper's
+/// hold (5 s), then serves IDs at the new time. Driven over the HTTP ID API, default TTL (10 s):
+/// the former bound (one TTL gained per renewal) refused for a third of the step, 200 s here.
+#[test]
+fn a_clock_stepped_forward_and_left_there_is_believed_within_seconds() {
+    let (node, offset, _dir) = faketime_node(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--http-listen",
+        "127.0.0.1:0",
+    ]);
+    let api = node.http.expect("HTTP ID API address");
+    let mut c = TestConn::open(node.addr);
+    let hello = c.hello.unwrap();
+    let before = c.get_ids(1).unwrap()[0];
+    assert_eq!(http(api, "POST", "/ids", None).0, 200);
+
+    // Ten minutes ahead, and left there.
+    std::fs::write(&offset, "+600\n").unwrap();
+    let stepped = Instant::now();
+    let mut refused = 0;
+    let served = loop {
+        let (s, b) = http(api, "POST", "/ids", None);
+        if s == 200 {
+            break stepped.elapsed();
+        }
+        assert_eq!(s, 503, "{b}");
+        refused += 1;
+        assert!(
+            stepped.elapsed() < Duration::from_secs(30),
+            "still refusing 30 s after a +10 min step ({refused} refusals):\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        refused > 0,
+        "the step was never refused: the test proves nothing"
+    );
+    eprintln!("served again {served:?} after a +10 min step ({refused} refusals)");
+    // Seen within the keeper's look between renewals (250 ms), believed after the 5 s hold,
+    // renewed within the keeper's retry period (1 s).
+    assert!(
+        served < Duration::from_secs(10),
+        "served again only {served:?} after a +10 min step:\n{}",
+        node.log()
+    );
+    // The IDs follow the stepped clock.
+    let after = c.get_ids(1).unwrap()[0];
+    let gap = hello.decompose(after).timestamp - hello.decompose(before).timestamp;
+    assert!(gap >= 600_000, "IDs moved only {gap} ms ahead");
+    // The event says how long the node refuses, and how the step ended.
+    let log = node.log();
+    let jumped = log
+        .lines()
+        .find(|l| l.contains("clock_jumped_ahead"))
+        .unwrap_or_else(|| panic!("no clock_jumped_ahead event:\n{log}"));
+    assert!(
+        jumped.contains("refuse_for_ms") && jumped.contains("IDs are refused for about"),
+        "{jumped}"
+    );
+    assert!(log.contains("clock_step_believed"), "{log}");
+    assert!(
+        !log.contains("lease_renewed_late"),
+        "the renewal that believed the step is not late: {log}"
+    );
+    eprintln!("{jumped}");
+    std::fs::write(&offset, "+0\n").unwrap();
+}
+
+/// Two nodes on one etcd, each under its own libfaketime clock. Both stepped +10 min together
+/// (a fleet whose clocks were put right) are believed as soon as each has measured the other's
+/// clock since the step and found it agree: "the peers' clocks confirm it", not the hold. Then
+/// one stepped alone is the outlier: its peer contradicts the step, so it refuses past the hold
+/// for as long as its clock is off, and serves again as soon as its clock comes back (its lease
+/// end did not follow the step), while the other serves throughout.
+#[test]
+#[cfg(feature = "etcd")]
+fn a_step_the_peers_confirm_is_believed_at_once_and_one_they_contradict_is_refused() {
+    let etcd = EtcdCluster::start(1);
+    let url = etcd.url("fleet-step");
+    let node = |id: &str| {
+        let mut args: Vec<&str> = ADMIN.to_vec();
+        args.extend_from_slice(&["--store", &url, "--shards", "1", "--node-id", id]);
+        args.extend_from_slice(&["--http-listen", "127.0.0.1:0"]);
+        faketime_node(&args)
+    };
+    let (a, a_offset, _a_dir) = node("alpha");
+    let (b, b_offset, _b_dir) = node("beta");
+    let (a_api, b_api) = (a.http.unwrap(), b.http.unwrap());
+    // Each has measured the other's clock.
+    let t = Instant::now();
+    for n in [&a, &b] {
+        while sum(
+            &parse_prometheus(&http(n.admin.unwrap(), "GET", "/metrics", None).1),
+            "idgen_clock_peers",
+        ) < 1.0
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "the nodes never saw each other"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let serves_again = |api, what: &str| {
+        let t = Instant::now();
+        let mut refused = 0;
+        while http(api, "POST", "/ids", None).0 != 200 {
+            refused += 1;
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{what}: still refused after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (t.elapsed(), refused)
+    };
+
+    // The fleet steps together.
+    std::fs::write(&a_offset, "+600\n").unwrap();
+    std::fs::write(&b_offset, "+600\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    for (n, api) in [(&a, a_api), (&b, b_api)] {
+        let (took, refused) = serves_again(api, "fleet step");
+        eprintln!("fleet +10 min: served again after {took:?} ({refused} refusals)");
+        let t = Instant::now();
+        while !n.log().contains("the peers' clocks confirm it") {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the step was not believed on the peers' word:\n{}",
+                n.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    // Alpha alone steps another 10 min: beta contradicts it.
+    std::fs::write(&a_offset, "+1200\n").unwrap();
+    let stepped = Instant::now();
+    let t = Instant::now();
+    while !a.log().contains("clock_step_contradicted") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no contradiction:\n{}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Still refused past the hold, while beta serves.
+    while stepped.elapsed() < Duration::from_secs(8) {
+        let (s, body) = http(a_api, "POST", "/ids", None);
+        assert_eq!(s, 503, "the outlier served: {body}");
+        assert_eq!(http(b_api, "POST", "/ids", None).0, 200);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(!a.log().contains("it held, with no peers"), "{}", a.log());
+    // Its clock comes back: it serves again at once.
+    std::fs::write(&a_offset, "+600\n").unwrap();
+    let (took, _) = serves_again(a_api, "the outlier's clock came back");
+    eprintln!("outlier back: served again after {took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}:\n{}", a.log());
+}
+
 /// A clock step back within `--max-rollback-wait` is waited out by the request that needs IDs
 /// only: the shard serves its other connections meanwhile (the generator says when to retry;
 /// it never sleeps on the shard's thread), and the waiting request is answered once the clock

@@ -7,6 +7,9 @@
 //! The wall clock decides the timestamp of an ID. The monotonic clock never decides an ID: it
 //! measures how long the generator has been waiting, so a wall clock that is stuck or keeps
 //! running backwards turns into an "unavailable" error after a bounded wait instead of a hang.
+//! The boot clock is the monotonic clock that also counts time suspended: the lease keeper
+//! measures with it how much time really passed, so a resume from suspend is not taken for a
+//! wall clock that jumped ahead (`crate::lease::keeper`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +21,13 @@ pub trait Clock {
     fn wall_ms(&self) -> u64;
     /// Monotonic nanoseconds since an arbitrary origin; never goes backwards.
     fn mono_ns(&self) -> u64;
+    /// Nanoseconds since an arbitrary origin, like [`mono_ns`](Clock::mono_ns) but counting the
+    /// time the machine was suspended too (`CLOCK_BOOTTIME`); never goes backwards. The
+    /// default is the monotonic clock, for clocks that cannot tell.
+    #[inline]
+    fn boot_ns(&self) -> u64 {
+        self.mono_ns()
+    }
     /// Waits about `d`. Short waits (under a millisecond) should not give up the CPU for long:
     /// the generator uses them to wait for the next millisecond.
     fn sleep(&self, d: Duration);
@@ -32,7 +42,8 @@ pub trait Clock {
 }
 
 /// The operating system's clocks: `CLOCK_REALTIME` for the wall, `CLOCK_MONOTONIC` (through
-/// [`Instant`]) for waits.
+/// [`Instant`]) for waits, `CLOCK_BOOTTIME` for the time that passed, suspend included (on
+/// Linux; elsewhere the monotonic clock).
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
     origin: Instant,
@@ -64,6 +75,22 @@ impl Clock for SystemClock {
     #[inline]
     fn mono_ns(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn boot_ns(&self) -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only through it.
+        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+            // Kernels before 2.6.39: no boot clock. Never the case on a supported system.
+            return self.mono_ns();
+        }
+        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+        let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+        secs.saturating_mul(1_000_000_000).saturating_add(nanos)
     }
 
     fn sleep(&self, d: Duration) {
@@ -207,6 +234,10 @@ impl Clock for CachedClock {
         self.sys.mono_ns()
     }
 
+    fn boot_ns(&self) -> u64 {
+        self.sys.boot_ns()
+    }
+
     fn sleep(&self, d: Duration) {
         self.sys.sleep(d)
     }
@@ -323,6 +354,8 @@ mod tsc {
 struct TestTime {
     wall_ns: AtomicU64,
     mono_ns: AtomicU64,
+    /// Ahead of `mono_ns` by the time suspended.
+    suspended_ns: AtomicU64,
     frozen: AtomicBool,
     tick_ns: AtomicU64,
 }
@@ -331,6 +364,8 @@ struct TestTime {
 ///
 /// - [`advance`](TestClock::advance) moves both clocks forward (time passes);
 /// - [`step_wall`](TestClock::step_wall) moves only the wall clock, forward or back (an NTP step);
+/// - [`suspend`](TestClock::suspend) moves the wall and boot clocks, not the monotonic one (the
+///   machine slept);
 /// - [`freeze`](TestClock::freeze) stops the wall clock: sleeping still advances the monotonic
 ///   clock (a stuck wall clock), so a generator waiting on it gives up after its bounded wait;
 /// - [`set_tick`](TestClock::set_tick) makes every wall-clock read advance time a little, like a
@@ -349,6 +384,7 @@ impl TestClock {
             t: Arc::new(TestTime {
                 wall_ns: AtomicU64::new(wall_ms.saturating_mul(1_000_000)),
                 mono_ns: AtomicU64::new(0),
+                suspended_ns: AtomicU64::new(0),
                 frozen: AtomicBool::new(false),
                 tick_ns: AtomicU64::new(0),
             }),
@@ -359,6 +395,14 @@ impl TestClock {
     pub fn advance(&self, d: Duration) {
         let ns = duration_ns(d);
         self.t.mono_ns.fetch_add(ns, Ordering::SeqCst);
+        self.t.wall_ns.fetch_add(ns, Ordering::SeqCst);
+    }
+
+    /// The machine is suspended for `d`: the wall clock and the boot clock move forward by `d`,
+    /// the monotonic clock does not (`CLOCK_MONOTONIC` does not count suspend).
+    pub fn suspend(&self, d: Duration) {
+        let ns = duration_ns(d);
+        self.t.suspended_ns.fetch_add(ns, Ordering::SeqCst);
         self.t.wall_ns.fetch_add(ns, Ordering::SeqCst);
     }
 
@@ -427,6 +471,14 @@ impl Clock for TestClock {
         self.t.mono_ns.load(Ordering::SeqCst)
     }
 
+    fn boot_ns(&self) -> u64 {
+        let suspended = self.t.suspended_ns.load(Ordering::SeqCst);
+        self.t
+            .mono_ns
+            .load(Ordering::SeqCst)
+            .saturating_add(suspended)
+    }
+
     fn sleep(&self, d: Duration) {
         // A zero-length sleep still lets a little time pass, so no wait loop can spin forever.
         let ns = duration_ns(d).max(1_000);
@@ -443,6 +495,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
     fn mono_ns(&self) -> u64 {
         (**self).mono_ns()
+    }
+    fn boot_ns(&self) -> u64 {
+        (**self).boot_ns()
     }
     fn sleep(&self, d: Duration) {
         (**self).sleep(d)
@@ -465,12 +520,19 @@ mod tests {
         let w = c.wall_ms();
         // After 2026-01-01 and before 2100.
         assert!(w > 1_767_225_600_000 && w < 4_102_444_800_000, "{w}");
-        let m0 = c.mono_ns();
+        let (m0, b0) = (c.mono_ns(), c.boot_ns());
         c.sleep(Duration::from_micros(200));
         let m1 = c.mono_ns();
         assert!(m1 - m0 >= 200_000, "short sleep spun for {} ns", m1 - m0);
         c.sleep(Duration::from_millis(2));
         assert!(c.mono_ns() - m1 >= 2_000_000);
+        // The boot clock runs with the monotonic one (no suspend here).
+        let (m2, b2) = (c.mono_ns(), c.boot_ns());
+        let drift = (b2 - b0).abs_diff(m2 - m0);
+        assert!(
+            drift < 1_000_000,
+            "boot and monotonic clocks differ by {drift} ns"
+        );
     }
 
     /// Every answer is a reading the system clock gave at most about a millisecond earlier:
@@ -567,6 +629,12 @@ mod tests {
         c.unfreeze();
         c.sleep(Duration::from_millis(2));
         assert_eq!((c.wall_ms(), c.mono_ns()), (1_000, 11_000_000));
+        assert_eq!(c.boot_ns(), c.mono_ns(), "never suspended");
+        c.suspend(Duration::from_millis(50));
+        assert_eq!((c.wall_ms(), c.mono_ns()), (1_050, 11_000_000));
+        assert_eq!(c.boot_ns(), 61_000_000, "the boot clock counts the suspend");
+        c.advance(Duration::from_millis(1));
+        assert_eq!(c.boot_ns(), 62_000_000);
         c.set_wall_ms(7);
         assert_eq!(c.wall_ms(), 7);
         c.step_wall(-100);

@@ -423,24 +423,28 @@ impl Embedded {
         config.check()?;
         let clock = SystemClock::new();
         let owner = Owner::this_process(config.node_id.clone(), clock.wall_ms());
+        let watch = ClockWatch::new(config.max_drift);
         let watcher = ClockWatcher::new(
             Arc::clone(&store),
             namespace,
             owner.clone(),
             clock,
-            ClockWatch::new(config.max_drift),
+            Arc::clone(&watch),
         );
         watcher
             .check_at_start()
             .await
             .map_err(EmbeddedError::Clock)?;
-        let keeper = Arc::new(Keeper::new(
-            store,
-            config.layout,
-            config.lease_config(namespace),
-            owner,
-            clock,
-        ));
+        let keeper = Arc::new(
+            Keeper::new(
+                store,
+                config.layout,
+                config.lease_config(namespace),
+                owner,
+                clock,
+            )
+            .with_clock_watch(watch),
+        );
         let view = keeper.acquire_patiently(config.patience()).await?;
         // Acquirers on a store that expires keys take a held lease whose holder has no clock
         // key once it expired: write it now, not only when the watcher's loop starts.

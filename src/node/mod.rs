@@ -155,13 +155,10 @@ impl Node {
             ),
             None => None,
         };
-        let keeper = Arc::new(Keeper::new(
-            store,
-            config.layout,
-            lease_config,
-            owner,
-            clock,
-        ));
+        let keeper = Arc::new(
+            Keeper::new(store, config.layout, lease_config, owner, clock)
+                .with_clock_watch(Arc::clone(&clock_watch)),
+        );
         // Long enough for the lease of a crashed predecessor to expire and pass its safety
         // period, and for its clock key to expire (where the store expires keys), so a
         // restarted cluster whose worker IDs are all still held comes back.

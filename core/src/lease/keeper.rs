@@ -11,6 +11,37 @@
 //!
 //! Shards read the current [`LeaseView`] (worker range, floor, shared [`Ceiling`]) from
 //! [`LeaseShared::current`]; a change of generation means a new range and a new generator.
+//!
+//! ## The time a lease operation uses
+//!
+//! A grant or renewal puts `lease_end` one TTL past "now", and the shards issue up to it. "Now"
+//! is the wall clock, checked against the boot clock (the monotonic clock that counts suspend,
+//! [`Clock::boot_ns`]): the time the previous grant or renewal used plus the time that passed
+//! since, with one TTL of slack. Within that, the wall clock is used as it is (a step back
+//! too). A wall clock further ahead has *stepped*; the step is
+//!
+//! - **believed as soon as the peers' clocks confirm it** ([`ClockWatch::step_verdict`], from
+//!   the clock keys the drift watcher reads, judged only by polls begun after the step was
+//!   seen: within [`VERDICT_WITHIN`], 2.5 s): a fleet stepped together agrees with itself;
+//! - **believed after [`STEP_HOLD`]** if there is no live peer to ask (one node, an embedded
+//!   store), provided the wall clock stayed where it stepped to (wall minus boot clock within
+//!   one TTL) for that long;
+//! - **not believed** while the peers contradict it (this node's clock is the outlier; the
+//!   drift alarm takes it out of rotation too), or until every live peer has been measured
+//!   since the step.
+//!
+//! A resume from suspend moves the wall and boot clocks together: no step.
+//!
+//! Until it is believed, the operation uses the time that passed plus one TTL, without the
+//! slack accumulating from renewal to renewal: the lease end stays within two TTLs of the
+//! time that really passed, so a step that comes back before it is believed leaves nothing
+//! issued, or held, ahead. The shards meanwhile meet their ceiling and refuse (fail closed).
+//! The keeper's loop looks at the clock every 250 ms between renewals and renews at once when
+//! it stepped (or came back), and while a step waits for its hold or for the peers it renews
+//! every `retry_every` instead of every `renew_every`, so the step is believed soon after it
+//! qualifies. The `clock_jumped_ahead` event says how long the node expects to refuse;
+//! `clock_step_believed`, `clock_step_contradicted` and `clock_step_withdrawn` say how it
+//! ended. docs/RELIABILITY.md ("Clock steps ahead") says what each case costs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +51,7 @@ use tokio::sync::watch;
 
 use super::{duration_ms, Grant, GrantTerms, LeaseConfig, LeaseError, Leases, Owner, Released};
 use crate::clock::Clock;
+use crate::drift::{ClockWatch, StepVerdict, VERDICT_WITHIN};
 use crate::generator::Ceiling;
 use crate::histogram::{Histogram, Snapshot};
 use crate::layout::Layout;
@@ -152,6 +184,44 @@ impl KeeperTiming {
     }
 }
 
+/// How long a step of the wall clock ahead must hold before the keeper believes it when no
+/// peer can confirm it (one node, an embedded store). A step that comes back within it costs
+/// nothing but the refusals while it lasted; one believed and then undone leaves IDs issued
+/// ahead, and the node refuses (clock behind) until the clock reaches them again. Five seconds
+/// is long enough for a step corrected at once (an operator's slip undone, a single bad time
+/// sample a time daemon steps back from at its next burst) to come back, and short enough that
+/// a lone node whose clock was put right (set forward by hand, NTP catching up after a long
+/// time behind) serves again within seconds, whatever its TTL.
+pub const STEP_HOLD: Duration = Duration::from_secs(5);
+
+/// How often the keeper's loop looks at the wall clock between renewals (two clock reads), so
+/// that a step ahead is seen, and its hold started, within this long.
+const STEP_LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// A step of the wall clock ahead, seen by the keeper and not yet believed.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    /// Wall clock minus boot clock (ms) after the step: the step holds while this stays within
+    /// one TTL of where it was first seen.
+    offset_ms: i64,
+    /// The boot clock (ns) when the keeper first saw it.
+    seen_boot_ns: u64,
+    /// The drift watch's poll count then: only polls begun later judge the step.
+    seen_poll: u64,
+    /// Whether the peers' contradiction was reported.
+    contradicted: bool,
+}
+
+/// The time a lease operation uses ([`Keeper::lease_now`]), the boot clock (ns) when it was
+/// taken, and the anchor to keep if it succeeds: (wall ms, boot ns) that later operations are
+/// bounded by.
+#[derive(Clone, Copy, Debug)]
+struct LeaseTime {
+    now: u64,
+    boot: u64,
+    anchor: (u64, u64),
+}
+
 /// The lease keeper of one node.
 pub struct Keeper<C: Clock> {
     store: Arc<dyn KvStore>,
@@ -166,9 +236,17 @@ pub struct Keeper<C: Clock> {
     /// The last grant found lost, as last committed: a later grant must have a higher
     /// generation and, where it covers the same worker IDs, a floor at or above its lease end.
     lost: Mutex<Option<Grant>>,
-    /// The time (wall ms) the last successful grant or renewal used, and the monotonic clock
-    /// (ns) when it began: bounds how far the next one may move the lease end.
+    /// A time (wall ms) the keeper believes, and the boot clock (ns) when it was read: that of
+    /// the last successful grant or renewal, or of a step just believed. Bounds how far the
+    /// next operation may move the lease end.
     anchor: Mutex<Option<(u64, u64)>>,
+    /// A step of the wall clock ahead, not yet believed.
+    step: Mutex<Option<Step>>,
+    /// The peers' clocks, to confirm a step (none: no peers to ask).
+    watch: Option<Arc<ClockWatch>>,
+    /// The boot clock (ns) at the last successful grant or renewal: how late the next one is,
+    /// whatever the wall clock did meanwhile.
+    last_ok_boot_ns: AtomicU64,
 }
 
 impl<C: Clock + Send + Sync + 'static> Keeper<C> {
@@ -195,7 +273,17 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             grant: Mutex::new(None),
             lost: Mutex::new(None),
             anchor: Mutex::new(None),
+            step: Mutex::new(None),
+            watch: None,
+            last_ok_boot_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Confirms steps of the wall clock against the peers' clocks that `watch` measures (the
+    /// node's drift watch). Without it, every step ahead waits [`STEP_HOLD`].
+    pub fn with_clock_watch(mut self, watch: Arc<ClockWatch>) -> Self {
+        self.watch = Some(watch);
+        self
     }
 
     pub fn with_timing(mut self, timing: KeeperTiming) -> Self {
@@ -263,36 +351,167 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         Ok(())
     }
 
-    /// The wall-clock time a lease operation uses, bounded by the monotonic clock: at most the
-    /// previous grant's or renewal's time plus the monotonic time elapsed since, plus one TTL.
-    /// A wall clock that jumps ahead (by an hour, or by years) then moves the lease end at most
-    /// one TTL per renewal beyond the time that really passed, instead of burning the range up
-    /// to the jumped clock; while it is ahead the shards meet their ceiling and refuse (fail
-    /// closed), and a correct clock that was stepped forward is caught up with in bounded
-    /// steps. Returns the time and the monotonic reading it was taken at.
-    fn lease_now(&self) -> (u64, u64) {
-        let wall = self.clock.wall_ms();
-        let mono = self.clock.mono_ns();
-        let anchor = *self.anchor.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((then_ms, then_mono)) = anchor else {
-            return (wall, mono);
-        };
-        let elapsed_ms = mono.saturating_sub(then_mono) / 1_000_000;
-        let bound = then_ms
-            .saturating_add(elapsed_ms)
-            .saturating_add(duration_ms(self.config.ttl));
-        if wall > bound {
-            tracing::warn!(
-                event = "clock_jumped_ahead",
-                ahead_ms = wall - bound,
-                "the wall clock is ahead of the time that passed on the monotonic clock; the lease advances by the monotonic clock"
-            );
-        }
-        (wall.min(bound), mono)
+    fn step_slot(&self) -> std::sync::MutexGuard<'_, Option<Step>> {
+        self.step.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set_anchor(&self, now_ms: u64, mono: u64) {
-        *self.anchor.lock().unwrap_or_else(|e| e.into_inner()) = Some((now_ms, mono));
+    /// The wall-clock time a lease operation uses (module docs, "The time a lease operation
+    /// uses"): the wall clock, unless it is more than one TTL ahead of the anchor plus the boot
+    /// time passed since and that step is not believed yet; then the anchor plus the time
+    /// passed plus one TTL, so that however often the keeper renews, the lease end stays within
+    /// two TTLs of the time that really passed. Believing a step moves the anchor to it at once
+    /// (a renewal that then fails does not start the hold again).
+    fn lease_now(&self) -> LeaseTime {
+        let wall = self.clock.wall_ms();
+        let boot = self.clock.boot_ns();
+        let at_wall = LeaseTime {
+            now: wall,
+            boot,
+            anchor: (wall, boot),
+        };
+        let anchor = *self.anchor.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((then_ms, then_boot)) = anchor else {
+            return at_wall;
+        };
+        let ttl_ms = duration_ms(self.config.ttl);
+        let passed = then_ms.saturating_add(boot.saturating_sub(then_boot) / 1_000_000);
+        let mut slot = self.step_slot();
+        if wall <= passed.saturating_add(ttl_ms) {
+            if let Some(step) = slot.take() {
+                tracing::info!(
+                    event = "clock_step_withdrawn",
+                    held_ms = boot.saturating_sub(step.seen_boot_ns) / 1_000_000,
+                    "the wall clock came back before its step ahead was believed: nothing was issued or held ahead"
+                );
+            }
+            return at_wall;
+        }
+        let ahead_ms = wall - passed;
+        let offset_ms = wall as i64 - (boot / 1_000_000) as i64;
+        // The same step while the wall clock stays within one TTL of where it stepped to;
+        // a new one if it moved on.
+        let seen = Step {
+            offset_ms,
+            seen_boot_ns: boot,
+            seen_poll: self.watch.as_ref().map_or(0, |w| w.polls()),
+            contradicted: false,
+        };
+        let fresh = !matches!(*slot, Some(s) if s.offset_ms.abs_diff(offset_ms) <= ttl_ms);
+        if fresh {
+            *slot = Some(seen);
+        }
+        let step = slot.get_or_insert(seen);
+        let verdict = self
+            .watch
+            .as_ref()
+            .map_or(StepVerdict::NoPeers, |w| w.step_verdict(step.seen_poll));
+        if fresh {
+            self.report_step(ahead_ms, verdict);
+        }
+        let held = Duration::from_nanos(boot.saturating_sub(step.seen_boot_ns));
+        let believed = match verdict {
+            StepVerdict::Confirmed { .. } => true,
+            StepVerdict::NoPeers => held >= STEP_HOLD,
+            StepVerdict::Pending { .. } | StepVerdict::Contradicted { .. } => false,
+        };
+        if believed {
+            *slot = None;
+            drop(slot);
+            self.set_anchor(at_wall.anchor);
+            let why = match verdict {
+                StepVerdict::Confirmed { .. } => "the peers' clocks confirm it",
+                _ => "it held, with no peers to confirm it",
+            };
+            tracing::info!(
+                event = "clock_step_believed",
+                ahead_ms,
+                held_ms = duration_ms(held),
+                verdict = ?verdict,
+                "the wall clock's step ahead ({ahead_ms} ms) is believed ({why}): the lease follows it and the node serves again"
+            );
+            return at_wall;
+        }
+        if let StepVerdict::Contradicted { peers, drift_ms } = verdict {
+            if !step.contradicted {
+                step.contradicted = true;
+                tracing::warn!(
+                    event = "clock_step_contradicted",
+                    ahead_ms,
+                    peers,
+                    drift_ms,
+                    "{peers} peer(s) disagree with the wall clock's step ahead (by {drift_ms} ms): the node refuses IDs for as long as its clock disagrees with theirs"
+                );
+            }
+        }
+        LeaseTime {
+            now: passed.saturating_add(ttl_ms),
+            boot,
+            anchor: (then_ms, then_boot),
+        }
+    }
+
+    /// The `clock_jumped_ahead` event: a step ahead just seen, and how long the node expects to
+    /// refuse IDs because of it.
+    fn report_step(&self, ahead_ms: u64, verdict: StepVerdict) {
+        let check = duration_ms(self.timing.retry_every);
+        match verdict {
+            StepVerdict::NoPeers => {
+                let hold_ms = duration_ms(STEP_HOLD);
+                let refuse_for_ms = hold_ms + check;
+                tracing::warn!(
+                    event = "clock_jumped_ahead",
+                    ahead_ms,
+                    refuse_for_ms,
+                    peers = 0,
+                    "the wall clock stepped {ahead_ms} ms ahead of the time that passed; with no peers to confirm it, it is believed once it has held for {hold_ms} ms: IDs are refused for about {refuse_for_ms} ms"
+                );
+            }
+            StepVerdict::Pending { peers }
+            | StepVerdict::Confirmed { peers, .. }
+            | StepVerdict::Contradicted { peers, .. } => {
+                let refuse_for_ms = duration_ms(VERDICT_WITHIN) + check;
+                tracing::warn!(
+                    event = "clock_jumped_ahead",
+                    ahead_ms,
+                    refuse_for_ms,
+                    peers,
+                    "the wall clock stepped {ahead_ms} ms ahead of the time that passed; it is believed once {peers} peer(s) confirm it: IDs are refused for about {refuse_for_ms} ms, or for as long as the clock disagrees with the peers'"
+                );
+            }
+        }
+    }
+
+    /// Whether the wall clock stepped ahead since the keeper last looked (beyond one TTL ahead
+    /// of the time that passed, and not the step it already knows), or came back from a step
+    /// it knows: a cheap look (two clock reads) between renewals.
+    fn clock_moved(&self) -> bool {
+        let Some((then_ms, then_boot)) = *self.anchor.lock().unwrap_or_else(|e| e.into_inner())
+        else {
+            return false;
+        };
+        let wall = self.clock.wall_ms();
+        let boot = self.clock.boot_ns();
+        let ttl_ms = duration_ms(self.config.ttl);
+        let passed = then_ms.saturating_add(boot.saturating_sub(then_boot) / 1_000_000);
+        let ahead = wall > passed.saturating_add(ttl_ms);
+        let offset_ms = wall as i64 - (boot / 1_000_000) as i64;
+        match *self.step_slot() {
+            None => ahead,
+            Some(step) => !ahead || step.offset_ms.abs_diff(offset_ms) > ttl_ms,
+        }
+    }
+
+    fn set_anchor(&self, anchor: (u64, u64)) {
+        *self.anchor.lock().unwrap_or_else(|e| e.into_inner()) = Some(anchor);
+    }
+
+    /// When to renew next: sooner while a step ahead waits to be believed (not while the peers
+    /// contradict it: that lasts as long as the clock is wrong).
+    fn next_renewal(&self) -> Duration {
+        match *self.step_slot() {
+            Some(step) if !step.contradicted => self.timing.retry_every,
+            _ => self.timing.renew_every,
+        }
     }
 
     async fn timed<T>(
@@ -309,7 +528,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
 
     /// Acquires a lease and publishes it. At start-up, the caller treats an error as fatal.
     pub async fn acquire(&self) -> Result<Arc<LeaseView>, LeaseError> {
-        let (now, mono) = self.lease_now();
+        let LeaseTime { now, boot, anchor } = self.lease_now();
         let grant = self.timed(self.leases().acquire(now)).await?;
         assert!(
             grant.lease_end >= grant.floor
@@ -318,7 +537,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             "invariant 1: a grant's lease_end is at or above its floor, over the range asked for: {grant:?}"
         );
         self.check_grant(&grant)?;
-        self.set_anchor(now, mono);
+        self.set_anchor(anchor);
         let view = Arc::new(LeaseView {
             ceiling: Arc::new(Ceiling::new(grant.lease_end)),
             grant: grant.terms(),
@@ -327,6 +546,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         stats.generation.store(grant.generation, Ordering::Relaxed);
         stats.acquisitions.fetch_add(1, Ordering::Relaxed);
         stats.last_ok_unix_ms.store(now, Ordering::Relaxed);
+        self.last_ok_boot_ns.store(boot, Ordering::Relaxed);
         tracing::info!(
             event = "lease_acquired",
             store = %self.store.describe(),
@@ -393,7 +613,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
     pub async fn renew_once(&self) -> Duration {
         let Some(view) = self.shared.current() else {
             return match self.acquire().await {
-                Ok(_) => self.timing.renew_every,
+                Ok(_) => self.next_renewal(),
                 Err(e) => {
                     tracing::warn!(event = "lease_acquire_failed", error = %e, "could not acquire a lease");
                     self.timing.retry_every
@@ -410,7 +630,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         );
         let stats = &self.shared.stats;
         let started = Instant::now();
-        let (now, mono) = self.lease_now();
+        let LeaseTime { now, boot, anchor } = self.lease_now();
         let result = self.timed(self.leases().renew(&grant, now)).await;
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         stats.renew_latency_us.store(latency_us, Ordering::Relaxed);
@@ -424,7 +644,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                     "invariant 1: a renewal only raises the lease end ({} to {lease_end})",
                     grant.lease_end
                 );
-                self.set_anchor(now, mono);
+                self.set_anchor(anchor);
                 if let Some(g) = self.grant_slot().as_mut() {
                     g.lease_end = lease_end;
                 }
@@ -437,8 +657,10 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 stats
                     .renew_ok_duration
                     .record(&RENEWAL_BUCKETS_US, latency_us);
-                let last_ok = stats.last_ok_unix_ms.swap(now, Ordering::Relaxed);
-                let since_ms = now.saturating_sub(last_ok);
+                stats.last_ok_unix_ms.store(now, Ordering::Relaxed);
+                // By the boot clock: a step of the wall clock just believed is no late renewal.
+                let last_ok = self.last_ok_boot_ns.swap(boot, Ordering::Relaxed);
+                let since_ms = boot.saturating_sub(last_ok) / 1_000_000;
                 if since_ms > duration_ms(self.config.ttl) / 2 {
                     tracing::warn!(
                         event = "lease_renewed_late",
@@ -449,7 +671,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                     );
                 }
                 self.refresh_occupancy().await;
-                self.timing.renew_every
+                self.next_renewal()
             }
             Err(LeaseError::Lost(reason)) => {
                 view.ceiling.lower_to(0);
@@ -503,13 +725,24 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             if *shutdown.borrow() {
                 return;
             }
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                changed = shutdown.changed() => {
-                    if changed.is_err() || *shutdown.borrow() {
-                        return;
+            // Wait for the renewal, looking at the clock meanwhile: a step ahead (or back from
+            // one) is renewed for at once, so its hold starts when it happened, not at the
+            // next renewal.
+            let due = tokio::time::Instant::now() + wait;
+            while let Some(left) = due
+                .checked_duration_since(tokio::time::Instant::now())
+                .filter(|left| !left.is_zero())
+            {
+                tokio::select! {
+                    _ = tokio::time::sleep(left.min(STEP_LOOK_EVERY)) => {}
+                    changed = shutdown.changed() => {
+                        if changed.is_err() || *shutdown.borrow() {
+                            return;
+                        }
                     }
-                    continue;
+                }
+                if self.clock_moved() {
+                    break;
                 }
             }
             wait = self.renew_once().await;
@@ -609,47 +842,172 @@ mod tests {
         )
     }
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_clock_jump_ahead_moves_the_lease_end_only_by_the_time_that_passed_plus_a_ttl() {
-        let store = Arc::new(MemoryStore::new());
+    /// A keeper on a scripted clock (TTL 1 s), confirming steps against `watch` if given.
+    fn scripted(
+        name: &str,
+        watch: Option<Arc<crate::drift::ClockWatch>>,
+    ) -> (Keeper<crate::clock::TestClock>, crate::clock::TestClock) {
         let clock = crate::clock::TestClock::new(SystemClock::new().wall_ms());
-        let ttl_ms = 1_000;
-        let mut config = LeaseConfig::new("keeper-jump", 1);
-        config.ttl = Duration::from_millis(ttl_ms);
-        config.safety = Duration::from_millis(2 * ttl_ms);
-        let layout = Layout::default();
+        let mut config = LeaseConfig::new(name, 1);
+        config.ttl = Duration::from_millis(1_000);
+        config.safety = Duration::from_millis(2_000);
         let k = Keeper::new(
-            store,
-            layout,
+            Arc::new(MemoryStore::new()),
+            Layout::default(),
             config,
-            Owner::this_process(Some("jumper".into()), clock.wall_ms()),
+            Owner::this_process(Some(name.into()), clock.wall_ms()),
             clock.clone(),
         );
-        let start_id = clock.wall_ms() - layout.epoch_ms();
+        match watch {
+            Some(w) => (k.with_clock_watch(w), clock),
+            None => (k, clock),
+        }
+    }
+
+    /// The wall clock now, in ID time.
+    fn id_now(clock: &crate::clock::TestClock) -> u64 {
+        clock.wall_ms() - Layout::default().epoch_ms()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_clock_step_ahead_with_no_peers_is_believed_once_it_has_held_and_not_before() {
+        let (k, clock) = scripted("keeper-jump", None);
+        let ttl_ms = 1_000;
+        let start_id = id_now(&clock);
         let view = k.acquire().await.unwrap();
         assert_eq!(view.ceiling.get(), start_id + ttl_ms);
-        // The wall clock jumps an hour ahead; 300 ms really pass.
+        // The wall clock jumps an hour ahead; 300 ms really pass. The lease follows the time
+        // that passed (plus one TTL), not the jump, and the keeper looks again sooner.
         clock.step_wall(3_600_000);
         clock.advance(Duration::from_millis(300));
-        k.renew_once().await;
-        let bound = start_id + 300 + 2 * ttl_ms;
-        assert_eq!(view.ceiling.get(), bound, "not an hour ahead");
-        // Each renewal gains at most one TTL over the time that passed.
-        clock.advance(Duration::from_millis(300));
-        k.renew_once().await;
-        assert_eq!(view.ceiling.get(), bound + 300 + ttl_ms);
-        // The clock comes back: the lease end never moves backwards, and renewals go on from
-        // the real time.
+        assert_eq!(k.renew_once().await, k.timing.retry_every);
+        assert_eq!(view.ceiling.get(), start_id + 300 + 2 * ttl_ms);
+        // Renewals while the step is not believed do not add up a TTL each: the lease end
+        // stays within two TTLs of the time that passed.
+        for _ in 0..10 {
+            clock.advance(Duration::from_millis(100));
+            k.renew_once().await;
+        }
+        assert_eq!(view.ceiling.get(), start_id + 1_300 + 2 * ttl_ms);
+        // The clock comes back within the hold: nothing was pushed ahead, the lease end never
+        // moves backwards, and renewals go on from the real time at the usual pace.
         clock.step_wall(-3_600_000);
         clock.advance(Duration::from_millis(300));
-        k.renew_once().await;
-        assert_eq!(view.ceiling.get(), bound + 300 + ttl_ms);
+        assert_eq!(k.renew_once().await, k.timing.renew_every);
+        assert_eq!(view.ceiling.get(), start_id + 1_300 + 2 * ttl_ms);
         clock.advance(Duration::from_millis(5 * ttl_ms));
         k.renew_once().await;
+        assert_eq!(view.ceiling.get(), id_now(&clock) + ttl_ms);
+        // A step that stays: refused (bounded) until it has held for STEP_HOLD, then believed.
+        clock.step_wall(600_000);
+        let seen = id_now(&clock);
+        k.renew_once().await;
+        assert!(view.ceiling.get() < seen, "not believed at once");
+        let mut renewals = 0;
+        while view.ceiling.get() < id_now(&clock) {
+            assert!(renewals < 100, "never believed");
+            clock.advance(k.timing.retry_every);
+            assert!(view.ceiling.get() < seen, "refused until believed");
+            k.renew_once().await;
+            renewals += 1;
+        }
+        let waited_ms = id_now(&clock) - seen;
+        let hold_ms = duration_ms(STEP_HOLD);
+        assert!(
+            (hold_ms..=hold_ms + duration_ms(k.timing.retry_every)).contains(&waited_ms),
+            "believed after {waited_ms} ms"
+        );
         assert_eq!(
             view.ceiling.get(),
-            clock.wall_ms() - layout.epoch_ms() + ttl_ms
+            id_now(&clock) + ttl_ms,
+            "follows the step"
         );
+        assert_eq!(k.next_renewal(), k.timing.renew_every);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_keeper_loop_sees_a_step_between_renewals() {
+        let (k, clock) = scripted("keeper-look", None);
+        let k = Arc::new(k.with_timing(KeeperTiming {
+            renew_every: Duration::from_secs(30),
+            ..KeeperTiming::for_ttl(Duration::from_secs(1))
+        }));
+        k.acquire().await.unwrap();
+        let (tx, rx) = watch::channel(false);
+        let runner = {
+            let k = Arc::clone(&k);
+            tokio::spawn(async move { k.run(rx).await })
+        };
+        // A step well before the next renewal is due: the loop renews for it (and starts its
+        // hold) within a look or two, not 30 s later.
+        clock.step_wall(600_000);
+        let t = Instant::now();
+        while k.step_slot().is_none() {
+            assert!(t.elapsed() < Duration::from_secs(2), "the step went unseen");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(k.shared().stats.renew_ok.load(Ordering::Relaxed), 1);
+        tx.send(true).unwrap();
+        runner.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_resume_from_suspend_is_not_a_clock_step() {
+        let (k, clock) = scripted("keeper-suspend", None);
+        let view = k.acquire().await.unwrap();
+        // The machine sleeps for an hour: the wall and boot clocks move, the monotonic one
+        // does not. The time really passed: the lease follows the wall clock at once.
+        clock.suspend(Duration::from_secs(3_600));
+        assert_eq!(k.renew_once().await, k.timing.renew_every);
+        assert_eq!(view.ceiling.get(), id_now(&clock) + 1_000);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_step_the_peers_confirm_is_believed_at_once_and_one_they_contradict_is_not() {
+        let hour = 3_600_000u64;
+        for peer_stepped in [true, false] {
+            let watch = crate::drift::ClockWatch::new(Duration::from_secs(1));
+            let (k, clock) = scripted("keeper-peers", Some(Arc::clone(&watch)));
+            let view = k.acquire().await.unwrap();
+            // Peer a's clock agrees with ours.
+            let t = clock.wall_ms();
+            watch.poll_for_test("a", 1, t, t, t + 5);
+            watch.poll_for_test("a", 2, t + 250, t + 250, t + 255);
+            assert_eq!(watch.drift_summary(), (0, 1));
+            // Our clock steps an hour ahead: nothing the peers said so far judges it.
+            clock.step_wall(hour as i64);
+            clock.advance(Duration::from_millis(300));
+            let seen = id_now(&clock);
+            assert_eq!(k.renew_once().await, k.timing.retry_every);
+            assert!(
+                view.ceiling.get() < seen,
+                "not believed before the peers are asked"
+            );
+            // Two later polls: the peer's clock moved with ours (a fleet stepped together),
+            // or did not (this node is the outlier).
+            let peer = |ms: u64| if peer_stepped { ms } else { ms - hour };
+            for (v, dt) in [(3, 250), (4, 500)] {
+                let ours = clock.wall_ms() + dt;
+                watch.poll_for_test("a", v, peer(ours), ours, ours + 5);
+            }
+            clock.advance(Duration::from_millis(100));
+            let next = k.renew_once().await;
+            if peer_stepped {
+                assert_eq!(
+                    view.ceiling.get(),
+                    id_now(&clock) + 1_000,
+                    "believed at once"
+                );
+                assert_eq!(next, k.timing.renew_every);
+            } else {
+                assert!(view.ceiling.get() < seen, "contradicted: not believed");
+                assert_eq!(next, k.timing.renew_every, "no hurry while contradicted");
+                // Not even after the hold.
+                clock.advance(STEP_HOLD * 2);
+                k.renew_once().await;
+                assert!(view.ceiling.get() < id_now(&clock) - hour + 3_000);
+            }
+        }
     }
 
     #[tokio::test(flavor = "current_thread")]
