@@ -7,7 +7,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use idgen::clock::{Clock, SystemClock};
 use idgen::commands::exit::{write_stdout, Failure};
 use idgen::commands::{InspectArgs, LayoutSource};
-use idgen::config::{ListenSection, LogFormat, LogSection, ServeArgs};
+use idgen::config::{ListenSection, LogFormat, LogSection, Origins, ServeArgs};
 use idgen::node::Node;
 use mimalloc::MiMalloc;
 
@@ -103,12 +103,19 @@ fn cli() -> clap::Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::from_arg_matches(&cli().get_matches()) {
+    let matches = match cli().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return refused(e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
     let (name, result) = match cli.command {
-        Command::Serve(args) => return serve(*args),
+        Command::Serve(mut args) => {
+            args.origins = origins("serve", &matches);
+            return serve(*args);
+        }
         Command::Get { addr, count, tls } => ("get", get(&addr, count, &tls)),
         Command::Health {
             addr,
@@ -118,13 +125,67 @@ fn main() -> ExitCode {
         } => ("health", health(&addr, ready, &timeout, &tls)),
         Command::Layout(args) => ("layout", layout_calc(&args)),
         Command::Decode { ids, layout, json } => ("decode", decode(&ids, &layout, json)),
-        Command::Inspect(args) => ("inspect", inspect(&args)),
+        Command::Inspect(mut args) => {
+            args.origins = origins("inspect", &matches);
+            ("inspect", inspect(&args))
+        }
         Command::Completions { shell } => ("completions", completions(shell)),
         Command::Man { out_dir } => ("man", man(out_dir.as_deref())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => f.report(name),
+    }
+}
+
+/// Where the settings of subcommand `name` came from: flags or `IDGEN_*` variables.
+fn origins(name: &str, matches: &clap::ArgMatches) -> Origins {
+    let cmd = cli();
+    match (cmd.find_subcommand(name), matches.subcommand_matches(name)) {
+        (Some(cmd), Some(matches)) => Origins::of(cmd, matches),
+        _ => Origins::default(),
+    }
+}
+
+/// Exits on a command line clap refused. A value it could not parse that came from an
+/// `IDGEN_*` variable (not from the flag clap names) is reported under the variable's name:
+/// the user wrote the variable, not the flag.
+fn refused(e: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        e.exit()
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        e.exit()
+    };
+    // `--shards <SHARDS>`: the flag's long name.
+    let Some(long) = arg
+        .split_whitespace()
+        .next()
+        .and_then(|f| f.strip_prefix("--"))
+    else {
+        e.exit()
+    };
+    let on_command_line =
+        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    let cmd = cli();
+    let variable = cmd
+        .get_subcommands()
+        .flat_map(|c| c.get_arguments())
+        .filter(|a| a.get_long() == Some(long))
+        .find_map(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())
+        .filter(|v| std::env::var_os(v).is_some());
+    match variable {
+        Some(variable) if !on_command_line => {
+            let text = e.render().to_string();
+            eprint!("{}", text.replace(&format!("'{arg}'"), &variable));
+            ExitCode::from(idgen::commands::exit::USAGE)
+        }
+        _ => e.exit(),
     }
 }
 
@@ -178,7 +239,7 @@ fn get(addr: &str, count: u32, tls: &idgen::commands::tls::ClientTls) -> Result<
         }
         out.flush()
     })();
-    written.map_err(|e| Failure::Runtime(format!("cannot write the output: {e}")))
+    idgen::commands::exit::written(written)
 }
 
 fn health(
@@ -234,7 +295,7 @@ fn init_logging(log: &LogSection) -> Result<(), Failure> {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    let config = match args.resolve(SystemClock::new().wall_ms()) {
+    let config = match args.resolve_to_run(SystemClock::new().wall_ms()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("idgen: configuration error: {e}");
