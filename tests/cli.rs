@@ -75,10 +75,11 @@ fn inspect_reads_the_store_and_namespace_from_the_nodes_file() {
     .unwrap();
     let cfg = path(&config);
     let mut node = NodeProc::start(&["--config", cfg, "--shards", "2", "--node-id", "alpha"]);
+    // JSON logs: the store is a field of node_started (stdout stays empty).
     assert!(
-        node.stdout.iter().any(|l| l.contains("store embedded:")),
-        "{:?}",
-        node.stdout
+        node.log().contains("\"store\":\"embedded:"),
+        "{}",
+        node.log()
     );
     // The embedded store belongs to one process: while the node runs, inspect is refused (a
     // runtime failure, not a usage error).
@@ -161,16 +162,17 @@ fn inspect_reads_the_store_and_namespace_from_the_nodes_file() {
 }
 
 /// Whether a node logged at info: its `node_started` event (idgen::node) and its
-/// `lease_acquired` event (idgen_core).
+/// `lease_acquired` event (idgen_core). Text logs: the test kit finds a JSON node's address in
+/// its node_started event, which a level above info leaves out.
 fn logged(args: &[&str], env: &[(&str, &str)]) -> (bool, bool) {
-    let mut all = vec!["--store", "memory", "--shards", "1", "--log-format", "json"];
+    let mut all = vec!["--store", "memory", "--shards", "1"];
     all.extend_from_slice(args);
     let mut node = NodeProc::try_start(&all, env).unwrap_or_else(|e| panic!("{e}"));
     let log = node.log();
     assert!(node.terminate(Duration::from_secs(15)).success());
     (
-        log.contains("\"event\":\"node_started\""),
-        log.contains("\"event\":\"lease_acquired\""),
+        log.contains("idgen node started"),
+        log.contains("lease acquired"),
     )
 }
 
@@ -752,5 +754,80 @@ fn a_connection_error_names_the_address_once() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
         let err = text(&out.stderr);
         assert_eq!(err.matches(closed.as_str()).count(), 1, "{args:?}: {err}");
+    }
+}
+
+/// Logs into a file (or a pipe, or journald) carry no ANSI colour codes: colour is for a
+/// terminal only. (`NO_COLOR` empty, so only the terminal check keeps them out.)
+#[test]
+fn logs_into_a_file_carry_no_colour() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    std::fs::File::create(&log).unwrap();
+    let w = common::logs::serve_to_files(&[], &[("NO_COLOR", "")], &log);
+    assert!(w.status.success(), "{}", w.stderr);
+    assert!(w.stderr.contains("idgen node started"), "{}", w.stderr);
+    assert!(
+        !w.stderr.contains('\x1b'),
+        "ANSI escapes in a file:\n{}",
+        w.stderr
+    );
+    // A config error on the way out, too.
+    let out = idgen(&["serve", "--store", "memory", "--max-batch", "0"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!out.stderr.contains(&0x1b), "{out:?}");
+}
+
+/// In JSON mode stderr is JSON lines only, with typed fields (numbers as numbers, addresses as
+/// `host:port` strings, options left out when absent: no Rust `Debug` text such as
+/// `Some(127.0.0.1:…)` or `Freed { lease_end: … }`), and stdout stays empty: the addresses the
+/// text banner prints are fields of `node_started`.
+#[test]
+fn json_logs_are_typed_json_lines_and_stdout_stays_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    std::fs::File::create(&log).unwrap();
+    let w = common::logs::serve_to_files(&["--log-format", "json"], &[], &log);
+    assert!(w.status.success(), "{}", w.stderr);
+    assert_eq!(w.stdout, "", "stdout in JSON mode");
+    let events: Vec<Value> = w
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let event = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {}", w.stderr))
+    };
+    for e in &events {
+        for (key, value) in e.as_object().unwrap() {
+            let text = value.to_string();
+            for debug in ["Some(", "None", "Freed", "AlreadyLost", " { "] {
+                assert!(!text.contains(debug), "{key} = {text}: Debug text in {e}");
+            }
+        }
+    }
+    let started = event("node_started");
+    for key in ["listen", "admin_listen"] {
+        let addr = started[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key}: {started}"));
+        addr.parse::<std::net::SocketAddr>()
+            .unwrap_or_else(|e| panic!("{key} = {addr:?}: {e}"));
+    }
+    // Off: absent, not null or "None".
+    for key in ["http_listen", "tls_listen"] {
+        assert!(started.get(key).is_none(), "{key}: {started}");
+    }
+    assert!(
+        started["shards"].is_u64() && started["worker_count"].is_u64(),
+        "{started}"
+    );
+    for name in ["lease_released", "node_stopped"] {
+        let e = event(name);
+        assert_eq!(e["outcome"], "freed", "{e}");
+        assert!(e["lease_end"].is_u64(), "{e}");
     }
 }
