@@ -831,3 +831,43 @@ fn json_logs_are_typed_json_lines_and_stdout_stays_empty() {
         assert!(e["lease_end"].is_u64(), "{e}");
     }
 }
+
+/// An etcd that cannot be reached is named once, by the store URL, and its error is plain text:
+/// not `etcd://127.0.0.1:N: etcd 127.0.0.1:N get: … source: tonic::transport::Error(…
+/// ConnectError("tcp connect error", 127.0.0.1:N, Os { … }))`.
+#[cfg(feature = "etcd")]
+#[test]
+fn an_unreachable_etcd_is_named_once_in_plain_words() {
+    let port = common::free_port();
+    let store = format!("etcd://127.0.0.1:{port}/idgen");
+    let address = format!("127.0.0.1:{port}");
+    for args in [
+        vec![
+            "serve",
+            "--store",
+            &store,
+            "--shards",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "off",
+            "--http-listen",
+            "off",
+        ],
+        vec!["inspect", "--store", &store],
+    ] {
+        let out = idgen(&args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err = text(&out.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.contains("cannot open the store"))
+            .unwrap_or_else(|| panic!("{args:?}: {err}"));
+        assert_eq!(line.matches(address.as_str()).count(), 1, "{line}");
+        assert!(line.contains("Connection refused"), "{line}");
+        for debug in ["Error(", "Os {", "source:"] {
+            assert!(!line.contains(debug), "Debug text: {line}");
+        }
+    }
+}
