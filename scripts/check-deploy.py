@@ -823,6 +823,16 @@ def systemd(root, invocations):
     ]:
         check(v in keys.get(k, []), f"{k}={v}")
     check("RestrictAddressFamilies" in keys, "RestrictAddressFamilies")
+    check(
+        "2" in keys.get("RestartPreventExitStatus", []),
+        "RestartPreventExitStatus=2: a configuration error (exit 2) is not restarted",
+    )
+    # idgen leads each stderr line with its syslog level (<3> … <7>) under journald.
+    check(
+        keys.get("StandardError", ["journal"])[-1].startswith("journal")
+        and keys.get("SyslogLevelPrefix", ["yes"])[-1] == "yes",
+        "stderr to the journal with SyslogLevelPrefix=yes (log levels)",
+    )
     envs = " ".join(keys.get("Environment", []))
     check(
         re.search(r"\bIDGEN_LOG=", envs) is not None and "RUST_LOG" not in envs,

@@ -16,6 +16,8 @@
 //!   clock drift against peers and audit events;
 //! - [`config`]: the node's configuration, one section per component;
 //! - [`commands`]: the operator commands (`idgen decode`, `idgen inspect`, `idgen layout`);
+//! - [`logging`]: the log subscriber: colour only on a terminal, typed JSON, syslog levels
+//!   under journald;
 //! - [`build_info`]: version, git revision and features, for `idgen --version`.
 //!
 //! The domain modules are re-exported at the crate root (`idgen::layout`, `idgen::generator`,
@@ -29,6 +31,7 @@ pub mod build_info;
 pub mod commands;
 pub mod config;
 pub mod domain;
+pub mod logging;
 pub mod node;
 
 pub use domain::{clock, generator, layout, lease, store};

@@ -7,7 +7,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use idgen::clock::{Clock, SystemClock};
 use idgen::commands::exit::{write_stdout, Failure};
 use idgen::commands::{InspectArgs, LayoutSource};
-use idgen::config::{ListenSection, LogFormat, LogSection, ServeArgs};
+use idgen::config::{ListenSection, LogFormat, LogSection, Origins, ServeArgs};
 use idgen::node::Node;
 use mimalloc::MiMalloc;
 
@@ -103,12 +103,19 @@ fn cli() -> clap::Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::from_arg_matches(&cli().get_matches()) {
+    let matches = match cli().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return refused(e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
     let (name, result) = match cli.command {
-        Command::Serve(args) => return serve(*args),
+        Command::Serve(mut args) => {
+            args.origins = origins("serve", &matches);
+            return serve(*args);
+        }
         Command::Get { addr, count, tls } => ("get", get(&addr, count, &tls)),
         Command::Health {
             addr,
@@ -118,13 +125,67 @@ fn main() -> ExitCode {
         } => ("health", health(&addr, ready, &timeout, &tls)),
         Command::Layout(args) => ("layout", layout_calc(&args)),
         Command::Decode { ids, layout, json } => ("decode", decode(&ids, &layout, json)),
-        Command::Inspect(args) => ("inspect", inspect(&args)),
+        Command::Inspect(mut args) => {
+            args.origins = origins("inspect", &matches);
+            ("inspect", inspect(&args))
+        }
         Command::Completions { shell } => ("completions", completions(shell)),
         Command::Man { out_dir } => ("man", man(out_dir.as_deref())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => f.report(name),
+    }
+}
+
+/// Where the settings of subcommand `name` came from: flags or `IDGEN_*` variables.
+fn origins(name: &str, matches: &clap::ArgMatches) -> Origins {
+    let cmd = cli();
+    match (cmd.find_subcommand(name), matches.subcommand_matches(name)) {
+        (Some(cmd), Some(matches)) => Origins::of(cmd, matches),
+        _ => Origins::default(),
+    }
+}
+
+/// Exits on a command line clap refused. A value it could not parse that came from an
+/// `IDGEN_*` variable (not from the flag clap names) is reported under the variable's name:
+/// the user wrote the variable, not the flag.
+fn refused(e: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        e.exit()
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        e.exit()
+    };
+    // `--shards <SHARDS>`: the flag's long name.
+    let Some(long) = arg
+        .split_whitespace()
+        .next()
+        .and_then(|f| f.strip_prefix("--"))
+    else {
+        e.exit()
+    };
+    let on_command_line =
+        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    let cmd = cli();
+    let variable = cmd
+        .get_subcommands()
+        .flat_map(|c| c.get_arguments())
+        .filter(|a| a.get_long() == Some(long))
+        .find_map(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())
+        .filter(|v| std::env::var_os(v).is_some());
+    match variable {
+        Some(variable) if !on_command_line => {
+            let text = e.render().to_string();
+            eprint!("{}", text.replace(&format!("'{arg}'"), &variable));
+            ExitCode::from(idgen::commands::exit::USAGE)
+        }
+        _ => e.exit(),
     }
 }
 
@@ -178,7 +239,7 @@ fn get(addr: &str, count: u32, tls: &idgen::commands::tls::ClientTls) -> Result<
         }
         out.flush()
     })();
-    written.map_err(|e| Failure::Runtime(format!("cannot write the output: {e}")))
+    idgen::commands::exit::written(written)
 }
 
 fn health(
@@ -219,37 +280,35 @@ fn man(out_dir: Option<&std::path::Path>) -> Result<(), Failure> {
     }
 }
 
-/// Installs the log subscriber (stderr) of the `[log]` section; a bad level (also in
-/// `RUST_LOG`) is a configuration error.
+/// Installs the log subscriber ([`idgen::logging`]); a bad level is a configuration error.
 fn init_logging(log: &LogSection) -> Result<(), Failure> {
-    let filter = log.filter()?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match log.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
-    Ok(())
+    Ok(idgen::logging::init(log)?)
+}
+
+/// A fatal message on stderr (before or beside the logs): an error, also to journald.
+fn fatal(message: &str) {
+    eprintln!("{}", idgen::logging::error_line(message));
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    let config = match args.resolve(SystemClock::new().wall_ms()) {
+    let config = match args.resolve_to_run(SystemClock::new().wall_ms()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("idgen: configuration error: {e}");
+            fatal(&format!("idgen: configuration error: {e}"));
             return ExitCode::from(2);
         }
     };
     // The TLS files are read and checked now, like the store's: a bad one is a configuration
     // error (exit 2, which the unit does not restart on), also under --check-config.
     if let Err(e) = idgen::node::tls::ServerTls::new(&config.tls) {
-        eprintln!("idgen: configuration error: cannot set up TLS: {e}");
+        fatal(&format!(
+            "idgen: configuration error: cannot set up TLS: {e}"
+        ));
         return ExitCode::from(2);
     }
     // The log level, also one from RUST_LOG, is checked before anything starts.
     if let Err(e) = config.log.filter() {
-        eprintln!("idgen: configuration error: {e}");
+        fatal(&format!("idgen: configuration error: {e}"));
         return ExitCode::from(2);
     }
     if args.check_config {
@@ -261,13 +320,13 @@ fn serve(args: ServeArgs) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("idgen: configuration error: {e}");
+                fatal(&format!("idgen: configuration error: {e}"));
                 ExitCode::from(2)
             }
         };
     }
     if let Err(e) = init_logging(&config.log) {
-        eprintln!("idgen: configuration error: {}", e.message());
+        fatal(&format!("idgen: configuration error: {}", e.message()));
         return ExitCode::from(e.code());
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -277,41 +336,46 @@ fn serve(args: ServeArgs) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("idgen: cannot start the control runtime: {e}");
+            fatal(&format!("idgen: cannot start the control runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
+    let json_logs = config.log.log_format == LogFormat::Json;
     rt.block_on(async move {
         let node = match Node::start(config).await {
             Ok(n) => n,
             Err(e) => {
-                eprintln!("idgen: {e}");
+                failed(json_logs, "start_failed", &e);
                 return ExitCode::FAILURE;
             }
         };
         let view = node.lease().current();
-        if let Some(tls) = node.tls_addr() {
-            println!("listening with TLS on {tls}");
-        }
-        if let Some(addr) = node.local_addr() {
-            println!("listening on {addr}");
-        }
-        if let Some(admin) = node.admin_addr() {
-            let scheme = if node.admin_is_tls() { "https" } else { "http" };
-            println!("admin on {scheme}://{admin}");
-        }
-        if let Some(http) = node.http_addr() {
-            let scheme = if node.http_is_tls() { "https" } else { "http" };
-            println!("HTTP ID API on {scheme}://{http}");
-        }
-        if let Some(v) = &view {
-            println!(
-                "worker IDs {}..{} (generation {}), store {}",
-                v.grant.first,
-                v.grant.first + v.grant.count,
-                v.grant.generation,
-                node.config().lease.store
-            );
+        // In JSON mode stdout stays empty: a log pipeline reads one stream, and the addresses
+        // are in the `node_started` event. In text mode, a banner for people and scripts.
+        if !json_logs {
+            if let Some(tls) = node.tls_addr() {
+                println!("listening with TLS on {tls}");
+            }
+            if let Some(addr) = node.local_addr() {
+                println!("listening on {addr}");
+            }
+            if let Some(admin) = node.admin_addr() {
+                let scheme = if node.admin_is_tls() { "https" } else { "http" };
+                println!("admin on {scheme}://{admin}");
+            }
+            if let Some(http) = node.http_addr() {
+                let scheme = if node.http_is_tls() { "https" } else { "http" };
+                println!("HTTP ID API on {scheme}://{http}");
+            }
+            if let Some(v) = &view {
+                println!(
+                    "worker IDs {}..{} (generation {}), store {}",
+                    v.grant.first,
+                    v.grant.first + v.grant.count,
+                    v.grant.generation,
+                    node.config().lease.store
+                );
+            }
         }
         // The lease is held and every listener is up: tell systemd (Type=notify), if it
         // started us; without NOTIFY_SOCKET this does nothing.
@@ -328,7 +392,11 @@ fn serve(args: ServeArgs) -> ExitCode {
             sd_notify::NotifyState::Status(&status),
         ]);
         if let Err(e) = wait_for_signal().await {
-            eprintln!("idgen: cannot wait for signals: {e}");
+            failed(
+                json_logs,
+                "signals_failed",
+                &format!("cannot wait for signals: {e}"),
+            );
         }
         notify_systemd(&[
             sd_notify::NotifyState::Stopping,
@@ -337,11 +405,21 @@ fn serve(args: ServeArgs) -> ExitCode {
         match node.shutdown().await {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("idgen: shutdown: {e}");
+                failed(json_logs, "shutdown_failed", &format!("shutdown: {e}"));
                 ExitCode::FAILURE
             }
         }
     })
+}
+
+/// A failure of a running node: in JSON mode an error event (stderr carries JSON only),
+/// else a line `idgen: …`.
+fn failed(json_logs: bool, event: &str, error: &dyn std::fmt::Display) {
+    if json_logs {
+        tracing::error!(event, error = %error, "idgen failed");
+    } else {
+        fatal(&format!("idgen: {error}"));
+    }
 }
 
 /// Sends `states` to systemd's notification socket, if there is one; a failure is logged, never

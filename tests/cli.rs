@@ -75,18 +75,23 @@ fn inspect_reads_the_store_and_namespace_from_the_nodes_file() {
     .unwrap();
     let cfg = path(&config);
     let mut node = NodeProc::start(&["--config", cfg, "--shards", "2", "--node-id", "alpha"]);
+    // JSON logs: the store is a field of node_started (stdout stays empty).
     assert!(
-        node.stdout.iter().any(|l| l.contains("store embedded:")),
-        "{:?}",
-        node.stdout
+        node.log().contains("\"store\":\"embedded:"),
+        "{}",
+        node.log()
     );
     // The embedded store belongs to one process: while the node runs, inspect is refused (a
     // runtime failure, not a usage error).
+    // It says so, and what to do instead.
     let out = idgen(&["inspect", "--config", cfg], &[]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("cannot open the store embedded:"), "{err}");
     assert!(
-        text(&out.stderr).contains("cannot open the store embedded:"),
-        "{out:?}"
+        err.contains(&format!("a running node (pid {})", node.pid()))
+            && err.contains("Stop the node"),
+        "{err}"
     );
     assert!(node.terminate(Duration::from_secs(15)).success());
 
@@ -135,9 +140,12 @@ fn inspect_reads_the_store_and_namespace_from_the_nodes_file() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        text(&out.stderr).contains("no cluster in namespace \"default\""),
+        text(&out.stderr).contains("no embedded store in idgen-data"),
         "{out:?}"
     );
+    // inspect reads: it made no data directory (nor anything else) where it looked.
+    let made: Vec<_> = std::fs::read_dir(elsewhere.path()).unwrap().collect();
+    assert!(made.is_empty(), "inspect created {made:?}");
     // A file that is not a configuration, a setting that does not parse, a missing file: 2.
     let bad = dir.path().join("bad.toml");
     for contents in [
@@ -154,16 +162,17 @@ fn inspect_reads_the_store_and_namespace_from_the_nodes_file() {
 }
 
 /// Whether a node logged at info: its `node_started` event (idgen::node) and its
-/// `lease_acquired` event (idgen_core).
+/// `lease_acquired` event (idgen_core). Text logs: the test kit finds a JSON node's address in
+/// its node_started event, which a level above info leaves out.
 fn logged(args: &[&str], env: &[(&str, &str)]) -> (bool, bool) {
-    let mut all = vec!["--store", "memory", "--shards", "1", "--log-format", "json"];
+    let mut all = vec!["--store", "memory", "--shards", "1"];
     all.extend_from_slice(args);
     let mut node = NodeProc::try_start(&all, env).unwrap_or_else(|e| panic!("{e}"));
     let log = node.log();
     assert!(node.terminate(Duration::from_secs(15)).success());
     (
-        log.contains("\"event\":\"node_started\""),
-        log.contains("\"event\":\"lease_acquired\""),
+        log.contains("idgen node started"),
+        log.contains("lease acquired"),
     )
 }
 
@@ -236,12 +245,13 @@ fn the_log_level_comes_from_the_flag_then_idgen_log_then_the_file_then_rust_log(
         "--listen",
         "127.0.0.1:0",
     ];
+    // Each named as the user wrote it: the flag, the variable, the file's key.
     for (extra, env, named) in [
-        (vec!["--log-level", "verbose"], vec![], "log_level"),
-        (vec!["--log-level", "idgen=loud"], vec![], "log_level"),
-        (vec!["--log-level", ""], vec![], "log_level"),
-        (vec![], vec![("IDGEN_LOG", "warning")], "log_level"),
-        (vec!["--config", path(&bad_file)], vec![], "log_level"),
+        (vec!["--log-level", "verbose"], vec![], "--log-level: "),
+        (vec!["--log-level", "idgen=loud"], vec![], "--log-level: "),
+        (vec!["--log-level", ""], vec![], "--log-level: "),
+        (vec![], vec![("IDGEN_LOG", "warning")], "IDGEN_LOG: "),
+        (vec!["--config", path(&bad_file)], vec![], "log_level: "),
         (vec![], vec![("RUST_LOG", "idgen=loud")], "RUST_LOG"),
     ] {
         let mut args = serve.to_vec();
@@ -552,12 +562,14 @@ fn the_documented_exit_statuses_are_the_real_ones() {
         seen.insert(code);
     }
     assert_eq!(seen, documented, "a documented status is not exercised");
-    // Output into a pipe nobody reads any more is a runtime failure, not a crash.
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
+    // Output that cannot be written (a full disk) is a runtime failure, not a crash.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
     let out = Command::new(idgen_binary())
         .args(["completions", "bash"])
-        .stdout(writer)
+        .stdout(full)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -565,4 +577,297 @@ fn the_documented_exit_statuses_are_the_real_ones() {
         text(&out.stderr).contains("cannot write the output"),
         "{out:?}"
     );
+    // A reader that stops reading (`| head`) wanted no more: success, quietly.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(idgen_binary())
+        .args(["completions", "bash"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
+
+/// `idgen get -n 100000 | head`: head reads its lines and closes the pipe; get ends quietly
+/// with status 0, as `seq 100000 | head` does, not with "Broken pipe" and status 1.
+#[test]
+fn get_into_a_pipe_its_reader_closes_early_ends_quietly() {
+    use std::io::BufRead;
+    let mut node = NodeProc::start(&["--store", "memory", "--shards", "1"]);
+    let addr = node.addr.to_string();
+    let (reader, writer) = std::io::pipe().unwrap();
+    let child = Command::new(idgen_binary())
+        .args(["get", "--addr", &addr, "-n", "100000"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // head: ten lines, then the pipe closes.
+    let mut lines = std::io::BufReader::new(reader).lines();
+    for _ in 0..10 {
+        let id: u64 = lines.next().unwrap().unwrap().parse().unwrap();
+        assert!(id > 0);
+    }
+    drop(lines);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    assert!(node.terminate(Duration::from_secs(15)).success());
+}
+
+/// A store this build has no adapter for (`etcd://` without the `etcd` feature, `fdb:` without
+/// `fdb`) is a configuration error, found before anything starts: `serve --check-config`
+/// refuses it, `serve` exits 2 (which the systemd unit does not restart on) instead of 1 (which
+/// it restarts every 2 s), and `inspect` exits 2.
+#[test]
+fn a_store_this_build_cannot_open_is_a_configuration_error() {
+    let mut stores: Vec<&str> = Vec::new();
+    if cfg!(not(feature = "etcd")) {
+        stores.push("etcd://127.0.0.1:2379/idgen");
+    }
+    if cfg!(not(feature = "fdb")) {
+        stores.push("fdb:/etc/foundationdb/fdb.cluster");
+    }
+    assert!(
+        !stores.is_empty(),
+        "a build with every store: nothing to check"
+    );
+    let serve = ["serve", "--shards", "1", "--listen", "127.0.0.1:0"];
+    for store in stores {
+        for extra in [&["--check-config"][..], &[]] {
+            let mut args = serve.to_vec();
+            args.extend(["--store", store]);
+            args.extend(extra);
+            let out = idgen(&args, &[]);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+            let err = text(&out.stderr);
+            assert!(
+                err.contains("configuration error: --store: ") && err.contains("built without"),
+                "{args:?}: {err}"
+            );
+            assert!(!err.contains("configuration ok"), "{err}");
+            assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        }
+        // Named as written: here, the variable.
+        let out = idgen(&["serve", "--check-config"], &[("IDGEN_STORE", store)]);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert!(text(&out.stderr).contains("IDGEN_STORE: "), "{out:?}");
+        let out = idgen(&["inspect", "--store", store], &[]);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert!(text(&out.stderr).contains("built without"), "{out:?}");
+    }
+    // The unit does not restart on 2.
+    let unit = std::fs::read_to_string(repo_root().join("deploy/idgen.service")).unwrap();
+    assert!(
+        unit.lines()
+            .any(|l| l.trim() == "RestartPreventExitStatus=2"),
+        "deploy/idgen.service restarts on a configuration error"
+    );
+}
+
+/// An error names the setting as the user wrote it: an `IDGEN_*` variable by the variable, a
+/// flag by the flag, a file's setting by its key; also for values clap itself refuses.
+#[test]
+fn errors_name_the_flag_the_variable_or_the_key_the_user_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idgen.toml");
+    std::fs::write(
+        &file,
+        "[lease]\nlease_ttl = \"soon\"\n[listen]\nmax_batch = 0\n",
+    )
+    .unwrap();
+    let base = ["serve", "--store", "memory", "--check-config"];
+    // (flags, environment, what the error must name)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec!["--lease-ttl", "soon"], vec![], "--lease-ttl: "),
+        (
+            vec![],
+            vec![("IDGEN_LEASE_TTL", "soon")],
+            "IDGEN_LEASE_TTL: ",
+        ),
+        (vec!["--config", path(&file)], vec![], "lease_ttl: "),
+        (vec!["--max-batch", "0"], vec![], "--max-batch: "),
+        (vec![], vec![("IDGEN_MAX_BATCH", "0")], "IDGEN_MAX_BATCH: "),
+        (vec!["--listen", "nowhere"], vec![], "--listen: "),
+        (vec![], vec![("IDGEN_LISTEN", "nowhere")], "IDGEN_LISTEN: "),
+        (
+            vec![],
+            vec![("IDGEN_NAMESPACE", "a b")],
+            "IDGEN_NAMESPACE: ",
+        ),
+        // Values clap parses (numbers): the variable, not the flag clap knows it by.
+        (vec![], vec![("IDGEN_SHARDS", "many")], "for IDGEN_SHARDS: "),
+        (
+            vec!["--shards", "many"],
+            vec![],
+            "for '--shards <SHARDS>': ",
+        ),
+        // The flag wins over its variable, and is the one named.
+        (
+            vec!["--lease-ttl", "soon"],
+            vec![("IDGEN_LEASE_TTL", "10s")],
+            "--lease-ttl: ",
+        ),
+    ];
+    for (extra, env, named) in cases {
+        let mut args = base.to_vec();
+        args.extend(extra.iter().copied());
+        let out = idgen(&args, &env);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {out:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(named),
+            "{args:?} {env:?}: want {named:?} in {err}"
+        );
+        // Never the other names of the same setting.
+        for other in ["lease_ttl: ", "max_batch: ", "listen: ", "namespace: "] {
+            if !named.ends_with(other) && named.contains(other.trim_end_matches(": ")) {
+                assert!(
+                    !err.contains(&format!(" {other}")),
+                    "{args:?} {env:?}: {err}"
+                );
+            }
+        }
+    }
+    // inspect names them the same way.
+    let out = idgen(
+        &["inspect", "--store", "memory"],
+        &[("IDGEN_LEASE_TTL", "soon")],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("IDGEN_LEASE_TTL: "), "{out:?}");
+}
+
+/// Every message names an address once: `cannot connect to 127.0.0.1:N: Connection refused`,
+/// not `cannot connect to 127.0.0.1:N: 127.0.0.1:N: Connection refused`.
+#[test]
+fn a_connection_error_names_the_address_once() {
+    let closed = format!("127.0.0.1:{}", common::free_port());
+    for args in [
+        vec!["get", "--addr", &closed],
+        vec!["decode", "--addr", &closed, "1"],
+        vec!["health", "--addr", &closed],
+    ] {
+        let out = idgen(&args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.matches(closed.as_str()).count(), 1, "{args:?}: {err}");
+    }
+}
+
+/// Logs into a file (or a pipe, or journald) carry no ANSI colour codes: colour is for a
+/// terminal only. (`NO_COLOR` empty, so only the terminal check keeps them out.)
+#[test]
+fn logs_into_a_file_carry_no_colour() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    std::fs::File::create(&log).unwrap();
+    let w = common::logs::serve_to_files(&[], &[("NO_COLOR", "")], &log);
+    assert!(w.status.success(), "{}", w.stderr);
+    assert!(w.stderr.contains("idgen node started"), "{}", w.stderr);
+    assert!(
+        !w.stderr.contains('\x1b'),
+        "ANSI escapes in a file:\n{}",
+        w.stderr
+    );
+    // A config error on the way out, too.
+    let out = idgen(&["serve", "--store", "memory", "--max-batch", "0"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!out.stderr.contains(&0x1b), "{out:?}");
+}
+
+/// In JSON mode stderr is JSON lines only, with typed fields (numbers as numbers, addresses as
+/// `host:port` strings, options left out when absent: no Rust `Debug` text such as
+/// `Some(127.0.0.1:…)` or `Freed { lease_end: … }`), and stdout stays empty: the addresses the
+/// text banner prints are fields of `node_started`.
+#[test]
+fn json_logs_are_typed_json_lines_and_stdout_stays_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    std::fs::File::create(&log).unwrap();
+    let w = common::logs::serve_to_files(&["--log-format", "json"], &[], &log);
+    assert!(w.status.success(), "{}", w.stderr);
+    assert_eq!(w.stdout, "", "stdout in JSON mode");
+    let events: Vec<Value> = w
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let event = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {}", w.stderr))
+    };
+    for e in &events {
+        for (key, value) in e.as_object().unwrap() {
+            let text = value.to_string();
+            for debug in ["Some(", "None", "Freed", "AlreadyLost", " { "] {
+                assert!(!text.contains(debug), "{key} = {text}: Debug text in {e}");
+            }
+        }
+    }
+    let started = event("node_started");
+    for key in ["listen", "admin_listen"] {
+        let addr = started[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key}: {started}"));
+        addr.parse::<std::net::SocketAddr>()
+            .unwrap_or_else(|e| panic!("{key} = {addr:?}: {e}"));
+    }
+    // Off: absent, not null or "None".
+    for key in ["http_listen", "tls_listen"] {
+        assert!(started.get(key).is_none(), "{key}: {started}");
+    }
+    assert!(
+        started["shards"].is_u64() && started["worker_count"].is_u64(),
+        "{started}"
+    );
+    for name in ["lease_released", "node_stopped"] {
+        let e = event(name);
+        assert_eq!(e["outcome"], "freed", "{e}");
+        assert!(e["lease_end"].is_u64(), "{e}");
+    }
+}
+
+/// An etcd that cannot be reached is named once, by the store URL, and its error is plain text:
+/// not `etcd://127.0.0.1:N: etcd 127.0.0.1:N get: … source: tonic::transport::Error(…
+/// ConnectError("tcp connect error", 127.0.0.1:N, Os { … }))`.
+#[cfg(feature = "etcd")]
+#[test]
+fn an_unreachable_etcd_is_named_once_in_plain_words() {
+    let port = common::free_port();
+    let store = format!("etcd://127.0.0.1:{port}/idgen");
+    let address = format!("127.0.0.1:{port}");
+    for args in [
+        vec![
+            "serve",
+            "--store",
+            &store,
+            "--shards",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "off",
+            "--http-listen",
+            "off",
+        ],
+        vec!["inspect", "--store", &store],
+    ] {
+        let out = idgen(&args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let err = text(&out.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.contains("cannot open the store"))
+            .unwrap_or_else(|| panic!("{args:?}: {err}"));
+        assert_eq!(line.matches(address.as_str()).count(), 1, "{line}");
+        assert!(line.contains("Connection refused"), "{line}");
+        for debug in ["Error(", "Os {", "source:"] {
+            assert!(!line.contains(debug), "Debug text: {line}");
+        }
+    }
 }

@@ -423,3 +423,32 @@ fn the_metrics_reference_is_rendered_from_the_catalogue() {
          run IDGEN_UPDATE_DOCS=1 cargo test --test docs and commit the file"
     );
 }
+
+/// The README's two commands stay exactly as they are, each in a shell block of its own, and
+/// the release check (`scripts/clean-room`) runs both on a clean machine; `scripts/test` runs
+/// the README's client examples (`scripts/readme-clients`).
+#[test]
+fn the_readmes_two_commands_are_there_and_the_clean_room_runs_them() {
+    let root = docs::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for command in ["cargo run --release -- serve", "scripts/test"] {
+        let block = format!("```sh\n{command}\n```\n");
+        assert!(
+            readme.contains(&block),
+            "README.md has no block of its own for `{command}`"
+        );
+    }
+    let clean_room = std::fs::read_to_string(root.join("scripts/clean-room")).unwrap();
+    let runs = |line: &str| clean_room.lines().any(|l| l.trim_start().starts_with(line));
+    assert!(
+        runs("cargo run --release -- serve "),
+        "clean-room: no serve"
+    );
+    assert!(runs("scripts/test"), "clean-room: no scripts/test");
+    let test = std::fs::read_to_string(root.join("scripts/test")).unwrap();
+    assert!(
+        test.lines()
+            .any(|l| l.trim() == "bash scripts/readme-clients"),
+        "scripts/test does not run the README's client examples"
+    );
+}

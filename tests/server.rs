@@ -594,7 +594,7 @@ fn check_config_and_bad_configuration() {
     // The verdict goes apart from the file on stdout.
     assert!(String::from_utf8_lossy(&out.stderr).contains("configuration ok"));
     for (args, says) in [
-        (vec!["serve", "--lease-ttl", "soon"], "lease_ttl"),
+        (vec!["serve", "--lease-ttl", "soon"], "--lease-ttl"),
         (vec!["serve", "--timestamp-bits", "40"], "sum to 63"),
         (vec!["serve", "--store", "mysql://db"], "store"),
     ] {

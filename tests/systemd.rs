@@ -71,3 +71,84 @@ fn ready_once_serving_stopping_when_draining_and_config_errors_exit_2() {
         "a node that did not start said something to systemd"
     );
 }
+
+/// Under systemd (`JOURNAL_STREAM` names stderr), every log line starts with its syslog level
+/// (`<6>` info … `<3>` error), which journald's `SyslogLevelPrefix=` files it under and strips;
+/// journald stamps the time, so the line has none of its own, and no colour. A configuration
+/// error is an error (`<3>`). A `JOURNAL_STREAM` that names another stream (inherited by a
+/// process whose stderr went elsewhere) changes nothing.
+#[test]
+fn under_journald_log_lines_carry_their_syslog_level() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("journal-stream");
+    let file = std::fs::File::create(&log).unwrap();
+    let meta = file.metadata().unwrap();
+    let stream = format!("{}:{}", meta.dev(), meta.ino());
+    let w =
+        common::logs::serve_to_files(&[], &[("JOURNAL_STREAM", &stream), ("NO_COLOR", "")], &log);
+    assert!(w.status.success(), "{}", w.stderr);
+    assert!(!w.stderr.contains('\x1b'), "{}", w.stderr);
+    for line in w.stderr.lines() {
+        let level = line
+            .strip_prefix('<')
+            .and_then(|l| l.split_once('>'))
+            .and_then(|(n, _)| n.parse::<u8>().ok());
+        assert!(matches!(level, Some(3..=7)), "no syslog level: {line}");
+    }
+    let started = w
+        .stderr
+        .lines()
+        .find(|l| l.contains("idgen node started"))
+        .unwrap();
+    assert!(started.starts_with("<6> INFO idgen::node: "), "{started}");
+    // JSON: the prefix, then the object.
+    let log_json = dir.path().join("journal-stream-json");
+    let file = std::fs::File::create(&log_json).unwrap();
+    let meta = file.metadata().unwrap();
+    let stream_json = format!("{}:{}", meta.dev(), meta.ino());
+    let w = common::logs::serve_to_files(
+        &["--log-format", "json"],
+        &[("JOURNAL_STREAM", &stream_json)],
+        &log_json,
+    );
+    assert!(w.status.success(), "{}", w.stderr);
+    for line in w.stderr.lines() {
+        let (n, json) = line
+            .strip_prefix('<')
+            .and_then(|l| l.split_once('>'))
+            .unwrap_or_else(|| panic!("no syslog level: {line}"));
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let want = match v["level"].as_str() {
+            Some("ERROR") => "3",
+            Some("WARN") => "4",
+            Some("INFO") => "6",
+            _ => "7",
+        };
+        assert_eq!(n, want, "{line}");
+    }
+    // A configuration error: an error.
+    let out = std::process::Command::new(common::node::idgen_binary())
+        .args(["serve", "--store", "memory", "--max-batch", "0"])
+        .env("JOURNAL_STREAM", &stream)
+        .stderr(std::fs::OpenOptions::new().append(true).open(&log).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("<3>idgen: configuration error: --max-batch"),
+        "{last}"
+    );
+    // Another stream's JOURNAL_STREAM: plain lines.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::File::create(&elsewhere).unwrap();
+    let w = common::logs::serve_to_files(&[], &[("JOURNAL_STREAM", &stream)], &elsewhere);
+    assert!(w.status.success(), "{}", w.stderr);
+    assert!(
+        w.stderr.lines().all(|l| !l.starts_with('<')),
+        "{}",
+        w.stderr
+    );
+}

@@ -19,9 +19,11 @@ Exit status:
      authentication, permission); serve cannot take a lease, bind a listener or
      shut down cleanly; inspect finds no cluster in the namespace; health: the
      node is not live (not ready) or gives no answer within --timeout; the
-     output cannot be written.
+     output cannot be written (a reader that closes the pipe early, like
+     `| head`, is no failure: status 0).
   2  Usage or configuration error: an unknown flag or a bad value; an invalid
-     configuration file or setting (also with serve --check-config); a TLS, CA
+     configuration file or setting (also with serve --check-config); a store
+     this build cannot open (etcd:// without the etcd feature); a TLS, CA
      or password file that cannot be read; a bad --log-level, IDGEN_LOG or
      RUST_LOG; an ID that decode cannot read; needs that layout cannot fit.
      Retrying cannot help: the systemd unit does not restart on it.
@@ -67,12 +69,22 @@ impl From<crate::config::ConfigError> for Failure {
     }
 }
 
-/// Writes `bytes` to stdout; a write that fails (a closed pipe, a full disk) is a runtime
-/// failure, never a panic.
+/// Writes `bytes` to stdout ([`written`] judges the outcome).
 pub fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    out.write_all(bytes)
-        .and_then(|()| out.flush())
-        .map_err(|e| Failure::Runtime(format!("cannot write the output: {e}")))
+    written(out.write_all(bytes).and_then(|()| out.flush()))
+}
+
+/// The outcome of writing a command's output. A reader that stopped reading (a closed pipe:
+/// `idgen get -n 100000 | head`) wanted no more: success, quietly, as `seq 100000 | head`
+/// does (Rust ignores SIGPIPE, so the write sees EPIPE). Any other failure (a full disk) is a
+/// runtime failure, never a panic.
+pub fn written(result: std::io::Result<()>) -> Result<(), Failure> {
+    match result {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::Runtime(format!("cannot write the output: {e}")))
+        }
+        _ => Ok(()),
+    }
 }

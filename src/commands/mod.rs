@@ -16,12 +16,13 @@ use serde_json::json;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{
-    parse_epoch, ConfigError, LeaseArgs, LeaseSection, LogArgs, LogSection, Settings,
+    parse_epoch, ConfigError, LeaseArgs, LeaseSection, LogArgs, LogSection, Origins, Settings,
 };
 use crate::layout::{
     Layout, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
 };
 use crate::lease::{LeaseConfig, Leases, Owner, WorkerState};
+use crate::store::{KvStore, StoreUrl};
 use exit::Failure;
 
 /// Where a command takes the layout from: a running node, or flags.
@@ -97,6 +98,9 @@ pub struct InspectArgs {
     pub lease: LeaseArgs,
     #[command(flatten)]
     pub log: LogArgs,
+    /// Where each setting on the command line came from ([`crate::config::Origins::of`]).
+    #[arg(skip)]
+    pub origins: Origins,
 }
 
 /// The `[lease]` settings `idgen inspect` takes no notice of: it shows every region and
@@ -117,9 +121,10 @@ impl InspectArgs {
         // not matter here. The layout comes from the cluster record.
         lease.region = Some("global".to_string());
         lease.node_id = None;
-        let lease = LeaseSection::resolve(lease, &Layout::default())?;
-        let log = LogSection::resolve(self.log.clone().or(file.log))?;
-        Ok((lease, log))
+        let resolved = LeaseSection::resolve(lease, &Layout::default())
+            .and_then(|lease| lease.supported().map(|()| lease))
+            .and_then(|lease| Ok((lease, LogSection::resolve(self.log.clone().or(file.log))?)));
+        resolved.map_err(|e| self.origins.name(e))
     }
 }
 
@@ -147,14 +152,49 @@ pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<Stri
     Ok(out)
 }
 
+/// Opens the store `lease` names for `idgen inspect`, which reads and never creates: an
+/// embedded store must exist already (no data directory or database is made for it), and one a
+/// running node has open is refused with what to do instead. redb locks its database file for
+/// the one process that has it open (and idgen locks the directory's `LOCK` file), so a second
+/// process cannot read a serving node's embedded store, not even read-only.
+async fn open_existing(lease: &LeaseSection) -> Result<std::sync::Arc<dyn KvStore>, String> {
+    let url = &lease.store;
+    let embedded_dir = match url {
+        StoreUrl::Embedded { dir } => Some(dir.as_deref().unwrap_or(&lease.data_dir)),
+        _ => None,
+    };
+    if let Some(dir) = embedded_dir {
+        if !dir.join(crate::store::embedded::DB_FILE).is_file() {
+            return Err(format!(
+                "no embedded store in {}: no node has run with this data directory; give \
+                 inspect the node's own file (--config), or its --data-dir or --store",
+                dir.display()
+            ));
+        }
+    }
+    crate::store::open(url, &lease.data_dir, &lease.access)
+        .await
+        .map_err(|e| {
+            let running = embedded_dir.and_then(crate::store::embedded::in_use);
+            match running {
+                None => format!("cannot open the store {url}: {e}"),
+                Some(pid) => format!(
+                    "cannot open the store {url}: a running node (pid {}) has it open, and an \
+                     embedded store is open to one process at a time. Stop the node \
+                     (systemctl stop idgen) and run inspect again; while it runs, its admin \
+                     port shows its own lease (GET /health/ready) and /metrics the lease gauges",
+                    if pid.is_empty() { "unknown" } else { &pid }
+                ),
+            }
+        })
+}
+
 /// `idgen inspect`: the cluster record, every lease, free worker IDs per region, from the
 /// store `lease` names (reached with its TLS material and user) in its namespace; expired
 /// leases count as held for its safety period.
 pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, String> {
     let (url, namespace, safety) = (&lease.store, lease.namespace.as_str(), lease.lease_safety);
-    let store = crate::store::open(url, &lease.data_dir, &lease.access)
-        .await
-        .map_err(|e| format!("cannot open the store {url}: {e}"))?;
+    let store = open_existing(lease).await?;
     let now = SystemClock::new().wall_ms();
     // Leases needs a layout; the cluster record has the real one.
     let probe = Leases::new(

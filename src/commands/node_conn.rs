@@ -59,18 +59,21 @@ impl NodeConn {
     /// Connects to `addr` (`host:port`; every address it resolves to is tried in turn), over
     /// TLS if `tls` says so, and completes the handshake. TLS files that cannot be read are a
     /// [`Failure::Usage`]; a node that cannot be reached or refuses, a [`Failure::Runtime`].
+    /// The caller names `addr` in its message; these name only what `addr` does not say (the
+    /// address a host name resolved to).
     pub fn connect(addr: &str, tls: &ClientTls) -> Result<NodeConn, Failure> {
         let connector = tls.connector(addr, b"idgen/1").map_err(Failure::Usage)?;
-        let mut last = format!("{addr}: resolves to no address");
+        let mut last = "resolves to no address".to_string();
         let addrs = addr
             .to_socket_addrs()
-            .map_err(|e| Failure::Runtime(format!("{addr}: {e}")))?;
+            .map_err(|e| Failure::Runtime(e.to_string()))?;
         for a in addrs {
             match TcpStream::connect_timeout(&a, TIMEOUT) {
                 Ok(stream) => {
                     return NodeConn::handshake(stream, connector.as_ref())
                         .map_err(Failure::Runtime)
                 }
+                Err(e) if a.to_string() == addr => last = e.to_string(),
                 Err(e) => last = format!("{a}: {e}"),
             }
         }

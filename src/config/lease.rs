@@ -268,6 +268,16 @@ impl LeaseSection {
         })
     }
 
+    /// Whether this build can open the store: a store whose adapter was left out of the build
+    /// (`etcd://` without the `etcd` feature) is a configuration error, found before anything
+    /// starts.
+    pub fn supported(&self) -> Result<(), ConfigError> {
+        match self.store.unsupported() {
+            Some(why) => Err(err(format!("store: {}: {why}", self.store))),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the etcd password comes from [`ETCD_PASSWORD_ENV`] (and so is not in the
     /// printed configuration, not even as a path).
     pub fn etcd_password_from_env(&self) -> bool {

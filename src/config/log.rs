@@ -74,9 +74,7 @@ impl LogSection {
         };
         let log_level = match given.log_level {
             Some(text) => {
-                parse_filter(&text).map_err(|e| {
-                    err(format!("log_level (--log-level, IDGEN_LOG or [log]): {e}"))
-                })?;
+                parse_filter(&text).map_err(|e| err(format!("log_level: {e}")))?;
                 Some(text.trim().to_string())
             }
             None => None,

@@ -103,6 +103,63 @@ pub struct ServeArgs {
     pub check_config: bool,
     #[command(flatten)]
     pub settings: Settings,
+    /// Where each setting on the command line came from (filled by the caller from clap's
+    /// matches, [`Origins::of`]): errors name the flag or variable the user wrote.
+    #[arg(skip)]
+    pub origins: Origins,
+}
+
+/// Where the settings given on the command line came from: a flag (`--lease-ttl`) or its
+/// environment variable (`IDGEN_LEASE_TTL`). A setting not here came from the file (or is the
+/// default) and is named by its file key.
+///
+/// An error about one setting starts with that setting's key (`lease_ttl: "soon" is not a
+/// duration`); [`Origins::name`] puts the flag or variable in its place.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origins {
+    /// Setting key (the argument's id) → the flag or variable that gave it.
+    given: std::collections::BTreeMap<String, String>,
+}
+
+impl Origins {
+    /// The origins of the settings `cmd`'s arguments took in `matches` (its own matches).
+    pub fn of(cmd: &clap::Command, matches: &clap::ArgMatches) -> Origins {
+        let mut given = std::collections::BTreeMap::new();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            let label = match matches.value_source(id) {
+                Some(clap::parser::ValueSource::CommandLine) => {
+                    arg.get_long().map(|l| format!("--{l}"))
+                }
+                Some(clap::parser::ValueSource::EnvVariable) => {
+                    arg.get_env().map(|e| e.to_string_lossy().into_owned())
+                }
+                _ => None,
+            };
+            if let Some(label) = label {
+                given.insert(id.to_string(), label);
+            }
+        }
+        Origins { given }
+    }
+
+    /// `e` with the setting it starts with named as the user wrote it: its flag or its
+    /// variable, else (the file, a default) its key as it is.
+    pub fn name(&self, e: ConfigError) -> ConfigError {
+        let ConfigError(msg) = e;
+        let key = self
+            .given
+            .keys()
+            .filter(|k| {
+                msg.strip_prefix(k.as_str())
+                    .is_some_and(|rest| rest.starts_with([':', ' ']))
+            })
+            .max_by_key(|k| k.len());
+        match key {
+            Some(k) => ConfigError(format!("{}{}", self.given[k], &msg[k.len()..])),
+            None => ConfigError(msg),
+        }
+    }
 }
 
 /// The resolved, validated configuration of a node: one value per section.
@@ -248,12 +305,24 @@ fn section_of(key: &str) -> Option<&'static str> {
 impl ServeArgs {
     /// Merges flags/env over the file over defaults and validates the result against the
     /// wall clock `now_unix_ms`.
+    /// An error about one setting names it as the user wrote it: the flag, the `IDGEN_*`
+    /// variable, or the file's key.
     pub fn resolve(&self, now_unix_ms: u64) -> Result<ServeConfig, ConfigError> {
         let file = match &self.config {
             Some(p) => Settings::load(p)?,
             None => Settings::default(),
         };
         ServeConfig::resolve(self.settings.clone().or(file), now_unix_ms)
+            .map_err(|e| self.origins.name(e))
+    }
+
+    /// [`resolve`](Self::resolve), for a node of this build to run: a store this build cannot
+    /// open (`etcd://` without the `etcd` feature) is a configuration error too, since no
+    /// restart or retry can serve it.
+    pub fn resolve_to_run(&self, now_unix_ms: u64) -> Result<ServeConfig, ConfigError> {
+        let config = self.resolve(now_unix_ms)?;
+        config.lease.supported().map_err(|e| self.origins.name(e))?;
+        Ok(config)
     }
 }
 

@@ -303,11 +303,14 @@ impl Node {
             }
             None => None,
         };
+        // Every address as plain text, and absent when off (an Option records nothing when
+        // None): in JSON mode this event is the only place the addresses are written.
         tracing::info!(
             event = "node_started",
-            listen = ?addr,
-            tls_listen = ?tls_addr,
-            http = ?http_addr,
+            listen = addr.map(tracing::field::display),
+            tls_listen = tls_addr.map(tracing::field::display),
+            http_listen = http_addr.map(tracing::field::display),
+            admin_listen = admin.as_ref().map(|(a, _, _)| tracing::field::display(*a)),
             shards = config.listen.shards,
             worker_first = view.grant.first,
             worker_count = view.grant.count,
@@ -417,7 +420,12 @@ impl Node {
             let _ = task.await;
         }
         let released = released?;
-        tracing::info!(event = "node_stopped", ?released, "idgen node stopped");
+        tracing::info!(
+            event = "node_stopped",
+            outcome = released.name(),
+            lease_end = released.lease_end(),
+            "idgen node stopped"
+        );
         Ok(released)
     }
 }

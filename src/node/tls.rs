@@ -434,7 +434,13 @@ impl ServerTls {
                     .and_then(|c| c.first())
                     .and_then(|c| identity(c));
                 let label = self.stats.client(identity.as_deref());
-                tracing::debug!(event = "tls_accepted", front = front.name(), peer = ?peer, client = identity.as_deref().unwrap_or(ANONYMOUS), "TLS connection");
+                tracing::debug!(
+                    event = "tls_accepted",
+                    front = front.name(),
+                    peer = peer.map(tracing::field::display),
+                    client = identity.as_deref().unwrap_or(ANONYMOUS),
+                    "TLS connection"
+                );
                 return Some((stream, label));
             }
             Ok(Err(e)) => {
@@ -443,11 +449,14 @@ impl ServerTls {
             }
             Err(_) => {
                 self.stats.handshake(front, Outcome::Timeout);
-                format!("not finished within {timeout:?}")
+                format!(
+                    "not finished within {}",
+                    humantime::format_duration(timeout)
+                )
             }
         };
         if self.stats.may_log_failure() {
-            tracing::warn!(event = "tls_handshake_failed", front = front.name(), peer = ?peer, error = %error, "TLS handshake failed (logged once a second at most; idgen_tls_handshakes_total counts each)");
+            tracing::warn!(event = "tls_handshake_failed", front = front.name(), peer = peer.map(tracing::field::display), error = %error, "TLS handshake failed (logged once a second at most; idgen_tls_handshakes_total counts each)");
         }
         None
     }

@@ -2,7 +2,8 @@
 //! admin API.
 //!
 //! The node runs the `idgen` binary Cargo built next to the test (see [`idgen_binary`]),
-//! listening on 127.0.0.1:0; the address comes from the `listening on …` line it prints. Its
+//! listening on 127.0.0.1:0; the address comes from the `listening on …` line it prints (in
+//! JSON log mode, where stdout stays empty, from its `node_started` event). Its
 //! stderr (the logs) goes to a file whose tail is shown when a test fails. Drop kills the
 //! process (only the one it started).
 
@@ -11,6 +12,15 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+/// The `node_started` event of a node logging JSON, once it is in the log (`<N>`-prefixed
+/// under journald).
+fn node_started(log: &Path) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .filter(|l| l.contains("\"event\":\"node_started\""))
+        .find_map(|l| serde_json::from_str(&l[l.find('{')?..]).ok())
+}
 
 /// The `idgen` binary: `IDGEN_BIN` if set, else the one Cargo built into the target directory
 /// of the running test (`target/<profile>/idgen`, next to the test's `deps/`). Cargo builds it
@@ -169,6 +179,21 @@ impl NodeProc {
                     lines.push(line);
                 }
                 Err(_) => {
+                    // JSON logs: no banner; the addresses are in the node_started event.
+                    if let Some(started) = node_started(&log) {
+                        let addr = |key: &str| started[key].as_str()?.parse::<SocketAddr>().ok();
+                        let tls = addr("tls_listen");
+                        return Ok(NodeProc {
+                            child,
+                            addr: addr("listen").or(tls).expect("address"),
+                            tls,
+                            admin: addr("admin_listen"),
+                            http: addr("http_listen"),
+                            stdout: lines,
+                            log,
+                            _dir: dir,
+                        });
+                    }
                     if let Ok(Some(status)) = child.try_wait() {
                         return Err(format!(
                             "exited with {status}; stdout {lines:?}; log:\n{}",

@@ -5,6 +5,7 @@
 
 pub mod docs;
 pub mod etcd;
+pub mod logs;
 
 #[allow(unused_imports)] // each test binary uses a different part
 pub use idgen_testkit::{free_port, node, wall_ms};

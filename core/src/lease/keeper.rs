@@ -775,7 +775,8 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             generation = grant.generation,
             worker_first = grant.first,
             worker_count = grant.count,
-            outcome = ?released,
+            outcome = released.name(),
+            lease_end = released.lease_end(),
             "lease released"
         );
         Ok(released)

@@ -409,6 +409,24 @@ pub enum Released {
     AlreadyLost,
 }
 
+impl Released {
+    /// The outcome's name in logs: `freed` or `already_lost`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Released::Freed { .. } => "freed",
+            Released::AlreadyLost => "already_lost",
+        }
+    }
+
+    /// The `lease_end` the release wrote, if it freed the range.
+    pub fn lease_end(&self) -> Option<u64> {
+        match self {
+            Released::Freed { lease_end } => Some(*lease_end),
+            Released::AlreadyLost => None,
+        }
+    }
+}
+
 /// A summary of the worker space, for operators.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Occupancy {

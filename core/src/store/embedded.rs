@@ -92,6 +92,22 @@ fn lock_dir(dir: &Path) -> Result<File, StoreError> {
     Ok(file)
 }
 
+/// Whether another process holds the lock of the store in `dir` (a node serving from it), with
+/// the holder's pid as it wrote it (empty if unknown). Creates nothing: no lock file, no
+/// directory.
+pub fn in_use(dir: &Path) -> Option<String> {
+    let mut file = File::open(dir.join(LOCK_FILE)).ok()?;
+    match file.try_lock_shared() {
+        Err(TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            Some(holder.trim().to_string())
+        }
+        // Free (our shared lock goes with `file`), or not lockable: not in use as far as we know.
+        _ => None,
+    }
+}
+
 fn storage(e: impl Into<redb::Error>) -> StoreError {
     match e.into() {
         redb::Error::Corrupted(m) => StoreError::Invalid(format!("embedded store corrupted: {m}")),

@@ -158,16 +158,44 @@ fn tls_identity(access: &EtcdAccess) -> bool {
     access.tls.as_ref().is_some_and(|t| t.identity.is_some())
 }
 
-/// A connect error, with what it most likely means for authentication.
-fn explain(what: &str, e: &etcd_client::Error, access: &EtcdAccess) -> String {
-    let text = e.to_string();
+/// An etcd client error as plain text: a gRPC status's message, then the `Display` of each of
+/// its causes. etcd-client's own text writes a status's cause in Rust `Debug` form (with the
+/// endpoint's address inside), which is no message for an operator or a log pipeline.
+fn plain(e: &etcd_client::Error) -> String {
+    use std::error::Error as _;
+    let (first, mut cause): (String, Option<&(dyn std::error::Error + 'static)>) = match e {
+        etcd_client::Error::GRpcStatus(s) if s.message().is_empty() => {
+            (s.code().description().to_string(), s.source())
+        }
+        etcd_client::Error::GRpcStatus(s) => (s.message().to_string(), s.source()),
+        etcd_client::Error::TransportError(t) => (t.to_string(), t.source()),
+        other => (other.to_string(), None),
+    };
+    let mut parts = vec![first];
+    // Bounded: a cause chain is short, but nothing promises it ends.
+    for _ in 0..16 {
+        let Some(c) = cause else { break };
+        let text = c.to_string();
+        if !text.is_empty() && !parts.contains(&text) {
+            parts.push(text);
+        }
+        cause = c.source();
+    }
+    parts.join(": ")
+}
+
+/// A connect error, with what it most likely means for authentication. Like every error of
+/// [`EtcdStore::connect_with`], it does not name the endpoints: the caller names the store it
+/// opened (`cannot open the store etcd://…: …`), and an address is said once.
+fn explain(e: &etcd_client::Error, access: &EtcdAccess) -> String {
+    let text = plain(e);
     match &access.user {
         Some(user) if text.contains("authentication failed") => format!(
-            "{what}: {text} (etcd refused user {:?} with the password given by \
+            "{text} (etcd refused user {:?} with the password given by \
              etcd_password_file or IDGEN_ETCD_PASSWORD)",
             user.name
         ),
-        _ => format!("{what}: {text}"),
+        _ => text,
     }
 }
 
@@ -222,14 +250,14 @@ impl EtcdStore {
                 options = options.with_tls(config);
             }
             (true, None) => {
-                return Err(StoreError::Invalid(format!(
-                    "{what}: TLS needs the authorities to verify etcd's certificates (etcd_ca)"
-                )))
+                return Err(StoreError::Invalid(
+                    "TLS needs the authorities to verify etcd's certificates (etcd_ca)".into(),
+                ))
             }
             (false, Some(_)) => {
-                return Err(StoreError::Invalid(format!(
-                    "{what}: TLS settings are given for a plaintext etcd:// URL: use etcds://"
-                )))
+                return Err(StoreError::Invalid(
+                    "TLS settings are given for a plaintext etcd:// URL: use etcds://".into(),
+                ))
             }
             (false, None) => {}
         }
@@ -254,15 +282,9 @@ impl EtcdStore {
         .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) if is_invalid(&e) => {
-                return Err(StoreError::Invalid(explain(&what, &e, access)))
-            }
-            Ok(Err(e)) => return Err(StoreError::Unavailable(explain(&what, &e, access))),
-            Err(_) => {
-                return Err(StoreError::Unavailable(format!(
-                    "{what}: connect timed out"
-                )))
-            }
+            Ok(Err(e)) if is_invalid(&e) => return Err(StoreError::Invalid(explain(&e, access))),
+            Ok(Err(e)) => return Err(StoreError::Unavailable(explain(&e, access))),
+            Err(_) => return Err(StoreError::Unavailable("connect timed out".into())),
         };
         let key_prefix = if prefix.is_empty() {
             Vec::new()
@@ -278,10 +300,23 @@ impl EtcdStore {
             page: SCAN_PAGE,
         };
         // The channel connects lazily: make one read so a wrong address, a certificate etcd
-        // refuses or a missing permission fails here, clearly.
-        match store.get(b"\0probe").await {
-            Ok(_) => Ok(store),
-            Err(StoreError::Unavailable(m)) if tls && closed_on_us(&m) => {
+        // refuses or a missing permission fails here, clearly (and, like every error here,
+        // without the endpoints: the caller names the store).
+        let probe = store.full_key(b"\0probe");
+        let failed = match store
+            .call(|mut c| {
+                let key = probe.clone();
+                async move { c.get(key, None).await }
+            })
+            .await
+        {
+            Some(Ok(_)) => return Ok(store),
+            Some(Err(e)) if is_invalid(&e) => StoreError::Invalid(plain(&e)),
+            Some(Err(e)) => StoreError::Unavailable(plain(&e)),
+            None => StoreError::Unavailable(format!("no answer within {CALL_TIMEOUT:?}")),
+        };
+        match failed {
+            StoreError::Unavailable(m) if tls && closed_on_us(&m) => {
                 Err(StoreError::Unavailable(format!(
                     "{m} (the TLS handshake with etcd failed: check that etcd_ca holds the \
                      authority of etcd's certificate, that the certificate names the endpoint \
@@ -294,25 +329,25 @@ impl EtcdStore {
                     }
                 )))
             }
-            Err(StoreError::Unavailable(m)) if !tls && closed_on_us(&m) => {
+            StoreError::Unavailable(m) if !tls && closed_on_us(&m) => {
                 Err(StoreError::Unavailable(format!(
                     "{m} (etcd closed the connection: if it serves TLS, write the store as \
                      etcds://)"
                 )))
             }
-            Err(StoreError::Invalid(m)) if m.contains("permission denied") => {
+            StoreError::Invalid(m) if m.contains("permission denied") => {
                 Err(StoreError::Invalid(format!(
                     "{m} (the etcd user needs a role with readwrite on the prefix {:?})",
                     store.key_prefix_text()
                 )))
             }
-            Err(StoreError::Invalid(m)) if m.contains("user name is empty") => {
+            StoreError::Invalid(m) if m.contains("user name is empty") => {
                 Err(StoreError::Invalid(format!(
                     "{m} (etcd has authentication on: set etcd_user, and its password in \
                      etcd_password_file or IDGEN_ETCD_PASSWORD)"
                 )))
             }
-            Err(e) => Err(e),
+            e => Err(e),
         }
     }
 
@@ -479,12 +514,14 @@ impl EtcdStore {
         match self.call(op).await {
             Some(Ok(r)) => Ok(r),
             Some(Err(e)) if is_invalid(&e) => Err(StoreError::Invalid(format!(
-                "{} {what}: {e}",
-                self.describe()
+                "{} {what}: {}",
+                self.describe(),
+                plain(&e)
             ))),
             Some(Err(e)) => Err(StoreError::Unavailable(format!(
-                "{} {what}: {e}",
-                self.describe()
+                "{} {what}: {}",
+                self.describe(),
+                plain(&e)
             ))),
             None => Err(StoreError::Unavailable(format!(
                 "{} {what}: timed out after {CALL_TIMEOUT:?}",
@@ -567,12 +604,13 @@ impl KvStore for EtcdStore {
                 Some(Ok(resp)) if resp.succeeded() => Ok(Commit::Applied),
                 Some(Ok(_)) => Ok(Commit::Conflict),
                 Some(Err(e)) if is_invalid(&e) => {
-                    Err(StoreError::Invalid(format!("{what} commit: {e}")))
+                    Err(StoreError::Invalid(format!("{what} commit: {}", plain(&e))))
                 }
-                Some(Err(e)) if not_sent(&e) => {
-                    Err(StoreError::Unavailable(format!("{what} commit: {e}")))
-                }
-                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {e}"))),
+                Some(Err(e)) if not_sent(&e) => Err(StoreError::Unavailable(format!(
+                    "{what} commit: {}",
+                    plain(&e)
+                ))),
+                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {}", plain(&e)))),
                 None => Err(StoreError::Unknown(format!(
                     "{what} commit: timed out after {CALL_TIMEOUT:?}"
                 ))),
@@ -605,14 +643,23 @@ impl KvStore for EtcdStore {
             {
                 Some(Ok(resp)) => resp.id(),
                 Some(Err(e)) if is_invalid(&e) => {
-                    return Err(StoreError::Invalid(format!("{what} lease grant: {e}")))
+                    return Err(StoreError::Invalid(format!(
+                        "{what} lease grant: {}",
+                        plain(&e)
+                    )))
                 }
                 Some(Err(e)) if not_sent(&e) => {
-                    return Err(StoreError::Unavailable(format!("{what} lease grant: {e}")))
+                    return Err(StoreError::Unavailable(format!(
+                        "{what} lease grant: {}",
+                        plain(&e)
+                    )))
                 }
                 // A lease may have been granted: it holds nothing and runs out by itself.
                 Some(Err(e)) => {
-                    return Err(StoreError::Unknown(format!("{what} lease grant: {e}")))
+                    return Err(StoreError::Unknown(format!(
+                        "{what} lease grant: {}",
+                        plain(&e)
+                    )))
                 }
                 None => {
                     return Err(StoreError::Unknown(format!(
@@ -633,12 +680,13 @@ impl KvStore for EtcdStore {
             match result {
                 Some(Ok(_)) => Ok(()),
                 Some(Err(e)) if is_invalid(&e) => {
-                    Err(StoreError::Invalid(format!("{what} put: {e}")))
+                    Err(StoreError::Invalid(format!("{what} put: {}", plain(&e))))
                 }
-                Some(Err(e)) if not_sent(&e) => {
-                    Err(StoreError::Unavailable(format!("{what} put: {e}")))
-                }
-                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} put: {e}"))),
+                Some(Err(e)) if not_sent(&e) => Err(StoreError::Unavailable(format!(
+                    "{what} put: {}",
+                    plain(&e)
+                ))),
+                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} put: {}", plain(&e)))),
                 None => Err(StoreError::Unknown(format!(
                     "{what} put: timed out after {CALL_TIMEOUT:?}"
                 ))),

@@ -312,6 +312,25 @@ impl std::str::FromStr for StoreUrl {
     }
 }
 
+impl StoreUrl {
+    /// Why this build cannot open the store, if it cannot: its adapter's feature was left out
+    /// of the build. A configuration names such a store at its peril: [`open`] refuses it, and
+    /// `idgen serve` (also `--check-config`) reports it as a configuration error.
+    pub fn unsupported(&self) -> Option<&'static str> {
+        match self {
+            #[cfg(not(feature = "etcd"))]
+            StoreUrl::Etcd { .. } => Some(
+                "this idgen was built without etcd support: rebuild with `--features etcd` (needs protoc: Debian `protobuf-compiler libprotobuf-dev`)",
+            ),
+            #[cfg(not(feature = "fdb"))]
+            StoreUrl::Fdb { .. } => Some(
+                "this idgen was built without FoundationDB support: rebuild with `--features fdb` (needs libfdb_c)",
+            ),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -364,7 +383,7 @@ pub async fn open(
         )),
         #[cfg(not(feature = "etcd"))]
         StoreUrl::Etcd { .. } => Err(StoreError::Invalid(
-            "this idgen was built without etcd support: rebuild with `--features etcd` (needs protoc: Debian `protobuf-compiler libprotobuf-dev`)".into(),
+            url.unsupported().unwrap_or_default().into(),
         )),
         #[cfg(feature = "fdb")]
         StoreUrl::Fdb { cluster_file } => Ok(Arc::new(fdb::FdbStore::open(
@@ -373,7 +392,7 @@ pub async fn open(
         )?)),
         #[cfg(not(feature = "fdb"))]
         StoreUrl::Fdb { .. } => Err(StoreError::Invalid(
-            "this idgen was built without FoundationDB support: rebuild with `--features fdb` (needs libfdb_c)".into(),
+            url.unsupported().unwrap_or_default().into(),
         )),
         StoreUrl::Memory => Ok(Arc::new(memory::MemoryStore::new())),
     }
