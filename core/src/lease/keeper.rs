@@ -418,15 +418,18 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             *slot = None;
             drop(slot);
             self.set_anchor(at_wall.anchor);
-            let why = match verdict {
-                StepVerdict::Confirmed { .. } => "the peers' clocks confirm it",
-                _ => "it held, with no peers to confirm it",
+            let (why, by, peers) = match verdict {
+                StepVerdict::Confirmed { peers, .. } => {
+                    ("the peers' clocks confirm it", "peers", peers)
+                }
+                _ => ("it held, with no peers to confirm it", "hold", 0),
             };
             tracing::info!(
                 event = "clock_step_believed",
                 ahead_ms,
                 held_ms = duration_ms(held),
-                verdict = ?verdict,
+                believed_by = by,
+                peers,
                 "the wall clock's step ahead ({ahead_ms} ms) is believed ({why}): the lease follows it and the node serves again"
             );
             return at_wall;
