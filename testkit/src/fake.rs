@@ -68,6 +68,8 @@ pub struct Config {
     pub ids: Ids,
     /// Speak TLS (from the first byte) instead of plaintext.
     pub tls: Option<ServerTls>,
+    /// The address to listen on (port 0) instead of 127.0.0.1, e.g. `::1`.
+    pub listen: Option<std::net::IpAddr>,
 }
 
 /// The ALPN protocol a node offers on its TLS listener for the ID protocol.
@@ -153,6 +155,7 @@ impl Default for Config {
             first_seq: 0,
             ids: Ids::Shared,
             tls: None,
+            listen: None,
         }
     }
 }
@@ -315,7 +318,10 @@ impl FakeServer {
 
     /// Starts the server on the current Tokio runtime.
     pub async fn start(config: Config) -> FakeServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ip = config
+            .listen
+            .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let control = Arc::new(Control::default());
         control.next.store(config.first_seq, Ordering::Relaxed);

@@ -194,6 +194,39 @@ class _Stats:
             return {k: self._c.get(k, 0) for k in keys}
 
 
+def _connect_any(
+    node: str, host: str, port: int, deadline: float, connect_timeout: float
+) -> socket.socket:
+    """A TCP connection to the first of ``host``'s addresses that accepts one, tried one at a
+    time in getaddrinfo's order (``localhost`` may resolve to ::1 and 127.0.0.1, and the node
+    listen on only one). A refused address moves on at once; each attempt may use at most an
+    even share of the time left before ``deadline`` (time left / addresses left), so one
+    address that does not answer cannot use up the others' time. Unlike
+    ``socket.create_connection``, whose timeout applies to each attempt afresh, the whole
+    loop stays within ``connect_timeout``. Fails with the last address's error."""
+    try:
+        infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except OSError as e:
+        raise UnavailableError(f"cannot connect: {e}", node) from e
+    last: Optional[OSError] = None
+    for i, (family, kind, proto, _, addr) in enumerate(infos):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(left / (len(infos) - i))
+            sock.connect(addr)
+            return sock
+        except OSError as e:  # socket.timeout included
+            sock.close()
+            last = e
+    tried = f" ({len(infos)} addresses tried)" if len(infos) > 1 else ""
+    if last is None or isinstance(last, socket.timeout):
+        raise UnavailableError(f"connect timed out after {connect_timeout}s{tried}", node)
+    raise UnavailableError(f"cannot connect: {last}{tried}", node) from last
+
+
 class _Connection:
     """One TCP (or TLS) connection to one node: writer lock, FIFO of slots, reader thread.
 
@@ -218,12 +251,7 @@ class _Connection:
         self._last_id = -1
         host, port = _parse_node(node)
         deadline = time.monotonic() + connect_timeout
-        try:
-            sock = socket.create_connection((host, port), timeout=connect_timeout)
-        except socket.timeout:
-            raise UnavailableError(f"connect timed out after {connect_timeout}s", node) from None
-        except OSError as e:
-            raise UnavailableError(f"cannot connect: {e}", node) from e
+        sock = _connect_any(node, host, port, deadline, connect_timeout)
         self._sock = sock
         self.tls_version: Optional[str] = None
         self.alpn: Optional[str] = None

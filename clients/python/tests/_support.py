@@ -53,7 +53,8 @@ def require_idgen_bin(test):
 
 
 class Server:
-    """A real `idgen serve` on 127.0.0.1:0 with the memory store, stopped by PID."""
+    """A real `idgen serve` on 127.0.0.1:0 (unless ``extra_args`` give ``--listen``) with the
+    memory store, stopped by PID."""
 
     def __init__(self, test, *extra_args):
         path = require_idgen_bin(test)
@@ -62,7 +63,7 @@ class Server:
         self._log = open(self.log_path, "wb")
         args = [
             path, "serve",
-            "--listen", "127.0.0.1:0",
+            *([] if "--listen" in extra_args else ["--listen", "127.0.0.1:0"]),
             "--admin-listen", "off",
             "--http-listen", "off",
             "--store", "memory",
@@ -358,6 +359,35 @@ def default_hello(**overrides):
     )  # fmt: skip
     fields.update(overrides)
     return protocol.HelloOk(**fields)
+
+
+class SilentAddress:
+    """A loopback address where a TCP connect gets no answer at all: a listener whose accept
+    queue (backlog 0) is full, so that the kernel drops further SYNs. ``addr`` is its
+    ``(host, port)``; :meth:`close` releases it. Fails the test if the queue will not fill."""
+
+    def __init__(self, test):
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(0)
+        self.addr = self._listener.getsockname()
+        self._held = []
+        for _ in range(16):
+            s = socket.socket()
+            s.settimeout(0.2)
+            try:
+                s.connect(self.addr)
+            except socket.timeout:
+                s.close()
+                return
+            self._held.append(s)
+        self.close()
+        test.fail("a listener with a full accept queue still accepted 16 connects")
+
+    def close(self):
+        for s in self._held:
+            s.close()
+        self._listener.close()
 
 
 def unused_port():

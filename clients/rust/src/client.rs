@@ -42,7 +42,9 @@ const ALERT_WAIT: Duration = Duration::from_millis(200);
 /// Connection settings for [`Client::connect_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientOptions {
-    /// Limit for the TCP connect plus the HELLO handshake. Default 1 s.
+    /// Limit for the TCP connect (every address the host name resolves to, each attempt
+    /// given at most an even share of the time left), the TLS handshake and the HELLO
+    /// handshake together. Default 1 s.
     pub connect_timeout: Duration,
     /// Limit for one call (`next_id`, `next_ids`, `ping`) from the moment it is made,
     /// queueing included. Default 5 s.
@@ -176,16 +178,18 @@ impl Client {
 
     /// Connect to `addr` with `options`, and do the HELLO handshake.
     ///
-    /// Each address `addr` resolves to is tried in turn; `connect_timeout` bounds the
-    /// whole connect and handshake. Fails with [`Error::Timeout`], [`Error::Io`],
-    /// [`Error::Server`] (e.g. `OVERLOADED` or `UNSUPPORTED_VERSION`),
-    /// [`Error::Protocol`] or [`Error::UnexpectedResponse`].
+    /// Each address `addr` resolves to is tried in turn, until one accepts (a refused one
+    /// costs nothing; one that does not answer is left after its share of the time left);
+    /// `connect_timeout` bounds the whole connect and handshake. Fails with
+    /// [`Error::Timeout`], [`Error::Io`], [`Error::Server`] (e.g. `OVERLOADED` or
+    /// `UNSUPPORTED_VERSION`), [`Error::Protocol`] or [`Error::UnexpectedResponse`].
     pub async fn connect_with(
         addr: impl ToSocketAddrs,
         options: ClientOptions,
     ) -> Result<Client, Error> {
-        tokio::time::timeout(options.connect_timeout, async {
-            let mut stream = tcp_connect(addr).await?;
+        let deadline = tokio::time::Instant::now() + options.connect_timeout;
+        tokio::time::timeout_at(deadline, async {
+            let mut stream = tcp_connect(addr, deadline).await?;
             let (protocol, leftover) = handshake(&mut stream, false).await?;
             let (read, write) = stream.into_split();
             Ok(Client::start(read, write, protocol, leftover, options))
@@ -220,8 +224,9 @@ impl Client {
         tls: &TlsConfig,
     ) -> Result<Client, Error> {
         let connector = tls.connector().clone();
-        tokio::time::timeout(options.connect_timeout, async {
-            let tcp = tcp_connect(addr).await?;
+        let deadline = tokio::time::Instant::now() + options.connect_timeout;
+        tokio::time::timeout_at(deadline, async {
+            let tcp = tcp_connect(addr, deadline).await?;
             // A failed handshake is an I/O error carrying the rustls error: `Error::Tls`.
             let mut stream = connector.connect(name, tcp).await?;
             let (protocol, leftover) = handshake(&mut stream, true).await?;
@@ -356,18 +361,39 @@ impl Client {
     }
 }
 
-/// Connect (trying every resolved address in turn) and set TCP_NODELAY.
-async fn tcp_connect(addr: impl ToSocketAddrs) -> Result<TcpStream, Error> {
-    let mut last: Option<std::io::Error> = None;
-    for a in tokio::net::lookup_host(addr).await? {
-        match connect_one(a).await {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
+/// Connect to the first of the addresses `addr` resolves to that accepts, and set
+/// TCP_NODELAY.
+///
+/// The addresses are tried one at a time in the resolver's order (a user's `localhost` may be
+/// `::1` then `127.0.0.1` while the node listens on `127.0.0.1` only). A refused address moves
+/// on at once; an attempt may use at most an even share of the time left before `deadline`
+/// (time left / addresses left), so one address that does not answer cannot use up the time
+/// of those behind it. Fails with the last address's error.
+async fn tcp_connect(
+    addr: impl ToSocketAddrs,
+    deadline: tokio::time::Instant,
+) -> Result<TcpStream, Error> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr).await?.collect();
+    let mut last: Option<Error> = None;
+    for (i, a) in addrs.iter().enumerate() {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let share = left / u32::try_from(addrs.len() - i).unwrap_or(u32::MAX);
+        match tokio::time::timeout(share, connect_one(*a)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => last = Some(e.into()),
+            Err(_) => last = Some(Error::Timeout),
         }
     }
-    Err(last
-        .unwrap_or_else(|| std::io::Error::other("address resolved to no socket address"))
-        .into())
+    Err(last.unwrap_or_else(|| {
+        if addrs.is_empty() {
+            std::io::Error::other("address resolved to no socket address").into()
+        } else {
+            Error::Timeout
+        }
+    }))
 }
 
 /// The HELLO handshake on a connected stream (`tls`: a TLS stream). Returns the

@@ -197,7 +197,16 @@ export class Connection {
     if (rest.length > 0) this.onData(rest);
   }
 
-  /** Connect, run TLS if configured, HELLO, and wait for HELLO_OK (all within connectTimeoutMs). */
+  /**
+   * Connect, run TLS if configured, HELLO, and wait for HELLO_OK (all within connectTimeoutMs).
+   *
+   * `autoSelectFamily: true` is set, not left to Node's default (which an application can turn
+   * off with `net.setDefaultAutoSelectFamily(false)` or `--no-network-family-autoselection`):
+   * with it Node tries every address the host name resolves to (a user's `localhost` is ::1
+   * and 127.0.0.1; a node listens on 127.0.0.1 by default), abandoning one that does not answer
+   * after `autoSelectFamilyAttemptTimeout`; without it Node dials the first address only.
+   * TLS still verifies the host name given (or `serverName`), never the address that answered.
+   */
   static open(o: ConnectOptions): Promise<Connection> {
     return new Promise<Connection>((resolve, reject) => {
       let done = false;
@@ -220,7 +229,7 @@ export class Connection {
       const timer = setTimeout(() => finish(new UnavailableError(`no HELLO_OK within ${o.connectTimeoutMs} ms (connect timeout)`, o.node)), o.connectTimeoutMs);
       const onError = (e: NodeJS.ErrnoException) => {
         if (o.tls && isTlsError(e)) finish(toTlsError(e, o.node));
-        else finish(new UnavailableError(`cannot connect: ${e.message}`, o.node, e));
+        else finish(new UnavailableError(`cannot connect: ${connectErrorMessage(e)}`, o.node, e));
       };
       const onClose = () => finish(new UnavailableError("connection closed during the handshake", o.node));
       const onData = (chunk: Buffer) => {
@@ -265,9 +274,11 @@ export class Connection {
         const t = o.tls;
         const serverName = t.serverName ?? o.host;
         const ip = net.isIP(serverName) !== 0;
-        const opts: tls.ConnectionOptions = {
+        // tls.connect hands `autoSelectFamily` to its TCP connect (@types/node omits it here).
+        const opts: tls.ConnectionOptions & Pick<net.TcpNetConnectOpts, "autoSelectFamily"> = {
           host: o.host,
           port: o.port,
+          autoSelectFamily: true,
           ALPNProtocols: [ALPN],
           minVersion: "TLSv1.2",
           rejectUnauthorized: true,
@@ -284,7 +295,7 @@ export class Connection {
           socket.write(hello);
         });
       } else {
-        socket = net.connect({ host: o.host, port: o.port }, () => {
+        socket = net.connect({ host: o.host, port: o.port, autoSelectFamily: true }, () => {
           socket.setNoDelay(true);
           socket.write(hello);
         });
@@ -520,4 +531,15 @@ function settleError(slot: Slot, err: Error): void {
 /** Whether `err` is one of this package's errors. */
 export function isIdgenError(err: unknown): err is IdgenError {
   return err instanceof IdgenError;
+}
+
+/**
+ * A connect error's message. With `autoSelectFamily` a failure on every address is an
+ * AggregateError whose own message is empty; its `errors` say what happened at each address.
+ */
+function connectErrorMessage(e: Error): string {
+  if (e instanceof AggregateError && e.errors.length > 0) {
+    return e.errors.map((x: unknown) => (x instanceof Error ? x.message : String(x))).join("; ");
+  }
+  return e.message;
 }

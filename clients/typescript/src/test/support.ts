@@ -66,15 +66,16 @@ export class NodeProc {
   }
 
   /**
-   * Start `idgen serve` on 127.0.0.1:0 (memory store, 2 shards unless `args` say otherwise)
-   * and wait for its `listening on` line (and `listening with TLS on` with --tls-listen).
+   * Start `idgen serve` on 127.0.0.1:0 unless `args` give --listen (memory store, 2 shards unless
+   * `args` say otherwise), and wait for its `listening on` line (and `listening with TLS on`
+   * with --tls-listen).
    */
   static async start(args: string[] = [], options: { store?: string; dir?: string } = {}): Promise<NodeProc> {
     const bin = idgenBin();
     const dir = options.dir ?? tmpDir("idgen-tstest-");
     const logPath = path.join(dir, `server-${Date.now()}.log`);
     const log = openSync(logPath, "a");
-    const full = ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "off", "--http-listen", "off", "--store", options.store ?? "memory", "--data-dir", dir];
+    const full = ["serve", ...(args.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"]), "--admin-listen", "off", "--http-listen", "off", "--store", options.store ?? "memory", "--data-dir", dir];
     if (!args.includes("--shards")) full.push("--shards", "2");
     full.push(...args);
     const proc = spawn(bin, full, { stdio: ["ignore", "pipe", log] });

@@ -11,9 +11,11 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
+import java.net.UnknownHostException;
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -101,17 +103,9 @@ final class Connection {
     static Connection open(String node, String host, int port, TlsConfig tls, long timeoutMillis,
             boolean useRanges, Stats stats) {
         long deadline = System.nanoTime() + timeoutMillis * 1_000_000L;
-        Socket raw = new Socket();
+        Socket raw = connectAny(node, host, port, deadline, timeoutMillis);
         Socket sock = raw;
         try {
-            try {
-                raw.setTcpNoDelay(true);
-                raw.connect(new InetSocketAddress(host, port), (int) Math.max(1, timeoutMillis));
-            } catch (SocketTimeoutException e) {
-                throw new UnavailableException("connect timed out after " + timeoutMillis + " ms", node, e);
-            } catch (IOException e) {
-                throw new UnavailableException("cannot connect: " + e.getMessage(), node, e);
-            }
             if (tls != null) {
                 SSLSocket s;
                 try {
@@ -140,6 +134,54 @@ final class Connection {
             closeQuietly(sock);
             throw e;
         }
+    }
+
+    /**
+     * A TCP connection to the first of {@code host}'s addresses that accepts one, tried one at a
+     * time in the order {@link InetAddress#getAllByName} gives them (a name such as
+     * {@code localhost} may resolve to ::1 and 127.0.0.1, and the node listen on only one).
+     * A refused address moves on at once; each attempt may use at most an even share of the
+     * time left before {@code deadline} (time left / addresses left), so one address that does
+     * not answer cannot use up the others' time. Fails with the last address's error.
+     */
+    private static Socket connectAny(String node, String host, int port, long deadline, long timeoutMillis) {
+        InetAddress[] resolved;
+        try {
+            resolved = InetAddress.getAllByName(host);
+        } catch (UnknownHostException e) {
+            throw new UnavailableException("cannot connect: unknown host " + host, node, e);
+        }
+        InetSocketAddress[] addrs = new InetSocketAddress[resolved.length];
+        for (int i = 0; i < resolved.length; i++) {
+            addrs[i] = new InetSocketAddress(resolved[i], port);
+        }
+        return connectAny(node, addrs, deadline, timeoutMillis);
+    }
+
+    /** {@link #connectAny(String, String, int, long, long)} on addresses already resolved. */
+    static Socket connectAny(String node, InetSocketAddress[] addrs, long deadline, long timeoutMillis) {
+        IOException last = null;
+        for (int i = 0; i < addrs.length; i++) {
+            long left = deadline - System.nanoTime();
+            if (left <= 0) {
+                break;
+            }
+            int share = (int) Math.max(1, Math.min(Integer.MAX_VALUE, left / (addrs.length - i) / 1_000_000L));
+            Socket s = new Socket();
+            try {
+                s.setTcpNoDelay(true);
+                s.connect(addrs[i], share);
+                return s;
+            } catch (IOException e) {
+                closeQuietly(s);
+                last = e;
+            }
+        }
+        String tried = addrs.length > 1 ? " (" + addrs.length + " addresses tried)" : "";
+        if (last == null || last instanceof SocketTimeoutException) {
+            throw new UnavailableException("connect timed out after " + timeoutMillis + " ms" + tried, node, last);
+        }
+        throw new UnavailableException("cannot connect: " + last.getMessage() + tried, node, last);
     }
 
     private record HelloResult(HelloOk hello, byte[] buf, int len) {}
