@@ -459,7 +459,8 @@ fn tls_settings_are_checked_before_the_node_starts() {
                 "--tls-cert",
                 path(&server.cert),
             ],
-            "tls_cert is set but tls_key is not",
+            // Named as the user wrote it: the flag.
+            "--tls-cert is set but tls_key is not",
         ),
         (
             vec![
