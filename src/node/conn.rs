@@ -154,6 +154,19 @@ struct Conn {
     tally: Tally,
 }
 
+impl Drop for Conn {
+    /// A connection that ends while a request of it waits (the client closed, the node stops)
+    /// gives up that request's place in the shard's line, so the requests behind it move up.
+    fn drop(&mut self) {
+        if let Some(pending) = self.pending.as_mut() {
+            // Never borrowed across an await, so free whenever a connection ends.
+            if let Ok(mut gen) = self.ctx.gen.try_borrow_mut() {
+                gen.abandon(&mut pending.fill);
+            }
+        }
+    }
+}
+
 /// Requests and ID batches counted while a read's worth of requests is handled.
 #[derive(Default)]
 struct Tally {
@@ -474,10 +487,14 @@ impl Conn {
             let out = &mut self.out;
             out.reserve(n * SINGLE_ID_ANSWER_LEN);
             let mut gen = self.ctx.gen.borrow_mut();
-            gen.issue(self.announced, &mut fill, |first, count| {
+            let result = gen.issue(self.announced, &mut fill, |first, count| {
                 drawn += count;
                 put_single_id_answers(out, first, count);
-            })
+            });
+            // The draw is not resumed (what is left goes the general way): a place in line it
+            // took while waiting goes to the next request.
+            gen.abandon(&mut fill);
+            result
         };
         let answered = match result {
             Ok(Progress::Done) => drawn,
