@@ -1319,9 +1319,23 @@ fn demand_above_a_shards_capacity_waits_its_turn_or_is_busy_never_a_clock_fault(
         0.0,
         "a clock fault was counted"
     );
+    // A plain two-shard node (one worker ID each), 16 connections × 8 requests of 8,192 IDs.
+    let two = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "2",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let (served4, busy4) = drive_above_capacity(&two, 16, 8, 8, 8192);
+    assert_eq!(served4 + busy4, 16 * 8, "every request answered");
+    assert!(served4 >= 16, "{served4} served");
+    assert_eq!(errors_counted(&two, 301), 0.0, "a clock fault was counted");
     eprintln!(
         "256 IDs/ms: 8 connections {served} served, {busy} busy, one-ID requests \
          {singles_served} served, {singles_busy} busy; 64 connections {served2} served, {busy2} \
-         busy; 4,096 IDs/ms: {served3} served, {busy3} busy"
+         busy; 4,096 IDs/ms: {served3} served, {busy3} busy; two shards: {served4} served, \
+         {busy4} busy"
     );
 }
