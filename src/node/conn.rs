@@ -3,9 +3,10 @@
 //! The loop: read what the socket has; decode every complete request in the buffer and encode
 //! its answer into one output buffer (stopping early once `OUTPUT_HIGH_WATER` bytes are pending);
 //! write the whole output in one call (write coalescing); repeat. A request whose IDs need a
-//! later clock reading (its millisecond's slots used up, a small clock step) is resumed after
-//! the wait the generator names, on a timer: the shard serves its other connections meanwhile,
-//! and this connection's answers keep their order. While a write is blocked on
+//! later clock reading (its millisecond's slots used up, a small clock step) or its turn in the
+//! shard's line of waiting requests is resumed after the wait the generator names, on a timer
+//! or a yield: the shard serves its other connections meanwhile, and this connection's answers
+//! keep their order. A connection that ends while a request waits gives up its place in line. While a write is blocked on
 //! a client that does not read, nothing more is read from it, so a slow reader costs at most
 //! the high-water mark plus one maximal answer of memory, never more.
 
