@@ -213,7 +213,8 @@ impl GenError {
 pub struct GeneratorStats {
     /// IDs issued.
     pub issued: AtomicU64,
-    /// Times a call had to wait because every slot of the millisecond was used.
+    /// Requests that had to wait for sequence space (every slot of the millisecond used, or
+    /// others waiting before them), once per wait.
     pub exhaustion_waits: AtomicU64,
     /// Clock rollbacks detected (one per episode, however long it lasts).
     pub rollback_events: AtomicU64,
@@ -621,7 +622,8 @@ impl<C: Clock> Generator<C> {
                 ticket
             }
         };
-        if fill.waiting_since.is_none() && matches!(stall, Stall::Exhausted) {
+        if fill.waiting_since.is_none() && !matches!(stall, Stall::Behind(_)) {
+            // A wait for sequence space: this millisecond's, or the turn of others before it.
             bump(&self.stats.exhaustion_waits, 1);
         }
         let waiting_since = *fill.waiting_since.get_or_insert(mono);
