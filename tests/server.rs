@@ -1150,3 +1150,192 @@ fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
     }
     assert_usable(&mut v1, "after 0x04 on version 1");
 }
+
+/// Drives `node` with `conns` connections, each keeping `in_flight` requests of `count` IDs
+/// outstanding until it has sent `per_conn` (or 20 s have passed). Every answer must be the IDs
+/// (strictly increasing on their connection, unique across all) or `BUSY`; returns how many
+/// were each.
+fn drive_above_capacity(
+    node: &NodeProc,
+    conns: usize,
+    in_flight: usize,
+    per_conn: usize,
+    count: u32,
+) -> (usize, usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let workers: Vec<_> = (0..conns)
+        .map(|k| {
+            let mut c = TestConn::open(node.addr);
+            std::thread::spawn(move || {
+                let mut sent = 0;
+                let (mut served, mut busy) = (Vec::new(), 0usize);
+                let mut last = 0u64;
+                while sent < in_flight.min(per_conn) {
+                    c.send(&Request::GetIds { count });
+                    sent += 1;
+                }
+                for i in 0..per_conn {
+                    if i >= sent {
+                        break; // the time ran out: nothing more was sent
+                    }
+                    match c.recv() {
+                        Some(Response::Ids(ids)) => {
+                            check_ids(i, count, &ids, &mut last);
+                            served.extend(ids);
+                        }
+                        Some(Response::Error { status, message }) => {
+                            assert_eq!(
+                                status,
+                                Status::BUSY,
+                                "connection {k}, answer {i}: demand answered {message:?}"
+                            );
+                            busy += 1;
+                        }
+                        other => panic!("connection {k}, answer {i}: {other:?}"),
+                    }
+                    if sent < per_conn && Instant::now() < deadline {
+                        c.send(&Request::GetIds { count });
+                        sent += 1;
+                    }
+                }
+                // Still usable after BUSY answers.
+                assert_usable(&mut c, "after the load");
+                (served, busy)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut busy = 0;
+    for w in workers {
+        let (ids, b) = w.join().expect("a connection's checks failed");
+        all.extend(ids);
+        busy += b;
+    }
+    let served = all.len() / count as usize;
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), served * count as usize, "an ID was issued twice");
+    (served, busy)
+}
+
+/// The error answers `node` counted under wire status `code`.
+fn errors_counted(node: &NodeProc, code: u16) -> f64 {
+    let admin = node.admin.expect("admin address");
+    let (status, metrics) = common::node::http(admin, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    let label = format!("idgen_errors_total{{status=\"{code}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn demand_above_a_shards_capacity_waits_its_turn_or_is_busy_never_a_clock_fault() {
+    // A request that waits while other connections take each new millisecond's IDs is not a
+    // stalled clock (it used to be answered 301 UNAVAILABLE_CLOCK within a tenth of a second).
+    // One shard of one worker ID with 8 sequence bits: 256 IDs per millisecond, so that the
+    // generator, not the CPU of a debug build, is what runs out; requests of 1,024 IDs.
+    let small = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--workers-per-shard",
+        "1",
+        "--timestamp-bits",
+        "41",
+        "--worker-bits",
+        "14",
+        "--sequence-bits",
+        "8",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    // 8 connections × 8 requests in flight (64 ms of the shard's capacity at once): the line
+    // of waiting requests (one per connection, 4 ms each) is served in turn. Meanwhile a
+    // connection pipelines one-ID requests, which wait in the same line (a run of them as
+    // one request).
+    let mut singles = TestConn::open(small.addr);
+    let single_ids = std::thread::spawn(move || {
+        let (mut served, mut busy, mut last) = (0, 0, 0u64);
+        for round in 0..4 {
+            send_in_chunks(&singles, &vec![Request::GetIds { count: 1 }; 2000], &[])
+                .join()
+                .unwrap();
+            for i in 0..2000 {
+                match singles.recv() {
+                    Some(Response::Ids(ids)) => {
+                        check_ids(i, 1, &ids, &mut last);
+                        served += 1;
+                    }
+                    Some(Response::Error { status, message }) => {
+                        assert_eq!(status, Status::BUSY, "round {round}, answer {i}: {message}");
+                        busy += 1;
+                    }
+                    other => panic!("round {round}, answer {i}: {other:?}"),
+                }
+            }
+        }
+        (served, busy)
+    });
+    let (served, busy) = drive_above_capacity(&small, 8, 8, 24, 1024);
+    assert_eq!(served + busy, 8 * 24, "every request answered");
+    assert!(served >= 8, "{served} served");
+    let (singles_served, singles_busy) = single_ids.join().expect("one-ID requests");
+    assert!(singles_served > 0);
+    // 64 connections × 2 in flight: the line is longer than the turn bound (64 × 4 ms of
+    // capacity): requests are served or answered BUSY, and the connections stay open.
+    let (served2, busy2) = drive_above_capacity(&small, 64, 2, 6, 1024);
+    assert_eq!(served2 + busy2, 64 * 6, "every request answered");
+    assert!(served2 >= 8, "{served2} served");
+    assert_eq!(
+        errors_counted(&small, 301),
+        0.0,
+        "a clock fault was counted"
+    );
+    assert_eq!(
+        errors_counted(&small, 306),
+        (busy + busy2 + singles_busy) as f64
+    );
+    // The default layout (4,096 IDs per millisecond), 8 connections × 8 requests of 8,192
+    // IDs in flight.
+    let default = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--workers-per-shard",
+        "1",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let (served3, busy3) = drive_above_capacity(&default, 8, 8, 16, 8192);
+    assert_eq!(served3 + busy3, 8 * 16, "every request answered");
+    assert!(served3 >= 8, "{served3} served");
+    assert_eq!(
+        errors_counted(&default, 301),
+        0.0,
+        "a clock fault was counted"
+    );
+    // A plain two-shard node (one worker ID each), 16 connections × 8 requests of 8,192 IDs.
+    let two = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "2",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let (served4, busy4) = drive_above_capacity(&two, 16, 8, 8, 8192);
+    assert_eq!(served4 + busy4, 16 * 8, "every request answered");
+    assert!(served4 >= 16, "{served4} served");
+    assert_eq!(errors_counted(&two, 301), 0.0, "a clock fault was counted");
+    eprintln!(
+        "256 IDs/ms: 8 connections {served} served, {busy} busy, one-ID requests \
+         {singles_served} served, {singles_busy} busy; 64 connections {served2} served, {busy2} \
+         busy; 4,096 IDs/ms: {served3} served, {busy3} busy; two shards: {served4} served, \
+         {busy4} busy"
+    );
+}

@@ -455,7 +455,7 @@ func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error 
 				}
 				return err
 			case se != nil:
-				// 300, 301 (the connection stays usable), 302, 303, 305 again: back off.
+				// 300, 301, 306 (the connection stays usable), 302, 303, 305 again: back off.
 				c.markDown(n, cc, err, !se.Closes())
 			case errors.Is(err, ErrClosed):
 				return err

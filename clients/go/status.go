@@ -26,6 +26,7 @@ const (
 	StatusOverloaded         Status = 303
 	StatusExhausted          Status = 304
 	StatusRangeChanged       Status = 305
+	StatusBusy               Status = 306
 	StatusInternal           Status = 500
 )
 
@@ -54,6 +55,7 @@ var Statuses = []StatusInfo{
 	{StatusOverloaded, "OVERLOADED", true, true},
 	{StatusExhausted, "EXHAUSTED", false, false},
 	{StatusRangeChanged, "RANGE_CHANGED", true, true},
+	{StatusBusy, "BUSY", false, true},
 	{StatusInternal, "INTERNAL", true, false},
 }
 

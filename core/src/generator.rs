@@ -26,7 +26,23 @@
 //! [`GenError::ClockMovedBack`] until the clock has recovered, then serves again by itself. The
 //! same rule applies to a clock at or below the floor ([`GenError::ClockBehindFloor`]). Waits
 //! are measured on the monotonic clock and bounded, so a stuck wall clock becomes
-//! [`GenError::ClockStalled`], never a hang.
+//! [`GenError::ClockStalled`], never a hang. Both judge the clock alone, on the generator's
+//! own record of it (since when its reading has stood still while every slot was used, since
+//! when it has been behind), never on how long one request has waited: a request that waits
+//! while others take each new millisecond's slots is not a sign of a stuck clock.
+//!
+//! ## Demand above capacity
+//!
+//! A shard issues at most `k · 2^s` IDs per millisecond; more demand than that waits, which is
+//! the backpressure. Requests that have to wait take their turn in arrival order: a request
+//! that finds others waiting joins the end of the line (even if slots are free), and only the
+//! request at the front draws, so each new millisecond's slots go to the oldest waiter first.
+//! A request that has waited [`MAX_TURN_WAIT`] for its turn without drawing an ID fails with
+//! [`GenError::Overloaded`] (this node is busy: try later or elsewhere), which is not a clock
+//! fault. A request that leaves the line in any way (served, failed, or abandoned by its
+//! caller through [`Generator::leave`]) lets the next one move up; a front that stops asking
+//! without leaving is passed over after the same bound, so the line never stalls. The line
+//! exists only while requests wait: a request that finds nobody waiting pays one comparison.
 //!
 //! ## The generator never sleeps
 //!
@@ -77,6 +93,19 @@ use crate::layout::{Id, Layout};
 
 /// Default bound on how far back the clock may step and be waited out.
 pub const DEFAULT_MAX_ROLLBACK_WAIT: Duration = Duration::from_millis(10);
+
+/// How long a request may wait for its turn (others ahead of it in line, taking every slot)
+/// without drawing an ID before it fails with [`GenError::Overloaded`]. Long enough that a
+/// burst of big batches (a line of 50 requests of 8,192 IDs on a shard of one worker ID) is
+/// absorbed by waiting; short enough that a client hears "busy" well within its own request
+/// timeout (1 s by default in every bundled client) and can go elsewhere. It bounds a turn
+/// wait only: a request at the front of the line waits for the clock, which the clock bounds
+/// judge.
+pub const MAX_TURN_WAIT: Duration = Duration::from_millis(100);
+
+/// Lines of different generators have different numbers, so a ticket kept from a generator
+/// that was replaced (a lease change) is never taken for one of its successor's.
+static LINES: AtomicU64 = AtomicU64::new(1);
 
 /// The lease ceiling of a shard, in ID-time milliseconds: IDs must have a timestamp strictly
 /// below it. Written by the lease keeper, read by the generator once per new millisecond.
@@ -137,8 +166,8 @@ pub enum ConfigError {
     FloorBeyondRange { floor: u64, max: u64 },
 }
 
-/// Why no ID was issued. Every variant but `Exhausted` clears by itself when the clock or the
-/// lease recovers; all of them mean "try another node".
+/// Why no ID was issued. Every variant but `Exhausted` clears by itself when the clock, the
+/// lease or the demand recovers; all of them mean "try another node".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum GenError {
     #[error("unavailable: clock moved back by {by_ms} ms")]
@@ -158,6 +187,10 @@ pub enum GenError {
     ClockPastEnd { max_timestamp: u64 },
     #[error("exhausted: the layout's timestamp range has run out")]
     Exhausted,
+    /// Demand above this shard's capacity: the request waited [`MAX_TURN_WAIT`] for its turn
+    /// while earlier requests took every slot. The clock is fine.
+    #[error("overloaded: waited {waited_ms} ms for a turn while other requests took every ID this shard can issue; retry later or on another node")]
+    Overloaded { waited_ms: u64 },
 }
 
 impl GenError {
@@ -180,7 +213,8 @@ impl GenError {
 pub struct GeneratorStats {
     /// IDs issued.
     pub issued: AtomicU64,
-    /// Times a call had to wait because every slot of the millisecond was used.
+    /// Requests that had to wait for sequence space (every slot of the millisecond used, or
+    /// others waiting before them), once per wait.
     pub exhaustion_waits: AtomicU64,
     /// Clock rollbacks detected (one per episode, however long it lasts).
     pub rollback_events: AtomicU64,
@@ -203,14 +237,20 @@ pub fn bump(counter: &AtomicU64, by: u64) {
     );
 }
 
-/// A request for IDs in progress: how many are still to issue, and since when it has been
-/// waiting for the clock (the wait bound spans every call of one request).
+/// A request for IDs in progress: how many are still to issue, since when it has been waiting
+/// for its turn (the bound spans every call of one request), and its place in line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fill {
     requested: u64,
     remaining: u64,
-    /// Monotonic time at which the current wait began; cleared whenever IDs are issued.
+    /// Monotonic time at which the current wait began; cleared whenever IDs are issued. A
+    /// clock is judged stalled for this request only over time it has waited.
     waiting_since: Option<u64>,
+    /// The same for the current wait for a turn, which a wait for a clock that is behind
+    /// restarts (that wait is the clock's to judge).
+    turn_since: Option<u64>,
+    /// Its place in a generator's line while it waits: `(line, ticket)`.
+    ticket: Option<(u64, u64)>,
 }
 
 impl Fill {
@@ -220,6 +260,8 @@ impl Fill {
             requested: n,
             remaining: n,
             waiting_since: None,
+            turn_since: None,
+            ticket: None,
         }
     }
 
@@ -245,11 +287,84 @@ pub enum Progress {
 }
 
 /// What stands between the generator and a free slot.
+#[derive(Clone, Copy)]
 enum Stall {
     /// Every slot of the current millisecond is used: wait for the next one.
     Exhausted,
     /// The clock is behind by this many ms (rollback or floor) and within the wait bound.
     Behind(u64),
+    /// Slots are free, but earlier requests are waiting: wait for this one's turn.
+    Turn,
+}
+
+/// The requests waiting for slots, in arrival order, as consecutive tickets `head ..`: a
+/// request joins at the end and leaves when served, failed or abandoned; only the front one
+/// draws. No allocation once its buffer has grown to the longest line seen.
+#[derive(Debug)]
+struct Line {
+    /// Tells this line's tickets from those of other generators.
+    id: u64,
+    /// The ticket at the front.
+    head: u64,
+    /// For each ticket from `head` on: whether its request has left. The front has not.
+    left: std::collections::VecDeque<bool>,
+    /// Monotonic time at which the front was last seen asking (`None`: not yet since it came
+    /// to the front).
+    front_seen: Option<u64>,
+}
+
+impl Line {
+    fn new() -> Line {
+        Line {
+            id: LINES.fetch_add(1, Ordering::Relaxed),
+            head: 0,
+            left: std::collections::VecDeque::new(),
+            front_seen: None,
+        }
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.left.is_empty()
+    }
+
+    /// Whether `ticket` is at the front of this line.
+    #[inline]
+    fn is_front(&self, ticket: Option<(u64, u64)>) -> bool {
+        ticket == Some((self.id, self.head))
+    }
+
+    /// Whether `ticket` is waiting in this line.
+    fn holds(&self, ticket: (u64, u64)) -> bool {
+        ticket.0 == self.id && ticket.1.wrapping_sub(self.head) < self.left.len() as u64
+    }
+
+    /// A new ticket at the end.
+    fn join(&mut self) -> (u64, u64) {
+        if self.left.is_empty() {
+            self.front_seen = None;
+        }
+        let ticket = self.head.wrapping_add(self.left.len() as u64);
+        self.left.push_back(false);
+        (self.id, ticket)
+    }
+
+    /// `ticket` leaves (nothing if it is not in this line); the next waiting ticket moves to
+    /// the front.
+    fn leave(&mut self, ticket: (u64, u64)) {
+        if !self.holds(ticket) {
+            return;
+        }
+        let at = ticket.1.wrapping_sub(self.head) as usize;
+        self.left[at] = true;
+        if at == 0 {
+            while self.left.front() == Some(&true) {
+                self.left.pop_front();
+                self.head = self.head.wrapping_add(1);
+            }
+            self.front_seen = None;
+        }
+    }
 }
 
 /// One shard's ID generator. Not `Sync`: it lives on its shard's thread.
@@ -274,8 +389,19 @@ pub struct Generator<C: Clock> {
     floor: u64,
     /// The last ID emitted (`None` before the first): every run starts above it.
     last_id: Option<u64>,
+    /// Since when the clock has kept a request from a slot, on the monotonic clock, and how:
+    /// `(reading, since)` while every slot of the reading's millisecond is used and the reading
+    /// has not moved, `(BEHIND, since)` while the clock is behind. Cleared whenever IDs are
+    /// issued. The clock bounds judge this, never one request's wait.
+    clock_wait: Option<(u64, u64)>,
+    /// The requests waiting for slots.
+    line: Line,
     stats: Arc<GeneratorStats>,
 }
+
+/// The key of [`Generator::clock_wait`] while the clock is behind (no reading is `u64::MAX`:
+/// that marks a clock before the epoch, which fails at once).
+const BEHIND: u64 = u64::MAX;
 
 impl<C: Clock> Generator<C> {
     pub fn new(
@@ -335,6 +461,8 @@ impl<C: Clock> Generator<C> {
             started: false,
             floor: config.floor,
             last_id: None,
+            clock_wait: None,
+            line: Line::new(),
             stats,
         })
     }
@@ -403,9 +531,11 @@ impl<C: Clock> Generator<C> {
 
     /// Issues what it can of `fill` now, as runs `emit(first, count)` (one per millisecond of
     /// work, increasing), and never sleeps: [`Progress::RetryAt`] says when the rest can come
-    /// (call again then with the same `fill`), [`Progress::Done`] that every ID was emitted. On
-    /// an error the whole request fails: discard every run it emitted, in this call and the
-    /// earlier ones (their IDs are burned, never reissued).
+    /// (call again then with the same `fill`; a request that waits holds a place in line, so a
+    /// caller that gives it up before it is done calls [`abandon`](Generator::abandon)),
+    /// [`Progress::Done`] that every ID was emitted. On an error the whole request fails:
+    /// discard every run it emitted, in this call and the earlier ones (their IDs are burned,
+    /// never reissued).
     pub fn poll_fill(
         &mut self,
         fill: &mut Fill,
@@ -416,8 +546,9 @@ impl<C: Clock> Generator<C> {
         }
         loop {
             let now = self.now();
-            match self.advance(now) {
-                Ok(()) => {
+            let stall = match self.advance(now) {
+                // A free slot, and nobody waiting or this request's turn.
+                Ok(()) if self.line.is_empty() || self.line.is_front(fill.ticket) => {
                     let take = fill.remaining.min(self.capacity - self.next);
                     let first = self.base(self.last_ts) + self.next;
                     // Never backwards, and within this millisecond's slots.
@@ -437,50 +568,143 @@ impl<C: Clock> Generator<C> {
                     self.next += take;
                     fill.remaining -= take;
                     fill.waiting_since = None;
+                    fill.turn_since = None;
+                    self.clock_wait = None;
                     if fill.remaining == 0 {
+                        self.abandon(fill);
                         // Counted only when delivered: a failed request burns its slots but
                         // issues nothing.
                         bump(&self.stats.issued, fill.requested);
                         return Ok(Progress::Done);
                     }
+                    continue;
                 }
-                Err(Ok(stall)) => {
-                    let mono = self.clock.mono_ns();
-                    let since = *fill.waiting_since.get_or_insert_with(|| {
-                        if matches!(stall, Stall::Exhausted) {
-                            bump(&self.stats.exhaustion_waits, 1);
-                        }
-                        mono
-                    });
-                    let waited_ns = mono.saturating_sub(since);
-                    // A sequence wait needs at most a millisecond; a clock wait at most the
-                    // bound. Two milliseconds of slack absorb scheduling noise.
-                    let limit_ns = (self.max_wait_ms + 2).saturating_mul(1_000_000);
-                    if waited_ns > limit_ns {
-                        // The wall clock was read before the monotonic one: a pause of this
-                        // thread in between (a VM paused, a profiler attaching) is not a clock
-                        // that stood still. Read it once more, after the deadline (and not a
-                        // held reading), before refusing.
-                        self.clock.release();
-                        if self.now() != now {
-                            continue;
-                        }
-                        return Err(match stall {
-                            Stall::Exhausted => GenError::ClockStalled {
-                                waited_ms: waited_ns / 1_000_000,
-                            },
-                            Stall::Behind(by_ms) => self.behind_error(by_ms),
-                        });
-                    }
-                    let wait = match stall {
-                        Stall::Exhausted => Duration::from_micros(20),
-                        Stall::Behind(by_ms) => Duration::from_millis(by_ms.min(self.max_wait_ms)),
-                    };
-                    return Ok(Progress::RetryAt(mono.saturating_add(duration_ns(wait))));
+                Ok(()) => Stall::Turn,
+                Err(Ok(stall)) => stall,
+                Err(Err(e)) => {
+                    self.abandon(fill);
+                    return Err(e);
                 }
-                Err(Err(e)) => return Err(e),
+            };
+            if let Some(result) = self.wait(fill, stall, now) {
+                return result;
             }
         }
+    }
+
+    /// Takes `fill` out of the line it waits in, if any, so the requests behind it move up: for
+    /// a caller that gives up a request before it is done (its connection closed). Requests
+    /// that are done or failed have left already; calling it for them does nothing.
+    #[inline]
+    pub fn abandon(&mut self, fill: &mut Fill) {
+        if let Some(ticket) = fill.ticket.take() {
+            self.line.leave(ticket);
+        }
+    }
+
+    /// A request that cannot draw now, for `stall`, at clock reading `now`: takes its place in
+    /// line, judges the wait (the clock by the clock bounds, a turn by [`MAX_TURN_WAIT`]) and
+    /// says when to ask again. `None`: the clock did move after all (a pause between the clock
+    /// reads): try again now.
+    fn wait(
+        &mut self,
+        fill: &mut Fill,
+        stall: Stall,
+        now: u64,
+    ) -> Option<Result<Progress, GenError>> {
+        let mono = self.clock.mono_ns();
+        let ticket = match fill.ticket {
+            Some(ticket) if self.line.holds(ticket) => ticket,
+            // First wait (or its line was replaced with the generator): to the end of the line.
+            _ => {
+                let ticket = self.line.join();
+                fill.ticket = Some(ticket);
+                ticket
+            }
+        };
+        if fill.waiting_since.is_none() && !matches!(stall, Stall::Behind(_)) {
+            // A wait for sequence space: this millisecond's, or the turn of others before it.
+            bump(&self.stats.exhaustion_waits, 1);
+        }
+        let waiting_since = *fill.waiting_since.get_or_insert(mono);
+        let front = self.line.is_front(Some(ticket));
+        if front {
+            self.line.front_seen = Some(mono);
+        }
+        let clock_stall = match stall {
+            Stall::Exhausted => Some(now),
+            Stall::Behind(_) => Some(BEHIND),
+            Stall::Turn => None,
+        };
+        if let Some(key) = clock_stall {
+            // The clock's judgement, on the clock alone: since when its reading has stood still
+            // with every slot used, or since when it has been behind, whoever was asking (but
+            // not before this request asked: one that comes after a refusal gives the clock
+            // the whole bound again to show it moves).
+            let since = match self.clock_wait {
+                Some((k, since)) if k == key => since,
+                _ => {
+                    self.clock_wait = Some((key, mono));
+                    mono
+                }
+            };
+            let waited_ns = mono.saturating_sub(since.max(waiting_since));
+            // A sequence wait needs at most a millisecond; a clock wait at most the bound. Two
+            // milliseconds of slack absorb scheduling noise.
+            let limit_ns = (self.max_wait_ms + 2).saturating_mul(1_000_000);
+            if waited_ns > limit_ns {
+                // The wall clock was read before the monotonic one: a pause of this thread in
+                // between (a VM paused, a profiler attaching) is not a clock that stood still.
+                // Read it once more, after the deadline (and not a held reading), before
+                // refusing.
+                self.clock.release();
+                if self.now() != now {
+                    return None;
+                }
+                self.abandon(fill);
+                return Some(Err(match stall {
+                    Stall::Behind(by_ms) => self.behind_error(by_ms),
+                    Stall::Exhausted | Stall::Turn => GenError::ClockStalled {
+                        waited_ms: waited_ns / 1_000_000,
+                    },
+                }));
+            }
+        }
+        let turn_ns = duration_ns(MAX_TURN_WAIT);
+        if let Stall::Behind(by_ms) = stall {
+            // Nobody draws while the clock is behind: that wait is the clock's, not a turn's,
+            // and a front that asks only every few milliseconds meanwhile is still there.
+            fill.turn_since = None;
+            self.line.front_seen = None;
+            let wait = Duration::from_millis(by_ms.min(self.max_wait_ms));
+            return Some(Ok(Progress::RetryAt(
+                mono.saturating_add(duration_ns(wait)),
+            )));
+        }
+        let since = *fill.turn_since.get_or_insert(mono);
+        if !front {
+            // A front that stopped asking without leaving (its caller dropped the request
+            // without `abandon`) is passed over, so the line never stalls.
+            match self.line.front_seen {
+                None => self.line.front_seen = Some(mono),
+                Some(seen) if mono.saturating_sub(seen) > turn_ns => {
+                    let head = (self.line.id, self.line.head);
+                    self.line.leave(head);
+                }
+                Some(_) => {}
+            }
+            let waited_ns = mono.saturating_sub(since);
+            if waited_ns > turn_ns && !self.line.is_front(Some(ticket)) {
+                self.abandon(fill);
+                return Some(Err(GenError::Overloaded {
+                    waited_ms: waited_ns / 1_000_000,
+                }));
+            }
+        }
+        // The next millisecond, or the front's draw, is near: ask again soon.
+        Some(Ok(Progress::RetryAt(
+            mono.saturating_add(duration_ns(Duration::from_micros(20))),
+        )))
     }
 
     /// ID-time now, or `u64::MAX` as a marker for "before the epoch".

@@ -79,11 +79,12 @@ status_table! {
     201 BATCH_TOO_LARGE     closes=false retry=false "GET_IDS with count above max_batch.";
     202 UNKNOWN_OPCODE      closes=false retry=false "Well-formed frame within the size limit with an unknown opcode; the frame is skipped.";
     300 UNAVAILABLE_LEASE   closes=false retry=true  "The node holds no usable lease (lease ceiling reached or no lease).";
-    301 UNAVAILABLE_CLOCK   closes=false retry=true  "The clock moved backwards further than the server waits out.";
+    301 UNAVAILABLE_CLOCK   closes=false retry=true  "The node's clock is at fault: it moved backwards further than the server waits out, or stood still.";
     302 SHUTTING_DOWN       closes=true  retry=true  "The server is shutting down; it closes after answering the requests it has read.";
     303 OVERLOADED          closes=true  retry=true  "Connection limit reached.";
     304 EXHAUSTED           closes=false retry=false "The layout's timestamp range has run out; no node of this cluster can help.";
     305 RANGE_CHANGED       closes=true  retry=true  "The node's worker range changed after this connection's HELLO_OK; it closes: reconnect to learn the new range, or try another node.";
+    306 BUSY                closes=false retry=true  "Demand above this node's capacity: the request waited its turn for the node's limit and got no IDs; the connection stays open: retry later or on another node.";
     500 INTERNAL            closes=true  retry=false "Internal server error.";
 }
 
@@ -253,6 +254,8 @@ mod tests {
         assert_eq!(u16::from(Status::from(201)), 201);
         assert!(Status::RANGE_CHANGED.closes_connection());
         assert!(Status::RANGE_CHANGED.retry_elsewhere());
-        assert_eq!(Status::TABLE.len(), 14);
+        assert!(!Status::BUSY.closes_connection());
+        assert!(Status::BUSY.retry_elsewhere());
+        assert_eq!(Status::TABLE.len(), 15);
     }
 }

@@ -3,9 +3,10 @@
 //! The loop: read what the socket has; decode every complete request in the buffer and encode
 //! its answer into one output buffer (stopping early once `OUTPUT_HIGH_WATER` bytes are pending);
 //! write the whole output in one call (write coalescing); repeat. A request whose IDs need a
-//! later clock reading (its millisecond's slots used up, a small clock step) is resumed after
-//! the wait the generator names, on a timer: the shard serves its other connections meanwhile,
-//! and this connection's answers keep their order. While a write is blocked on
+//! later clock reading (its millisecond's slots used up, a small clock step) or its turn in the
+//! shard's line of waiting requests is resumed after the wait the generator names, on a timer
+//! or a yield: the shard serves its other connections meanwhile, and this connection's answers
+//! keep their order. A connection that ends while a request waits gives up its place in line. While a write is blocked on
 //! a client that does not read, nothing more is read from it, so a slow reader costs at most
 //! the high-water mark plus one maximal answer of memory, never more.
 
@@ -75,14 +76,34 @@ enum After {
     Wait(u64),
 }
 
-/// A request for IDs that is waiting for the clock.
+/// What a waiting request answers with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// GET_IDS: one IDS frame of `count` IDs.
+    Ids,
+    /// GET_RANGES: one RANGES frame.
+    Ranges,
+    /// A run of `count` one-ID GET_IDS requests, still in the input: one IDS frame each.
+    SingleIds,
+}
+
+/// A request for IDs that is waiting for the clock or its turn.
 struct Pending {
-    /// GET_RANGES (runs) rather than GET_IDS (IDs).
-    ranges: bool,
+    kind: Kind,
     count: u32,
     /// Where this request's answer starts in the output buffer.
     mark: usize,
     fill: Fill,
+}
+
+/// What [`Conn::single_id_run`] did.
+enum Run {
+    /// Nothing: the general path takes the input, one request at a time.
+    No,
+    /// Answered a run of requests (with IDs or with the draw's error).
+    Answered,
+    /// The run waits (pending) for the clock or its turn: resume it at this monotonic time.
+    Wait(u64),
 }
 
 /// Answers a connection over the limit with OVERLOADED, then closes it.
@@ -152,6 +173,19 @@ struct Conn {
     /// Counts of the requests handled by the current [`Conn::handle_buffered`] call, added to
     /// the shard's counters once at its end (plain fields here, one store per counter there).
     tally: Tally,
+}
+
+impl Drop for Conn {
+    /// A connection that ends while a request of it waits (the client closed, the node stops)
+    /// gives up that request's place in the shard's line, so the requests behind it move up.
+    fn drop(&mut self) {
+        if let Some(pending) = self.pending.as_mut() {
+            // Never borrowed across an await, so free whenever a connection ends.
+            if let Ok(mut gen) = self.ctx.gen.try_borrow_mut() {
+                gen.abandon(&mut pending.fill);
+            }
+        }
+    }
 }
 
 /// Requests and ID batches counted while a read's worth of requests is handled.
@@ -370,8 +404,10 @@ impl Conn {
             if self.out.len() >= OUTPUT_HIGH_WATER {
                 return After::More;
             }
-            if self.single_id_run() {
-                continue;
+            match self.single_id_run() {
+                Run::Answered => continue,
+                Run::Wait(at) => return After::Wait(at),
+                Run::No => {}
             }
             let version = self.state.version().unwrap_or(1);
             let (decoded, used) = match decode_request_for(&self.inbuf, &self.limits, version) {
@@ -411,7 +447,7 @@ impl Conn {
                     self.out.reserve(count as usize * 8);
                     // Served at once (not through `self.pending`, which only a wait needs).
                     let pending = Pending {
-                        ranges: false,
+                        kind: Kind::Ids,
                         count,
                         mark,
                         fill: Fill::new(u64::from(count)),
@@ -423,7 +459,7 @@ impl Conn {
                 Decoded::Request(Request::GetRanges { count }) => {
                     self.runs.clear();
                     let pending = Pending {
-                        ranges: true,
+                        kind: Kind::Ranges,
                         count,
                         mark: self.out.len(),
                         fill: Fill::new(u64::from(count)),
@@ -448,14 +484,17 @@ impl Conn {
     /// A run of `GET_IDS` requests for one ID each, the commonest pipelined traffic, answered
     /// with one draw from the generator: the requests are counted in the input (a byte compare
     /// each), their IDs come as one batch (one pass through the generator's fences instead of
-    /// one per request), and each request gets its own IDS frame, in order. True if a run was
-    /// answered. Anything else (a handshake not yet done, fewer than two such requests, a draw
-    /// that fails or must wait before its first ID) leaves the input as it was for the general
-    /// path, one request at a time; IDs drawn by a draw that failed are burned (never issued),
-    /// as the generator does for any request that fails part-way.
-    fn single_id_run(&mut self) -> bool {
+    /// one per request), and each request gets its own IDS frame, in order. A run that must
+    /// wait before its first ID (the millisecond used up, others before it in the shard's
+    /// line) waits as one request, taking one turn ([`Run::Wait`]); a draw that fails answers
+    /// every request of the run with its error, as it would have answered each of them (but a
+    /// closing status only the first). Anything else (a handshake not yet done, fewer than two
+    /// such requests) leaves the input as it was for the general path, one request at a time.
+    /// IDs drawn by a draw that failed are burned (never issued), as the generator does for
+    /// any request that fails part-way.
+    fn single_id_run(&mut self) -> Run {
         if self.state.version().is_none() || self.closing {
-            return false;
+            return Run::No;
         }
         let room = OUTPUT_HIGH_WATER.saturating_sub(self.out.len()) / SINGLE_ID_ANSWER_LEN + 1;
         let n = self
@@ -465,41 +504,72 @@ impl Conn {
             .take_while(|frame| *frame == SINGLE_ID_REQUEST)
             .count();
         if n < 2 {
-            return false;
+            return Run::No;
         }
-        let mark = self.out.len();
-        let mut fill = Fill::new(n as u64);
-        let mut drawn = 0u64;
+        self.out.reserve(n * SINGLE_ID_ANSWER_LEN);
+        let run = Pending {
+            kind: Kind::SingleIds,
+            // At most MAX_SINGLE_ID_RUN.
+            count: n as u32,
+            mark: self.out.len(),
+            fill: Fill::new(n as u64),
+        };
+        match self.resume_single_ids(run) {
+            Some(at) => Run::Wait(at),
+            None => Run::Answered,
+        }
+    }
+
+    /// Draws what the generator can now for a run of one-ID requests (see
+    /// [`single_id_run`](Self::single_id_run)) and answers that many of them. `Some(at)`:
+    /// nothing drawn yet, the run waits (pending) until `at`; `None`: answered (with IDs, or
+    /// with the error of a draw that failed).
+    fn resume_single_ids(&mut self, mut p: Pending) -> Option<u64> {
         let result = {
             let out = &mut self.out;
-            out.reserve(n * SINGLE_ID_ANSWER_LEN);
             let mut gen = self.ctx.gen.borrow_mut();
-            gen.issue(self.announced, &mut fill, |first, count| {
-                drawn += count;
+            let result = gen.issue(self.announced, &mut p.fill, |first, count| {
                 put_single_id_answers(out, first, count);
-            })
+            });
+            if matches!(result, Ok(Progress::RetryAt(_))) && p.fill.emitted() > 0 {
+                // The millisecond ran out part-way: the run ends with what it drew (the rest
+                // go on in a later run, which takes its own turn), so it leaves the line.
+                gen.abandon(&mut p.fill);
+            }
+            result
         };
+        let served = result.is_ok();
         let answered = match result {
-            Ok(Progress::Done) => drawn,
-            // The millisecond ran out part-way: the IDs drawn so far answer as many requests
-            // (each ID passed the fences); the rest go the general way, which waits.
-            Ok(Progress::RetryAt(_)) if drawn > 0 => {
-                bump(&self.ctx.stats.generator.issued, drawn);
-                drawn
+            Ok(Progress::Done) => p.fill.emitted(),
+            // The IDs drawn so far answer as many requests (each ID passed the fences).
+            Ok(Progress::RetryAt(_)) if p.fill.emitted() > 0 => {
+                bump(&self.ctx.stats.generator.issued, p.fill.emitted());
+                p.fill.emitted()
             }
-            _ => {
-                self.out.truncate(mark);
-                return false;
+            Ok(Progress::RetryAt(at)) => {
+                self.pending = Some(p);
+                return Some(at);
+            }
+            Err(e) => {
+                self.out.truncate(p.mark);
+                let mut refused = 0;
+                while refused < u64::from(p.count) && !self.closing {
+                    self.refuse(&e);
+                    refused += 1;
+                }
+                refused
             }
         };
-        // `answered <= n`: the draw asked for n IDs.
+        // `answered <= count`: the draw asked for `count` IDs.
         self.inbuf
             .advance(answered as usize * SINGLE_ID_REQUEST.len());
         self.tally.requests += answered;
         self.answered += answered;
         self.answered_by_op[Op::GetIds as usize] += answered;
-        self.tally.single_ids(answered);
-        true
+        if served {
+            self.tally.single_ids(answered);
+        }
+        None
     }
 
     fn hello(&mut self) {
@@ -531,11 +601,15 @@ impl Conn {
     /// its IDs straight into the output; GET_RANGES (version 2) collects the runs, one per
     /// millisecond of work, and answers them once whole.
     fn resume(&mut self, mut p: Pending) -> Option<u64> {
+        if p.kind == Kind::SingleIds {
+            return self.resume_single_ids(p);
+        }
+        let ranges = p.kind == Kind::Ranges;
         let result = {
             let (out, runs) = (&mut self.out, &mut self.runs);
             let mut gen = self.ctx.gen.borrow_mut();
             gen.issue(self.announced, &mut p.fill, |first, n| {
-                if p.ranges {
+                if ranges {
                     // Each run is part of one request, so its length fits its u32 count.
                     runs.push((first, n as u32));
                 } else {
@@ -545,7 +619,7 @@ impl Conn {
         };
         match result {
             Ok(Progress::Done) => {
-                if p.ranges {
+                if ranges {
                     encode_ranges(&self.runs, &mut self.out);
                 }
                 self.tally.served(u64::from(p.count));

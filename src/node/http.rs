@@ -36,9 +36,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::issuer::{status_of, wait_until, IssueError, ShardGen};
+use super::issuer::{status_of, wait_until, InLine, IssueError, ShardGen};
 use super::telemetry::{bump, drop_one, Op, ShardStats};
-use crate::generator::{Fill, Progress};
+use crate::generator::Progress;
 
 /// Largest request body read (a batch request is `{"count": N}`).
 const MAX_BODY: usize = 4096;
@@ -179,14 +179,15 @@ async fn issue(
     count: u32,
     mut emit: impl FnMut(u64, u64),
 ) -> Result<(), IssueError> {
-    let mut fill = Fill::new(u64::from(count));
+    // Leaves the shard's line if this future is dropped while it waits (the client went away).
+    let mut request = InLine::new(&ctx.gen, u64::from(count));
     let mut started = None;
     loop {
         // The borrow ends before any wait: other requests on this shard issue meanwhile.
-        let progress = ctx
-            .gen
-            .borrow_mut()
-            .issue_current(&mut started, &mut fill, &mut emit)?;
+        let progress =
+            ctx.gen
+                .borrow_mut()
+                .issue_current(&mut started, &mut request.fill, &mut emit)?;
         match progress {
             Progress::Done => break,
             Progress::RetryAt(at) => wait_until(&ctx.gen, at).await,

@@ -185,6 +185,28 @@ impl<C: Clock + Clone> ShardGen<C> {
         &mut self,
         announced: WorkerRange,
         fill: &mut Fill,
+        emit: impl FnMut(u64, u64),
+    ) -> Result<Progress, IssueError> {
+        let result = self.issue_from(announced, fill, emit);
+        if result.is_err() {
+            // The request is over: its place in line, if any, goes to the next one.
+            self.abandon(fill);
+        }
+        result
+    }
+
+    /// Takes `fill` out of the generator's line, for a request given up before it is done (a
+    /// closed connection, a dropped HTTP request): see [`Generator::abandon`].
+    pub(crate) fn abandon(&mut self, fill: &mut Fill) {
+        if let Some((_, g)) = self.current.as_mut() {
+            g.abandon(fill);
+        }
+    }
+
+    fn issue_from(
+        &mut self,
+        announced: WorkerRange,
+        fill: &mut Fill,
         mut emit: impl FnMut(u64, u64),
     ) -> Result<Progress, IssueError> {
         // A lease change reaches the generator as its old ceiling (lowered to 0 on loss), so
@@ -231,6 +253,8 @@ impl<C: Clock + Clone> ShardGen<C> {
     ) -> Result<Progress, IssueError> {
         if let Some(under) = *started {
             if self.current.as_ref().map(|(g, _)| *g) != Some(under.generation) {
+                // Its place in line, if any, was in the old generator's line.
+                self.abandon(fill);
                 return Err(IssueError::LeaseChanged);
             }
             // Same generation, so same range; `issue` picks up no new lease for a request that
@@ -306,6 +330,32 @@ pub(crate) async fn wait_until(gen: &RefCell<ShardGen>, at: u64) {
     }
 }
 
+/// A request in progress on a front that may be dropped while it waits (an HTTP request whose
+/// client went away): it leaves the generator's line when dropped, so the requests behind it
+/// move up at once.
+pub(crate) struct InLine<'a> {
+    gen: &'a RefCell<ShardGen>,
+    pub fill: Fill,
+}
+
+impl<'a> InLine<'a> {
+    pub(crate) fn new(gen: &'a RefCell<ShardGen>, n: u64) -> Self {
+        InLine {
+            gen,
+            fill: Fill::new(n),
+        }
+    }
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        // Never borrowed across an await, so free whenever a task is dropped.
+        if let Ok(mut gen) = self.gen.try_borrow_mut() {
+            gen.abandon(&mut self.fill);
+        }
+    }
+}
+
 /// The wire status and message of a request that got no IDs.
 pub(crate) fn status_of(e: &IssueError) -> (Status, String) {
     match e {
@@ -329,6 +379,7 @@ pub(crate) fn status_of(e: &IssueError) -> (Status, String) {
         IssueError::Gen(GenError::Exhausted) => {
             (Status::EXHAUSTED, GenError::Exhausted.to_string())
         }
+        IssueError::Gen(g @ GenError::Overloaded { .. }) => (Status::BUSY, g.to_string()),
         IssueError::Gen(g) => (Status::UNAVAILABLE_CLOCK, g.to_string()),
     }
 }

@@ -29,6 +29,7 @@ STATUSES: Dict[int, StatusInfo] = {
         StatusInfo(303, "OVERLOADED", True, True),
         StatusInfo(304, "EXHAUSTED", False, False),
         StatusInfo(305, "RANGE_CHANGED", True, True),
+        StatusInfo(306, "BUSY", False, True),
         StatusInfo(500, "INTERNAL", True, False),
     )
 }

@@ -30,6 +30,7 @@ export const STATUSES: ReadonlyMap<number, StatusInfo> = new Map(
     row(303, "OVERLOADED", true, true),
     row(304, "EXHAUSTED", false, false),
     row(305, "RANGE_CHANGED", true, true),
+    row(306, "BUSY", false, true),
     row(500, "INTERNAL", true, false),
   ].map((s) => [s.code, s] as const),
 );

@@ -476,7 +476,7 @@ proptest! {
                     prop_assert!(frozen, "stalled with a running clock");
                     prop_assert!(waited_ms >= 12);
                 }
-                Err(e @ (GenError::Exhausted | GenError::BeforeEpoch | GenError::ClockPastEnd { .. })) => prop_assert!(false, "unexpected {e}"),
+                Err(e @ (GenError::Exhausted | GenError::BeforeEpoch | GenError::ClockPastEnd { .. } | GenError::Overloaded { .. })) => prop_assert!(false, "unexpected {e}"),
             }
         }
         prop_assert_eq!(stat(&r.g.stats().issued), issued);
@@ -647,4 +647,192 @@ fn a_pause_between_the_clock_reads_is_not_a_stalled_clock() {
         g.poll_fill(&mut more, emit),
         Err(GenError::ClockStalled { .. })
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Demand above capacity: many requests competing for each millisecond's slots.
+
+/// Polls every unfinished request once per round, in `order` (indexes into `fills`), the clock
+/// moving `step` per round, for at most `rounds` rounds. Returns each request's outcome:
+/// `None` while unfinished, `Some(Ok(ids))` or `Some(Err(e))`.
+#[allow(clippy::type_complexity)]
+fn compete(
+    r: &mut Rig,
+    fills: &mut [Fill],
+    order: impl Fn(usize) -> Vec<usize>,
+    step: Duration,
+    rounds: usize,
+) -> Vec<Option<Result<Vec<u64>, GenError>>> {
+    let mut got: Vec<Vec<u64>> = vec![Vec::new(); fills.len()];
+    let mut outcome: Vec<Option<Result<Vec<u64>, GenError>>> = vec![None; fills.len()];
+    for round in 0..rounds {
+        if outcome.iter().all(Option::is_some) {
+            break;
+        }
+        for i in order(round) {
+            if outcome[i].is_some() {
+                continue;
+            }
+            let ids = &mut got[i];
+            match r.g.poll_fill(&mut fills[i], |f, n| ids.extend(f..f + n)) {
+                Ok(Progress::Done) => outcome[i] = Some(Ok(std::mem::take(ids))),
+                Ok(Progress::RetryAt(_)) => {}
+                Err(e) => outcome[i] = Some(Err(e)),
+            }
+        }
+        // Time passes (the wall clock too, unless frozen).
+        r.clock.sleep(step);
+    }
+    outcome
+}
+
+#[test]
+fn requests_competing_for_each_millisecond_never_see_a_stalled_clock() {
+    // One worker, 8 slots per millisecond; 16 requests of 20 IDs (40 ms of the shard's
+    // capacity) all want IDs at once, and the one polled first each round would take every new
+    // millisecond if it could. The clock is healthy (a quarter millisecond per round): no
+    // request is ever told the clock stalled, and every one is served, in full.
+    let mut r = rig(3, 0, 1, 0);
+    let mut fills = vec![Fill::new(20); 16];
+    let outcome = compete(
+        &mut r,
+        &mut fills,
+        |_| (0..16).collect(),
+        Duration::from_micros(250),
+        10_000,
+    );
+    let mut all = Vec::new();
+    for (i, o) in outcome.into_iter().enumerate() {
+        match o {
+            Some(Ok(ids)) => {
+                assert_eq!(ids.len(), 20, "request {i}");
+                assert!(ids.windows(2).all(|w| w[0] < w[1]), "request {i}");
+                all.extend(ids);
+            }
+            Some(Err(e)) => panic!("request {i} failed with a healthy clock: {e}"),
+            None => panic!("request {i} never finished"),
+        }
+    }
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 16 * 20, "every ID unique");
+    assert_eq!(stat(&r.g.stats().issued), 16 * 20);
+
+    // A clock that truly stands still is still a stalled clock, for every request waiting on
+    // it, within the bound.
+    r.clock.freeze();
+    let mut fills = vec![Fill::new(20); 4];
+    let mono0 = r.clock.mono_ns();
+    let outcome = compete(
+        &mut r,
+        &mut fills,
+        |_| (0..4).collect(),
+        Duration::from_micros(250),
+        10_000,
+    );
+    for (i, o) in outcome.into_iter().enumerate() {
+        assert!(
+            matches!(o, Some(Err(GenError::ClockStalled { .. }))),
+            "request {i}: {o:?}"
+        );
+    }
+    let waited = r.clock.mono_ns() - mono0;
+    assert!(waited <= 20_000_000, "gave up after {waited} ns");
+}
+
+#[test]
+fn a_request_that_waits_its_turn_too_long_is_overloaded_not_a_clock_fault() {
+    // 8 slots per millisecond, 40 requests of 30 IDs: 150 ms of capacity, more than the turn
+    // bound. The requests are served in the order they first waited (whatever the order they
+    // are polled in); those still waiting after MAX_TURN_WAIT are refused as overloaded.
+    let mut r = rig(3, 0, 1, 0);
+    let mut fills = vec![Fill::new(30); 40];
+    // Polled newest first, and the order turns every round.
+    let outcome = compete(
+        &mut r,
+        &mut fills,
+        |round| (0..40).rev().cycle().skip(round % 40).take(40).collect(),
+        Duration::from_micros(250),
+        100_000,
+    );
+    let served = outcome
+        .iter()
+        .filter(|o| matches!(o, Some(Ok(ids)) if ids.len() == 30))
+        .count();
+    let overloaded = outcome
+        .iter()
+        .filter(|o| matches!(o, Some(Err(GenError::Overloaded { waited_ms })) if *waited_ms >= 100))
+        .count();
+    assert_eq!(served + overloaded, 40, "{outcome:?}");
+    // About MAX_TURN_WAIT of capacity (8 per ms, 30 per request) is served.
+    assert!((20..=40).contains(&served), "{served} served");
+    assert!(overloaded > 0, "the line never ran past its bound");
+    // The line is empty again: a request now is served at once.
+    r.clock.advance(Duration::from_millis(1));
+    let mut one = Fill::new(1);
+    assert_eq!(r.g.poll_fill(&mut one, |_, _| {}), Ok(Progress::Done));
+}
+
+#[test]
+fn a_request_abandoned_or_gone_from_the_front_never_stalls_the_line() {
+    let mut r = rig(3, 0, 1, 0); // 8 per ms
+    r.clock.freeze();
+    let mut a = Fill::new(9);
+    let mut b = Fill::new(2);
+    let mut c = Fill::new(2);
+    // a takes the millisecond and waits at the front; b and c wait behind it.
+    assert!(matches!(
+        r.g.poll_fill(&mut a, |_, _| {}),
+        Ok(Progress::RetryAt(_))
+    ));
+    for f in [&mut b, &mut c] {
+        assert!(matches!(
+            r.g.poll_fill(f, |_, _| {}),
+            Ok(Progress::RetryAt(_))
+        ));
+    }
+    // a's caller gives it up: b is at the front and draws the next millisecond first, even
+    // though c asks first.
+    r.g.abandon(&mut a);
+    r.clock.unfreeze();
+    r.clock.advance(Duration::from_millis(1));
+    let mut order = Vec::new();
+    assert!(matches!(
+        r.g.poll_fill(&mut c, |f, _| order.push(('c', f))),
+        Ok(Progress::RetryAt(_))
+    ));
+    assert_eq!(
+        r.g.poll_fill(&mut b, |f, _| order.push(('b', f))),
+        Ok(Progress::Done)
+    );
+    assert_eq!(
+        r.g.poll_fill(&mut c, |f, _| order.push(('c', f))),
+        Ok(Progress::Done)
+    );
+    assert_eq!(order.iter().map(|(who, _)| *who).collect::<String>(), "bc");
+    // A front whose caller vanished without abandoning it: the others are let past it once it
+    // has not asked for MAX_TURN_WAIT, and nobody is refused for it.
+    r.clock.freeze();
+    let mut gone = Fill::new(100);
+    assert!(matches!(
+        r.g.poll_fill(&mut gone, |_, _| {}),
+        Ok(Progress::RetryAt(_))
+    ));
+    r.clock.unfreeze();
+    let mut d = Fill::new(50);
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        assert!(rounds < 10_000, "the line stalled");
+        match r.g.poll_fill(&mut d, |_, _| {}) {
+            Ok(Progress::Done) => break,
+            Ok(Progress::RetryAt(_)) => r.clock.advance(Duration::from_micros(250)),
+            Err(e) => panic!("refused behind a vanished front: {e}"),
+        }
+    }
+    let waited = u64::try_from(rounds).unwrap() * 250_000;
+    assert!(
+        waited > duration_ns(MAX_TURN_WAIT) && waited < duration_ns(MAX_TURN_WAIT) + 20_000_000,
+        "waited {waited} ns"
+    );
 }

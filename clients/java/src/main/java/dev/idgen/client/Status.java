@@ -25,6 +25,7 @@ public final class Status {
     public static final int OVERLOADED = 303;
     public static final int EXHAUSTED = 304;
     public static final int RANGE_CHANGED = 305;
+    public static final int BUSY = 306;
     public static final int INTERNAL = 500;
 
     /** One row of the status table. */
@@ -48,6 +49,7 @@ public final class Status {
             new Info(OVERLOADED, "OVERLOADED", true, true),
             new Info(EXHAUSTED, "EXHAUSTED", false, false),
             new Info(RANGE_CHANGED, "RANGE_CHANGED", true, true),
+            new Info(BUSY, "BUSY", false, true),
             new Info(INTERNAL, "INTERNAL", true, false),
         }) {
             t.put(i.code(), i);
