@@ -34,7 +34,7 @@ pub mod domain;
 pub mod logging;
 pub mod node;
 
-pub use domain::{clock, generator, layout, lease, store};
+pub use domain::{clock, generator, layout, lease, member, store};
 
 /// The examples of `README.md`, compiled and run as doctests.
 #[cfg(doctest)]

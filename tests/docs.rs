@@ -217,7 +217,7 @@ fn every_idgen_variable_in_the_docs_exists() {
     // Variables scripts, tests, the build or clients read: named in code (not in comments).
     let mut code = String::new();
     for dir in [
-        "src", "tests", "scripts", "clients", "loadtest", "protocol", "deploy", ".ci",
+        "src", "core/src", "tests", "scripts", "clients", "loadtest", "protocol", "deploy", ".ci",
     ] {
         collect_code(&root.join(dir), &mut code);
     }

@@ -14,12 +14,13 @@
 //!                      issued, delete the clock key
 //! ```
 //!
-//! It is made of the node's own parts, not a copy of them: the lease [`Keeper`] (acquisition,
-//! renewal every TTL/3, loss, release), the [`ClockWatcher`] (the `clocks/<instance>` key every
-//! member publishes, and the start-up drift check), and the fenced [`Generator`], whose ceiling
-//! is the lease end last committed. So an embedded generator is, to every other member, one
-//! more node: it holds one worker record, renews it, and is taken over only as a node is (its
-//! lease end plus the safety period passed and, on etcd, its clock key gone).
+//! It is a [`Member`] of the worker space, the same type `idgen serve` is made of, with one
+//! [`Issuer`] over its whole grant: the lease keeper (acquisition, renewal every TTL/3, loss,
+//! release), the clock watcher (the `clocks/<instance>` key every member publishes, and the
+//! start-up drift check), and the fenced generator, whose ceiling is the lease end last
+//! committed. So an embedded generator is, to every other member, one more node: it holds one
+//! worker record, renews it, and is taken over only as a node is (its lease end plus the
+//! safety period passed and, on etcd, its clock key gone).
 //!
 //! ## Failing closed
 //!
@@ -66,13 +67,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::{CachedClock, Clock, SystemClock};
-use crate::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
-use crate::generator::{
-    Fill, GenError, Generator, Progress, ShardConfig, DEFAULT_MAX_ROLLBACK_WAIT,
-};
+use crate::generator::{Fill, GenError, Progress, DEFAULT_MAX_ROLLBACK_WAIT};
 use crate::layout::{Id, Layout, WorkerRange};
-use crate::lease::keeper::{Keeper, LeaseShared};
+use crate::lease::keeper::LeaseShared;
 use crate::lease::{LeaseConfig, LeaseError, Owner, RegionScope, Released, DEFAULT_TTL};
+use crate::member::{IssueError, Issuer, IssuerExit, JoinError, Member, MemberSettings};
 use crate::store::{self, KvStore, StoreAccess, StoreError, StoreUrl};
 
 /// How an embedded generator joins the worker space. The defaults are a server node's.
@@ -142,14 +141,6 @@ impl EmbeddedConfig {
         config.region = self.region;
         config
     }
-
-    /// How long to keep trying for a lease at start, as a node does: a crashed predecessor's
-    /// lease must expire and pass its safety period, and its clock key must expire.
-    fn patience(&self) -> Duration {
-        self.start_within.unwrap_or_else(|| {
-            (self.ttl + self.safety).max(CLOCK_KEY_TTL + Duration::from_secs(1)) + self.ttl
-        })
-    }
 }
 
 /// Why an embedded generator did not start, or issued no ID.
@@ -181,100 +172,47 @@ pub enum EmbeddedError {
     Closed,
 }
 
-/// The generator of the lease held now, rebuilt when the lease changes generation.
-struct Issuer {
-    layout: Layout,
-    max_rollback_wait: Duration,
-    lease: Arc<LeaseShared>,
-    /// The system clock read at most once per millisecond of work ([`CachedClock`]).
-    clock: CachedClock,
-    /// The generator and the lease generation it was built for.
-    current: Option<(u64, Generator<CachedClock>)>,
-    range: WorkerRange,
+/// The embedded generator's one issuer, behind the handle's lock.
+struct Handle {
+    issuer: Issuer<CachedClock>,
     closed: bool,
 }
 
-impl Issuer {
-    /// Builds the generator of the lease held now if it is of another generation than the
-    /// current one. Returns whether it changed.
-    fn refresh(&mut self) -> bool {
-        let Some(view) = self.lease.current() else {
-            return false;
-        };
-        if self
-            .current
-            .as_ref()
-            .is_some_and(|(g, _)| *g == view.grant.generation)
-        {
-            return false;
-        }
-        let config = ShardConfig {
-            worker_first: view.grant.first,
-            worker_count: view.grant.count,
-            floor: view.grant.floor,
-            max_rollback_wait: self.max_rollback_wait,
-        };
-        match Generator::new(
-            self.layout,
-            config,
-            Arc::clone(&view.ceiling),
-            self.clock.clone(),
-        ) {
-            Ok(g) => {
-                self.current = Some((view.grant.generation, g));
-                self.range = view.grant.workers();
-                true
-            }
-            Err(e) => {
-                tracing::error!(event = "embedded_config_error", error = %e, "cannot build the embedded generator");
-                false
-            }
-        }
-    }
-
+impl Handle {
     /// Issues `n` IDs as runs `(first, count)`, waiting on the clock when the next one needs a
     /// later reading. On error, discard every run emitted.
     fn fill(&mut self, n: u64, mut emit: impl FnMut(u64, u64)) -> Result<(), EmbeddedError> {
         if self.closed {
             return Err(EmbeddedError::Closed);
         }
-        // A lease change reaches the generator as its old ceiling (lowered to 0 on a loss), so
-        // the lease is looked up only then, or while there is none.
-        if self.current.is_none() && !self.refresh() {
-            return Err(EmbeddedError::NoLease);
-        }
         let mut fill = Fill::new(n);
+        let mut started = None;
         loop {
-            let Some((_, g)) = self.current.as_mut() else {
-                return Err(EmbeddedError::NoLease);
-            };
-            match g.poll_fill(&mut fill, &mut emit) {
+            match self
+                .issuer
+                .issue_current(&mut started, &mut fill, &mut emit)
+            {
                 Ok(Progress::Done) => return Ok(()),
-                Ok(Progress::RetryAt(at)) => {
-                    let wait = at.saturating_sub(self.clock.mono_ns());
-                    self.clock.sleep(Duration::from_nanos(wait));
-                }
-                // A new lease generation: go on under it, only if nothing went out yet (a
-                // retry after part of the request was emitted would give more IDs than asked).
-                Err(GenError::LeaseCeiling { .. }) if fill.emitted() == 0 && self.refresh() => {}
-                Err(GenError::LeaseCeiling { timestamp, ceiling }) => {
-                    return Err(if self.lease.current().is_none() {
+                Ok(Progress::RetryAt(at)) => self.issuer.sleep_until(at),
+                Err(IssueError::Gen(GenError::LeaseCeiling { timestamp, ceiling })) => {
+                    return Err(if self.issuer.lease().current().is_none() {
                         EmbeddedError::NoLease
                     } else {
                         EmbeddedError::LeaseExpired { timestamp, ceiling }
                     });
                 }
-                Err(e) => return Err(EmbeddedError::Gen(e)),
+                Err(IssueError::Gen(e)) => return Err(EmbeddedError::Gen(e)),
+                Err(IssueError::NoLease | IssueError::RangeChanged | IssueError::LeaseChanged) => {
+                    return Err(EmbeddedError::NoLease)
+                }
             }
         }
     }
 
-    /// Stops issuing for good; returns the generation and the last timestamp issued under it.
-    fn close(&mut self) -> Option<(u64, u64)> {
+    /// Stops issuing for good; returns what the issuer issued, for the member's release.
+    fn close(&mut self) -> IssuerExit {
         self.closed = true;
-        self.current
-            .as_ref()
-            .and_then(|(gen, g)| g.last_issued_timestamp().map(|ts| (*gen, ts)))
+        self.issuer.exit()
     }
 }
 
@@ -293,21 +231,20 @@ enum Driver {
 /// Share it (`Arc<Embedded>`) between threads: every call takes one lock. Drop releases the
 /// lease in the background; [`shutdown`](Embedded::shutdown) releases it and says how.
 pub struct Embedded {
-    issuer: Arc<Mutex<Issuer>>,
+    issuer: Arc<Mutex<Handle>>,
     lease: Arc<LeaseShared>,
     layout: Layout,
     stop: watch::Sender<bool>,
     driver: Driver,
 }
 
-/// What [`Embedded::join`] hands to the background: everything the driver runs.
+/// What [`Embedded::join`] hands to the background: the member and its one issuer.
 struct Joined {
-    keeper: Arc<Keeper<SystemClock>>,
-    watcher: ClockWatcher<SystemClock>,
-    issuer: Arc<Mutex<Issuer>>,
+    member: Member<SystemClock>,
+    issuer: Arc<Mutex<Handle>>,
 }
 
-fn lock(issuer: &Mutex<Issuer>) -> Result<MutexGuard<'_, Issuer>, EmbeddedError> {
+fn lock(issuer: &Mutex<Handle>) -> Result<MutexGuard<'_, Handle>, EmbeddedError> {
     // A panic while issuing is a failed fence assertion: issue nothing more.
     issuer.lock().map_err(|_| EmbeddedError::Closed)
 }
@@ -328,7 +265,7 @@ impl Embedded {
         let layout = config.layout;
         let joined = Self::join(store, namespace, config).await?;
         let issuer = Arc::clone(&joined.issuer);
-        let lease = joined.keeper.shared();
+        let lease = joined.member.lease();
         let task = tokio::spawn(Self::drive(joined, stopped));
         Ok(Embedded {
             issuer,
@@ -382,7 +319,7 @@ impl Embedded {
                     match joined.await {
                         Ok(joined) => {
                             let _ =
-                                tx.send(Ok((Arc::clone(&joined.issuer), joined.keeper.shared())));
+                                tx.send(Ok((Arc::clone(&joined.issuer), joined.member.lease())));
                             Self::drive(joined, stopped).await
                         }
                         Err(e) => {
@@ -414,7 +351,8 @@ impl Embedded {
         }
     }
 
-    /// The start-up of a node, without its listeners: clock check, lease, clock key.
+    /// The start-up of a node, without its listeners: the member joins (clock check, lease,
+    /// clock key) with one issuer over its whole grant.
     async fn join(
         store: Arc<dyn KvStore>,
         namespace: &str,
@@ -423,32 +361,24 @@ impl Embedded {
         config.check()?;
         let clock = SystemClock::new();
         let owner = Owner::this_process(config.node_id.clone(), clock.wall_ms());
-        let watch = ClockWatch::new(config.max_drift);
-        let watcher = ClockWatcher::new(
-            Arc::clone(&store),
-            namespace,
-            owner.clone(),
-            clock,
-            Arc::clone(&watch),
-        );
-        watcher
-            .check_at_start()
-            .await
-            .map_err(EmbeddedError::Clock)?;
-        let keeper = Arc::new(
-            Keeper::new(
-                store,
-                config.layout,
-                config.lease_config(namespace),
-                owner,
-                clock,
-            )
-            .with_clock_watch(watch),
-        );
-        let view = keeper.acquire_patiently(config.patience()).await?;
-        // Acquirers on a store that expires keys take a held lease whose holder has no clock
-        // key once it expired: write it now, not only when the watcher's loop starts.
-        watcher.publish().await;
+        let lease = config.lease_config(namespace);
+        let settings = MemberSettings {
+            layout: config.layout,
+            patience: config
+                .start_within
+                .unwrap_or_else(|| MemberSettings::default_patience(&lease)),
+            lease,
+            workers_per_issuer: config.workers,
+            max_drift: config.max_drift,
+            max_rollback_wait: config.max_rollback_wait,
+        };
+        let (member, view) =
+            Member::join(store, settings, owner, clock)
+                .await
+                .map_err(|e| match e {
+                    JoinError::Clock(why) => EmbeddedError::Clock(why),
+                    JoinError::Lease(e) => EmbeddedError::Lease(e),
+                })?;
         tracing::info!(
             event = "embedded_started",
             worker_first = view.grant.first,
@@ -457,43 +387,24 @@ impl Embedded {
             namespace,
             "embedded generator joined the worker space"
         );
-        let mut issuer = Issuer {
-            layout: config.layout,
-            max_rollback_wait: config.max_rollback_wait,
-            lease: keeper.shared(),
-            clock: CachedClock::new(),
-            current: None,
-            range: WorkerRange::default(),
-            closed: false,
-        };
-        issuer.refresh();
+        let issuer = member.issuer(0, CachedClock::new(), Arc::default());
         Ok(Joined {
-            keeper,
-            watcher,
-            issuer: Arc::new(Mutex::new(issuer)),
+            member,
+            issuer: Arc::new(Mutex::new(Handle {
+                issuer,
+                closed: false,
+            })),
         })
     }
 
     /// The background: renew and publish the clock key until told to stop, then stop issuing
     /// and release the lease at the last timestamp issued under it.
     async fn drive(joined: Joined, stopped: watch::Receiver<bool>) -> Result<Released, LeaseError> {
-        let Joined {
-            keeper,
-            watcher,
-            issuer,
-        } = joined;
-        tokio::join!(keeper.run(stopped.clone()), watcher.run(stopped));
-        let current = keeper.shared().current();
-        let point = match issuer.lock() {
-            Ok(mut issuer) => {
-                let last = issuer.close();
-                last.filter(|(gen, _)| current.as_ref().is_some_and(|v| v.grant.generation == *gen))
-                    .map(|(_, ts)| ts)
-            }
-            // A panic while issuing: what was issued is unknown, but bounded by the ceiling.
-            Err(_) => current.as_ref().map(|v| v.ceiling.get()),
-        };
-        keeper.release(point).await
+        let Joined { member, issuer } = joined;
+        member.run(stopped).await;
+        // A panic while issuing leaves the issuer's end unknown: the release takes the ceiling.
+        let exit = issuer.lock().ok().map(|mut issuer| issuer.close());
+        member.leave(&[exit]).await
     }
 
     /// One ID.
@@ -528,7 +439,9 @@ impl Embedded {
 
     /// The worker IDs the generator issues from (those of the lease it last picked up).
     pub fn workers(&self) -> WorkerRange {
-        lock(&self.issuer).map(|i| i.range).unwrap_or_default()
+        lock(&self.issuer)
+            .map(|i| i.issuer.current_range())
+            .unwrap_or_default()
     }
 
     /// The lease as its keeper sees it: the current grant and ceiling, renewal counters.

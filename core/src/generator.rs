@@ -213,6 +213,9 @@ impl GenError {
 pub struct GeneratorStats {
     /// IDs issued.
     pub issued: AtomicU64,
+    /// The lease generation the current generator works under (0: none yet), written by its
+    /// issuer ([`crate::member::Issuer`]).
+    pub generation: AtomicU64,
     /// Requests that had to wait for sequence space (every slot of the millisecond used, or
     /// others waiting before them), once per wait.
     pub exhaustion_waits: AtomicU64,

@@ -16,6 +16,8 @@
 //!   (feature `etcd`), FoundationDB (feature `fdb`), memory;
 //! - [`drift`]: the clock key every member of a cluster publishes (how an acquirer tells a
 //!   live holder from a gone one) and the drift between members' clocks;
+//! - [`member`]: one member of a worker space (join, issuers, renewal and clock watch, leave),
+//!   the one lease holder both `idgen serve` and the embedded generator are made of;
 //! - [`embedded`]: [`Embedded`](embedded::Embedded), a lease-backed generator for one process;
 //! - [`histogram`]: fixed-bucket histograms (durations, batch sizes) that a metrics scrape reads.
 //!
@@ -30,4 +32,5 @@ pub mod generator;
 pub mod histogram;
 pub mod layout;
 pub mod lease;
+pub mod member;
 pub mod store;

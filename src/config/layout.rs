@@ -1,5 +1,5 @@
 //! `[layout]`: the ID layout, fixed per cluster. It resolves to a [`Layout`], whose `Default`
-//! (in `src/domain/layout.rs`) is the default layout; the generators, the connections and the lease
+//! (`idgen_id::Layout::default`) is the default layout; the generators, the connections and the lease
 //! keeper take it by value.
 
 use clap::Args;

@@ -5,9 +5,4 @@
 //! at the paths the server's modules, benchmarks, tests and documentation use. Nothing here
 //! serves a network; the node (`crate::node`) and the commands build on it.
 
-pub use idgen_core::{clock, generator, layout, lease, store};
-
-// The lease simulation drives the node's own shard issuer (`crate::node::issuer`) on
-// simulated time, so it lives in the server crate.
-#[cfg(test)]
-mod lease_sim;
+pub use idgen_core::{clock, generator, layout, lease, member, store};

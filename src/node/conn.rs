@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::issuer::{status_of, wait_until, IssueError, ShardGen};
+use super::issuer::{status_of, wait_until, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats, BATCH_BUCKETS};
 use crate::config::ListenSection;
 use crate::generator::{Fill, Progress};
@@ -58,7 +58,7 @@ pub(crate) struct ConnCtx {
     /// The node's `[listen]` section: limits and timeouts of every connection.
     pub listen: ListenSection,
     pub layout: Layout,
-    pub gen: Rc<RefCell<ShardGen>>,
+    pub gen: Rc<RefCell<Issuer>>,
     pub stats: Arc<ShardStats>,
     pub shutdown: watch::Receiver<bool>,
 }

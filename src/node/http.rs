@@ -36,7 +36,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::issuer::{status_of, wait_until, InLine, IssueError, ShardGen};
+use super::issuer::{status_of, wait_until, InLine, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats};
 use crate::generator::Progress;
 
@@ -45,7 +45,7 @@ const MAX_BODY: usize = 4096;
 
 /// What an HTTP connection on a shard needs.
 pub(crate) struct HttpCtx {
-    pub gen: Rc<RefCell<ShardGen>>,
+    pub gen: Rc<RefCell<Issuer>>,
     pub stats: Arc<ShardStats>,
     pub max_batch: u32,
     /// A connection idle, or sending a request's head or body, for longer than this is closed.

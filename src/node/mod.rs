@@ -25,6 +25,11 @@
 //! the lease is taken, without `SO_REUSEPORT`, so a second process on either fails at once (two
 //! processes behind one port would be two uncoordinated ID spaces).
 //!
+//! The node is one [`Member`] of the worker space (`idgen_core::member`): it joins before the
+//! shards start, each shard owns the member's issuer of its index, the control thread runs the
+//! member's keeper and clock watch, and the member leaves after the shards have stopped. This
+//! module keeps only the I/O around it: bind, listen, spawn the shards, the admin server.
+//!
 //! What crosses threads: the lease view (worker range, floor, shared ceiling) from the keeper
 //! to the shards, read by a shard once per millisecond of work (the ceiling) or when its lease
 //! changes; shard counters (single-writer atomics) read by the metrics scrape; the shutdown
@@ -39,12 +44,12 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{CachedClock, Clock, SystemClock};
 use crate::config::ServeConfig;
-use crate::lease::keeper::{Keeper, LeaseShared};
+use crate::lease::keeper::LeaseShared;
 use crate::lease::{LeaseError, Owner, Released};
+use crate::member::{IssuerExit, JoinError, Member, MemberSettings};
 use crate::store::{self, StoreError};
-use drift::{ClockWatch, ClockWatcher};
 
 pub mod admin;
 pub mod audit;
@@ -90,12 +95,6 @@ fn in_use_hint(e: &std::io::Error) -> &'static str {
     }
 }
 
-/// What a shard reports when it stops: the last timestamp it issued under a lease generation.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ShardExit {
-    pub last_issued: Option<(u64, u64)>,
-}
-
 /// A running node (shards started, lease held).
 pub struct Node {
     addr: Option<SocketAddr>,
@@ -103,9 +102,9 @@ pub struct Node {
     http_addr: Option<SocketAddr>,
     tls: Option<Arc<tls::ServerTls>>,
     shutdown: watch::Sender<bool>,
-    shards: Vec<JoinHandle<ShardExit>>,
-    keeper: Arc<Keeper<SystemClock>>,
-    keeper_task: tokio::task::JoinHandle<()>,
+    shards: Vec<JoinHandle<IssuerExit>>,
+    member: Arc<Member<SystemClock>>,
+    member_task: tokio::task::JoinHandle<()>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     admin: Option<(SocketAddr, watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
     draining: Arc<AtomicBool>,
@@ -131,19 +130,8 @@ impl Node {
             url: config.lease.store.to_string(),
             source,
         })?;
-        let lease_config = config.lease.lease_config(config.listen.workers());
-        let owner = Owner::this_process(config.lease.node_id.clone(), clock.wall_ms());
-        let clock_watch = ClockWatch::new(config.clock.max_drift);
-        let watcher = ClockWatcher::new(
-            Arc::clone(&store),
-            &config.lease.namespace,
-            owner.clone(),
-            clock,
-            Arc::clone(&clock_watch),
-        );
-        watcher.check_at_start().await.map_err(ServeError::Clock)?;
         // Bind the ID and admin ports before taking a lease, so a busy port fails fast, before
-        // the store is touched.
+        // the store's records are touched.
         let reserved = config.listen.listen.map(shard::reserve).transpose()?;
         let reserved_tls = config.tls.tls_listen.map(shard::reserve).transpose()?;
         let reserved_http = config.listen.http_listen.map(shard::reserve).transpose()?;
@@ -155,23 +143,29 @@ impl Node {
             ),
             None => None,
         };
-        let keeper = Arc::new(
-            Keeper::new(store, config.layout, lease_config, owner, clock)
-                .with_clock_watch(Arc::clone(&clock_watch)),
-        );
-        // Long enough for the lease of a crashed predecessor to expire and pass its safety
-        // period, and for its clock key to expire (where the store expires keys), so a
-        // restarted cluster whose worker IDs are all still held comes back.
-        let gone = (config.lease.lease_ttl + config.lease.lease_safety)
-            .max(drift::CLOCK_KEY_TTL + std::time::Duration::from_secs(1));
-        let view = keeper
-            .acquire_patiently(gone + config.lease.lease_ttl)
-            .await?;
-        let lease = keeper.shared();
-        // The clock key says this node is alive to acquirers (on a store that expires keys,
-        // a held lease whose holder has no key is taken over once expired): write it now, not
-        // only when the watcher's loop starts.
-        watcher.publish().await;
+        // The node joins the worker space as one member with an issuer per shard: clock check,
+        // patient acquisition (long enough for a crashed predecessor's lease and clock key to
+        // run out, so a restarted cluster whose worker IDs are all still held comes back),
+        // clock key published.
+        let lease_config = config.lease.lease_config(config.listen.workers());
+        let settings = MemberSettings {
+            layout: config.layout,
+            patience: MemberSettings::default_patience(&lease_config),
+            lease: lease_config,
+            workers_per_issuer: config.listen.workers_per_shard,
+            max_drift: config.clock.max_drift,
+            max_rollback_wait: config.clock.max_rollback_wait,
+        };
+        let owner = Owner::this_process(config.lease.node_id.clone(), clock.wall_ms());
+        let (member, view) =
+            Member::join(store, settings, owner, clock)
+                .await
+                .map_err(|e| match e {
+                    JoinError::Clock(why) => ServeError::Clock(why),
+                    JoinError::Lease(e) => ServeError::Lease(e),
+                })?;
+        let member = Arc::new(member);
+        let lease = member.lease();
 
         let shards_n = config.listen.shards;
         let listeners = (|| {
@@ -187,7 +181,7 @@ impl Node {
                 // Another process took the address while the lease was acquired: give the
                 // worker IDs back at once rather than leaving them blocked for TTL + safety.
                 // No shard has started: nothing was issued under it.
-                if let Err(release) = keeper.release(None).await {
+                if let Err(release) = member.leave(&[]).await {
                     tracing::warn!(event = "lease_release_failed", error = %release, "could not release the unused lease");
                 }
                 return Err(e);
@@ -220,9 +214,8 @@ impl Node {
                 index,
                 listen: config.listen,
                 layout: config.layout,
-                max_rollback_wait: config.clock.max_rollback_wait,
                 shutdown_timeout: config.shutdown.shutdown_timeout,
-                lease: Arc::clone(&lease),
+                issuer: member.issuer(index, CachedClock::new(), Arc::clone(&stats.generator)),
                 stats,
                 shutdown: shutdown_rx.clone(),
                 connections: Arc::clone(&connections),
@@ -241,16 +234,12 @@ impl Node {
                 .map_err(ServeError::Thread)?;
             shards.push(handle);
         }
-        let keeper_task = {
-            let keeper = Arc::clone(&keeper);
+        let member_task = {
+            let member = Arc::clone(&member);
             let rx = shutdown_rx.clone();
-            tokio::spawn(async move { keeper.run(rx).await })
+            tokio::spawn(async move { member.run(rx).await })
         };
         let mut tasks = Vec::new();
-        {
-            let rx = shutdown_rx.clone();
-            tasks.push(tokio::spawn(async move { watcher.run(rx).await }));
-        }
         if let Some(tls) = &tls {
             tasks.push(tokio::spawn(Arc::clone(tls).watch(shutdown_rx.clone())));
         }
@@ -276,7 +265,7 @@ impl Node {
                     Arc::clone(&lease),
                     shard_stats.clone(),
                     Arc::clone(&draining),
-                    clock_watch,
+                    member.clock_watch(),
                     tls.clone(),
                 );
                 let admin_tls = tls
@@ -327,8 +316,8 @@ impl Node {
             tls,
             shutdown,
             shards,
-            keeper,
-            keeper_task,
+            member,
+            member_task,
             tasks,
             admin,
             draining,
@@ -373,7 +362,7 @@ impl Node {
 
     /// The lease state, for health and metrics.
     pub fn lease(&self) -> Arc<LeaseShared> {
-        self.keeper.shared()
+        self.member.lease()
     }
 
     /// Per-shard counters.
@@ -400,7 +389,7 @@ impl Node {
         }
         tracing::info!(event = "node_draining", "draining: no new connections");
         let _ = self.shutdown.send(true);
-        let _ = self.keeper_task.await;
+        let _ = self.member_task.await;
         for t in self.tasks {
             let _ = t.await;
         }
@@ -414,7 +403,7 @@ impl Node {
         })
         .await
         .unwrap_or_default();
-        let released = release_after_shards(&self.keeper, &exits).await;
+        let released = self.member.leave(&exits).await;
         if let Some((_, stop, task)) = self.admin {
             let _ = stop.send(true);
             let _ = task.await;
@@ -428,45 +417,6 @@ impl Node {
         );
         Ok(released)
     }
-}
-
-/// Releases `keeper`'s lease once every shard has stopped (`exits`: one per shard, `None` for
-/// one that panicked), at the largest timestamp they issued under the current generation
-/// ([`release_point`]). The lease simulation (`lease/sim.rs`) shuts its nodes down through it.
-pub(crate) async fn release_after_shards<C: Clock + Send + Sync + 'static>(
-    keeper: &Keeper<C>,
-    exits: &[Option<ShardExit>],
-) -> Result<Released, LeaseError> {
-    let current = keeper.shared().current();
-    let generation = current.as_ref().map(|v| v.grant.generation);
-    let ceiling = current.as_ref().map_or(0, |v| v.ceiling.get());
-    keeper
-        .release(release_point(exits, generation, ceiling))
-        .await
-}
-
-/// The timestamp a release may lower the lease end to: the largest one any shard issued under
-/// the current generation. If a shard's end is unknown (it panicked), the ceiling the shards
-/// obeyed, which bounds everything they issued (never lower than what was issued).
-fn release_point(
-    exits: &[Option<ShardExit>],
-    generation: Option<u64>,
-    ceiling: u64,
-) -> Option<u64> {
-    if exits.iter().any(Option::is_none) {
-        tracing::warn!(
-            event = "shard_end_unknown",
-            "a shard stopped without reporting its last timestamp; releasing at the ceiling"
-        );
-        return Some(ceiling);
-    }
-    exits
-        .iter()
-        .flatten()
-        .filter_map(|e| e.last_issued)
-        .filter(|(g, _)| Some(*g) == generation)
-        .map(|(_, ts)| ts)
-        .max()
 }
 
 /// Counts open connections across shards; decrements on drop.
@@ -487,42 +437,5 @@ impl ConnGuard {
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn exit(generation: u64, ts: u64) -> Option<ShardExit> {
-        Some(ShardExit {
-            last_issued: Some((generation, ts)),
-        })
-    }
-
-    #[test]
-    fn release_point_is_the_last_timestamp_of_the_current_generation() {
-        let idle = Some(ShardExit::default());
-        assert_eq!(
-            release_point(&[exit(7, 100), exit(7, 120), idle], Some(7), 500),
-            Some(120)
-        );
-        // A shard's timestamps under an earlier generation do not count.
-        assert_eq!(
-            release_point(&[exit(6, 900), exit(7, 120)], Some(7), 500),
-            Some(120)
-        );
-        assert_eq!(release_point(&[idle, idle], Some(7), 500), None);
-    }
-
-    #[test]
-    fn a_shard_that_panicked_keeps_the_lease_end_at_the_ceiling() {
-        // Shard 1 panicked after issuing up to some unknown timestamp below the ceiling: the
-        // release must not lower the lease end to shard 0's last timestamp.
-        assert_eq!(
-            release_point(&[exit(7, 100), None], Some(7), 500),
-            Some(500)
-        );
-        assert_eq!(release_point(&[None], Some(7), 500), Some(500));
     }
 }

@@ -11,14 +11,14 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-use super::issuer::{GenSettings, ShardGen};
+use super::issuer::Issuer;
 use super::telemetry::{bump, ShardStats};
 use super::tls::{ServerTls, TlsFront};
 use super::{conn, http};
-use super::{ConnGuard, ServeError, ShardExit};
+use super::{ConnGuard, ServeError};
 use crate::config::ListenSection;
 use crate::layout::Layout;
-use crate::lease::keeper::LeaseShared;
+use crate::member::IssuerExit;
 
 /// Everything a shard thread starts with.
 pub(crate) struct ShardSetup {
@@ -26,11 +26,10 @@ pub(crate) struct ShardSetup {
     /// The node's `[listen]` section: this shard's connection limits and timeouts.
     pub listen: ListenSection,
     pub layout: Layout,
-    /// The `[clock]` section's: clock steps back up to this are waited out.
-    pub max_rollback_wait: std::time::Duration,
     /// The `[shutdown]` section's: longest the drain waits for this shard's connections.
     pub shutdown_timeout: std::time::Duration,
-    pub lease: Arc<LeaseShared>,
+    /// The shard's sub-range of the node's lease (the member's issuer `index`).
+    pub issuer: Issuer,
     pub stats: Arc<ShardStats>,
     pub shutdown: watch::Receiver<bool>,
     pub connections: Arc<AtomicUsize>,
@@ -152,7 +151,7 @@ pub(crate) fn listen(
 
 /// The shard thread's body: serves the ID protocol, plaintext and over TLS, and the HTTP ID
 /// API from the listeners the node runs.
-pub(crate) fn run(setup: ShardSetup, listeners: Listeners) -> ShardExit {
+pub(crate) fn run(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
     if let Some(cores) = core_affinity::get_core_ids() {
         if !cores.is_empty() {
             let core = cores[setup.index % cores.len()];
@@ -168,21 +167,20 @@ pub(crate) fn run(setup: ShardSetup, listeners: Listeners) -> ShardExit {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(event = "shard_failed", shard = setup.index, error = %e, "cannot build the shard runtime");
-            return ShardExit::default();
+            return IssuerExit::default();
         }
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, serve(setup, listeners))
 }
 
-async fn serve(setup: ShardSetup, listeners: Listeners) -> ShardExit {
+async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
     let ShardSetup {
         index,
         listen,
         layout,
-        max_rollback_wait,
         shutdown_timeout,
-        lease,
+        issuer,
         stats,
         mut shutdown,
         connections,
@@ -200,7 +198,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> ShardExit {
     let mut registered = Vec::with_capacity(3);
     for l in [listeners.protocol, listeners.protocol_tls, listeners.http] {
         registered.push(match l.map(register) {
-            Some(None) => return ShardExit::default(),
+            Some(None) => return IssuerExit::default(),
             Some(Some(l)) => Some(l),
             None => None,
         });
@@ -208,17 +206,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> ShardExit {
     let http_listener = registered.pop().flatten();
     let tls_listener = registered.pop().flatten();
     let listener = registered.pop().flatten();
-    let settings = GenSettings {
-        layout,
-        workers_per_shard: listen.workers_per_shard,
-        max_rollback_wait,
-    };
-    let gen = Rc::new(RefCell::new(ShardGen::new(
-        index,
-        settings,
-        lease,
-        Arc::clone(&stats),
-    )));
+    let gen = Rc::new(RefCell::new(issuer));
     let Handoff {
         peers,
         mut inbox,

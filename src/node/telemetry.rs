@@ -96,7 +96,7 @@ pub struct ShardStats {
     /// HTTP ID API requests answered (errors included).
     pub http_requests: AtomicU64,
     /// Error answers, by position in [`Status::TABLE`].
-    pub errors: [AtomicU64; 16],
+    pub errors: [AtomicU64; Status::TABLE.len()],
     /// Connections currently open on this shard.
     pub connections_open: AtomicU64,
     /// Connections accepted since start.
@@ -112,9 +112,7 @@ pub struct ShardStats {
     /// its answer was written to the socket; every request of one read shares one
     /// measurement (two clock reads per read, not per request). HTTP: from the request's head
     /// being parsed to its answer being handed to the connection.
-    pub request_duration: [Histogram<17>; 6],
-    /// Lease generation the shard's generator works under (0: none yet).
-    pub generation: AtomicU64,
+    pub request_duration: [Histogram<17>; Op::ALL.len()],
 }
 
 #[inline]

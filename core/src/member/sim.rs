@@ -9,13 +9,16 @@
 //!
 //! Each simulated process is the deployed code on simulated time (a [`TestClock`] per
 //! process, whose monotonic clock follows true time and whose wall clock is true time plus an
-//! offset that jumps and drifts): the real [`Keeper`] (`acquire`, `renew_once`, `release`), two real shard
-//! generators ([`ShardGen`], rebuilt from the keeper's [`LeaseView`] on a new generation, with
-//! the shared ceiling) that clients ask for IDs through the range their connection announced,
-//! and the real shutdown path ([`release_after_shards`]: stop the shards, release at the
-//! largest timestamp they issued under the current generation, or at the ceiling if a shard
-//! "panicked"). The simulation only talks to the public lease API and looks at issued IDs, so
-//! it does not depend on the store's record format.
+//! offset that jumps and drifts): a real [`Member`], made as `idgen serve` and the embedded
+//! generator make theirs, whose keeper the simulation drives step by step (`acquire`,
+//! `renew_once`); its real [`Issuer`]s, one per shard (a node of two shards) or one in all (a
+//! process of one worker ID, as an embedded generator holds), rebuilt from the keeper's
+//! [`LeaseView`] on a new generation, with the shared ceiling, that clients ask for IDs through
+//! the range their connection announced; and the real way out, [`Member::leave`]: the issuers
+//! stop, the lease is released at the largest timestamp they issued under the current
+//! generation, or at the ceiling if an issuer "panicked". The simulation only talks to the
+//! public lease API and looks at issued IDs, so it does not depend on the store's record
+//! format.
 //!
 //! ## Interleaving
 //!
@@ -88,12 +91,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::clock::{Clock, TestClock};
+use crate::generator::GeneratorStats;
 use crate::layout::Layout;
 use crate::layout::{Id, WorkerRange, DEFAULT_EPOCH_MS};
-use crate::lease::keeper::{Keeper, KeeperTiming, LeaseView};
+use crate::lease::keeper::{KeeperTiming, LeaseView};
 use crate::lease::*;
-use crate::node::issuer::{GenSettings, IssueError, ShardGen};
-use crate::node::{release_after_shards, ShardExit, ShardStats};
+use crate::member::{IssueError, Issuer, IssuerExit, Member, MemberSettings};
 use crate::store::memory::{Fault, MemoryStore};
 use crate::store::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
 
@@ -349,8 +352,8 @@ struct InFlight {
 
 /// One shard and the connection a client keeps to it.
 struct Shard {
-    gen: ShardGen<TestClock>,
-    stats: Arc<ShardStats>,
+    gen: Issuer<TestClock>,
+    stats: Arc<GeneratorStats>,
     /// The range the connection's HELLO_OK announced; `None`: reconnect first.
     announced: Option<WorkerRange>,
 }
@@ -372,7 +375,7 @@ struct Process {
     offset: i64,
     /// Extra ms the clock gains (or loses) per second of true time.
     drift_per_s: i64,
-    keeper: Arc<Keeper<TestClock>>,
+    member: Arc<Member<TestClock>>,
     shards: Vec<Shard>,
     op: Option<InFlight>,
     /// Steps until a cut link heals.
@@ -385,7 +388,7 @@ impl Process {
         format!("node{}#{}", self.name, self.instance)
     }
     fn holds(&self) -> bool {
-        self.state == State::Running && self.keeper.shared().current().is_some()
+        self.state == State::Running && self.member.lease().current().is_some()
     }
 }
 
@@ -448,7 +451,6 @@ struct Sim {
     sched: Arc<Sched>,
     store: Arc<MemoryStore>,
     layout: Layout,
-    gen: GenSettings,
     mutant: Mutant,
     rt: tokio::runtime::Runtime,
     processes: Vec<Process>,
@@ -474,11 +476,6 @@ impl Sim {
         // transaction may touch.
         let layout = Layout::new(DEFAULT_EPOCH_MS, 47, 4, 12, 0).unwrap();
         let now = DEFAULT_EPOCH_MS + 10_000_000;
-        let gen = GenSettings {
-            layout,
-            workers_per_shard: 1,
-            max_rollback_wait: Duration::from_millis(10),
-        };
         let sched = Arc::new(Sched {
             rng: Mutex::new(Rng::new(seed, 2)),
             suspend_percent: AtomicU64::new(25),
@@ -491,7 +488,6 @@ impl Sim {
             sched,
             store: Arc::new(MemoryStore::new()),
             layout,
-            gen,
             mutant,
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_time()
@@ -640,31 +636,34 @@ impl Sim {
             instance: format!("node{name}#{instance}"),
         };
         let store: Arc<dyn KvStore> = Arc::clone(&link) as Arc<dyn KvStore>;
-        let keeper = Arc::new(
-            Keeper::new(store, self.layout, config, owner, clock.clone()).with_timing(
-                KeeperTiming {
-                    renew_every: Duration::from_millis(TTL_MS / 3),
-                    retry_every: Duration::from_millis(TTL_MS / 10),
-                    // Never: the simulation decides when a suspended operation resumes.
-                    op_timeout: Duration::from_secs(86_400),
-                },
-            ),
-        );
-        let gen = GenSettings {
-            workers_per_shard: per_shard,
-            ..self.gen
+        // The member as a node or an embedded generator makes it (the simulation drives its
+        // joining, renewals and leaving step by step).
+        let settings = MemberSettings {
+            layout: self.layout,
+            lease: config,
+            workers_per_issuer: per_shard,
+            max_drift: Duration::from_secs(1),
+            max_rollback_wait: Duration::from_millis(10),
+            patience: Duration::ZERO,
         };
+        let timing = KeeperTiming {
+            renew_every: Duration::from_millis(TTL_MS / 3),
+            retry_every: Duration::from_millis(TTL_MS / 10),
+            // Never: the simulation decides when a suspended operation resumes.
+            op_timeout: Duration::from_secs(86_400),
+        };
+        let member = Arc::new(Member::new(
+            store,
+            settings,
+            owner,
+            clock.clone(),
+            Some(timing),
+        ));
         let shards = (0..shards as usize)
             .map(|index| {
-                let stats = Arc::new(ShardStats::default());
+                let stats = Arc::new(GeneratorStats::default());
                 Shard {
-                    gen: ShardGen::with_clock(
-                        index,
-                        gen,
-                        keeper.shared(),
-                        Arc::clone(&stats),
-                        clock.clone(),
-                    ),
+                    gen: member.issuer(index, clock.clone(), Arc::clone(&stats)),
                     stats,
                     announced: None,
                 }
@@ -677,7 +676,7 @@ impl Sim {
             clock,
             offset,
             drift_per_s: 0,
-            keeper,
+            member,
             shards,
             op: None,
             cut_for: 0,
@@ -732,7 +731,7 @@ impl Sim {
 
     /// Registers the process's current grant (checking its floor) and its ceiling.
     fn observe(&mut self, p: usize) {
-        let Some(view) = self.processes[p].keeper.shared().current() else {
+        let Some(view) = self.processes[p].member.lease().current() else {
             return;
         };
         let g = &view.grant;
@@ -835,33 +834,33 @@ impl Sim {
     fn start_op(&mut self, p: usize, kind: OpKind) {
         let proc_ = &mut self.processes[p];
         debug_assert!(proc_.op.is_none() && proc_.state == State::Running);
-        let keeper = Arc::clone(&proc_.keeper);
+        let member = Arc::clone(&proc_.member);
         let fut: Pin<Box<dyn Future<Output = Outcome>>> = match kind {
-            OpKind::Acquire => Box::pin(async move { Outcome::Acquired(keeper.acquire().await) }),
+            OpKind::Acquire => {
+                Box::pin(async move { Outcome::Acquired(member.keeper().acquire().await) })
+            }
             OpKind::Renew | OpKind::Idle => Box::pin(async move {
-                keeper.renew_once().await;
+                member.keeper().renew_once().await;
                 Outcome::Renewed
             }),
             OpKind::Release => {
                 // Node::shutdown: the shards stop, then the lease is released at what they
                 // issued. Now and then a shard "panicked" and reports nothing.
-                let mut exits: Vec<Option<ShardExit>> =
+                let mut exits: Vec<Option<IssuerExit>> =
                     proc_.shards.iter().map(|s| Some(s.gen.exit())).collect();
                 if self.rng.chance(5) {
                     exits[0] = None;
                 }
                 if self.mutant == Mutant::ReleaseBelowLastIssued {
                     for e in exits.iter_mut().flatten() {
-                        if let Some((_, ts)) = e.last_issued.as_mut() {
-                            *ts = ts.saturating_sub(1);
+                        if let Some(last) = e.last_issued.as_mut() {
+                            last.timestamp = last.timestamp.saturating_sub(1);
                         }
                     }
                 }
                 proc_.shards.clear();
                 proc_.state = State::Stopping;
-                Box::pin(
-                    async move { Outcome::Released(release_after_shards(&keeper, &exits).await) },
-                )
+                Box::pin(async move { Outcome::Released(member.leave(&exits).await) })
             }
         };
         proc_.link.start_op(kind);
@@ -910,7 +909,7 @@ impl Sim {
                 self.note(|| format!("{label} {kind:?} done: {r:?}"));
             }
             Outcome::Renewed => {
-                let view = self.processes[p].keeper.shared().current();
+                let view = self.processes[p].member.lease().current();
                 let state = view.map(|v| (v.grant.generation, v.ceiling.get()));
                 self.note(|| format!("{label} {kind:?} done: holds {state:?}"));
             }
@@ -964,8 +963,8 @@ impl Sim {
                     && proc_.state == State::Running
                     && proc_.op.is_none()
                     && match kind {
-                        OpKind::Acquire => proc_.keeper.shared().current().is_none(),
-                        _ => proc_.keeper.shared().current().is_some(),
+                        OpKind::Acquire => proc_.member.lease().current().is_none(),
+                        _ => proc_.member.lease().current().is_some(),
                     }
             })
             .collect();
@@ -974,7 +973,7 @@ impl Sim {
             .copied()
             .filter(|&q| {
                 let proc_ = &self.processes[q];
-                proc_.keeper.shared().time_left_ms(proc_.clock.wall_ms()) == 0
+                proc_.member.lease().time_left_ms(proc_.clock.wall_ms()) == 0
             })
             .collect();
         let q = if kind == OpKind::Renew && !expired.is_empty() && self.rng.chance(50) {
@@ -1003,12 +1002,12 @@ impl Sim {
                 OpKind::Acquire
             };
             let proc_ = &mut self.processes[p];
-            let keeper = Arc::clone(&proc_.keeper);
+            let member = Arc::clone(&proc_.member);
             proc_.link.start_op(kind);
             proc_.op = Some(InFlight {
                 kind,
                 fut: Box::pin(async move {
-                    keeper.renew_once().await;
+                    member.keeper().renew_once().await;
                     Outcome::Renewed
                 }),
             });
@@ -1200,7 +1199,7 @@ impl Sim {
         t.lost = self
             .processes
             .iter()
-            .map(|p| p.keeper.shared().stats.lost.load(Ordering::Relaxed))
+            .map(|p| p.member.lease().stats.lost.load(Ordering::Relaxed))
             .sum();
         t
     }
@@ -1387,7 +1386,7 @@ fn the_simulation_catches_a_broken_floor() {
     sim.sched.suspend_percent.store(0, Ordering::Relaxed);
     sim.start_op(0, OpKind::Acquire);
     sim.drive(0, 0);
-    let g = sim.processes[0].keeper.shared().current().unwrap().grant;
+    let g = sim.processes[0].member.lease().current().unwrap().grant;
     sim.advance(10);
     for _ in 0..100 {
         if sim.totals.ids > 0 {
@@ -1433,7 +1432,7 @@ fn the_simulation_catches_a_broken_floor() {
 }
 
 /// How often each mutant is caught, for tuning the simulation's weights:
-/// `cargo test -p idgen --lib domain::lease_sim::mutant_detection_rates -- --ignored --nocapture`.
+/// `cargo test -p idgen-core --lib member::sim::mutant_detection_rates -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn mutant_detection_rates() {
