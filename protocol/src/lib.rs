@@ -116,6 +116,14 @@ pub const OP_RANGES: u8 = 0x84;
 /// Response opcode `ERROR`.
 pub const OP_ERROR: u8 = 0xFF;
 
+/// The whole frame of `GET_IDS` for one ID: the commonest pipelined request, which a server's
+/// fast path may recognise by comparing bytes (a test checks it is what [`encode_request`]
+/// writes).
+pub const SINGLE_ID_REQUEST: [u8; 9] = [0, 0, 0, 5, OP_GET_IDS, 0, 0, 0, 1];
+/// The header of `IDS` answering one ID: the 8-byte ID follows (a test checks it is what
+/// [`encode_ids_header`] writes).
+pub const SINGLE_ID_HEADER: [u8; 9] = [0, 0, 0, 13, OP_IDS, 0, 0, 0, 1];
+
 /// Default largest request frame length the server accepts.
 pub const DEFAULT_MAX_REQUEST_FRAME: u32 = 64;
 /// Default largest GET_IDS count the server accepts.
@@ -169,6 +177,20 @@ pub const fn negotiate_version(min: u16, max: u16) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_one_id_frames_are_what_the_encoders_write() {
+        let mut request = Vec::new();
+        encode_request(&Request::GetIds { count: 1 }, &mut request);
+        assert_eq!(request, SINGLE_ID_REQUEST);
+        let mut header = Vec::new();
+        encode_ids_header(1, &mut header);
+        assert_eq!(header, SINGLE_ID_HEADER);
+        let mut answer = Vec::new();
+        encode_ids(&[0x0102_0304_0506_0708], &mut answer);
+        assert_eq!(answer[..SINGLE_ID_HEADER.len()], SINGLE_ID_HEADER);
+        assert_eq!(answer.len(), SINGLE_ID_HEADER.len() + 8);
+    }
 
     #[test]
     fn negotiation() {

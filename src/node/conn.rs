@@ -28,17 +28,15 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::issuer::{status_of, wait_until, IssueError, Issuer};
+use super::issuer::{status_of, wait_until, ClockHold, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats, BATCH_BUCKETS};
 use crate::config::ListenSection;
 use crate::generator::{Fill, Progress};
 use crate::layout::{Layout, WorkerRange};
 use idgen_core::histogram::bucket_of;
+use idgen_protocol::{SINGLE_ID_HEADER, SINGLE_ID_REQUEST};
 
-/// A `GET_IDS` request for one ID, as it is on the wire, and the header of its answer (an IDS
-/// frame of one ID: length 13, opcode, count 1), which the ID's 8 bytes follow.
-const SINGLE_ID_REQUEST: [u8; 9] = [0, 0, 0, 5, idgen_protocol::OP_GET_IDS, 0, 0, 0, 1];
-const SINGLE_ID_HEADER: [u8; 9] = [0, 0, 0, 13, idgen_protocol::OP_IDS, 0, 0, 0, 1];
+/// A one-ID answer: the protocol's [`SINGLE_ID_HEADER`], then the ID's 8 bytes.
 const SINGLE_ID_ANSWER_LEN: usize = SINGLE_ID_HEADER.len() + 8;
 /// The most one-ID requests answered by one draw.
 const MAX_SINGLE_ID_RUN: usize = 4096;
@@ -63,9 +61,9 @@ pub(crate) struct ConnCtx {
     pub shutdown: watch::Receiver<bool>,
 }
 
-/// What to do after the buffered requests were handled.
+/// What the connection does next, once the buffered requests were handled.
 #[derive(PartialEq, Eq)]
-enum After {
+enum Next {
     /// Read more.
     Read,
     /// Requests are still buffered (output high-water mark): write, then handle them.
@@ -276,8 +274,8 @@ impl Conn {
         tokio::pin!(timer);
         loop {
             let before = self.answered;
-            let after = self.handle_buffered();
-            if let After::Wait(at) = after {
+            let next = self.handle_buffered();
+            if let Next::Wait(at) = next {
                 // The answer in progress is not written before it is whole.
                 wait_until(&self.ctx.gen, at).await;
                 continue;
@@ -289,13 +287,13 @@ impl Conn {
             if !self.flush(stream, read_at).await {
                 return;
             }
-            match after {
-                After::Close => {
+            match next {
+                Next::Close => {
                     let _ = stream.shutdown().await;
                     return;
                 }
-                After::More => continue,
-                After::Read | After::Wait(_) => {}
+                Next::More => continue,
+                Next::Read | Next::Wait(_) => {}
             }
             if draining {
                 self.finish_draining(stream).await;
@@ -379,45 +377,46 @@ impl Conn {
     /// Decodes and answers every complete request in the input buffer, on one clock reading:
     /// they arrived together, and one reading serves them all (a wait for the next millisecond
     /// ends this call, and the next call reads again).
-    fn handle_buffered(&mut self) -> After {
-        self.ctx.gen.borrow().hold_clock();
-        let after = self.handle_buffered_held();
-        self.ctx.gen.borrow().release_clock();
+    fn handle_buffered(&mut self) -> Next {
+        let next = {
+            let _held = ClockHold::new(Rc::clone(&self.ctx.gen));
+            self.handle_buffered_held()
+        };
         self.tally.flush(&self.ctx.stats);
-        after
+        next
     }
 
-    fn handle_buffered_held(&mut self) -> After {
+    fn handle_buffered_held(&mut self) -> Next {
         // An Rc clone (not an atomic Arc clone) to keep the counters at hand.
         let ctx = Rc::clone(&self.ctx);
         let stats = &ctx.stats;
         loop {
             if let Some(pending) = self.pending.take() {
                 if let Some(at) = self.resume(pending) {
-                    return After::Wait(at);
+                    return Next::Wait(at);
                 }
                 if self.closing {
-                    return After::Close;
+                    return Next::Close;
                 }
                 continue;
             }
             if self.out.len() >= OUTPUT_HIGH_WATER {
-                return After::More;
+                return Next::More;
             }
             match self.single_id_run() {
                 Run::Answered => continue,
-                Run::Wait(at) => return After::Wait(at),
+                Run::Wait(at) => return Next::Wait(at),
                 Run::No => {}
             }
             let version = self.state.version().unwrap_or(1);
             let (decoded, used) = match decode_request_for(&self.inbuf, &self.limits, version) {
-                Ok(None) => return After::Read,
+                Ok(None) => return Next::Read,
                 Ok(Some(frame)) => frame,
                 Err(e) => {
                     encode_error(e.status(), &e.to_string(), &mut self.out);
                     stats.error(e.status());
                     self.tally.requests += 1;
-                    return After::Close;
+                    return Next::Close;
                 }
             };
             let op = match decoded {
@@ -437,7 +436,7 @@ impl Conn {
             if let Err(e) = self.state.check(&decoded) {
                 encode_error(e.status(), &e.to_string(), &mut self.out);
                 stats.error(e.status());
-                return After::Close;
+                return Next::Close;
             }
             match decoded {
                 Decoded::Request(Request::Hello { .. }) => self.hello(),
@@ -453,7 +452,7 @@ impl Conn {
                         fill: Fill::new(u64::from(count)),
                     };
                     if let Some(at) = self.resume(pending) {
-                        return After::Wait(at);
+                        return Next::Wait(at);
                     }
                 }
                 Decoded::Request(Request::GetRanges { count }) => {
@@ -465,7 +464,7 @@ impl Conn {
                         fill: Fill::new(u64::from(count)),
                     };
                     if let Some(at) = self.resume(pending) {
-                        return After::Wait(at);
+                        return Next::Wait(at);
                     }
                 }
                 Decoded::Request(Request::Ping { token }) => encode_pong(token, &mut self.out),
@@ -476,7 +475,7 @@ impl Conn {
             }
             if self.closing {
                 // Nothing is answered after a closing status (PROTOCOL.md §8).
-                return After::Close;
+                return Next::Close;
             }
         }
     }

@@ -5,6 +5,7 @@
 //! ([`status_of`]).
 
 use std::cell::RefCell;
+use std::rc::Rc;
 
 use idgen_protocol::Status;
 
@@ -48,6 +49,26 @@ impl Drop for InLine<'_> {
         // Never borrowed across an await, so free whenever a task is dropped.
         if let Ok(mut gen) = self.gen.try_borrow_mut() {
             gen.abandon(&mut self.fill);
+        }
+    }
+}
+
+/// The issuer's clock answering one reading for a read's worth of requests
+/// ([`Issuer::hold_clock`]) until this is dropped: no way out of the read's handling (an early
+/// return, a panic unwinding) leaves the clock held.
+pub(crate) struct ClockHold(Rc<RefCell<Issuer>>);
+
+impl ClockHold {
+    pub(crate) fn new(gen: Rc<RefCell<Issuer>>) -> Self {
+        gen.borrow().hold_clock();
+        ClockHold(gen)
+    }
+}
+
+impl Drop for ClockHold {
+    fn drop(&mut self) {
+        if let Ok(gen) = self.0.try_borrow() {
+            gen.release_clock();
         }
     }
 }

@@ -62,7 +62,11 @@ pub(crate) enum Front {
 }
 
 /// A connection accepted by one shard for another, with its place under the connection limit.
-pub(crate) type Handed = (std::net::TcpStream, ConnGuard, Front);
+pub(crate) struct Handed {
+    stream: std::net::TcpStream,
+    guard: ConnGuard,
+    front: Front,
+}
 
 /// How accepted connections are spread over the shards. Every shard accepts from the one
 /// listening socket, and whichever is free takes a new connection; the kernel tends to wake
@@ -246,7 +250,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
             accepted = accept_on(tls_listener.as_ref()) => dealer.accepted(accepted, Front::ProtocolTls).await,
             accepted = accept_on(http_listener.as_ref()) => dealer.accepted(accepted, Front::Http).await,
             handed = inbox.recv() => {
-                let Some((std_stream, guard, front)) = handed else { continue };
+                let Some(Handed { stream: std_stream, guard, front }) = handed else { continue };
                 match TcpStream::from_std(std_stream) {
                     Ok(stream) => dealer.spawn(stream, guard, front),
                     Err(e) => {
@@ -355,14 +359,16 @@ impl Dealer {
         } else {
             match stream.into_std() {
                 Ok(std_stream) => {
-                    if let Err(e) = self.peers[target].try_send((std_stream, guard, front)) {
+                    if let Err(e) = self.peers[target].try_send(Handed {
+                        stream: std_stream,
+                        guard,
+                        front,
+                    }) {
                         // That shard is stopping or swamped: serve it here.
-                        let (std_stream, guard, front) = match e {
-                            mpsc::error::TrySendError::Full(h)
-                            | mpsc::error::TrySendError::Closed(h) => h,
-                        };
-                        if let Ok(stream) = TcpStream::from_std(std_stream) {
-                            self.spawn(stream, guard, front);
+                        let (mpsc::error::TrySendError::Full(h)
+                        | mpsc::error::TrySendError::Closed(h)) = e;
+                        if let Ok(stream) = TcpStream::from_std(h.stream) {
+                            self.spawn(stream, h.guard, h.front);
                         }
                     }
                 }

@@ -219,7 +219,16 @@ struct Step {
 struct LeaseTime {
     now: u64,
     boot: u64,
-    anchor: (u64, u64),
+    anchor: Anchor,
+}
+
+/// A time the keeper believes: the wall clock (ms) of the last successful grant or renewal, or
+/// of a step just believed, and the boot clock (ns) when it was read. The next operation's
+/// lease time is bounded by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Anchor {
+    wall_ms: u64,
+    boot_ns: u64,
 }
 
 /// The lease keeper of one node.
@@ -239,7 +248,7 @@ pub struct Keeper<C: Clock> {
     /// A time (wall ms) the keeper believes, and the boot clock (ns) when it was read: that of
     /// the last successful grant or renewal, or of a step just believed. Bounds how far the
     /// next operation may move the lease end.
-    anchor: Mutex<Option<(u64, u64)>>,
+    anchor: Mutex<Option<Anchor>>,
     /// A step of the wall clock ahead, not yet believed.
     step: Mutex<Option<Step>>,
     /// The peers' clocks, to confirm a step (none: no peers to ask).
@@ -367,10 +376,17 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         let at_wall = LeaseTime {
             now: wall,
             boot,
-            anchor: (wall, boot),
+            anchor: Anchor {
+                wall_ms: wall,
+                boot_ns: boot,
+            },
         };
         let anchor = *self.anchor.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((then_ms, then_boot)) = anchor else {
+        let Some(Anchor {
+            wall_ms: then_ms,
+            boot_ns: then_boot,
+        }) = anchor
+        else {
             return at_wall;
         };
         let ttl_ms = duration_ms(self.config.ttl);
@@ -449,7 +465,10 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         LeaseTime {
             now: passed.saturating_add(ttl_ms),
             boot,
-            anchor: (then_ms, then_boot),
+            anchor: Anchor {
+                wall_ms: then_ms,
+                boot_ns: then_boot,
+            },
         }
     }
 
@@ -488,7 +507,10 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
     /// of the time that passed, and not the step it already knows), or came back from a step
     /// it knows: a cheap look (two clock reads) between renewals.
     fn clock_moved(&self) -> bool {
-        let Some((then_ms, then_boot)) = *self.anchor.lock().unwrap_or_else(|e| e.into_inner())
+        let Some(Anchor {
+            wall_ms: then_ms,
+            boot_ns: then_boot,
+        }) = *self.anchor.lock().unwrap_or_else(|e| e.into_inner())
         else {
             return false;
         };
@@ -504,7 +526,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         }
     }
 
-    fn set_anchor(&self, anchor: (u64, u64)) {
+    fn set_anchor(&self, anchor: Anchor) {
         *self.anchor.lock().unwrap_or_else(|e| e.into_inner()) = Some(anchor);
     }
 
