@@ -1,4 +1,9 @@
 use super::*;
+
+// Behaviours every store gives (the first grant, a different layout refused, expiry and the
+// safety period, release, ...) are the conformance suite's (`conformance.rs`), run on the
+// memory store by `memory_store_passes_the_lease_conformance_suite`; this file holds what
+// only the memory store's faults and wrappers can show.
 use crate::layout::DEFAULT_EPOCH_MS;
 use crate::store::memory::{Fault, MemoryStore};
 use crate::store::{BoxFuture, Check, Entry, Write};
@@ -26,97 +31,9 @@ fn leases<'s>(store: &'s dyn KvStore, name: &str, workers: u64) -> Leases<'s> {
     )
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn first_acquire_creates_the_cluster_and_grants_from_zero() {
-    let s = MemoryStore::new();
-    let a = leases(&s, "a", 4);
-    let g = a.acquire(NOW).await.unwrap();
-    assert_eq!(
-        g,
-        Grant {
-            first: 0,
-            count: 4,
-            generation: 1,
-            floor: 0,
-            lease_end: NOW_ID + TTL
-        }
-    );
-    let cluster = a.cluster().await.unwrap().unwrap();
-    assert_eq!(cluster.layout, LayoutRecord::from(Layout::default()));
-    let recs = a.workers().await.unwrap();
-    assert_eq!(recs.len(), 4);
-    assert!(recs.iter().all(|(_, r)| r.state == WorkerState::Held
-        && r.generation == 1
-        && r.owner.node_id == "a"
-        && r.lease_end == NOW_ID + TTL));
-    // Keys live under the namespace: one record for the whole range, under its first worker ID.
-    let raw = s.get(b"idgen/t/workers/00000").await.unwrap().unwrap();
-    let rec: WorkerRecord = serde_json::from_slice(&raw.value).unwrap();
-    assert_eq!(rec.count, 4);
-    assert!(s.get(b"idgen/t/workers/00001").await.unwrap().is_none());
-    assert!(s.get(b"idgen/t/cluster").await.unwrap().is_some());
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn a_different_layout_is_refused_naming_both() {
-    let s = MemoryStore::new();
-    leases(&s, "a", 1).acquire(NOW).await.unwrap();
-    let other = Layout::new(DEFAULT_EPOCH_MS, 40, 11, 12, 0).unwrap();
-    let b = Leases::new(&s, other, LeaseConfig::new("t", 1), owner("b"));
-    let err = b.acquire(NOW).await.unwrap_err();
-    let msg = err.to_string();
-    assert!(matches!(err, LeaseError::LayoutMismatch { .. }));
-    assert!(
-        msg.contains("41/10/12") && msg.contains("40/11/12"),
-        "{msg}"
-    );
-    // The same layout in another namespace is a different cluster.
-    let c = Leases::new(&s, other, LeaseConfig::new("other", 1), owner("c"));
-    assert_eq!(c.acquire(NOW).await.unwrap().first, 0);
-}
-
 // Disjoint ranges, regions and a clear error when full: the conformance suite's
 // `nodes_get_disjoint_ranges_and_a_clear_error_when_full`, run on the memory store by
 // `memory_store_passes_the_lease_conformance_suite` (and on the embedded store and etcd).
-
-#[tokio::test(flavor = "current_thread")]
-async fn an_expired_lease_is_free_only_after_the_safety_period() {
-    let s = MemoryStore::new();
-    let a = tiny_leases1(&s, "a").acquire(NOW).await.unwrap();
-    let b = tiny_leases1(&s, "b");
-    // Expired (past lease_end) but inside the safety period (2 × TTL): still reserved.
-    let expired = NOW + TTL + 2 * TTL; // lease_end + safety, exactly
-    assert_eq!(b.acquire(expired).await.unwrap().first, 1);
-    // With a full worker space, the refusal says that one ID is only waiting out its safety.
-    let full = Layout::new(DEFAULT_EPOCH_MS, 52, 1, 10, 0).unwrap(); // 2 workers: 0 and 1
-    let d = Leases::new(&s, full, LeaseConfig::new("t2", 1), owner("d"));
-    d.acquire(NOW).await.unwrap();
-    Leases::new(&s, full, LeaseConfig::new("t2", 1), owner("e"))
-        .acquire(NOW)
-        .await
-        .unwrap();
-    let err = Leases::new(&s, full, LeaseConfig::new("t2", 1), owner("f"))
-        .acquire(NOW + TTL + 1)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LeaseError::NoFreeRange {
-                free: 0,
-                expiring: 2,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains("2 more free up"), "{err}");
-    // One ms past the safety period: worker 0 is free again, floored at its old lease_end.
-    let c = tiny_leases1(&s, "c").acquire(expired + 1).await.unwrap();
-    assert_eq!(c.first, 0);
-    assert_eq!(c.floor, a.lease_end);
-    assert!(c.lease_end > c.floor);
-}
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_previous_life_of_this_node_counts_as_expiring() {
