@@ -40,7 +40,7 @@
 //! A request that has waited [`MAX_TURN_WAIT`] for its turn without drawing an ID fails with
 //! [`GenError::Overloaded`] (this node is busy: try later or elsewhere), which is not a clock
 //! fault. A request that leaves the line in any way (served, failed, or abandoned by its
-//! caller through [`Generator::leave`]) lets the next one move up; a front that stops asking
+//! caller through [`Generator::abandon`]) lets the next one move up; a front that stops asking
 //! without leaving is passed over after the same bound, so the line never stalls. The line
 //! exists only while requests wait: a request that finds nobody waiting pays one comparison.
 //!
