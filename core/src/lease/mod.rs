@@ -555,6 +555,12 @@ impl<'s> Leases<'s> {
         duration_ms(self.config.ttl)
     }
 
+    /// The most worker records one transaction touches: at least two, so a merge always has
+    /// a run to fold.
+    fn records_per_txn(&self) -> usize {
+        self.config.max_records_per_txn.max(2)
+    }
+
     /// The worker IDs a grant may come from: the node's region, or the whole space.
     fn search_space(&self) -> Result<WorkerRange, LeaseError> {
         match self.config.region {
@@ -863,7 +869,7 @@ impl<'s> Leases<'s> {
             };
             let end = first + wanted;
             let over = view.overlapping(first, end);
-            let limit = self.config.max_records_per_txn.max(2);
+            let limit = self.records_per_txn();
             if over.len() > limit {
                 merges += 1;
                 if merges > MAX_MERGE_ROUNDS {
@@ -998,7 +1004,7 @@ impl<'s> Leases<'s> {
     /// the scan saw (plus this merge's own earlier runs).
     async fn merge(&self, over: &[Span], seen: u64, now_unix_ms: u64) -> Result<bool, LeaseError> {
         let mut expected = seen;
-        for run in over.chunks(self.config.max_records_per_txn.max(2)) {
+        for run in over.chunks(self.records_per_txn()) {
             let (Some(head), Some(tail)) = (run.first(), run.last()) else {
                 continue;
             };
