@@ -172,6 +172,15 @@ pub enum EmbeddedError {
     Closed,
 }
 
+impl From<JoinError> for EmbeddedError {
+    fn from(e: JoinError) -> Self {
+        match e {
+            JoinError::Clock(why) => EmbeddedError::Clock(why),
+            JoinError::Lease(e) => EmbeddedError::Lease(e),
+        }
+    }
+}
+
 /// The embedded generator's one issuer, behind the handle's lock.
 struct Handle {
     issuer: Issuer<CachedClock>,
@@ -372,13 +381,7 @@ impl Embedded {
             max_drift: config.max_drift,
             max_rollback_wait: config.max_rollback_wait,
         };
-        let (member, view) =
-            Member::join(store, settings, owner, clock)
-                .await
-                .map_err(|e| match e {
-                    JoinError::Clock(why) => EmbeddedError::Clock(why),
-                    JoinError::Lease(e) => EmbeddedError::Lease(e),
-                })?;
+        let (member, view) = Member::join(store, settings, owner, clock).await?;
         tracing::info!(
             event = "embedded_started",
             worker_first = view.grant.first,

@@ -86,6 +86,15 @@ pub enum ServeError {
 }
 
 /// One address is served by one node: say so when the address is taken.
+impl From<JoinError> for ServeError {
+    fn from(e: JoinError) -> Self {
+        match e {
+            JoinError::Clock(why) => ServeError::Clock(why),
+            JoinError::Lease(e) => ServeError::Lease(e),
+        }
+    }
+}
+
 fn in_use_hint(e: &std::io::Error) -> &'static str {
     if e.kind() == std::io::ErrorKind::AddrInUse {
         " (another process, perhaps another idgen node, already serves this address; one \
@@ -157,13 +166,7 @@ impl Node {
             max_rollback_wait: config.clock.max_rollback_wait,
         };
         let owner = Owner::this_process(config.lease.node_id.clone(), clock.wall_ms());
-        let (member, view) =
-            Member::join(store, settings, owner, clock)
-                .await
-                .map_err(|e| match e {
-                    JoinError::Clock(why) => ServeError::Clock(why),
-                    JoinError::Lease(e) => ServeError::Lease(e),
-                })?;
+        let (member, view) = Member::join(store, settings, owner, clock).await?;
         let member = Arc::new(member);
         let lease = member.lease();
 
