@@ -262,14 +262,57 @@ async fn corrupt_records_are_reported_not_trusted() {
     ));
 }
 
-/// A store that lets another node's acquisition slip in before this node's next commit.
-struct Racy<'a> {
-    inner: &'a MemoryStore,
-    rival: std::sync::Mutex<Option<Box<dyn FnOnce() + Send + 'a>>>,
+/// Where a [`Racy`] store lets its rival in.
+enum Before {
+    /// This node's next commit.
+    Commit,
+    /// The `nth` read of `key` (1 for the first).
+    Read { key: Vec<u8>, nth: usize },
 }
 
-impl KvStore for Racy<'static> {
+/// A store that lets another node's operation (`rival`, on the inner store, on a thread of
+/// its own) slip in at one point of this node's: before its next commit, or before the `nth`
+/// read of a key.
+struct Racy {
+    inner: &'static MemoryStore,
+    before: Before,
+    reads: std::sync::atomic::AtomicUsize,
+    rival: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Racy {
+    fn new(
+        inner: &'static MemoryStore,
+        before: Before,
+        rival: impl FnOnce() + Send + 'static,
+    ) -> &'static Racy {
+        Box::leak(Box::new(Racy {
+            inner,
+            before,
+            reads: Default::default(),
+            rival: std::sync::Mutex::new(Some(Box::new(rival))),
+        }))
+    }
+
+    fn let_the_rival_in(&self) {
+        if let Some(rival) = self.rival.lock().unwrap().take() {
+            std::thread::spawn(rival).join().unwrap();
+        }
+    }
+}
+
+impl KvStore for Racy {
     fn get<'b>(&'b self, key: &'b [u8]) -> BoxFuture<'b, Result<Option<Entry>, StoreError>> {
+        if let Before::Read { key: at, nth } = &self.before {
+            if key == at.as_slice()
+                && 1 + self
+                    .reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    == *nth
+            {
+                self.let_the_rival_in();
+            }
+        }
         self.inner.get(key)
     }
     fn scan<'b>(&'b self, prefix: &'b [u8]) -> BoxFuture<'b, Result<Vec<Entry>, StoreError>> {
@@ -280,8 +323,8 @@ impl KvStore for Racy<'static> {
         checks: &'b [Check],
         writes: &'b [Write],
     ) -> BoxFuture<'b, Result<Commit, StoreError>> {
-        if let Some(rival) = self.rival.lock().unwrap().take() {
-            rival();
+        if matches!(self.before, Before::Commit) {
+            self.let_the_rival_in();
         }
         self.inner.commit(checks, writes)
     }
@@ -294,20 +337,14 @@ impl KvStore for Racy<'static> {
 async fn competing_acquisitions_serialize() {
     let inner: &'static MemoryStore = Box::leak(Box::new(MemoryStore::new()));
     leases(inner, "setup", 1).ensure_cluster(NOW).await.unwrap();
-    let racy: &'static Racy<'static> = Box::leak(Box::new(Racy {
-        inner,
-        rival: std::sync::Mutex::new(Some(Box::new(move || {
-            // The rival takes workers 0..2 between our reads and our commit.
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            let g = std::thread::spawn(move || rt.block_on(leases(inner, "rival", 2).acquire(NOW)))
-                .join()
-                .unwrap()
-                .unwrap();
-            assert_eq!(g.first, 0);
-        }))),
-    }));
+    // The rival takes workers 0..2 between our reads and our commit.
+    let racy = Racy::new(inner, Before::Commit, move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let g = rt.block_on(leases(inner, "rival", 2).acquire(NOW)).unwrap();
+        assert_eq!(g.first, 0);
+    });
     let g = leases(racy, "a", 2).acquire(NOW).await.unwrap();
     assert_eq!(
         g.first, 2,
@@ -677,46 +714,6 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
     }
 }
 
-/// A store that runs a rival's operation (on the inner store, from another thread) just before
-/// the `nth` read of `key` reaches the store.
-struct BeforeRead {
-    inner: &'static MemoryStore,
-    key: Vec<u8>,
-    nth: usize,
-    reads: std::sync::atomic::AtomicUsize,
-    rival: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl KvStore for BeforeRead {
-    fn get<'b>(&'b self, key: &'b [u8]) -> BoxFuture<'b, Result<Option<Entry>, StoreError>> {
-        if key == self.key.as_slice()
-            && self
-                .reads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                + 1
-                == self.nth
-        {
-            if let Some(rival) = self.rival.lock().unwrap().take() {
-                std::thread::spawn(rival).join().unwrap();
-            }
-        }
-        self.inner.get(key)
-    }
-    fn scan<'b>(&'b self, prefix: &'b [u8]) -> BoxFuture<'b, Result<Vec<Entry>, StoreError>> {
-        self.inner.scan(prefix)
-    }
-    fn commit<'b>(
-        &'b self,
-        checks: &'b [Check],
-        writes: &'b [Write],
-    ) -> BoxFuture<'b, Result<Commit, StoreError>> {
-        self.inner.commit(checks, writes)
-    }
-    fn describe(&self) -> String {
-        "before-read".into()
-    }
-}
-
 /// 128 worker IDs.
 fn layout128() -> Layout {
     Layout::new(DEFAULT_EPOCH_MS, 46, 7, 10, 0).unwrap()
@@ -764,7 +761,7 @@ async fn a_merge_never_overlays_a_grant_made_in_a_gap_after_its_scan() {
     // rival takes the never-used worker 30.
     let inner: &'static MemoryStore = Box::leak(Box::new(MemoryStore::new()));
     write_records(inner, (0..128).filter(|&w| w != 30), &released_long_ago()).await;
-    let rival = Box::new(move || {
+    let rival = move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -775,15 +772,13 @@ async fn a_merge_never_overlays_a_grant_made_in_a_gap_after_its_scan() {
             )
             .unwrap();
         assert_eq!((g.first, g.floor), (30, 0), "the rival takes the gap");
-    });
-    let racy: &'static BeforeRead = Box::leak(Box::new(BeforeRead {
-        inner,
+    };
+    // The acquisition's own read of the generation, then the merge's.
+    let before = Before::Read {
         key: b"idgen/t/generation".to_vec(),
-        // The acquisition's own read, then the merge's.
         nth: 2,
-        reads: Default::default(),
-        rival: std::sync::Mutex::new(Some(rival)),
-    }));
+    };
+    let racy = Racy::new(inner, before, rival);
     let big = Leases::new(racy, layout128(), LeaseConfig::new("t", 90), owner("big"));
     let g = big.acquire(NOW).await.unwrap();
     assert!(g.first > 30, "the grant avoids the rival's worker: {g:?}");
