@@ -4,11 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use idgen::clock::{Clock, SystemClock};
 use idgen::commands::exit::{write_stdout, Failure};
 use idgen::commands::{InspectArgs, LayoutSource};
 use idgen::config::{ListenSection, LogFormat, LogSection, Origins, ServeArgs};
 use idgen::node::Node;
+use idgen_core::clock::{Clock, SystemClock};
 use mimalloc::MiMalloc;
 
 #[global_allocator]

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdCluster;
 use common::node::{http, try_http, NodeProc};
 use common::{free_port, wall_ms};
-use idgen::layout::Layout;
-use idgen::lease::WorkerState;
+use idgen_core::lease::WorkerState;
+use idgen_id::Layout;
 use idgen_testkit::TestConn;
 
 const NODES: usize = 3;
@@ -150,7 +150,7 @@ fn steal(c: &Cluster, i: usize) -> (u64, u64) {
 /// Writes a rival's record over `first..first + count`, 4 s ahead of the clocks: blocked
 /// while held; its next holder starts above it.
 fn write_records(c: &Cluster, first: u64, count: u64, state: WorkerState) {
-    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 4, 18, 0).unwrap();
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 41, 4, 18, 0).unwrap();
     let end = wall_ms() - layout.epoch_ms() + 4_000;
     common::etcd::write_rival_record(&c.etcd, PREFIX, first, count, state, end);
 }

@@ -8,16 +8,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use idgen::clock::{Clock, SystemClock};
-use idgen::generator::{Ceiling, GenError, Generator, ShardConfig};
-use idgen::layout::{Id, Layout};
-use idgen::lease::keeper::{Keeper, LeaseShared, LeaseView};
-use idgen::lease::{
+use idgen_core::clock::{Clock, SystemClock};
+use idgen_core::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
+use idgen_core::generator::{Ceiling, GenError, Generator, ShardConfig};
+use idgen_core::lease::keeper::{Keeper, LeaseShared, LeaseView};
+use idgen_core::lease::{
     conformance, LeaseConfig, LeaseError, Leases, Owner, Released, MAX_RECORDS_PER_TXN,
 };
-use idgen::node::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
-use idgen::store::etcd::EtcdStore;
-use idgen::store::{Commit, KvStore, Write};
+use idgen_core::store::etcd::EtcdStore;
+use idgen_core::store::{Commit, KvStore, Write};
+use idgen_id::{Id, Layout};
 use tokio::sync::watch;
 
 async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
@@ -113,7 +113,7 @@ async fn a_grant_of_1024_worker_ids_on_a_default_etcd() {
 async fn a_fully_recorded_16_bit_space_stays_usable() {
     let cluster = EtcdCluster::start(1);
     let store = conformance::Recording::new(connect(&cluster, "idgen-16bit").await);
-    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 16, 6, 0).unwrap();
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 41, 16, 6, 0).unwrap();
     let now = SystemClock::new().wall_ms();
     let now_id = now - layout.epoch_ms();
     let ttl = 10_000;
@@ -268,7 +268,7 @@ async fn a_fully_recorded_16_bit_space_stays_usable() {
 async fn a_fast_clock_evicts_only_holders_whose_clock_key_expired() {
     let cluster = EtcdCluster::start(1);
     let store: Arc<dyn KvStore> = Arc::new(connect(&cluster, "idgen-fast").await);
-    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 2, 20, 0).unwrap(); // 4 IDs
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 41, 2, 20, 0).unwrap(); // 4 IDs
     let clock = SystemClock::new();
     let now = clock.wall_ms();
     let hour = 3_600_000;

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdCluster;
 use common::node::NodeProc;
 use common::wall_ms;
-use idgen::layout::{Layout, WorkerRange};
-use idgen::lease::{LeaseConfig, Leases, Owner, WorkerRecord};
-use idgen::store::etcd::EtcdStore;
+use idgen_core::lease::{LeaseConfig, Leases, Owner, WorkerRecord};
+use idgen_core::store::etcd::EtcdStore;
+use idgen_id::{Layout, WorkerRange};
 use idgen_protocol::{ServerHello, Status};
 use idgen_testkit::TestConn;
 
@@ -157,7 +157,7 @@ fn kill_9_and_immediate_restart_reuse_workers_only_above_the_old_lease_end() {
         "--lease-safety",
         "1s",
     ];
-    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 1, 21, 0).unwrap();
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 41, 1, 21, 0).unwrap();
     let mut old = start(&cluster, prefix, "node", &tiny);
     let mut old_ids = Vec::new();
     let mut hello = None;
@@ -348,7 +348,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
         "change",
         old_range.first,
         old_range.count,
-        idgen::lease::WorkerState::Held,
+        idgen_core::lease::WorkerState::Held,
         wall_ms() - Layout::default().epoch_ms() + 120_000,
     );
     // The node notices at its next renewal (TTL/3) and takes another range.
@@ -460,7 +460,7 @@ fn a_node_leases_the_whole_default_worker_space_on_a_default_etcd() {
     assert!(
         after
             .iter()
-            .all(|(_, r)| r.count == 1024 && r.state == idgen::lease::WorkerState::Released),
+            .all(|(_, r)| r.count == 1024 && r.state == idgen_core::lease::WorkerState::Released),
         "released on shutdown"
     );
 }

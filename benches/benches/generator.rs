@@ -8,9 +8,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use idgen::clock::{CachedClock, Clock, SystemClock};
-use idgen::generator::{Ceiling, Generator, ShardConfig};
-use idgen::layout::{Id, Layout};
+use idgen_core::clock::{CachedClock, Clock, SystemClock};
+use idgen_core::generator::{Ceiling, Generator, ShardConfig};
+use idgen_id::{Id, Layout};
 use mimalloc::MiMalloc;
 
 #[global_allocator]

@@ -69,7 +69,7 @@
 //! use std::sync::Arc;
 //! use idgen_core::clock::SystemClock;
 //! use idgen_core::generator::{Ceiling, Generator, ShardConfig};
-//! use idgen_core::layout::Layout;
+//! use idgen_id::Layout;
 //!
 //! let layout = Layout::default();
 //! let ceiling = Arc::new(Ceiling::new(u64::MAX)); // no lease: tests and benchmarks only
@@ -87,9 +87,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use idgen_id::{Id, Layout};
+
 use crate::clock::duration_ns;
 use crate::clock::Clock;
-use crate::layout::{Id, Layout};
 
 /// Default bound on how far back the clock may step and be waited out.
 pub const DEFAULT_MAX_ROLLBACK_WAIT: Duration = Duration::from_millis(10);

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use idgen_core::clock::TestClock;
 use idgen_core::drift::{ClockWatch, ClockWatcher};
-use idgen_core::layout::{Layout, DEFAULT_EPOCH_MS};
 use idgen_core::lease::{
     ClusterRecord, LayoutRecord, LeaseConfig, Leases, Owner, RegionScope, Released, WorkerRecord,
     WorkerState,
 };
 use idgen_core::store::memory::MemoryStore;
 use idgen_core::store::{decode_versioned, encode_versioned, KvStore};
+use idgen_id::{Layout, DEFAULT_EPOCH_MS};
 
 fn owner() -> Owner {
     Owner {

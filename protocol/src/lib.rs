@@ -83,6 +83,7 @@ pub use response::{
 };
 pub use status::{Status, StatusInfo};
 
+// Re-exported because `ServerHello` hands these out: its users need no `idgen-id` of their own.
 /// The ID model HELLO_OK announces ([`ServerHello::layout`], [`ServerHello::workers`]).
 pub use idgen_id::{Layout, LayoutError, Parts, WorkerRange};
 

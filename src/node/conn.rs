@@ -31,9 +31,9 @@ use tokio::sync::watch;
 use super::issuer::{status_of, wait_until, ClockHold, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats, BATCH_BUCKETS};
 use crate::config::ListenSection;
-use crate::generator::{Fill, Progress};
-use crate::layout::{Layout, WorkerRange};
+use idgen_core::generator::{Fill, Progress};
 use idgen_core::histogram::bucket_of;
+use idgen_id::{Layout, WorkerRange};
 use idgen_protocol::{SINGLE_ID_HEADER, SINGLE_ID_REQUEST};
 
 /// A one-ID answer: the protocol's [`SINGLE_ID_HEADER`], then the ID's 8 bytes.

@@ -1,7 +1,8 @@
+use idgen_id::DEFAULT_EPOCH_MS;
+use proptest::prelude::*;
+
 use super::*;
 use crate::clock::TestClock;
-use crate::layout::DEFAULT_EPOCH_MS;
-use proptest::prelude::*;
 
 const START: u64 = 1_000_000; // ID-time ms at which the test clock starts
 

@@ -15,11 +15,12 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use idgen_id::{Layout, DEFAULT_EPOCH_MS};
+
 use super::{
     Grant, LayoutRecord, LeaseConfig, LeaseError, Leases, Owner, RegionScope, Released,
     WorkerRecord, WorkerState,
 };
-use crate::layout::{Layout, DEFAULT_EPOCH_MS};
 use crate::store::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
 
 /// The wall clock (Unix ms) the suite runs at.

@@ -47,6 +47,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use idgen_id::Layout;
 use tokio::sync::watch;
 
 use super::{duration_ms, Grant, GrantTerms, LeaseConfig, LeaseError, Leases, Owner, Released};
@@ -54,7 +55,6 @@ use crate::clock::Clock;
 use crate::drift::{ClockWatch, StepVerdict, VERDICT_WITHIN};
 use crate::generator::Ceiling;
 use crate::histogram::{Histogram, Snapshot};
-use crate::layout::Layout;
 use crate::store::KvStore;
 
 /// The lease a node's shards work under.
@@ -1218,7 +1218,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_grant_from_a_store_that_went_back_is_refused() {
         // Two worker IDs in all: every grant is over the same range.
-        let layout = Layout::new(crate::layout::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
+        let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
         let store = Arc::new(MemoryStore::new());
         let k = keeper_in(Arc::clone(&store), 300, "a", layout);
         let view = k.acquire().await.unwrap();
@@ -1248,7 +1248,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn run_stops_on_shutdown_and_release_frees_the_range() {
         // Two worker IDs in all, so the second keeper must take the released range.
-        let layout = Layout::new(crate::layout::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
+        let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
         let store = Arc::new(MemoryStore::new());
         let k = Arc::new(keeper_in(Arc::clone(&store), 60, "a", layout));
         let view = k.acquire().await.unwrap();

@@ -82,9 +82,9 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
+use idgen_id::{Layout, LayoutError, WorkerRange};
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{Layout, LayoutError, WorkerRange};
 use crate::store::{Commit, Entry, KvStore, StoreError, Txn};
 
 // The conformance suites are for tests only: this crate's, and the integration tests with the

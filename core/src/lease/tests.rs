@@ -4,9 +4,9 @@ use super::*;
 // safety period, release, ...) are the conformance suite's (`conformance.rs`), run on the
 // memory store by `memory_store_passes_the_lease_conformance_suite`; this file holds what
 // only the memory store's faults and wrappers can show.
-use crate::layout::DEFAULT_EPOCH_MS;
 use crate::store::memory::{Fault, MemoryStore};
 use crate::store::{BoxFuture, Check, Entry, Write};
+use idgen_id::DEFAULT_EPOCH_MS;
 
 const NOW: u64 = DEFAULT_EPOCH_MS + 1_000_000; // Unix ms
 const NOW_ID: u64 = 1_000_000;

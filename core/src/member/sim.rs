@@ -90,10 +90,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use idgen_id::{Id, Layout, WorkerRange, DEFAULT_EPOCH_MS};
+
 use crate::clock::{Clock, TestClock};
 use crate::generator::GeneratorStats;
-use crate::layout::Layout;
-use crate::layout::{Id, WorkerRange, DEFAULT_EPOCH_MS};
 use crate::lease::keeper::{KeeperTiming, LeaseView};
 use crate::lease::*;
 use crate::member::{IssueError, Issuer, IssuerExit, Member, MemberSettings};
