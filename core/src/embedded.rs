@@ -384,8 +384,8 @@ impl Embedded {
         let (member, view) = Member::join(store, settings, owner, clock).await?;
         tracing::info!(
             event = "embedded_started",
-            worker_first = view.grant.first,
-            worker_count = view.grant.count,
+            worker_first = view.grant.workers.first,
+            worker_count = view.grant.workers.count,
             generation = view.grant.generation,
             namespace,
             "embedded generator joined the worker space"

@@ -64,8 +64,8 @@ fn a_grant_renewal_release_and_clock_key_write_these_bytes() {
     let grant = block_on(leases.acquire(now)).unwrap();
     assert_eq!(
         (
-            grant.first,
-            grant.count,
+            grant.workers.first,
+            grant.workers.count,
             grant.generation,
             grant.floor,
             grant.lease_end

@@ -410,7 +410,7 @@ async fn layout(State(state): State<Arc<AdminState>>) -> Response {
     let range = state
         .lease
         .current()
-        .map(|v| json!({"first": v.grant.first, "count": v.grant.count, "generation": v.grant.generation}));
+        .map(|v| json!({"first": v.grant.workers.first, "count": v.grant.workers.count, "generation": v.grant.generation}));
     Json(json!({
         "epoch_ms": l.epoch_ms(),
         "epoch": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.epoch_ms())).to_string(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use idgen_id::{Layout, WorkerRange};
 
 use crate::clock::{CachedClock, Clock};
-use crate::generator::{Fill, GenError, Generator, GeneratorStats, Progress, ShardConfig};
+use crate::generator::{Fill, GenError, Generator, GeneratorConfig, GeneratorStats, Progress};
 use crate::lease::keeper::LeaseShared;
 
 /// One sub-range of a member's grant, rebuilt when the lease changes generation. Generic over
@@ -116,15 +116,17 @@ impl<C: Clock + Clone> Issuer<C> {
             return false;
         }
         let per_shard = self.workers;
-        let shard_config = ShardConfig {
-            worker_first: view.grant.first + self.index as u64 * per_shard,
-            worker_count: per_shard,
+        let config = GeneratorConfig {
+            workers: WorkerRange::new(
+                view.grant.workers.first + self.index as u64 * per_shard,
+                per_shard,
+            ),
             floor: view.grant.floor,
             max_rollback_wait: self.max_rollback_wait,
         };
         match Generator::with_stats(
             self.layout,
-            shard_config,
+            config,
             Arc::clone(&view.ceiling),
             self.clock.clone(),
             Arc::clone(&self.stats),
@@ -137,14 +139,13 @@ impl<C: Clock + Clone> Issuer<C> {
                     event = "issuer_lease",
                     issuer = self.index,
                     generation = view.grant.generation,
-                    worker_first = shard_config.worker_first,
-                    worker_count = shard_config.worker_count,
-                    floor = shard_config.floor,
+                    worker_first = config.workers.first,
+                    worker_count = config.workers.count,
+                    floor = config.floor,
                     "issuer ready"
                 );
                 self.current = Some((view.grant.generation, g));
-                self.current_range =
-                    WorkerRange::new(shard_config.worker_first, shard_config.worker_count);
+                self.current_range = config.workers;
                 true
             }
             Err(e) => {
@@ -357,8 +358,7 @@ mod tests {
     fn view(generation: u64, first: u64, ceiling: u64) -> Arc<LeaseView> {
         Arc::new(LeaseView {
             grant: GrantTerms {
-                first,
-                count: 1,
+                workers: WorkerRange::new(first, 1),
                 generation,
                 floor: 0,
             },
