@@ -140,7 +140,7 @@ fn steal(c: &Cluster, i: usize) -> (u64, u64) {
     let (first, count) = (
         v["workers"]["first"]
             .as_u64()
-            .unwrap_or(u64::from(hello.worker_first)),
+            .unwrap_or(hello.workers.first),
         v["workers"]["count"].as_u64().unwrap_or(2),
     );
     write_records(c, first, count, WorkerState::Held);
@@ -317,8 +317,8 @@ fn every_shipped_client_recovers_from_each_fault_within_its_bound_and_no_id_repe
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let h = TestConn::open(c.listen[0]).hello.unwrap();
-        let first = u64::from(h.worker_first);
-        if h.worker_count > 0 && !(stolen.0..stolen.0 + stolen.1).contains(&first) {
+        let first = h.workers.first;
+        if !h.workers.is_empty() && !(stolen.0..stolen.0 + stolen.1).contains(&first) {
             break;
         }
         assert!(Instant::now() < deadline, "node 0 kept its stolen range");

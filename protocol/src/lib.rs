@@ -70,7 +70,7 @@ mod request;
 mod response;
 mod status;
 
-pub use error::FrameError;
+pub use error::{FrameError, WorkersBeyondWire};
 pub use request::{
     decode_request, decode_request_for, encode_request, Decoded, Request, ServerConnState,
     GET_IDS_LEN, GET_RANGES_LEN, HELLO_LEN, PING_LEN,

@@ -588,11 +588,16 @@ impl Conn {
             region_bits: layout.region_bits(),
             max_batch: self.limits.max_batch,
             max_request_frame: self.limits.max_request_frame,
-            worker_first: u32::try_from(announced.first).unwrap_or(u32::MAX),
-            worker_count: u32::try_from(announced.count).unwrap_or(0),
+            workers: announced,
             shard: u16::try_from(gen.index()).unwrap_or(u16::MAX),
         };
-        encode_hello_ok(&hello, &mut self.out);
+        // A range HELLO_OK cannot carry (past the wire's u32s: a layout of more than 32 worker
+        // bits) is not announced as another: the connection is refused and closed.
+        if let Err(e) = encode_hello_ok(&hello, &mut self.out) {
+            encode_error(Status::INTERNAL, &e.to_string(), &mut self.out);
+            self.ctx.stats.error(Status::INTERNAL);
+            self.closing = true;
+        }
     }
 
     /// Issues what the generator can of a GET_IDS or GET_RANGES request now. `Some(at)`: the
