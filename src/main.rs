@@ -4,11 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use idgen::clock::{Clock, SystemClock};
 use idgen::commands::exit::{write_stdout, Failure};
 use idgen::commands::{InspectArgs, LayoutSource};
 use idgen::config::{ListenSection, LogFormat, LogSection, Origins, ServeArgs};
 use idgen::node::Node;
+use idgen_core::clock::{Clock, SystemClock};
 use mimalloc::MiMalloc;
 
 #[global_allocator]
@@ -369,9 +369,8 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
             if let Some(v) = &view {
                 println!(
-                    "worker IDs {}..{} (generation {}), store {}",
-                    v.grant.first,
-                    v.grant.first + v.grant.count,
+                    "worker IDs {} (generation {}), store {}",
+                    v.grant.workers,
                     v.grant.generation,
                     node.config().lease.store
                 );
@@ -385,7 +384,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 .or(node.tls_addr())
                 .map_or_else(String::new, |a| a.to_string()),
             view.as_ref()
-                .map_or_else(|| "none".to_string(), |v| v.grant.workers().to_string())
+                .map_or_else(|| "none".to_string(), |v| v.grant.workers.to_string())
         );
         notify_systemd(&[
             sd_notify::NotifyState::Ready,

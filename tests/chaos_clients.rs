@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdCluster;
 use common::node::{http, try_http, NodeProc};
 use common::{free_port, wall_ms};
-use idgen::layout::Layout;
-use idgen::lease::WorkerState;
+use idgen_core::lease::WorkerState;
+use idgen_id::Layout;
 use idgen_testkit::TestConn;
 
 const NODES: usize = 3;
@@ -140,7 +140,7 @@ fn steal(c: &Cluster, i: usize) -> (u64, u64) {
     let (first, count) = (
         v["workers"]["first"]
             .as_u64()
-            .unwrap_or(u64::from(hello.worker_first)),
+            .unwrap_or(hello.workers.first),
         v["workers"]["count"].as_u64().unwrap_or(2),
     );
     write_records(c, first, count, WorkerState::Held);
@@ -150,7 +150,7 @@ fn steal(c: &Cluster, i: usize) -> (u64, u64) {
 /// Writes a rival's record over `first..first + count`, 4 s ahead of the clocks: blocked
 /// while held; its next holder starts above it.
 fn write_records(c: &Cluster, first: u64, count: u64, state: WorkerState) {
-    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 4, 18, 0).unwrap();
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 41, 4, 18, 0).unwrap();
     let end = wall_ms() - layout.epoch_ms() + 4_000;
     common::etcd::write_rival_record(&c.etcd, PREFIX, first, count, state, end);
 }
@@ -317,8 +317,8 @@ fn every_shipped_client_recovers_from_each_fault_within_its_bound_and_no_id_repe
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let h = TestConn::open(c.listen[0]).hello.unwrap();
-        let first = u64::from(h.worker_first);
-        if h.worker_count > 0 && !(stolen.0..stolen.0 + stolen.1).contains(&first) {
+        let first = h.workers.first;
+        if !h.workers.is_empty() && !(stolen.0..stolen.0 + stolen.1).contains(&first) {
             break;
         }
         assert!(Instant::now() < deadline, "node 0 kept its stolen range");

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdCluster;
 use common::node::NodeProc;
 use common::wall_ms;
-use idgen::layout::{Id, Layout};
-use idgen::store::etcd::EtcdStore;
-use idgen::store::{KvStore, StoreAccess, StoreUrl};
 use idgen_core::embedded::{Embedded, EmbeddedConfig, EmbeddedError};
+use idgen_core::store::etcd::EtcdStore;
+use idgen_core::store::{KvStore, StoreAccess, StoreUrl};
+use idgen_id::{Id, Layout};
 use idgen_protocol::client::Handshake;
 use idgen_testkit::{TestConn, Timeouts};
 

@@ -8,16 +8,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use idgen::clock::{Clock, SystemClock};
-use idgen::generator::{Ceiling, GenError, Generator, ShardConfig};
-use idgen::layout::{Id, Layout};
-use idgen::lease::keeper::{Keeper, LeaseShared, LeaseView};
-use idgen::lease::{
+use idgen_core::clock::{Clock, SystemClock};
+use idgen_core::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
+use idgen_core::generator::{Ceiling, GenError, Generator, GeneratorConfig};
+use idgen_core::lease::keeper::{Keeper, LeaseShared, LeaseView};
+use idgen_core::lease::{
     conformance, LeaseConfig, LeaseError, Leases, Owner, Released, MAX_RECORDS_PER_TXN,
 };
-use idgen::node::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
-use idgen::store::etcd::EtcdStore;
-use idgen::store::{Commit, KvStore, Write};
+use idgen_core::store::etcd::EtcdStore;
+use idgen_core::store::{Commit, KvStore, Write};
+use idgen_id::{Id, Layout, WorkerRange};
 use tokio::sync::watch;
 
 async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
@@ -71,7 +71,7 @@ async fn a_grant_of_1024_worker_ids_on_a_default_etcd() {
     let started = Instant::now();
     let g = a.acquire(now).await.expect("a grant of 1,024 worker IDs");
     let acquired = started.elapsed();
-    assert_eq!((g.first, g.count, g.floor), (0, 1024, 0));
+    assert_eq!((g.workers.first, g.workers.count, g.floor), (0, 1024, 0));
     let mut renewals = Vec::new();
     for i in 1..=5 {
         let started = Instant::now();
@@ -92,7 +92,7 @@ async fn a_grant_of_1024_worker_ids_on_a_default_etcd() {
     // The next node gets all of it at once, floored at the true last timestamp.
     let b = Leases::new(&store, layout, LeaseConfig::new("big", 1024), owner("b"));
     let g2 = b.acquire(now + 700).await.unwrap();
-    assert_eq!((g2.first, g2.floor), (0, last));
+    assert_eq!((g2.workers.first, g2.floor), (0, last));
     // The largest commits: the second grant checks the cluster record, the generation and the
     // old record; the first writes the cluster record, the generation and its record.
     assert_eq!(store.largest(), (3, 3));
@@ -113,7 +113,7 @@ async fn a_grant_of_1024_worker_ids_on_a_default_etcd() {
 async fn a_fully_recorded_16_bit_space_stays_usable() {
     let cluster = EtcdCluster::start(1);
     let store = conformance::Recording::new(connect(&cluster, "idgen-16bit").await);
-    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 16, 6, 0).unwrap();
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 41, 16, 6, 0).unwrap();
     let now = SystemClock::new().wall_ms();
     let now_id = now - layout.epoch_ms();
     let ttl = 10_000;
@@ -129,7 +129,7 @@ async fn a_fully_recorded_16_bit_space_stays_usable() {
             owner(&format!("n{i}")),
         );
         let g = l.acquire(now + i).await.expect("a grant of 128");
-        assert_eq!(g.first, 128 * i);
+        assert_eq!(g.workers.first, 128 * i);
         if i % 2 == 0 {
             l.release(&g, Some(now_id + i), now + i).await.unwrap();
             max_end = max_end.max(now_id + i);
@@ -153,7 +153,10 @@ async fn a_fully_recorded_16_bit_space_stays_usable() {
     let started = Instant::now();
     let g = all.acquire(later).await.expect("the whole space");
     let whole = started.elapsed();
-    assert_eq!((g.first, g.count, g.floor), (0, 65_536, max_end));
+    assert_eq!(
+        (g.workers.first, g.workers.count, g.floor),
+        (0, 65_536, max_end)
+    );
     assert_eq!(all.ranges().await.unwrap().len(), 1);
 
     // One-worker records of the previous version, 65,536 of them, from 64 owners.
@@ -197,7 +200,7 @@ async fn a_fully_recorded_16_bit_space_stays_usable() {
         owner("holder"),
     );
     let h = holder.acquire(now).await.expect("a grant over old records");
-    assert_eq!((h.first, h.count), (0, 1_000));
+    assert_eq!(h.workers, WorkerRange::new(0, 1_000));
     let key = format!("idgen/old/clocks/{}", owner("holder").instance);
     let alive = br#"{"unix_ms":0,"node_id":"holder","expiring":true}"#;
     store
@@ -217,7 +220,7 @@ async fn a_fully_recorded_16_bit_space_stays_usable() {
         .await
         .expect("1,024 over one-worker records");
     let over_legacy = started.elapsed();
-    assert_eq!((f.first, f.floor), (1_000, expect_floor));
+    assert_eq!((f.workers.first, f.floor), (1_000, expect_floor));
     // The rest of the space in one grant.
     let rest = Leases::new(
         &store,
@@ -231,7 +234,7 @@ async fn a_fully_recorded_16_bit_space_stays_usable() {
         .await
         .expect("the rest of the space");
     let over_rest = started.elapsed();
-    assert_eq!(r.first, 2_024);
+    assert_eq!(r.workers.first, 2_024);
     assert!(r.floor <= legacy_max && r.floor > now_id - 100_000);
     let ranges = rest.ranges().await.unwrap();
     let shape: Vec<(u64, u64, String)> = ranges
@@ -268,7 +271,7 @@ async fn a_fully_recorded_16_bit_space_stays_usable() {
 async fn a_fast_clock_evicts_only_holders_whose_clock_key_expired() {
     let cluster = EtcdCluster::start(1);
     let store: Arc<dyn KvStore> = Arc::new(connect(&cluster, "idgen-fast").await);
-    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 2, 20, 0).unwrap(); // 4 IDs
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 41, 2, 20, 0).unwrap(); // 4 IDs
     let clock = SystemClock::new();
     let now = clock.wall_ms();
     let hour = 3_600_000;
@@ -280,7 +283,7 @@ async fn a_fast_clock_evicts_only_holders_whose_clock_key_expired() {
         live.clone(),
     );
     let h = holder.acquire(now).await.unwrap();
-    assert_eq!(h.first, 0);
+    assert_eq!(h.workers.first, 0);
     // The holder's clock publisher, as a node runs it.
     let watcher = ClockWatcher::new(
         Arc::clone(&store),
@@ -301,7 +304,7 @@ async fn a_fast_clock_evicts_only_holders_whose_clock_key_expired() {
     );
     // An hour ahead, the holder's lease looks long expired; never-used IDs come first anyway.
     let f = fast.acquire(now + hour).await.unwrap();
-    assert_eq!((f.first, f.floor), (2, 0));
+    assert_eq!((f.workers.first, f.floor), (2, 0));
     // With no never-used IDs left: refused, not evicting the live holder.
     let fast2 = Leases::new(
         store.as_ref(),
@@ -347,7 +350,7 @@ async fn a_fast_clock_evicts_only_holders_whose_clock_key_expired() {
         "taken over after {after:?}"
     );
     assert_eq!(
-        (taken.first, taken.floor),
+        (taken.workers.first, taken.floor),
         (0, end),
         "floored at the dead holder's lease_end"
     );
@@ -497,11 +500,10 @@ fn keeper_on_three_member_etcd_rides_out_a_member_fails_closed_and_recovers() {
     let ceiling = Arc::clone(&view.ceiling);
     let mut generator = Generator::new(
         layout,
-        ShardConfig {
-            worker_first: view.grant.first,
-            worker_count: view.grant.count,
+        GeneratorConfig {
+            workers: view.grant.workers,
             floor: view.grant.floor,
-            ..ShardConfig::default()
+            ..GeneratorConfig::default()
         },
         Arc::clone(&ceiling),
         SystemClock::new(),

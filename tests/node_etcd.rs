@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdCluster;
 use common::node::NodeProc;
 use common::wall_ms;
-use idgen::layout::{Layout, WorkerRange};
-use idgen::lease::{LeaseConfig, Leases, Owner, WorkerRecord};
-use idgen::store::etcd::EtcdStore;
+use idgen_core::lease::{LeaseConfig, Leases, Owner, WorkerRecord};
+use idgen_core::store::etcd::EtcdStore;
+use idgen_id::{Layout, WorkerRange};
 use idgen_protocol::{ServerHello, Status};
 use idgen_testkit::TestConn;
 
@@ -54,7 +54,7 @@ fn two_nodes_on_one_etcd_have_disjoint_ranges_and_distinct_ids() {
         let mut conns = connections(node, 16);
         let mut by_shard = BTreeMap::new();
         for (c, h) in conns.iter_mut() {
-            let range = h.workers();
+            let range = h.workers;
             assert!(!range.is_empty(), "{h:?}");
             // A shard announces one range on every connection.
             assert_eq!(*by_shard.entry(h.shard).or_insert(range), range, "{h:?}");
@@ -157,7 +157,7 @@ fn kill_9_and_immediate_restart_reuse_workers_only_above_the_old_lease_end() {
         "--lease-safety",
         "1s",
     ];
-    let layout = Layout::new(idgen::layout::DEFAULT_EPOCH_MS, 41, 1, 21, 0).unwrap();
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 41, 1, 21, 0).unwrap();
     let mut old = start(&cluster, prefix, "node", &tiny);
     let mut old_ids = Vec::new();
     let mut hello = None;
@@ -323,7 +323,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     );
     let http_api = node.http.expect("HTTP ID API address");
     let (mut old, hello) = connections(&node, 1).pop().unwrap();
-    let old_range = hello.workers();
+    let old_range = hello.workers;
     assert!(old.get_ids(10).is_ok());
     let options = idgen_client::PoolOptions {
         call_deadline: Duration::from_secs(3),
@@ -348,7 +348,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
         "change",
         old_range.first,
         old_range.count,
-        idgen::lease::WorkerState::Held,
+        idgen_core::lease::WorkerState::Held,
         wall_ms() - Layout::default().epoch_ms() + 120_000,
     );
     // The node notices at its next renewal (TTL/3) and takes another range.
@@ -356,7 +356,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     let new_hello = loop {
         let c = TestConn::open(node.addr);
         let h = c.hello.expect("HELLO_OK");
-        if h.worker_count > 0 && !old_range.contains(u64::from(h.worker_first)) {
+        if !h.workers.is_empty() && !old_range.contains(h.workers.first) {
             break h;
         }
         assert!(
@@ -381,11 +381,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
         "the connection is closed after RANGE_CHANGED"
     );
 
-    let in_new = |id: u64| {
-        let w = new_hello.decompose(id).worker;
-        u64::from(new_hello.worker_first) <= w
-            && w < u64::from(new_hello.worker_first + new_hello.worker_count)
-    };
+    let in_new = |id: u64| new_hello.workers.contains(new_hello.decompose(id).worker);
     // Every client recovers within a few seconds, served from the new range.
     let ids = pool.next_ids(100).expect("the pool recovers");
     assert!(
@@ -437,18 +433,14 @@ fn a_node_leases_the_whole_default_worker_space_on_a_default_etcd() {
     let mut shards = BTreeMap::new();
     let mut ids = HashSet::new();
     for (mut c, h) in connections(&node, 32) {
-        shards.insert(h.shard, (h.worker_first, h.worker_count));
+        shards.insert(h.shard, h.workers);
         for id in c.get_ids(100).expect("IDs") {
-            let w = h.decompose(id).worker;
-            assert!(
-                (u64::from(h.worker_first)..u64::from(h.worker_first + h.worker_count))
-                    .contains(&w)
-            );
+            assert!(h.workers.contains(h.decompose(id).worker));
             assert!(ids.insert(id), "ID {id} twice");
         }
     }
     assert!(shards.len() > 1, "{shards:?}");
-    assert!(shards.values().all(|&(_, n)| n == 128), "{shards:?}");
+    assert!(shards.values().all(|w| w.count == 128), "{shards:?}");
     let layout = Layout::default();
     let held = worker_records(&cluster, prefix, layout);
     assert_eq!(held.len(), 1024);
@@ -460,7 +452,7 @@ fn a_node_leases_the_whole_default_worker_space_on_a_default_etcd() {
     assert!(
         after
             .iter()
-            .all(|(_, r)| r.count == 1024 && r.state == idgen::lease::WorkerState::Released),
+            .all(|(_, r)| r.count == 1024 && r.state == idgen_core::lease::WorkerState::Released),
         "released on shutdown"
     );
 }

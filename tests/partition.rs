@@ -169,7 +169,8 @@ fn inside() {
     let a_range = idgen_testkit::TestConn::open(a.addr)
         .hello
         .unwrap()
-        .worker_first;
+        .workers
+        .first;
     let log = Arc::new(Mutex::new(Log::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = vec![
@@ -231,7 +232,8 @@ fn inside() {
     let c_range = idgen_testkit::TestConn::open(c.addr)
         .hello
         .unwrap()
-        .worker_first;
+        .workers
+        .first;
     assert_eq!(
         c_range, a_range,
         "C must take A's worker ID (the only one not held)"

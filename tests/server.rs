@@ -308,8 +308,8 @@ fn shards_issue_unique_ids_from_their_own_workers() {
     let mut shards = HashSet::new();
     for h in handles {
         let (hello, ids) = h.join().unwrap();
-        assert_eq!(hello.worker_count, 3);
-        shards.insert((hello.shard, hello.worker_first));
+        assert_eq!(hello.workers.count, 3);
+        shards.insert((hello.shard, hello.workers.first));
         assert!(
             ids.windows(2).all(|w| w[0] < w[1]),
             "increasing per connection"
@@ -317,7 +317,7 @@ fn shards_issue_unique_ids_from_their_own_workers() {
         for id in ids {
             let w = hello.decompose(id).worker;
             assert!(
-                (u64::from(hello.worker_first)..u64::from(hello.worker_first + 3)).contains(&w),
+                (hello.workers.first..hello.workers.first + 3).contains(&w),
                 "worker {w} outside shard {} range",
                 hello.shard
             );
@@ -327,7 +327,7 @@ fn shards_issue_unique_ids_from_their_own_workers() {
     assert_eq!(all.len(), 24 * (1 + 7 + 4096 + 20_000 + 3 + 5000));
     // The shards own disjoint ranges (both accept from the one listening socket).
     assert_eq!(shards.len(), 2, "{shards:?}");
-    let firsts: HashSet<u32> = shards.iter().map(|(_, f)| *f).collect();
+    let firsts: HashSet<u64> = shards.iter().map(|(_, f)| *f).collect();
     assert_eq!(firsts.len(), 2);
 }
 
@@ -578,7 +578,7 @@ fn graceful_shutdown_under_load_releases_the_true_last_timestamp() {
     let mut c = TestConn::open(node2.addr);
     let h2 = c.hello.unwrap();
     assert!(
-        (h2.worker_first..h2.worker_first + h2.worker_count).any(|w| w < 2),
+        h2.workers.ids().any(|w| w < 2),
         "the released range is reused: {h2:?}"
     );
     let ids = c.get_ids(50_000).unwrap();
@@ -831,7 +831,7 @@ fn http_issuance_spreads_over_every_shard_and_shares_their_id_space() {
             assert!(seen.insert(id), "the ID protocol repeated HTTP's {id}");
         }
     }
-    let first = u64::from(hello.worker_first);
+    let first = hello.workers.first;
     // Three shards, one worker ID each: the node's whole lease.
     let node_workers: Vec<u64> = (first..first + 3).collect();
     assert_eq!(
@@ -1143,7 +1143,7 @@ fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
     assert!(ids[0] > before[4] && ids.windows(2).all(|w| w[0] < w[1]));
     for id in &ids {
         let w = hello.decompose(*id).worker;
-        assert!((u64::from(hello.worker_first)..u64::from(hello.worker_first) + 2).contains(&w));
+        assert!((hello.workers.first..hello.workers.first + 2).contains(&w));
     }
     let after = v2.get_ids(3).unwrap();
     assert!(after[0] > ids[29_999]);

@@ -6,9 +6,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use idgen::store::conformance;
-use idgen::store::etcd::EtcdStore;
-use idgen::store::{Check, Commit, KvStore, StoreError, StoreUrl, Txn, Write};
+use idgen_core::store::conformance;
+use idgen_core::store::etcd::EtcdStore;
+use idgen_core::store::{Check, Commit, KvStore, StoreError, StoreUrl, Txn, Write};
 
 /// How long one failing call may take before we call it a hang.
 const FAIL_WITHIN: Duration = Duration::from_secs(5);
@@ -302,7 +302,7 @@ async fn a_scan_bigger_than_a_grpc_message_returns_every_key() {
     assert!(all.iter().all(|e| e.value.len() == 300));
     eprintln!(
         "scan of 20,000 keys (6 MB) in pages of {}: {took:?}",
-        idgen::store::etcd::SCAN_PAGE
+        idgen_core::store::etcd::SCAN_PAGE
     );
 }
 
@@ -348,8 +348,8 @@ async fn an_expiring_key_vanishes_after_its_writer_stops() {
 #[tokio::test(flavor = "current_thread")]
 async fn etcd_store_conforms_over_tls_as_an_authenticated_user() {
     use common::etcd::{enable_auth, ClientAuth, TestUser};
-    use idgen::store::access::{self, EtcdAccess, EtcdTls, EtcdUser};
-    use idgen::store::Secret;
+    use idgen_core::store::access::{self, EtcdAccess, EtcdTls, EtcdUser};
+    use idgen_core::store::Secret;
     use idgen_testkit::{EtcdTls as ClusterTls, TestCa};
 
     let ca = TestCa::new("etcd test ca");
@@ -393,7 +393,7 @@ async fn etcd_store_conforms_over_tls_as_an_authenticated_user() {
         format!("etcds {}/idgen-tls", cluster.endpoints().join(","))
     );
     conformance::run(&store, "t/").await.unwrap();
-    idgen::lease::conformance::run(&store, "lease").await;
+    idgen_core::lease::conformance::run(&store, "lease").await;
     // The same user outside its prefix: refused, as etcd's permission error.
     let outside = EtcdStore::connect_with(cluster.endpoints(), "other".into(), true, &access)
         .await

@@ -8,9 +8,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use idgen::clock::{CachedClock, Clock, SystemClock};
-use idgen::generator::{Ceiling, Generator, ShardConfig};
-use idgen::layout::{Id, Layout};
+use idgen_core::clock::{CachedClock, Clock, SystemClock};
+use idgen_core::generator::{Ceiling, Generator, GeneratorConfig};
+use idgen_id::{Id, Layout, WorkerRange};
 use mimalloc::MiMalloc;
 
 #[global_allocator]
@@ -21,10 +21,9 @@ fn generator(worker_count: u64) -> Generator<CachedClock> {
 }
 
 fn generator_on<C: Clock>(worker_count: u64, clock: C) -> Generator<C> {
-    let config = ShardConfig {
-        worker_first: 0,
-        worker_count,
-        ..ShardConfig::default()
+    let config = GeneratorConfig {
+        workers: WorkerRange::new(0, worker_count),
+        ..GeneratorConfig::default()
     };
     Generator::new(
         Layout::default(),

@@ -36,10 +36,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::clock::Clock;
-use crate::lease::Owner;
+use crate::lease::{clocks_prefix, Owner};
 use crate::store::{KvStore, Txn};
-
-pub use crate::lease::clocks_prefix;
 
 /// How often a node publishes its clock.
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);

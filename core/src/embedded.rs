@@ -64,11 +64,11 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use idgen_id::{Id, Layout, WorkerRange};
 use tokio::sync::watch;
 
 use crate::clock::{CachedClock, Clock, SystemClock};
 use crate::generator::{Fill, GenError, Progress, DEFAULT_MAX_ROLLBACK_WAIT};
-use crate::layout::{Id, Layout, WorkerRange};
 use crate::lease::keeper::LeaseShared;
 use crate::lease::{LeaseConfig, LeaseError, Owner, RegionScope, Released, DEFAULT_TTL};
 use crate::member::{IssueError, Issuer, IssuerExit, JoinError, Member, MemberSettings};
@@ -384,8 +384,8 @@ impl Embedded {
         let (member, view) = Member::join(store, settings, owner, clock).await?;
         tracing::info!(
             event = "embedded_started",
-            worker_first = view.grant.first,
-            worker_count = view.grant.count,
+            worker_first = view.grant.workers.first,
+            worker_count = view.grant.workers.count,
             generation = view.grant.generation,
             namespace,
             "embedded generator joined the worker space"

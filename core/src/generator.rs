@@ -68,12 +68,12 @@
 //! ```
 //! use std::sync::Arc;
 //! use idgen_core::clock::SystemClock;
-//! use idgen_core::generator::{Ceiling, Generator, ShardConfig};
-//! use idgen_core::layout::Layout;
+//! use idgen_core::generator::{Ceiling, Generator, GeneratorConfig};
+//! use idgen_id::{Layout, WorkerRange};
 //!
 //! let layout = Layout::default();
 //! let ceiling = Arc::new(Ceiling::new(u64::MAX)); // no lease: tests and benchmarks only
-//! let config = ShardConfig { worker_first: 8, worker_count: 2, ..ShardConfig::default() };
+//! let config = GeneratorConfig { workers: WorkerRange::new(8, 2), ..GeneratorConfig::default() };
 //! let mut generator = Generator::new(layout, config, ceiling, SystemClock::new()).unwrap();
 //!
 //! let a = generator.next_id().unwrap();
@@ -87,9 +87,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use idgen_id::{Id, Layout, WorkerRange};
+
 use crate::clock::duration_ns;
 use crate::clock::Clock;
-use crate::layout::{Id, Layout};
 
 /// Default bound on how far back the clock may step and be waited out.
 pub const DEFAULT_MAX_ROLLBACK_WAIT: Duration = Duration::from_millis(10);
@@ -130,13 +131,12 @@ impl Ceiling {
     }
 }
 
-/// What one shard owns.
+/// What a [`Generator`] is made of: the worker IDs it issues from, its floor, and how far
+/// back it waits out the clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ShardConfig {
-    /// First worker ID of the shard's range.
-    pub worker_first: u64,
-    /// Number of worker IDs in the range (at least 1).
-    pub worker_count: u64,
+pub struct GeneratorConfig {
+    /// The worker IDs the generator issues from (at least one).
+    pub workers: WorkerRange,
     /// IDs must have a timestamp strictly above this (ID-time ms): the previous holder's
     /// `lease_end`. 0 for a worker range never used before.
     pub floor: u64,
@@ -144,18 +144,17 @@ pub struct ShardConfig {
     pub max_rollback_wait: Duration,
 }
 
-impl Default for ShardConfig {
+impl Default for GeneratorConfig {
     fn default() -> Self {
-        ShardConfig {
-            worker_first: 0,
-            worker_count: 1,
+        GeneratorConfig {
+            workers: WorkerRange::new(0, 1),
             floor: 0,
             max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
         }
     }
 }
 
-/// Why a shard could not be set up.
+/// Why a generator could not be set up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     #[error("a shard needs at least one worker ID")]
@@ -376,9 +375,9 @@ pub struct Generator<C: Clock> {
     epoch_ms: u64,
     timestamp_shift: u32,
     max_timestamp: u64,
-    /// `worker_first << sequence_bits`.
+    /// `workers.first << sequence_bits`.
     worker_base: u64,
-    /// Slots per millisecond: `worker_count << sequence_bits`.
+    /// Slots per millisecond: `workers.count << sequence_bits`.
     capacity: u64,
     ceiling: Arc<Ceiling>,
     max_wait_ms: u64,
@@ -409,7 +408,7 @@ const BEHIND: u64 = u64::MAX;
 impl<C: Clock> Generator<C> {
     pub fn new(
         layout: Layout,
-        config: ShardConfig,
+        config: GeneratorConfig,
         ceiling: Arc<Ceiling>,
         clock: C,
     ) -> Result<Self, ConfigError> {
@@ -426,19 +425,20 @@ impl<C: Clock> Generator<C> {
     /// across lease changes; `last_timestamp` restarts at the new floor).
     pub fn with_stats(
         layout: Layout,
-        config: ShardConfig,
+        config: GeneratorConfig,
         ceiling: Arc<Ceiling>,
         clock: C,
         stats: Arc<GeneratorStats>,
     ) -> Result<Self, ConfigError> {
-        if config.worker_count == 0 {
+        let workers = config.workers;
+        if workers.is_empty() {
             return Err(ConfigError::NoWorkers);
         }
-        let end = config.worker_first.checked_add(config.worker_count);
-        if end.is_none_or(|end| end > layout.worker_count()) {
+        // `end` saturates, so a range that would pass `u64::MAX` is refused here too.
+        if workers.end() > layout.worker_count() {
             return Err(ConfigError::WorkerRange {
-                first: config.worker_first,
-                end: end.unwrap_or(u64::MAX),
+                first: workers.first,
+                end: workers.end(),
                 count: layout.worker_count(),
             });
         }
@@ -449,13 +449,13 @@ impl<C: Clock> Generator<C> {
             });
         }
         stats.last_timestamp.store(config.floor, Ordering::Relaxed);
-        let capacity = config.worker_count << layout.sequence_bits();
+        let capacity = workers.count << layout.sequence_bits();
         Ok(Generator {
             clock,
             epoch_ms: layout.epoch_ms(),
             timestamp_shift: u32::from(layout.timestamp_shift()),
             max_timestamp: layout.max_timestamp(),
-            worker_base: config.worker_first << layout.sequence_bits(),
+            worker_base: workers.first << layout.sequence_bits(),
             capacity,
             ceiling,
             max_wait_ms: u64::try_from(config.max_rollback_wait.as_millis()).unwrap_or(u64::MAX),
@@ -480,7 +480,7 @@ impl<C: Clock> Generator<C> {
         &self.clock
     }
 
-    /// IDs one millisecond holds for this shard (`worker_count · 2^sequence_bits`).
+    /// IDs one millisecond holds for this shard (`workers.count · 2^sequence_bits`).
     pub fn capacity_per_ms(&self) -> u64 {
         self.capacity
     }

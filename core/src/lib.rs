@@ -1,12 +1,11 @@
 //! # idgen-core
 //!
-//! The ID domain of idgen, without the server: what an ID is and how it is made unique, with
-//! no network of its own beyond the coordination store. The `idgen` server builds on it (and
-//! re-exports every module at the same path: `idgen::layout`, `idgen::generator`, …), and so
-//! can an application that wants IDs in-process: [`embedded`] joins a cluster's worker space
-//! the way a server node does.
+//! The ID domain of idgen, without the server: how an ID is made unique, with no network of
+//! its own beyond the coordination store. What an ID is (the bit layout, [`idgen_id::Id`],
+//! [`idgen_id::WorkerRange`]) is the `idgen-id` crate's, named from there. The `idgen` server
+//! builds on this crate, and so can an application that wants IDs in-process: [`embedded`]
+//! joins a cluster's worker space the way a server node does.
 //!
-//! - [`layout`]: the bit layout and [`layout::Id`] (from the `idgen-id` crate);
 //! - [`clock`]: wall and monotonic clocks behind a trait, with a controllable test clock;
 //! - [`generator`]: one generator over a worker range, fenced by a floor and a lease ceiling
 //!   (sans-IO: it says when to retry instead of sleeping);
@@ -30,7 +29,6 @@ pub mod drift;
 pub mod embedded;
 pub mod generator;
 pub mod histogram;
-pub mod layout;
 pub mod lease;
 pub mod member;
 pub mod store;

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use idgen_core::clock::TestClock;
 use idgen_core::drift::{ClockWatch, ClockWatcher};
-use idgen_core::layout::{Layout, DEFAULT_EPOCH_MS};
 use idgen_core::lease::{
     ClusterRecord, LayoutRecord, LeaseConfig, Leases, Owner, RegionScope, Released, WorkerRecord,
     WorkerState,
 };
 use idgen_core::store::memory::MemoryStore;
 use idgen_core::store::{decode_versioned, encode_versioned, KvStore};
+use idgen_id::{Layout, DEFAULT_EPOCH_MS};
 
 fn owner() -> Owner {
     Owner {
@@ -64,8 +64,8 @@ fn a_grant_renewal_release_and_clock_key_write_these_bytes() {
     let grant = block_on(leases.acquire(now)).unwrap();
     assert_eq!(
         (
-            grant.first,
-            grant.count,
+            grant.workers.first,
+            grant.workers.count,
             grant.generation,
             grant.floor,
             grant.lease_end

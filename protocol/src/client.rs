@@ -10,7 +10,9 @@
 //!
 //! ```
 //! use idgen_protocol::client::{After, Answer, Handshake};
-//! use idgen_protocol::{encode_error, encode_hello_ok, encode_ids, ServerHello, Status};
+//! use idgen_protocol::{
+//!     encode_error, encode_hello_ok, encode_ids, ServerHello, Status, WorkerRange,
+//! };
 //!
 //! let hs = Handshake::new();
 //! let hello = hs.hello(); // write these 13 bytes first
@@ -20,10 +22,10 @@
 //! let announced = ServerHello {
 //!     version: 1, epoch_ms: 1_704_067_200_000, timestamp_bits: 41, worker_bits: 10,
 //!     sequence_bits: 12, region_bits: 0, max_batch: 1000, max_request_frame: 64,
-//!     worker_first: 0, worker_count: 1024, shard: 0,
+//!     workers: WorkerRange::new(0, 1024), shard: 0,
 //! };
 //! let mut wire = Vec::new();
-//! encode_hello_ok(&announced, &mut wire);
+//! encode_hello_ok(&announced, &mut wire).unwrap();
 //! assert_eq!(hs.receive(&wire[..10]), Ok(None)); // not complete yet
 //! let (mut conn, used) = hs.receive(&wire).unwrap().unwrap();
 //! assert_eq!(used, wire.len());
@@ -453,6 +455,7 @@ fn describe(response: &ResponseRef<'_>) -> String {
 mod tests {
     use super::*;
     use crate::{encode_error, encode_hello_ok, encode_ids, encode_pong, encode_ranges};
+    use idgen_id::WorkerRange;
 
     fn announced(version: u16) -> ServerHello {
         ServerHello {
@@ -464,15 +467,14 @@ mod tests {
             region_bits: 0,
             max_batch: 100,
             max_request_frame: 64,
-            worker_first: 512,
-            worker_count: 512,
+            workers: WorkerRange::new(512, 512),
             shard: 1,
         }
     }
 
     fn open(version: u16) -> ClientConn {
         let mut wire = Vec::new();
-        encode_hello_ok(&announced(version), &mut wire);
+        encode_hello_ok(&announced(version), &mut wire).unwrap();
         let (conn, used) = Handshake::new().receive(&wire).unwrap().unwrap();
         assert_eq!(used, wire.len());
         conn
@@ -500,7 +502,7 @@ mod tests {
     #[test]
     fn handshake_reads_hello_ok_and_leaves_what_follows() {
         let mut wire = Vec::new();
-        encode_hello_ok(&announced(2), &mut wire);
+        encode_hello_ok(&announced(2), &mut wire).unwrap();
         let hello_len = wire.len();
         encode_pong(9, &mut wire);
         for cut in 0..hello_len {
@@ -539,7 +541,7 @@ mod tests {
         );
         // Version 2 to a client offering only version 1.
         let mut wire = Vec::new();
-        encode_hello_ok(&announced(2), &mut wire);
+        encode_hello_ok(&announced(2), &mut wire).unwrap();
         assert_eq!(
             Handshake::offering(1, 1).receive(&wire),
             Err(HandshakeError::Version {
@@ -621,7 +623,7 @@ mod tests {
             ),
             (
                 Awaits::Pong(5),
-                frame(|b| encode_hello_ok(&announced(1), b)),
+                frame(|b| encode_hello_ok(&announced(1), b).unwrap()),
                 "HELLO_OK in answer to PING 5",
             ),
         ];

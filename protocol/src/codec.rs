@@ -13,7 +13,7 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{
     decode_request_for, decode_response, encode_ids, encode_request, max_response_frame, Decoded,
-    FrameError, Limits, Request, Response, ResponseRef, ServerConnState, Status,
+    FrameError, Limits, Request, Response, ResponseRef, ServerConnState, Status, WorkersBeyondWire,
 };
 
 /// Error of both codecs.
@@ -25,14 +25,18 @@ pub enum CodecError {
     /// The transport failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// A HELLO_OK whose worker range the wire cannot carry: nothing was encoded.
+    #[error(transparent)]
+    Workers(#[from] WorkersBeyondWire),
 }
 
 impl CodecError {
-    /// The wire status to answer with, for frame faults (`None` for I/O errors, where
-    /// nothing can be sent).
+    /// The wire status to answer with: a frame fault's, `INTERNAL` for a HELLO_OK this side
+    /// could not encode, `None` for I/O errors, where nothing can be sent.
     pub fn status(&self) -> Option<Status> {
         match self {
             CodecError::Frame(e) => Some(e.status()),
+            CodecError::Workers(_) => Some(Status::INTERNAL),
             CodecError::Io(_) => None,
         }
     }
@@ -88,16 +92,14 @@ impl Decoder for ServerCodec {
 impl Encoder<Response> for ServerCodec {
     type Error = CodecError;
     fn encode(&mut self, item: Response, dst: &mut BytesMut) -> Result<(), CodecError> {
-        item.encode(dst);
-        Ok(())
+        Ok(item.encode(dst)?)
     }
 }
 
 impl Encoder<&Response> for ServerCodec {
     type Error = CodecError;
     fn encode(&mut self, item: &Response, dst: &mut BytesMut) -> Result<(), CodecError> {
-        item.encode(dst);
-        Ok(())
+        Ok(item.encode(dst)?)
     }
 }
 
@@ -183,6 +185,7 @@ mod tests {
     use super::*;
     use crate::ServerHello;
     use bytes::BufMut;
+    use idgen_id::WorkerRange;
 
     fn hello_ok() -> ServerHello {
         ServerHello {
@@ -194,8 +197,7 @@ mod tests {
             region_bits: 0,
             max_batch: 4,
             max_request_frame: 64,
-            worker_first: 0,
-            worker_count: 1024,
+            workers: WorkerRange::new(0, 1024),
             shard: 0,
         }
     }

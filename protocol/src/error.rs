@@ -1,4 +1,6 @@
-//! Connection-closing decode faults.
+//! Connection-closing decode faults, and the one encoding fault.
+
+use idgen_id::WorkerRange;
 
 use crate::Status;
 
@@ -114,3 +116,11 @@ impl FrameError {
         }
     }
 }
+
+/// A HELLO_OK that cannot be encoded: the wire carries the worker range as two `u32`s
+/// (`worker_first`, `worker_count`), and this range's first worker ID or count is beyond them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "worker range {0} cannot be announced: HELLO_OK carries its first worker ID and count as u32s"
+)]
+pub struct WorkersBeyondWire(pub WorkerRange);

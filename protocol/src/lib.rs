@@ -70,7 +70,7 @@ mod request;
 mod response;
 mod status;
 
-pub use error::FrameError;
+pub use error::{FrameError, WorkersBeyondWire};
 pub use request::{
     decode_request, decode_request_for, encode_request, Decoded, Request, ServerConnState,
     GET_IDS_LEN, GET_RANGES_LEN, HELLO_LEN, PING_LEN,
@@ -83,6 +83,7 @@ pub use response::{
 };
 pub use status::{Status, StatusInfo};
 
+// Re-exported because `ServerHello` hands these out: its users need no `idgen-id` of their own.
 /// The ID model HELLO_OK announces ([`ServerHello::layout`], [`ServerHello::workers`]).
 pub use idgen_id::{Layout, LayoutError, Parts, WorkerRange};
 

@@ -4,7 +4,9 @@
 use bytes::BufMut;
 use idgen_id::{Layout, Parts, WorkerRange};
 
-use crate::{FrameError, Status, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG, OP_RANGES};
+use crate::{
+    FrameError, Status, WorkersBeyondWire, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG, OP_RANGES,
+};
 
 /// Fixed frame length (opcode + payload) of HELLO_OK.
 pub const HELLO_OK_LEN: u32 = 33;
@@ -55,10 +57,10 @@ pub struct ServerHello {
     pub max_batch: u32,
     /// Largest request frame length accepted on this connection.
     pub max_request_frame: u32,
-    /// First worker ID of the shard serving this connection.
-    pub worker_first: u32,
-    /// Number of worker IDs of that shard (`worker_first..worker_first + worker_count`).
-    pub worker_count: u32,
+    /// The worker IDs of the shard serving this connection. The wire carries the first and the
+    /// count as `u32`s (`worker_first`, `worker_count`): [`encode_hello_ok`] refuses a range
+    /// beyond them.
+    pub workers: WorkerRange,
     /// Index of that shard within the node.
     pub shard: u16,
 }
@@ -98,12 +100,6 @@ impl ServerHello {
     /// default layout instead.
     pub fn decompose(&self, id: u64) -> Parts {
         self.layout().unwrap_or_default().decompose(id)
-    }
-
-    /// The worker range of the shard serving this connection (`worker_first` and
-    /// `worker_count`, which the wire carries as `u32`s).
-    pub const fn workers(&self) -> WorkerRange {
-        WorkerRange::new(self.worker_first as u64, self.worker_count as u64)
     }
 }
 
@@ -316,15 +312,17 @@ pub enum Response {
 }
 
 impl Response {
-    /// Encode as one frame. Panics like [`encode_ids`] on an empty or oversized `Ids`.
-    pub fn encode<B: BufMut + ?Sized>(&self, buf: &mut B) {
+    /// Encode as one frame. Panics like [`encode_ids`] on an empty or oversized `Ids`; a
+    /// `HelloOk` whose worker range the wire cannot carry is refused ([`encode_hello_ok`]).
+    pub fn encode<B: BufMut + ?Sized>(&self, buf: &mut B) -> Result<(), WorkersBeyondWire> {
         match self {
-            Response::HelloOk(h) => encode_hello_ok(h, buf),
+            Response::HelloOk(h) => encode_hello_ok(h, buf)?,
             Response::Ids(ids) => encode_ids(ids, buf),
             Response::Pong(t) => encode_pong(*t, buf),
             Response::Error { status, message } => encode_error(*status, message, buf),
             Response::Ranges(runs) => encode_ranges(runs, buf),
         }
+        Ok(())
     }
 }
 
@@ -346,8 +344,18 @@ pub fn encode_ranges<B: BufMut + ?Sized>(runs: &[(u64, u32)], buf: &mut B) {
     }
 }
 
-/// Encode a HELLO_OK frame (37 bytes).
-pub fn encode_hello_ok<B: BufMut + ?Sized>(hello: &ServerHello, buf: &mut B) {
+/// Encode a HELLO_OK frame (37 bytes). A worker range whose first ID or count does not fit
+/// the wire's `u32`s is refused, and nothing is written.
+pub fn encode_hello_ok<B: BufMut + ?Sized>(
+    hello: &ServerHello,
+    buf: &mut B,
+) -> Result<(), WorkersBeyondWire> {
+    let (Ok(worker_first), Ok(worker_count)) = (
+        u32::try_from(hello.workers.first),
+        u32::try_from(hello.workers.count),
+    ) else {
+        return Err(WorkersBeyondWire(hello.workers));
+    };
     buf.put_u32(HELLO_OK_LEN);
     buf.put_u8(OP_HELLO_OK);
     buf.put_u16(hello.version);
@@ -358,9 +366,10 @@ pub fn encode_hello_ok<B: BufMut + ?Sized>(hello: &ServerHello, buf: &mut B) {
     buf.put_u8(hello.region_bits);
     buf.put_u32(hello.max_batch);
     buf.put_u32(hello.max_request_frame);
-    buf.put_u32(hello.worker_first);
-    buf.put_u32(hello.worker_count);
+    buf.put_u32(worker_first);
+    buf.put_u32(worker_count);
     buf.put_u16(hello.shard);
+    Ok(())
 }
 
 /// Encode the 9-byte head of an IDS frame (length, opcode, count). The caller must then
@@ -494,8 +503,7 @@ pub fn decode_response(
                 region_bits: p[13],
                 max_batch: u32_at(14),
                 max_request_frame: u32_at(18),
-                worker_first: u32_at(22),
-                worker_count: u32_at(26),
+                workers: WorkerRange::new(u32_at(22).into(), u32_at(26).into()),
                 shard: u16_at(30),
             };
             hello.validate_layout()?;
@@ -567,15 +575,14 @@ mod tests {
             region_bits: 0,
             max_batch: 65536,
             max_request_frame: 64,
-            worker_first: 512,
-            worker_count: 512,
+            workers: WorkerRange::new(512, 512),
             shard: 1,
         }
     }
 
     fn round_trip(r: Response) {
         let mut b = Vec::new();
-        r.encode(&mut b);
+        r.encode(&mut b).unwrap();
         for k in 0..b.len() {
             assert_eq!(decode_response(&b[..k], MAX), Ok(None), "prefix {k}");
         }
@@ -603,9 +610,39 @@ mod tests {
     #[test]
     fn hello_ok_is_37_bytes() {
         let mut b = Vec::new();
-        encode_hello_ok(&hello(), &mut b);
+        encode_hello_ok(&hello(), &mut b).unwrap();
         assert_eq!(b.len(), 37);
         assert_eq!(&b[..5], &[0, 0, 0, 33, 0x81]);
+    }
+
+    #[test]
+    fn hello_ok_refuses_a_worker_range_beyond_the_wire() {
+        let widest = WorkerRange::new(u32::MAX.into(), u32::MAX.into());
+        let mut b = Vec::new();
+        encode_hello_ok(
+            &ServerHello {
+                workers: widest,
+                ..hello()
+            },
+            &mut b,
+        )
+        .unwrap();
+        let (got, _) = decode_response(&b, MAX).unwrap().unwrap();
+        assert!(matches!(got, ResponseRef::HelloOk(h) if h.workers == widest));
+        for workers in [
+            WorkerRange::new(1 << 32, 1),
+            WorkerRange::new(0, 1 << 32),
+            WorkerRange::new(u64::MAX, u64::MAX),
+        ] {
+            let h = ServerHello { workers, ..hello() };
+            let mut b = Vec::new();
+            assert_eq!(encode_hello_ok(&h, &mut b), Err(WorkersBeyondWire(workers)));
+            assert_eq!(
+                Response::HelloOk(h).encode(&mut b),
+                Err(WorkersBeyondWire(workers))
+            );
+            assert!(b.is_empty(), "nothing written for {workers}");
+        }
     }
 
     #[test]
@@ -855,7 +892,7 @@ mod tests {
                 ..hello()
             };
             let mut b = Vec::new();
-            encode_hello_ok(&h, &mut b);
+            encode_hello_ok(&h, &mut b).unwrap();
             let e = decode_response(&b, MAX).unwrap_err();
             assert!(matches!(e, FrameError::BadLayout { .. }));
             assert_eq!(e.status(), Status::BAD_FRAME);
@@ -899,6 +936,6 @@ mod tests {
         };
         assert_eq!(zero.validate_layout(), Ok(()));
         assert_eq!(zero.decompose(5).timestamp, 5);
-        assert_eq!(h.workers(), WorkerRange::new(512, 512));
+        assert_eq!(h.workers, WorkerRange::new(512, 512));
     }
 }

@@ -2,6 +2,7 @@
 //! read from a stream split anywhere gives the same answers as read whole, a closing ERROR
 //! ends it, and arbitrary bytes never panic the handshake or the answer reader.
 
+use idgen_id::WorkerRange;
 use idgen_protocol::client::{After, Answer, Awaits, ClientConn, Handshake};
 use idgen_protocol::{encode_error, encode_hello_ok, encode_ids, encode_pong, encode_ranges};
 use idgen_protocol::{ServerHello, Status};
@@ -16,14 +17,13 @@ const HELLO: ServerHello = ServerHello {
     region_bits: 0,
     max_batch: 64,
     max_request_frame: 64,
-    worker_first: 0,
-    worker_count: 1024,
+    workers: WorkerRange::new(0, 1024),
     shard: 0,
 };
 
 fn open() -> ClientConn {
     let mut wire = Vec::new();
-    encode_hello_ok(&HELLO, &mut wire);
+    encode_hello_ok(&HELLO, &mut wire).unwrap();
     Handshake::new().receive(&wire).unwrap().unwrap().0
 }
 

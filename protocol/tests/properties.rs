@@ -2,6 +2,7 @@
 
 #[cfg(feature = "codec")]
 use bytes::BytesMut;
+use idgen_id::WorkerRange;
 #[cfg(feature = "codec")]
 use idgen_protocol::codec::{ClientCodec, ServerCodec};
 use idgen_protocol::{
@@ -49,8 +50,7 @@ fn arb_hello() -> impl Strategy<Value = ServerHello> {
                 region_bits: r,
                 max_batch: mb,
                 max_request_frame: mrf,
-                worker_first: wf,
-                worker_count: wc,
+                workers: WorkerRange::new(wf.into(), wc.into()),
                 shard,
             },
         )
@@ -94,7 +94,7 @@ proptest! {
     #[test]
     fn response_round_trip(r in arb_response()) {
         let mut b = Vec::new();
-        r.encode(&mut b);
+        r.encode(&mut b).unwrap();
         for k in 0..b.len() {
             prop_assert_eq!(decode_response(&b[..k], MAX_FRAME), Ok(None));
         }
@@ -182,7 +182,7 @@ proptest! {
     ) {
         let mut stream = Vec::new();
         for r in &resps {
-            r.encode(&mut stream);
+            r.encode(&mut stream).unwrap();
         }
         let mut points: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();
         points.push(stream.len());

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use idgen_id::WorkerRange;
 use idgen_protocol::{
     decode_request, decode_response, encode_request, Decoded, Limits, Request, Response,
     ServerConnState, ServerHello, Status,
@@ -69,8 +70,10 @@ fn response_from_json(d: &Value) -> Response {
             region_bits: num(d, "region_bits"),
             max_batch: num(d, "max_batch"),
             max_request_frame: num(d, "max_request_frame"),
-            worker_first: num(d, "worker_first"),
-            worker_count: num(d, "worker_count"),
+            workers: WorkerRange::new(
+                num::<u32>(d, "worker_first").into(),
+                num::<u32>(d, "worker_count").into(),
+            ),
             shard: num(d, "shard"),
         }),
         "IDS" => Response::Ids(d["ids"].as_array().unwrap().iter().map(dec_u64).collect()),
@@ -184,7 +187,7 @@ fn check_response(case: &Value, bytes: &[u8]) {
     assert_eq!(n, consumed);
     assert_eq!(got.into_owned(), want);
     let mut encoded = Vec::new();
-    want.encode(&mut encoded);
+    want.encode(&mut encoded).unwrap();
     assert_eq!(encoded, &bytes[..n], "byte-exact encode");
 }
 

@@ -26,12 +26,12 @@
 use std::fmt::Write as _;
 
 use clap::Args;
-
-use crate::config::parse_epoch;
-use crate::layout::{
+use idgen_id::{
     DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
     PAYLOAD_BITS,
 };
+
+use crate::config::parse_epoch;
 
 /// Milliseconds in a year of 365.25 days.
 pub const MS_PER_YEAR: f64 = 365.25 * 86_400_000.0;

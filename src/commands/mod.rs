@@ -12,17 +12,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use idgen_core::clock::{Clock, SystemClock};
+use idgen_core::lease::{LeaseConfig, Leases, Owner, WorkerState};
+use idgen_core::store::{KvStore, StoreUrl};
+use idgen_id::{
+    Layout, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
+};
 use serde_json::json;
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::{
     parse_epoch, ConfigError, LeaseArgs, LeaseSection, LogArgs, LogSection, Origins, Settings,
 };
-use crate::layout::{
-    Layout, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
-};
-use crate::lease::{LeaseConfig, Leases, Owner, WorkerState};
-use crate::store::{KvStore, StoreUrl};
 use exit::Failure;
 
 /// Where a command takes the layout from: a running node, or flags.
@@ -139,7 +139,7 @@ pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<Stri
         if as_json {
             out.push(crate::node::admin::decoded_json(layout, id).to_string());
         } else {
-            let p = layout.decompose(crate::layout::Id(id));
+            let p = layout.decompose(idgen_id::Id(id));
             let time = humantime::format_rfc3339_millis(
                 std::time::UNIX_EPOCH + Duration::from_millis(p.unix_ms),
             );
@@ -164,7 +164,7 @@ async fn open_existing(lease: &LeaseSection) -> Result<std::sync::Arc<dyn KvStor
         _ => None,
     };
     if let Some(dir) = embedded_dir {
-        if !dir.join(crate::store::embedded::DB_FILE).is_file() {
+        if !dir.join(idgen_core::store::embedded::DB_FILE).is_file() {
             return Err(format!(
                 "no embedded store in {}: no node has run with this data directory; give \
                  inspect the node's own file (--config), or its --data-dir or --store",
@@ -172,10 +172,10 @@ async fn open_existing(lease: &LeaseSection) -> Result<std::sync::Arc<dyn KvStor
             ));
         }
     }
-    crate::store::open(url, &lease.data_dir, &lease.access)
+    idgen_core::store::open(url, &lease.data_dir, &lease.access)
         .await
         .map_err(|e| {
-            let running = embedded_dir.and_then(crate::store::embedded::in_use);
+            let running = embedded_dir.and_then(idgen_core::store::embedded::in_use);
             match running {
                 None => format!("cannot open the store {url}: {e}"),
                 Some(pid) => format!(
@@ -257,7 +257,7 @@ pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, Stri
             .iter()
             .filter(|(_, rec)| {
                 rec.state == WorkerState::Held
-                    && rec.lease_end + crate::lease::duration_ms(safety) >= now_id
+                    && rec.lease_end + idgen_core::lease::duration_ms(safety) >= now_id
             })
             .map(|(first, rec)| (first + rec.count).min(hi).saturating_sub((*first).max(lo)))
             .sum();

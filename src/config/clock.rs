@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use clap::Args;
+use idgen_core::generator::DEFAULT_MAX_ROLLBACK_WAIT;
 use serde::{Deserialize, Serialize};
 
 use super::{duration, err, ser, ConfigError};
-use crate::generator::DEFAULT_MAX_ROLLBACK_WAIT;
 
 settings! {
     /// The `[clock]` settings as given: flags, `IDGEN_*` variables, the file's `[clock]`.

@@ -3,10 +3,10 @@
 //! keeper take it by value.
 
 use clap::Args;
+use idgen_id::Layout;
 use serde::Deserialize;
 
 use super::{de, err, parse_epoch, ConfigError};
-use crate::layout::Layout;
 
 settings! {
     /// The `[layout]` settings as given: flags, `IDGEN_*` variables, the file's `[layout]`.

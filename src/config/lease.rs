@@ -11,13 +11,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use idgen_core::lease::{LeaseConfig, RegionScope, DEFAULT_TTL};
+use idgen_core::store::access::{self, EtcdTls, EtcdUser};
+use idgen_core::store::{FdbTls, Secret, StoreAccess, StoreUrl};
+use idgen_id::Layout;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::{de, duration, err, ser, ConfigError};
-use crate::layout::Layout;
-use crate::lease::{LeaseConfig, RegionScope, DEFAULT_TTL};
-use crate::store::access::{self, EtcdTls, EtcdUser};
-use crate::store::{FdbTls, Secret, StoreAccess, StoreUrl};
 
 /// The environment variable that may hold the etcd password instead of `etcd_password_file`.
 pub const ETCD_PASSWORD_ENV: &str = "IDGEN_ETCD_PASSWORD";

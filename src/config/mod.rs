@@ -30,7 +30,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
-use crate::layout::Layout;
+use idgen_id::Layout;
 
 /// Declares a section's settings as given: one struct for its flags, their environment
 /// variables and its table of the file, every field an `Option`; `or` merges two of them.

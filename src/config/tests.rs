@@ -1,7 +1,7 @@
 use super::*;
-use crate::layout::DEFAULT_EPOCH_MS;
-use crate::lease::RegionScope;
-use crate::store::StoreUrl;
+use idgen_core::lease::RegionScope;
+use idgen_core::store::StoreUrl;
+use idgen_id::DEFAULT_EPOCH_MS;
 
 const NOW: u64 = DEFAULT_EPOCH_MS + 1_000_000;
 

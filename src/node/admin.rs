@@ -29,14 +29,14 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
-use super::drift::ClockWatch;
 use super::metrics::Scrape;
 use super::telemetry::ShardStats;
 use super::tls::{ServerTls, TlsFront};
-use crate::clock::{Clock, SystemClock};
 use crate::config::ServeConfig;
-use crate::layout::{Id, Layout};
-use crate::lease::keeper::LeaseShared;
+use idgen_core::clock::{Clock, SystemClock};
+use idgen_core::drift::ClockWatch;
+use idgen_core::lease::keeper::LeaseShared;
+use idgen_id::{Id, Layout};
 
 /// What the admin server reads.
 pub struct AdminState {
@@ -88,7 +88,7 @@ impl AdminState {
             None => reasons.push("no lease".to_string()),
             Some(_) => {
                 let left = self.lease.time_left_ms(now);
-                let want = crate::lease::duration_ms(self.config.lease.lease_ttl) / 2;
+                let want = idgen_core::lease::duration_ms(self.config.lease.lease_ttl) / 2;
                 if left <= want {
                     reasons.push(format!(
                         "lease time left {left} ms is below {want} ms (renewals failing)"
@@ -99,7 +99,7 @@ impl AdminState {
         // Behind as a shard saw it on its last request, or as the clock reads now against the
         // last timestamp each shard used (so an idle node is taken out too).
         let now_id = now.saturating_sub(self.config.layout.epoch_ms());
-        let wait = crate::lease::duration_ms(self.config.clock.max_rollback_wait);
+        let wait = idgen_core::lease::duration_ms(self.config.clock.max_rollback_wait);
         let behind: Vec<usize> = self
             .shards
             .iter()
@@ -351,7 +351,7 @@ async fn ready(State(state): State<Arc<AdminState>>) -> Response {
 /// Parses an ID written in decimal, base62 (11 characters) or Crockford base32 (13), the
 /// forms of the ID model (`clients/vectors/FORMS.md`).
 pub fn parse_id(text: &str) -> Result<u64, String> {
-    use crate::layout::forms;
+    use idgen_id::forms;
     let t = text.trim();
     let parsed = if !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit()) {
         forms::parse_decimal(t)
@@ -410,7 +410,7 @@ async fn layout(State(state): State<Arc<AdminState>>) -> Response {
     let range = state
         .lease
         .current()
-        .map(|v| json!({"first": v.grant.first, "count": v.grant.count, "generation": v.grant.generation}));
+        .map(|v| json!({"first": v.grant.workers.first, "count": v.grant.workers.count, "generation": v.grant.generation}));
     Json(json!({
         "epoch_ms": l.epoch_ms(),
         "epoch": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.epoch_ms())).to_string(),

@@ -5,11 +5,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idgen_core::clock::Clock;
+use idgen_id::Layout;
 use tokio::sync::watch;
 
 use super::telemetry::ShardStats;
-use crate::clock::Clock;
-use crate::layout::Layout;
 
 /// Turns the shards' counters into audit events: clock rollback detected and recovered,
 /// sequence exhaustion (at most one event per shard per 10 s), and the layout's timestamp

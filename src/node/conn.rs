@@ -31,9 +31,9 @@ use tokio::sync::watch;
 use super::issuer::{status_of, wait_until, ClockHold, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats, BATCH_BUCKETS};
 use crate::config::ListenSection;
-use crate::generator::{Fill, Progress};
-use crate::layout::{Layout, WorkerRange};
+use idgen_core::generator::{Fill, Progress};
 use idgen_core::histogram::bucket_of;
+use idgen_id::{Layout, WorkerRange};
 use idgen_protocol::{SINGLE_ID_HEADER, SINGLE_ID_REQUEST};
 
 /// A one-ID answer: the protocol's [`SINGLE_ID_HEADER`], then the ID's 8 bytes.
@@ -588,11 +588,16 @@ impl Conn {
             region_bits: layout.region_bits(),
             max_batch: self.limits.max_batch,
             max_request_frame: self.limits.max_request_frame,
-            worker_first: u32::try_from(announced.first).unwrap_or(u32::MAX),
-            worker_count: u32::try_from(announced.count).unwrap_or(0),
+            workers: announced,
             shard: u16::try_from(gen.index()).unwrap_or(u16::MAX),
         };
-        encode_hello_ok(&hello, &mut self.out);
+        // A range HELLO_OK cannot carry (past the wire's u32s: a layout of more than 32 worker
+        // bits) is not announced as another: the connection is refused and closed.
+        if let Err(e) = encode_hello_ok(&hello, &mut self.out) {
+            encode_error(Status::INTERNAL, &e.to_string(), &mut self.out);
+            self.ctx.stats.error(Status::INTERNAL);
+            self.closing = true;
+        }
     }
 
     /// Issues what the generator can of a GET_IDS or GET_RANGES request now. `Some(at)`: the

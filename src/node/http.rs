@@ -38,7 +38,7 @@ use tokio::sync::watch;
 
 use super::issuer::{status_of, wait_until, InLine, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats};
-use crate::generator::Progress;
+use idgen_core::generator::Progress;
 
 /// Largest request body read (a batch request is `{"count": N}`).
 const MAX_BODY: usize = 4096;

@@ -10,9 +10,9 @@ use std::rc::Rc;
 use idgen_protocol::Status;
 
 #[cfg(doc)]
-use crate::generator::Progress;
-use crate::generator::{Fill, GenError};
-pub(crate) use crate::member::{IssueError, Issuer};
+use idgen_core::generator::Progress;
+use idgen_core::generator::{Fill, GenError};
+pub(crate) use idgen_core::member::{IssueError, Issuer};
 
 /// Waits, on the shard's runtime, until the generator's [`Progress::RetryAt`] time `at`: a
 /// timer for a clock wait, a yield for a wait under a millisecond (the next millisecond's

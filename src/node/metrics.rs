@@ -19,8 +19,8 @@ use prometheus_client::metrics::MetricType;
 use super::admin::AdminState;
 use super::process::ProcessStats;
 use super::telemetry::{Op, ShardStats, BATCH_BUCKETS, REQUEST_BUCKETS_US};
-use crate::lease::keeper::RENEWAL_BUCKETS_US;
-use crate::store::StoreUrl;
+use idgen_core::lease::keeper::RENEWAL_BUCKETS_US;
+use idgen_core::store::StoreUrl;
 
 /// A family's Prometheus type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

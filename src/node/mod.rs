@@ -42,19 +42,18 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use idgen_core::clock::{CachedClock, Clock, SystemClock};
+use idgen_core::lease::keeper::LeaseShared;
+use idgen_core::lease::{LeaseError, Owner, Released};
+use idgen_core::member::{IssuerExit, JoinError, Member, MemberSettings};
+use idgen_core::store::{self, StoreError};
 use tokio::sync::watch;
 
-use crate::clock::{CachedClock, Clock, SystemClock};
 use crate::config::ServeConfig;
-use crate::lease::keeper::LeaseShared;
-use crate::lease::{LeaseError, Owner, Released};
-use crate::member::{IssuerExit, JoinError, Member, MemberSettings};
-use crate::store::{self, StoreError};
 
 pub mod admin;
 pub mod audit;
 mod conn;
-pub mod drift;
 mod http;
 pub(crate) mod issuer;
 pub mod metrics;
@@ -304,8 +303,8 @@ impl Node {
             http_listen = http_addr.map(tracing::field::display),
             admin_listen = admin.as_ref().map(|(a, _, _)| tracing::field::display(*a)),
             shards = config.listen.shards,
-            worker_first = view.grant.first,
-            worker_count = view.grant.count,
+            worker_first = view.grant.workers.first,
+            worker_count = view.grant.workers.count,
             generation = view.grant.generation,
             store = %config.lease.store,
             namespace = %config.lease.namespace,
@@ -385,7 +384,7 @@ impl Node {
         if !drain_delay.is_zero() {
             tracing::info!(
                 event = "node_draining",
-                delay_ms = crate::lease::duration_ms(drain_delay),
+                delay_ms = idgen_core::lease::duration_ms(drain_delay),
                 "not ready; draining after the delay"
             );
             tokio::time::sleep(drain_delay).await;

@@ -17,8 +17,8 @@ use super::tls::{ServerTls, TlsFront};
 use super::{conn, http};
 use super::{ConnGuard, ServeError};
 use crate::config::ListenSection;
-use crate::layout::Layout;
-use crate::member::IssuerExit;
+use idgen_core::member::IssuerExit;
+use idgen_id::Layout;
 
 /// Everything a shard thread starts with.
 pub(crate) struct ShardSetup {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use idgen_protocol::Status;
 
-pub(crate) use crate::generator::bump;
-use crate::generator::GeneratorStats;
+pub(crate) use idgen_core::generator::bump;
+use idgen_core::generator::GeneratorStats;
 use idgen_core::histogram::{bucket_of, Histogram};
 
 /// Upper bounds (inclusive) of the batch-size histogram's buckets, in IDs (then `+Inf`).

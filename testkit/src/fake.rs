@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
+use idgen_id::WorkerRange;
 use idgen_protocol::{
     decode_request, encode_error, encode_hello_ok, encode_ids, encode_pong, Decoded, Limits,
     Request, ServerConnState, ServerHello, Status,
@@ -172,8 +173,7 @@ pub fn hello(max_batch: u32) -> ServerHello {
         region_bits: 0,
         max_batch,
         max_request_frame: 64,
-        worker_first: 512,
-        worker_count: 512,
+        workers: WorkerRange::new(512, 512),
         shard: 1,
     }
 }
@@ -435,7 +435,8 @@ where
                     }
                     match &config.hello_raw {
                         Some(raw) => out.extend_from_slice(raw),
-                        None => encode_hello_ok(&hello(config.max_batch), &mut out),
+                        None => encode_hello_ok(&hello(config.max_batch), &mut out)
+                            .expect("512..1024 fits HELLO_OK"),
                     }
                     continue;
                 }

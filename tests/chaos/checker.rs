@@ -46,8 +46,8 @@ pub(crate) fn check_safety(hist: &History, stop_checks: &[StopCheck]) -> Safety 
                     out.violations.push(format!(
                         "duplicate IDs {first}..{} ({overlap}) on node {} conn {} (workers {}+{}) and node {} conn {} (workers {}+{})",
                         first + overlap,
-                        a.node, a.conn, a.hello.worker_first, a.hello.worker_count,
-                        b.node, b.conn, b.hello.worker_first, b.hello.worker_count
+                        a.node, a.conn, a.hello.workers.first, a.hello.workers.count,
+                        b.node, b.conn, b.hello.workers.first, b.hello.workers.count
                     ));
                 }
             }
@@ -233,6 +233,7 @@ pub(crate) fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
 mod tests {
     use std::time::{Duration, Instant};
 
+    use idgen_id::WorkerRange;
     use idgen_protocol::ServerHello;
 
     use super::check_safety;
@@ -257,8 +258,7 @@ mod tests {
                 region_bits: 0,
                 max_batch: 65_536,
                 max_request_frame: 64,
-                worker_first: (2 * (k % 4)) as u32,
-                worker_count: 2,
+                workers: WorkerRange::new(2 * (k as u64 % 4), 2),
                 shard: 0,
             };
             let mut log = ConnLog::new(k % 3, k as u64, hello);
@@ -267,7 +267,7 @@ mod tests {
             for b in 0..200 {
                 ts += 1 + rng.below(3);
                 let n = 1 + rng.below(400);
-                let base = (ts << 22) | (u64::from(hello.worker_first) << 19);
+                let base = (ts << 22) | (hello.workers.first << 19);
                 log.push(t0 + Duration::from_micros(b), base..base + n);
             }
             h.conns.push(log);
@@ -349,7 +349,7 @@ mod tests {
             let last = c.last.unwrap();
             // The next millisecond, on a worker outside the connection's two.
             let ts = (last >> 22) + 1;
-            let w = (u64::from(c.hello.worker_first) + 2) % 8;
+            let w = (c.hello.workers.first + 2) % 8;
             c.push(Instant::now(), [(ts << 22) | (w << 19)]);
             let s = check_safety(&h, &[]);
             assert_eq!(s.outside, 1, "seed {seed}: {s:?}");
@@ -367,7 +367,7 @@ mod tests {
         let node = h.conns[0].node;
         let last = h.conns[0].last.unwrap();
         let bound_ms = (last >> 22) + 5;
-        let w = u64::from(h.conns[0].hello.worker_first);
+        let w = h.conns[0].hello.workers.first;
         h.conns[0].push(
             cont + Duration::from_millis(1),
             [(bound_ms << 22) | (w << 19)],

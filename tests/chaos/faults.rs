@@ -107,7 +107,7 @@ impl Chaos {
         // A killed node's worker IDs free up once its lease has passed the safety period
         // *and* its clock key has expired in etcd (etcd counts lease TTLs in whole seconds
         // and checks them twice a second): until then it counts as alive.
-        let key_gone = idgen::node::drift::CLOCK_KEY_TTL + Duration::from_millis(1500);
+        let key_gone = idgen_core::drift::CLOCK_KEY_TTL + Duration::from_millis(1500);
         let ready = (self.last_kill + (TTL + SAFETY).max(key_gone))
             .max(self.last_store_back + key_gone)
             + Duration::from_millis(700);

@@ -49,10 +49,7 @@ impl ConnLog {
     /// Records one IDS frame's IDs (given in the order received), checking them on the way.
     pub(crate) fn push(&mut self, at: Instant, ids: impl IntoIterator<Item = u64>) {
         let h = self.hello;
-        let (lo, hi) = (
-            u64::from(h.worker_first),
-            u64::from(h.worker_first) + u64::from(h.worker_count),
-        );
+        let (lo, hi) = (h.workers.first, h.workers.end());
         self.batches.push((at, self.runs.len() as u32));
         let mut current: Option<(u64, u32)> = None;
         for id in ids {

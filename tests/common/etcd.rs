@@ -13,26 +13,27 @@ pub fn write_rival_record(
     prefix: &str,
     first: u64,
     count: u64,
-    state: idgen::lease::WorkerState,
+    state: idgen_core::lease::WorkerState,
     lease_end: u64,
 ) {
-    use idgen::store::{KvStore, Write};
+    use idgen_core::store::{KvStore, Write};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let store = idgen::store::etcd::EtcdStore::connect(cluster.endpoints(), prefix.to_string())
-            .await
-            .expect("connect to etcd");
+        let store =
+            idgen_core::store::etcd::EtcdStore::connect(cluster.endpoints(), prefix.to_string())
+                .await
+                .expect("connect to etcd");
         let now = idgen_testkit::wall_ms();
-        let record = idgen::lease::WorkerRecord {
+        let record = idgen_core::lease::WorkerRecord {
             state,
-            owner: idgen::lease::Owner::this_process(Some("rival".into()), now),
+            owner: idgen_core::lease::Owner::this_process(Some("rival".into()), now),
             generation: 1_000_000 + first,
             lease_end,
             count,
-            layout_version: idgen::lease::LAYOUT_VERSION,
+            layout_version: idgen_core::lease::LAYOUT_VERSION,
             written_unix_ms: now,
         };
         let writes = [Write::Put {

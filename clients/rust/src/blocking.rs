@@ -43,10 +43,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use idgen_id::Layout;
 use idgen_protocol::ServerHello;
 use tokio::runtime::Handle;
 
-use crate::{ClientOptions, Error, Layout, NodeInfo, PoolOptions, PrefetchOptions, PrefetchStats};
+use crate::{ClientOptions, Error, NodeInfo, PoolOptions, PrefetchOptions, PrefetchStats};
 
 /// A current-thread Tokio runtime on its own thread, driving whatever was spawned on it
 /// until this is dropped.

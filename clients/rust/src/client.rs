@@ -18,15 +18,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
+use idgen_id::Layout;
 use idgen_protocol::client::{Answer, ClientConn, ClientError, Handshake, HandshakeError};
 use idgen_protocol::ServerHello;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::Error;
 #[cfg(feature = "tls")]
 use crate::TlsConfig;
-use crate::{Error, Layout};
 
 /// Commands queued to the writer at most (callers wait for room beyond this, within their
 /// request timeout).

@@ -162,6 +162,7 @@ pub mod tls;
 
 pub use client::{Client, ClientOptions};
 pub use error::{Error, TlsError, TlsErrorKind};
+// Re-exported because the client's API hands these out: an application needs only this crate.
 /// The ID model, shared with the server and the protocol crate (`idgen-id`): the layout the
 /// server announced ([`Client::layout`]), the parts of an ID, worker ranges, and the text
 /// forms.

@@ -30,7 +30,7 @@
 
 use std::fmt;
 
-use crate::forms::LIMIT;
+use idgen_id::forms::LIMIT;
 
 /// What went wrong building a key or masking a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use idgen_id::Layout;
 use tokio::task::JoinSet;
 
 #[cfg(feature = "tls")]
 use crate::TlsConfig;
-use crate::{Client, ClientOptions, Error, Layout, Status};
+use crate::{Client, ClientOptions, Error, Status};
 
 /// Settings for a [`Pool`].
 ///

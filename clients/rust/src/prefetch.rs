@@ -4,9 +4,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use idgen_id::Layout;
 use tokio::sync::Notify;
 
-use crate::{Error, Layout, Pool, PoolOptions};
+use crate::{Error, Pool, PoolOptions};
 
 /// Buffer sizes for a [`PrefetchPool`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

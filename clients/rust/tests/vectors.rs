@@ -45,7 +45,7 @@ async fn response_vectors_agree_with_the_client() {
                     assert_eq!(h.version as u64, d["version"].as_u64().unwrap());
                     assert_eq!(l.epoch_ms(), dec(&d["epoch_ms"]));
                     assert_eq!(h.max_batch as u64, d["max_batch"].as_u64().unwrap());
-                    assert_eq!(h.worker_first as u64, d["worker_first"].as_u64().unwrap());
+                    assert_eq!(h.workers.first, d["worker_first"].as_u64().unwrap());
                     assert_eq!(h.shard as u64, d["shard"].as_u64().unwrap());
                     for (got, key) in [
                         (l.timestamp_bits(), "timestamp_bits"),

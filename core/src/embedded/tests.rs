@@ -49,7 +49,7 @@ fn timestamp(layout: Layout, id: u64) -> u64 {
 fn embedded_generators_on_the_embedded_store_share_the_worker_space_and_release() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let layout = Layout::new(crate::layout::DEFAULT_EPOCH_MS, 48, 1, 14, 0).unwrap();
+    let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 48, 1, 14, 0).unwrap();
     let config = |ttl_ms| EmbeddedConfig {
         layout,
         ..config(ttl_ms)

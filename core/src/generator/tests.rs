@@ -1,7 +1,8 @@
+use idgen_id::{WorkerRange, DEFAULT_EPOCH_MS};
+use proptest::prelude::*;
+
 use super::*;
 use crate::clock::TestClock;
-use crate::layout::DEFAULT_EPOCH_MS;
-use proptest::prelude::*;
 
 const START: u64 = 1_000_000; // ID-time ms at which the test clock starts
 
@@ -27,9 +28,8 @@ fn rig(sequence_bits: u8, worker_first: u64, worker_count: u64, floor: u64) -> R
     let layout = layout(sequence_bits);
     let clock = TestClock::new(DEFAULT_EPOCH_MS + START);
     let ceiling = Arc::new(Ceiling::new(u64::MAX));
-    let config = ShardConfig {
-        worker_first,
-        worker_count,
+    let config = GeneratorConfig {
+        workers: WorkerRange::new(worker_first, worker_count),
         floor,
         max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
     };
@@ -252,7 +252,7 @@ fn layout_range_end_is_exhausted() {
     let clock = TestClock::new(last);
     let mut g = Generator::new(
         layout,
-        ShardConfig::default(),
+        GeneratorConfig::default(),
         Arc::new(Ceiling::new(u64::MAX)),
         clock.clone(),
     )
@@ -273,7 +273,7 @@ fn a_clock_past_the_layout_end_is_a_clock_fault_while_timestamps_are_left() {
     let clock = TestClock::new(DEFAULT_EPOCH_MS + START);
     let mut g = Generator::new(
         layout,
-        ShardConfig::default(),
+        GeneratorConfig::default(),
         Arc::new(Ceiling::new(u64::MAX)),
         clock.clone(),
     )
@@ -298,7 +298,7 @@ fn clock_before_epoch_is_unavailable() {
     let clock = TestClock::new(DEFAULT_EPOCH_MS - 1);
     let mut g = Generator::new(
         Layout::default(),
-        ShardConfig::default(),
+        GeneratorConfig::default(),
         Arc::new(Ceiling::new(u64::MAX)),
         clock.clone(),
     )
@@ -315,37 +315,35 @@ fn clock_before_epoch_is_unavailable() {
 #[test]
 fn config_errors() {
     let l = layout(12);
-    let mk = |c: ShardConfig| {
+    let mk = |c: GeneratorConfig| {
         Generator::new(l, c, Arc::new(Ceiling::new(0)), TestClock::new(0))
             .err()
             .unwrap()
     };
-    let base = ShardConfig::default();
+    let base = GeneratorConfig::default();
     assert_eq!(
-        mk(ShardConfig {
-            worker_count: 0,
+        mk(GeneratorConfig {
+            workers: WorkerRange::new(0, 0),
             ..base
         }),
         ConfigError::NoWorkers
     );
     assert!(matches!(
-        mk(ShardConfig {
-            worker_first: 1020,
-            worker_count: 5,
+        mk(GeneratorConfig {
+            workers: WorkerRange::new(1020, 5),
             ..base
         }),
         ConfigError::WorkerRange { end: 1025, .. }
     ));
     assert!(matches!(
-        mk(ShardConfig {
-            worker_first: u64::MAX,
-            worker_count: 2,
+        mk(GeneratorConfig {
+            workers: WorkerRange::new(u64::MAX, 2),
             ..base
         }),
         ConfigError::WorkerRange { .. }
     ));
     assert!(matches!(
-        mk(ShardConfig {
+        mk(GeneratorConfig {
             floor: 1 << 41,
             ..base
         }),
@@ -355,7 +353,7 @@ fn config_errors() {
     // generator reports as exhausted, not as a configuration error).
     assert!(Generator::new(
         l,
-        ShardConfig {
+        GeneratorConfig {
             floor: (1 << 41) - 1,
             ..base
         },
@@ -366,9 +364,8 @@ fn config_errors() {
     // The last worker range that fits is accepted.
     assert!(Generator::new(
         l,
-        ShardConfig {
-            worker_first: 1020,
-            worker_count: 4,
+        GeneratorConfig {
+            workers: WorkerRange::new(1020, 4),
             ..base
         },
         Arc::new(Ceiling::new(0)),
@@ -612,9 +609,8 @@ fn a_pause_between_the_clock_reads_is_not_a_stalled_clock() {
         wall: std::cell::RefCell::new([m, m, m, m + 20].into_iter().collect()),
         mono: std::cell::Cell::new(0),
     };
-    let config = ShardConfig {
-        worker_first: 0,
-        worker_count: 1,
+    let config = GeneratorConfig {
+        workers: WorkerRange::new(0, 1),
         floor: 0,
         max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
     };

@@ -15,11 +15,12 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use idgen_id::{Layout, WorkerRange, DEFAULT_EPOCH_MS};
+
 use super::{
     Grant, LayoutRecord, LeaseConfig, LeaseError, Leases, Owner, RegionScope, Released,
     WorkerRecord, WorkerState,
 };
-use crate::layout::{Layout, DEFAULT_EPOCH_MS};
 use crate::store::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
 
 /// The wall clock (Unix ms) the suite runs at.
@@ -86,8 +87,7 @@ async fn first_acquire_creates_the_cluster_and_grants_from_zero(store: &dyn KvSt
     assert_eq!(
         g,
         Grant {
-            first: 0,
-            count: 4,
+            workers: WorkerRange::new(0, 4),
             generation: 1,
             floor: 0,
             lease_end: NOW_ID + TTL
@@ -141,7 +141,7 @@ async fn first_acquire_creates_the_cluster_and_grants_from_zero(store: &dyn KvSt
         .acquire(NOW)
         .await
         .unwrap();
-    assert_eq!((b.first, b.generation, b.floor), (4, 2, 0), "{ctx}");
+    assert_eq!((b.workers.first, b.generation, b.floor), (4, 2, 0), "{ctx}");
 }
 
 async fn a_different_layout_is_refused_naming_both(store: &dyn KvStore, ns: &str) {
@@ -175,7 +175,7 @@ async fn a_different_layout_is_refused_naming_both(store: &dyn KvStore, ns: &str
     );
     // The same layout in another namespace is a different cluster.
     let c = leases(store, &format!("{ns}.other"), other, "c", 1);
-    assert_eq!(c.acquire(NOW).await.unwrap().first, 0, "{ctx}");
+    assert_eq!(c.acquire(NOW).await.unwrap().workers.first, 0, "{ctx}");
 }
 
 async fn nodes_get_disjoint_ranges_and_a_clear_error_when_full(store: &dyn KvStore, ns: &str) {
@@ -189,12 +189,12 @@ async fn nodes_get_disjoint_ranges_and_a_clear_error_when_full(store: &dyn KvSto
     let mk = |name: &str, n: u64, region: Option<u64>| mk_in(ns, name, n, region);
     let a = mk("a", 1, Some(1)).acquire(NOW).await.unwrap();
     assert_eq!(
-        (a.first, a.count),
-        (2, 1),
+        a.workers,
+        WorkerRange::new(2, 1),
         "{ctx}: region 1 is workers 2..4"
     );
     let b = mk("b", 1, Some(1)).acquire(NOW).await.unwrap();
-    assert_eq!(b.first, 3, "{ctx}");
+    assert_eq!(b.workers.first, 3, "{ctx}");
     assert_eq!(b.generation, a.generation + 1, "{ctx}");
     let err = mk("c", 1, Some(1)).acquire(NOW).await.unwrap_err();
     assert_eq!(
@@ -221,7 +221,7 @@ async fn nodes_get_disjoint_ranges_and_a_clear_error_when_full(store: &dyn KvSto
     let err = mk_in(&global, "d", 5, None).acquire(NOW).await.unwrap_err();
     assert!(matches!(err, LeaseError::BadRequest(_)), "{ctx}: {err:?}");
     let whole = mk_in(&global, "e", 3, None).acquire(NOW).await.unwrap();
-    assert_eq!((whole.first, whole.count), (0, 3), "{ctx}");
+    assert_eq!(whole.workers, WorkerRange::new(0, 3), "{ctx}");
     let err = mk_in(&global, "f", 2, None).acquire(NOW).await.unwrap_err();
     assert_eq!(
         err,
@@ -282,7 +282,7 @@ async fn an_expired_lease_is_free_only_after_the_safety_period(store: &dyn KvSto
         .acquire(NOW)
         .await
         .unwrap();
-    assert_eq!((a.first, b.first), (0, 1), "{ctx}");
+    assert_eq!((a.workers.first, b.workers.first), (0, 1), "{ctx}");
     // Exactly at lease_end + safety (2 × TTL), both are still reserved, and the refusal says
     // they are only waiting out their safety period.
     let at_safety = NOW + TTL + 2 * TTL;
@@ -313,7 +313,7 @@ async fn an_expired_lease_is_free_only_after_the_safety_period(store: &dyn KvSto
         .acquire(at_safety + 1)
         .await
         .unwrap();
-    assert_eq!(c.first, 0, "{ctx}");
+    assert_eq!(c.workers.first, 0, "{ctx}");
     assert_eq!(c.floor, a.lease_end, "{ctx}: new floor = old lease_end");
     assert_eq!(c.lease_end, NOW_ID + 3 * TTL + 1 + TTL, "{ctx}");
     assert!(c.generation > b.generation, "{ctx}");
@@ -356,7 +356,7 @@ async fn renew_moves_lease_end_forward_never_backward(store: &dyn KvStore, ns: &
         .acquire(NOW - 3_600_000)
         .await
         .unwrap();
-    assert_eq!((b.first, b.floor), (0, end - 1), "{ctx}");
+    assert_eq!((b.workers.first, b.floor), (0, end - 1), "{ctx}");
     assert_eq!(b.lease_end, end - 1, "{ctx}: max(floor, now + ttl)");
 }
 
@@ -370,7 +370,10 @@ async fn renew_and_release_after_a_takeover_touch_nothing(store: &dyn KvStore, n
         .acquire(later)
         .await
         .unwrap();
-    assert_eq!(b.first, 0, "{ctx}: taken over after expiry + safety");
+    assert_eq!(
+        b.workers.first, 0,
+        "{ctx}: taken over after expiry + safety"
+    );
     assert_eq!(b.floor, g.lease_end, "{ctx}");
     let before = records(&a).await;
     let err = a.renew(&g, later).await.unwrap_err();
@@ -431,7 +434,7 @@ async fn release_frees_at_once_with_the_true_last_timestamp(store: &dyn KvStore,
     // The next grant, at once, gets the same range floored at the true last timestamp.
     let b_leases = leases(store, ns, layout, "b", 3);
     let b = b_leases.acquire(NOW + 20).await.unwrap();
-    assert_eq!((b.first, b.floor), (0, last), "{ctx}");
+    assert_eq!((b.workers.first, b.floor), (0, last), "{ctx}");
     assert_eq!(b.lease_end, NOW_ID + 20 + TTL, "{ctx}");
     // Releasing without having issued anything keeps the floor as lease_end.
     assert_eq!(
@@ -471,11 +474,11 @@ async fn concurrent_acquisitions_get_disjoint_ranges(store: &dyn KvStore, ns: &s
         .map(|(i, g)| g.unwrap_or_else(|e| panic!("{ctx}: contender {i}: {e}")))
         .collect();
     for (i, a) in grants.iter().enumerate() {
-        assert_eq!(a.count, EACH, "{ctx}");
+        assert_eq!(a.workers.count, EACH, "{ctx}");
         assert_eq!(a.floor, 0, "{ctx}");
         for b in &grants[i + 1..] {
             assert!(
-                a.first + a.count <= b.first || b.first + b.count <= a.first,
+                a.workers.end() <= b.workers.first || b.workers.end() <= a.workers.first,
                 "{ctx}: overlapping grants {a:?} and {b:?}"
             );
         }
@@ -494,7 +497,7 @@ async fn concurrent_acquisitions_get_disjoint_ranges(store: &dyn KvStore, ns: &s
         let (i, g) = grants
             .iter()
             .enumerate()
-            .find(|(_, g)| g.workers().contains(*id))
+            .find(|(_, g)| g.workers.contains(*id))
             .unwrap_or_else(|| panic!("{ctx}: worker {id} is in no grant"));
         assert_eq!(r.owner.node_id, names[i], "{ctx}: worker {id}");
         assert_eq!(r.generation, g.generation, "{ctx}: worker {id}");
@@ -513,7 +516,7 @@ async fn never_used_worker_ids_are_chosen_before_expired_ones(store: &dyn KvStor
         .acquire(NOW)
         .await
         .unwrap();
-    assert_eq!(a.first, 0, "{ctx}");
+    assert_eq!(a.workers.first, 0, "{ctx}");
     // Long after a's lease and safety period: a's range is grantable, but never-used worker
     // IDs come first, however low a's range is.
     let later = NOW + 10 * TTL;
@@ -522,7 +525,7 @@ async fn never_used_worker_ids_are_chosen_before_expired_ones(store: &dyn KvStor
         .await
         .unwrap();
     assert_eq!(
-        (b.first, b.floor),
+        (b.workers.first, b.floor),
         (2, 0),
         "{ctx}: never used before expired"
     );
@@ -531,7 +534,7 @@ async fn never_used_worker_ids_are_chosen_before_expired_ones(store: &dyn KvStor
         .acquire(later)
         .await
         .unwrap();
-    assert_eq!((c.first, c.floor), (0, a.lease_end), "{ctx}");
+    assert_eq!((c.workers.first, c.floor), (0, a.lease_end), "{ctx}");
     // Released beats expired: c releases, b's lease expires; d takes c's released range.
     let c_leases = leases(store, ns, layout, "c", 2);
     c_leases.release(&c, None, later).await.unwrap();
@@ -541,7 +544,7 @@ async fn never_used_worker_ids_are_chosen_before_expired_ones(store: &dyn KvStor
         .await
         .unwrap();
     assert_eq!(
-        (d.first, d.floor),
+        (d.workers.first, d.floor),
         (0, a.lease_end),
         "{ctx}: released before expired"
     );
@@ -556,7 +559,7 @@ async fn a_grant_over_part_of_a_record_keeps_the_rest_of_it(store: &dyn KvStore,
         .acquire(NOW)
         .await
         .unwrap();
-    assert_eq!((a.first, b.first), (0, 6), "{ctx}");
+    assert_eq!((a.workers.first, b.workers.first), (0, 6), "{ctx}");
     let last = NOW_ID + 50;
     a_leases.release(&a, Some(last), NOW + 60).await.unwrap();
     // Two of a's six released worker IDs: the other four stay one released record.
@@ -564,7 +567,7 @@ async fn a_grant_over_part_of_a_record_keeps_the_rest_of_it(store: &dyn KvStore,
         .acquire(NOW + 60)
         .await
         .unwrap();
-    assert_eq!((c.first, c.floor), (0, last), "{ctx}");
+    assert_eq!((c.workers.first, c.floor), (0, last), "{ctx}");
     let view = a_leases.ranges().await.unwrap();
     let shape: Vec<(u64, u64, &str, WorkerState, u64)> = view
         .iter()
@@ -589,12 +592,12 @@ async fn a_grant_over_part_of_a_record_keeps_the_rest_of_it(store: &dyn KvStore,
         .acquire(NOW + 70)
         .await
         .unwrap();
-    assert_eq!((d.first, d.floor), (2, last), "{ctx}");
+    assert_eq!((d.workers.first, d.floor), (2, last), "{ctx}");
     let e = leases(store, ns, layout, "e", 1)
         .acquire(NOW + 70)
         .await
         .unwrap();
-    assert_eq!((e.first, e.floor), (4, last), "{ctx}");
+    assert_eq!((e.workers.first, e.floor), (4, last), "{ctx}");
     let shape: Vec<(u64, u64, String)> = a_leases
         .ranges()
         .await
@@ -691,12 +694,16 @@ async fn one_worker_records_of_earlier_versions_read_as_ranges(store: &dyn KvSto
         .acquire(NOW)
         .await
         .unwrap();
-    assert_eq!((a.first, a.floor), (5, 0), "{ctx}: never-used IDs first");
+    assert_eq!(
+        (a.workers.first, a.floor),
+        (5, 0),
+        "{ctx}: never-used IDs first"
+    );
     // The rest: over the five old records, floored at their largest lease_end, and written
     // as one record.
     let b_leases = leases(store, ns, layout, "b", 5);
     let b = b_leases.acquire(NOW).await.unwrap();
-    assert_eq!((b.first, b.floor), (0, NOW_ID - 1_000 + 4), "{ctx}");
+    assert_eq!((b.workers.first, b.floor), (0, NOW_ID - 1_000 + 4), "{ctx}");
     let shape: Vec<(u64, u64)> = b_leases
         .ranges()
         .await
@@ -740,7 +747,7 @@ async fn a_window_over_many_small_records_merges_them_first(store: &dyn KvStore,
     for i in 0..256u64 {
         let l = leases(store, ns, layout, &format!("n{i}"), 1);
         let g = l.acquire(NOW + i).await.unwrap();
-        assert_eq!(g.first, i, "{ctx}");
+        assert_eq!(g.workers.first, i, "{ctx}");
         if i % 2 == 0 {
             l.release(&g, Some(NOW_ID + 100 + i), NOW + i)
                 .await
@@ -758,7 +765,7 @@ async fn a_window_over_many_small_records_merges_them_first(store: &dyn KvStore,
     let later = NOW + 10 * TTL;
     let big = leases(store, ns, layout, "big", 200);
     let g = big.acquire(later).await.unwrap();
-    assert_eq!(g.first, 0, "{ctx}");
+    assert_eq!(g.workers.first, 0, "{ctx}");
     let max_end = grants[..200].iter().map(|g| g.lease_end).max().unwrap();
     let max_released = (0..200).step_by(2).map(|i| NOW_ID + 100 + i).max().unwrap();
     assert_eq!(
@@ -796,7 +803,7 @@ async fn a_window_over_many_small_records_merges_them_first(store: &dyn KvStore,
         .acquire(later + 2_000)
         .await
         .unwrap();
-    assert_eq!((all.first, all.count), (0, 256), "{ctx}");
+    assert_eq!(all.workers, WorkerRange::new(0, 256), "{ctx}");
 }
 
 async fn a_merge_over_never_used_gaps_keeps_every_record_apart(store: &dyn KvStore, ns: &str) {
@@ -835,12 +842,12 @@ async fn a_merge_over_never_used_gaps_keeps_every_record_apart(store: &dyn KvSto
     // A one-worker node takes the lowest never-used worker ID, floored at nothing.
     let small = leases(store, ns, layout, "small", 1);
     let s = small.acquire(NOW).await.unwrap();
-    assert_eq!((s.first, s.floor), (0, 0), "{ctx}");
+    assert_eq!((s.workers.first, s.floor), (0, 0), "{ctx}");
     // A node that wants 90 worker IDs gets 1..91: 72 records and 18 gaps, more than one
     // transaction takes, so it merges runs over the gaps first, around the small node's record.
     let big = leases(store, ns, layout, "big", 90);
     let g = big.acquire(NOW + 1).await.unwrap();
-    assert_eq!(g.first, 1, "{ctx}");
+    assert_eq!(g.workers.first, 1, "{ctx}");
     let max_end = used
         .iter()
         .filter(|&&w| (1..91).contains(&w))
@@ -882,7 +889,7 @@ async fn a_holder_that_publishes_its_clock_is_not_taken_over(store: &dyn KvStore
     let a = a_leases.acquire(NOW).await.unwrap();
     let o_leases = leases(store, ns, layout, "old", 2);
     let o = o_leases.acquire(NOW).await.unwrap();
-    assert_eq!((a.first, o.first), (0, 2), "{ctx}");
+    assert_eq!((a.workers.first, o.workers.first), (0, 2), "{ctx}");
     // a publishes its clock key as a running node does (long-lived here: the suite's clock is
     // not the store's); "old" runs an earlier version, whose key does not say it expires (a
     // crash leaves such a key behind for good): no sign of life.
@@ -911,7 +918,7 @@ async fn a_holder_that_publishes_its_clock_is_not_taken_over(store: &dyn KvStore
     if store.expires_keys() {
         // a is alive by the store's clock: not taken over; "old" is.
         let g = f.acquire(ahead).await.unwrap();
-        assert_eq!((g.first, g.floor), (2, o.lease_end), "{ctx}");
+        assert_eq!((g.workers.first, g.floor), (2, o.lease_end), "{ctx}");
         // a's range is not promised to free up either: its holder publishes its clock.
         let err = f2.acquire(ahead).await.unwrap_err();
         assert!(
@@ -933,13 +940,13 @@ async fn a_holder_that_publishes_its_clock_is_not_taken_over(store: &dyn KvStore
         txn.delete(key("a").into_bytes());
         txn.commit().await.unwrap();
         let g2 = f2.acquire(ahead).await.unwrap();
-        assert_eq!((g2.first, g2.floor), (0, a_end), "{ctx}");
+        assert_eq!((g2.workers.first, g2.floor), (0, a_end), "{ctx}");
     } else {
         // Without keys that expire, the acquirer's clock alone decides (one host: embedded).
         let g = f.acquire(ahead).await.unwrap();
-        assert_eq!((g.first, g.floor), (0, a.lease_end), "{ctx}");
+        assert_eq!((g.workers.first, g.floor), (0, a.lease_end), "{ctx}");
         let g2 = f2.acquire(ahead).await.unwrap();
-        assert_eq!((g2.first, g2.floor), (2, o.lease_end), "{ctx}");
+        assert_eq!((g2.workers.first, g2.floor), (2, o.lease_end), "{ctx}");
     }
     assert!(matches!(
         a_leases.renew(&a, NOW + 2_000).await,

@@ -47,6 +47,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use idgen_id::Layout;
 use tokio::sync::watch;
 
 use super::{duration_ms, Grant, GrantTerms, LeaseConfig, LeaseError, Leases, Owner, Released};
@@ -54,7 +55,6 @@ use crate::clock::Clock;
 use crate::drift::{ClockWatch, StepVerdict, VERDICT_WITHIN};
 use crate::generator::Ceiling;
 use crate::histogram::{Histogram, Snapshot};
-use crate::layout::Layout;
 use crate::store::KvStore;
 
 /// The lease a node's shards work under.
@@ -340,7 +340,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             return Ok(());
         };
         let corrupt = |detail: String| LeaseError::Corrupt {
-            key: format!("workers {}..{}", grant.first, grant.first + grant.count),
+            key: format!("workers {}", grant.workers),
             detail,
         };
         if grant.generation <= previous.generation {
@@ -349,8 +349,8 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 grant.generation, previous.generation
             )));
         }
-        let overlaps = grant.first < previous.first + previous.count
-            && previous.first < grant.first + grant.count;
+        let overlaps = grant.workers.first < previous.workers.end()
+            && previous.workers.first < grant.workers.end();
         if overlaps && grant.floor < previous.lease_end {
             return Err(corrupt(format!(
                 "floor {} is below the lease end {} this node committed for these worker IDs under generation {}: the store lost a write",
@@ -557,8 +557,8 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         let grant = self.timed(self.leases().acquire(now)).await?;
         assert!(
             grant.lease_end >= grant.floor
-                && grant.count == self.config.workers
-                && grant.first + grant.count <= self.layout.worker_count(),
+                && grant.workers.count == self.config.workers
+                && grant.workers.end() <= self.layout.worker_count(),
             "invariant 1: a grant's lease_end is at or above its floor, over the range asked for: {grant:?}"
         );
         self.check_grant(&grant)?;
@@ -575,8 +575,8 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         tracing::info!(
             event = "lease_acquired",
             store = %self.store.describe(),
-            worker_first = grant.first,
-            worker_count = grant.count,
+            worker_first = grant.workers.first,
+            worker_count = grant.workers.count,
             generation = grant.generation,
             floor = grant.floor,
             lease_end = grant.lease_end,
@@ -710,8 +710,8 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 tracing::error!(
                     event = "lease_lost",
                     generation = grant.generation,
-                    worker_first = grant.first,
-                    worker_count = grant.count,
+                    worker_first = grant.workers.first,
+                    worker_count = grant.workers.count,
                     reason = %reason,
                     "lease lost: shards stopped; re-acquiring"
                 );
@@ -798,8 +798,8 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         tracing::info!(
             event = "lease_released",
             generation = grant.generation,
-            worker_first = grant.first,
-            worker_count = grant.count,
+            worker_first = grant.workers.first,
+            worker_count = grant.workers.count,
             outcome = released.name(),
             lease_end = released.lease_end(),
             "lease released"
@@ -1090,7 +1090,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let k = keeper(Arc::clone(&store), 300, "a");
         let view = k.acquire().await.unwrap();
-        let first = view.grant.first;
+        let first = view.grant.workers.first;
         // Someone overwrites our record with another generation (as a new holder would).
         let key = k.leases().worker_key(first);
         let mut txn = Txn::new(store.as_ref());
@@ -1108,7 +1108,7 @@ mod tests {
         // The next round re-acquires a different range.
         k.renew_once().await;
         let again = k.shared().current().expect("re-acquired");
-        assert_ne!(again.grant.first, first);
+        assert_ne!(again.grant.workers.first, first);
         assert!(again.grant.generation > view.grant.generation);
         assert_eq!(k.shared().stats.acquisitions.load(Ordering::Relaxed), 2);
     }
@@ -1218,7 +1218,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_grant_from_a_store_that_went_back_is_refused() {
         // Two worker IDs in all: every grant is over the same range.
-        let layout = Layout::new(crate::layout::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
+        let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
         let store = Arc::new(MemoryStore::new());
         let k = keeper_in(Arc::clone(&store), 300, "a", layout);
         let view = k.acquire().await.unwrap();
@@ -1248,7 +1248,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn run_stops_on_shutdown_and_release_frees_the_range() {
         // Two worker IDs in all, so the second keeper must take the released range.
-        let layout = Layout::new(crate::layout::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
+        let layout = Layout::new(idgen_id::DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap();
         let store = Arc::new(MemoryStore::new());
         let k = Arc::new(keeper_in(Arc::clone(&store), 60, "a", layout));
         let view = k.acquire().await.unwrap();
@@ -1276,7 +1276,7 @@ mod tests {
         // A second keeper gets the same range at once, floored at the true last timestamp.
         let k2 = keeper_in(store, 60, "b", layout);
         let v2 = k2.acquire().await.unwrap();
-        assert_eq!(v2.grant.first, view.grant.first);
+        assert_eq!(v2.grant.workers.first, view.grant.workers.first);
         assert_eq!(v2.grant.floor, last);
     }
 }

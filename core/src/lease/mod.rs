@@ -82,9 +82,9 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
+use idgen_id::{Layout, LayoutError, WorkerRange};
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{Layout, LayoutError, WorkerRange};
 use crate::store::{Commit, Entry, KvStore, StoreError, Txn};
 
 // The conformance suites are for tests only: this crate's, and the integration tests with the
@@ -305,10 +305,8 @@ fn one_worker() -> u64 {
 /// last committed for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
-    /// First worker ID of the range.
-    pub first: u64,
-    /// Number of worker IDs.
-    pub count: u64,
+    /// The granted worker IDs.
+    pub workers: WorkerRange,
     pub generation: u64,
     /// Issue only timestamps strictly above this (ID-time ms).
     pub floor: u64,
@@ -320,16 +318,10 @@ impl Grant {
     /// What stays fixed for the grant's whole life.
     pub fn terms(&self) -> GrantTerms {
         GrantTerms {
-            first: self.first,
-            count: self.count,
+            workers: self.workers,
             generation: self.generation,
             floor: self.floor,
         }
-    }
-
-    /// The granted worker IDs, `first .. first + count`.
-    pub const fn workers(&self) -> WorkerRange {
-        WorkerRange::new(self.first, self.count)
     }
 }
 
@@ -338,20 +330,11 @@ impl Grant {
 /// (whose [`Ceiling`](crate::generator::Ceiling) the shards obey).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GrantTerms {
-    /// First worker ID of the range.
-    pub first: u64,
-    /// Number of worker IDs.
-    pub count: u64,
+    /// The granted worker IDs.
+    pub workers: WorkerRange,
     pub generation: u64,
     /// Issue only timestamps strictly above this (ID-time ms).
     pub floor: u64,
-}
-
-impl GrantTerms {
-    /// The granted worker IDs, `first .. first + count`.
-    pub const fn workers(&self) -> WorkerRange {
-        WorkerRange::new(self.first, self.count)
-    }
 }
 
 /// Why a lease operation failed.
@@ -974,8 +957,7 @@ impl<'s> Leases<'s> {
                         );
                     }
                     return Ok(Grant {
-                        first,
-                        count: wanted,
+                        workers: WorkerRange::new(first, wanted),
                         generation,
                         floor,
                         lease_end,
@@ -1075,8 +1057,8 @@ impl<'s> Leases<'s> {
     /// Reads the record of `grant`'s range inside `txn`, failing with `Lost` unless it is still
     /// the one the grant wrote: held by this process, under the grant's generation, as wide.
     async fn read_own(&self, txn: &mut Txn<'_>, grant: &Grant) -> Result<WorkerRecord, LeaseError> {
-        let key = self.worker_key(grant.first);
-        let range = format!("workers {}", grant.workers());
+        let key = self.worker_key(grant.workers.first);
+        let range = format!("workers {}", grant.workers);
         let Some(raw) = txn.get(&key).await? else {
             return Err(LeaseError::Lost(format!("{range}: record is gone")));
         };
@@ -1084,7 +1066,7 @@ impl<'s> Leases<'s> {
         if rec.generation != grant.generation
             || rec.owner.instance != self.owner.instance
             || rec.state != WorkerState::Held
-            || rec.count != grant.count
+            || rec.count != grant.workers.count
         {
             return Err(LeaseError::Lost(format!(
                 "{range}: now {} worker IDs of generation {} ({:?}) held by {}, ours was generation {}",
@@ -1113,12 +1095,12 @@ impl<'s> Leases<'s> {
                 grant.lease_end
             );
             assert!(
-                txn.is_checked(&self.worker_key(grant.first)),
+                txn.is_checked(&self.worker_key(grant.workers.first)),
                 "invariant 3: a renewal commits conditional on the record it read"
             );
             rec.lease_end = lease_end;
             rec.written_unix_ms = now_unix_ms;
-            txn.put(self.worker_key(grant.first), to_json(&rec));
+            txn.put(self.worker_key(grant.workers.first), to_json(&rec));
             Ok(Attempt::Commit(txn, lease_end))
         })
         .await
@@ -1146,13 +1128,13 @@ impl<'s> Leases<'s> {
                 Err(e) => return Err(e),
             };
             assert!(
-                txn.is_checked(&self.worker_key(grant.first)),
+                txn.is_checked(&self.worker_key(grant.workers.first)),
                 "invariant 3: a release commits conditional on the record it read"
             );
             rec.state = WorkerState::Released;
             rec.lease_end = lease_end;
             rec.written_unix_ms = now_unix_ms;
-            txn.put(self.worker_key(grant.first), to_json(&rec));
+            txn.put(self.worker_key(grant.workers.first), to_json(&rec));
             Ok(Attempt::Commit(txn, Released::Freed { lease_end }))
         })
         .await

@@ -4,9 +4,9 @@ use super::*;
 // safety period, release, ...) are the conformance suite's (`conformance.rs`), run on the
 // memory store by `memory_store_passes_the_lease_conformance_suite`; this file holds what
 // only the memory store's faults and wrappers can show.
-use crate::layout::DEFAULT_EPOCH_MS;
 use crate::store::memory::{Fault, MemoryStore};
 use crate::store::{BoxFuture, Check, Entry, Write};
+use idgen_id::DEFAULT_EPOCH_MS;
 
 const NOW: u64 = DEFAULT_EPOCH_MS + 1_000_000; // Unix ms
 const NOW_ID: u64 = 1_000_000;
@@ -71,7 +71,7 @@ async fn a_previous_life_of_this_node_counts_as_expiring() {
     // Only past the safety period does the second life get the range, above the old lease_end.
     let after = NOW + TTL + 2 * TTL + 1;
     let g2 = second.acquire(after).await.unwrap();
-    assert_eq!((g2.first, g2.floor), (0, g.lease_end));
+    assert_eq!((g2.workers.first, g2.floor), (0, g.lease_end));
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -83,7 +83,10 @@ async fn prefers_ranges_with_nothing_to_wait_for() {
     let ahead = NOW_ID + 5_000;
     a.release(&g, Some(ahead), NOW).await.unwrap();
     let b = leases(&s, "b", 2).acquire(NOW).await.unwrap();
-    assert_eq!(b.first, 2, "a never-used range beats one it would wait for");
+    assert_eq!(
+        b.workers.first, 2,
+        "a never-used range beats one it would wait for"
+    );
     assert_eq!(b.floor, 0);
     // When only the released range fits, it is taken, with the floor to wait for.
     let layout = Layout::new(DEFAULT_EPOCH_MS, 51, 1, 11, 0).unwrap(); // 2 workers
@@ -92,7 +95,7 @@ async fn prefers_ranges_with_nothing_to_wait_for() {
     let g = mk("a").acquire(NOW).await.unwrap();
     mk("a").release(&g, Some(ahead), NOW).await.unwrap();
     let g2 = mk("b").acquire(NOW).await.unwrap();
-    assert_eq!((g2.first, g2.floor), (0, ahead));
+    assert_eq!((g2.workers.first, g2.floor), (0, ahead));
     assert_eq!(
         g2.lease_end,
         NOW_ID + TTL,
@@ -128,7 +131,7 @@ async fn lease_end_never_moves_backwards() {
     // new holder waits for its clock instead of reusing the old holder's timestamps.
     a.release(&g, Some(end - 1), NOW).await.unwrap();
     let b = tiny_leases(&s, "b").acquire(NOW - 3_600_000).await.unwrap();
-    assert_eq!(b.first, 0);
+    assert_eq!(b.workers.first, 0);
     assert_eq!(b.floor, end - 1);
     assert_eq!(b.lease_end, end - 1, "max(floor, now + ttl)");
 }
@@ -140,7 +143,7 @@ async fn renew_and_release_detect_a_lost_lease() {
     let g = a.acquire(NOW).await.unwrap();
     let later = NOW + 4 * TTL;
     let b = tiny_leases(&s, "b").acquire(later).await.unwrap();
-    assert_eq!(b.first, 0, "taken over after expiry + safety");
+    assert_eq!(b.workers.first, 0, "taken over after expiry + safety");
     assert!(matches!(a.renew(&g, later).await, Err(LeaseError::Lost(_))));
     assert_eq!(
         a.release(&g, Some(NOW_ID + 5), later).await.unwrap(),
@@ -168,7 +171,7 @@ async fn release_frees_at_once_with_the_true_last_timestamp() {
         Released::Freed { lease_end: last }
     );
     let b = leases(&s, "b", 3).acquire(NOW + 20).await.unwrap();
-    assert_eq!((b.first, b.floor), (0, last));
+    assert_eq!((b.workers.first, b.floor), (0, last));
     // Releasing without having issued anything keeps the floor as lease_end.
     let c = leases(&s, "b", 3);
     assert_eq!(
@@ -189,7 +192,7 @@ async fn unknown_outcomes_are_safe() {
         Err(LeaseError::Store(StoreError::Unknown(_)))
     ));
     let g = a.acquire(NOW + 1).await.unwrap();
-    assert_eq!((g.first, g.floor, g.generation), (2, 0, 2));
+    assert_eq!((g.workers.first, g.floor, g.generation), (2, 0, 2));
     // ... and releases the orphan in the same commit, at its lease_end: free for anyone now.
     let recs = a.ranges().await.unwrap();
     assert_eq!(recs.len(), 2);
@@ -202,7 +205,10 @@ async fn unknown_outcomes_are_safe() {
     s.inject(Fault::UnknownApplied);
     assert!(a.acquire(NOW).await.is_err());
     let g = a.acquire(NOW + 1).await.unwrap();
-    assert_eq!((g.first, g.floor, g.generation), (0, NOW_ID + TTL, 2));
+    assert_eq!(
+        (g.workers.first, g.floor, g.generation),
+        (0, NOW_ID + TTL, 2)
+    );
     // Nobody else may take them meanwhile.
     assert!(matches!(
         tiny_leases(&s, "b").acquire(NOW + 1).await,
@@ -343,11 +349,11 @@ async fn competing_acquisitions_serialize() {
             .build()
             .unwrap();
         let g = rt.block_on(leases(inner, "rival", 2).acquire(NOW)).unwrap();
-        assert_eq!(g.first, 0);
+        assert_eq!(g.workers.first, 0);
     });
     let g = leases(racy, "a", 2).acquire(NOW).await.unwrap();
     assert_eq!(
-        g.first, 2,
+        g.workers.first, 2,
         "our first attempt conflicted; the retry chose again"
     );
     assert_eq!(g.generation, 2);
@@ -605,7 +611,7 @@ fn grants_of_any_width_keep_successive_holders_apart() {
                     if let Ok(g) = block_on(mk(&procs[p], width).acquire(clock)) {
                         grants += 1;
                         merged += (store.commits() - before).saturating_sub(1);
-                        for w in g.first..g.first + g.count {
+                        for w in g.workers.ids() {
                             let max = issued
                                 .get(&w)
                                 .and_then(|gens| gens.values().map(|r| r.1).max())
@@ -622,7 +628,7 @@ fn grants_of_any_width_keep_successive_holders_apart() {
                 }
                 30..=49 => {
                     if let Some(g) = procs[p].grant.clone() {
-                        match block_on(mk(&procs[p], g.count).renew(&g, clock)) {
+                        match block_on(mk(&procs[p], g.workers.count).renew(&g, clock)) {
                             Ok(end) => {
                                 procs[p].ceiling = procs[p].ceiling.max(end);
                                 procs[p].grant.as_mut().unwrap().lease_end = end;
@@ -645,7 +651,7 @@ fn grants_of_any_width_keep_successive_holders_apart() {
                     }
                     proc_.last = Some(id_now);
                     issues += 1;
-                    for w in g.first..g.first + g.count {
+                    for w in g.workers.ids() {
                         let gens = issued.entry(w).or_default();
                         for (&gen, &(lo, hi)) in gens.iter() {
                             if gen < g.generation {
@@ -662,7 +668,7 @@ fn grants_of_any_width_keep_successive_holders_apart() {
                 80..=84 => {
                     if let Some(g) = procs[p].grant.take() {
                         let last = procs[p].last;
-                        let _ = block_on(mk(&procs[p], g.count).release(&g, last, clock));
+                        let _ = block_on(mk(&procs[p], g.workers.count).release(&g, last, clock));
                     }
                 }
                 85..=88 => {
@@ -771,7 +777,11 @@ async fn a_merge_never_overlays_a_grant_made_in_a_gap_after_its_scan() {
                     .acquire(NOW),
             )
             .unwrap();
-        assert_eq!((g.first, g.floor), (30, 0), "the rival takes the gap");
+        assert_eq!(
+            (g.workers.first, g.floor),
+            (30, 0),
+            "the rival takes the gap"
+        );
     };
     // The acquisition's own read of the generation, then the merge's.
     let before = Before::Read {
@@ -781,7 +791,10 @@ async fn a_merge_never_overlays_a_grant_made_in_a_gap_after_its_scan() {
     let racy = Racy::new(inner, before, rival);
     let big = Leases::new(racy, layout128(), LeaseConfig::new("t", 90), owner("big"));
     let g = big.acquire(NOW).await.unwrap();
-    assert!(g.first > 30, "the grant avoids the rival's worker: {g:?}");
+    assert!(
+        g.workers.first > 30,
+        "the grant avoids the rival's worker: {g:?}"
+    );
     // The rival's record is intact and no record overlaps another.
     let ranges = big.ranges().await.expect("no overlapping records");
     let (_, rival) = ranges.iter().find(|(first, _)| *first == 30).unwrap();
@@ -861,14 +874,14 @@ async fn an_acquisition_whose_answer_was_lost_orphans_no_record() {
         Err(LeaseError::Store(StoreError::Unknown(_)))
     ));
     let g = a.acquire(NOW + 1).await.unwrap();
-    assert_eq!(g.first, 1);
+    assert_eq!(g.workers.first, 1);
     // An hour later, with `a` alive and renewing worker 1, another node gets worker 0: the
     // retry released it.
     let hour = 3_600_000;
     a.renew(&g, NOW + hour).await.unwrap();
     let b = tiny_leases1(&s, "b").acquire(NOW + hour).await.unwrap();
     assert_eq!(
-        (b.first, b.floor),
+        (b.workers.first, b.floor),
         (0, NOW_ID + TTL),
         "floored at the orphan's lease_end"
     );

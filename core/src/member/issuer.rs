@@ -8,9 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idgen_id::{Layout, WorkerRange};
+
 use crate::clock::{CachedClock, Clock};
-use crate::generator::{Fill, GenError, Generator, GeneratorStats, Progress, ShardConfig};
-use crate::layout::{Layout, WorkerRange};
+use crate::generator::{Fill, GenError, Generator, GeneratorConfig, GeneratorStats, Progress};
 use crate::lease::keeper::LeaseShared;
 
 /// One sub-range of a member's grant, rebuilt when the lease changes generation. Generic over
@@ -115,15 +116,17 @@ impl<C: Clock + Clone> Issuer<C> {
             return false;
         }
         let per_shard = self.workers;
-        let shard_config = ShardConfig {
-            worker_first: view.grant.first + self.index as u64 * per_shard,
-            worker_count: per_shard,
+        let config = GeneratorConfig {
+            workers: WorkerRange::new(
+                view.grant.workers.first + self.index as u64 * per_shard,
+                per_shard,
+            ),
             floor: view.grant.floor,
             max_rollback_wait: self.max_rollback_wait,
         };
         match Generator::with_stats(
             self.layout,
-            shard_config,
+            config,
             Arc::clone(&view.ceiling),
             self.clock.clone(),
             Arc::clone(&self.stats),
@@ -136,14 +139,13 @@ impl<C: Clock + Clone> Issuer<C> {
                     event = "issuer_lease",
                     issuer = self.index,
                     generation = view.grant.generation,
-                    worker_first = shard_config.worker_first,
-                    worker_count = shard_config.worker_count,
-                    floor = shard_config.floor,
+                    worker_first = config.workers.first,
+                    worker_count = config.workers.count,
+                    floor = config.floor,
                     "issuer ready"
                 );
                 self.current = Some((view.grant.generation, g));
-                self.current_range =
-                    WorkerRange::new(shard_config.worker_first, shard_config.worker_count);
+                self.current_range = config.workers;
                 true
             }
             Err(e) => {
@@ -356,8 +358,7 @@ mod tests {
     fn view(generation: u64, first: u64, ceiling: u64) -> Arc<LeaseView> {
         Arc::new(LeaseView {
             grant: GrantTerms {
-                first,
-                count: 1,
+                workers: WorkerRange::new(first, 1),
                 generation,
                 floor: 0,
             },
@@ -367,7 +368,7 @@ mod tests {
 
     fn shard(lease: &Arc<LeaseShared>) -> Issuer<CachedClock> {
         let settings = IssuerSettings {
-            layout: crate::layout::Layout::default(),
+            layout: idgen_id::Layout::default(),
             workers: 1,
             max_rollback_wait: crate::generator::DEFAULT_MAX_ROLLBACK_WAIT,
         };
@@ -380,13 +381,13 @@ mod tests {
         )
     }
 
-    fn now_id_ms(layout: crate::layout::Layout) -> u64 {
+    fn now_id_ms(layout: idgen_id::Layout) -> u64 {
         crate::clock::SystemClock::new().wall_ms() - layout.epoch_ms()
     }
 
     #[test]
     fn a_batch_cut_by_the_ceiling_is_never_retried_after_part_of_it_went_out() {
-        let layout = crate::layout::Layout::default();
+        let layout = idgen_id::Layout::default();
         let per_ms = 1u64 << layout.sequence_bits();
         let mut partial = 0;
         for round in 0..20u64 {
@@ -420,7 +421,7 @@ mod tests {
 
     #[test]
     fn a_request_without_a_range_finishes_under_the_grant_it_started_with_or_fails_whole() {
-        let layout = crate::layout::Layout::default();
+        let layout = idgen_id::Layout::default();
         let per_ms = 1u64 << layout.sequence_bits();
         let far = now_id_ms(layout) + 60_000;
         let lease = LeaseShared::for_test(layout, Some(view(1, 0, far)));
@@ -430,7 +431,7 @@ mod tests {
         let mut started = None;
         let mut workers = std::collections::BTreeSet::new();
         let mut emit = |first: u64, _n: u64| {
-            workers.insert(layout.decompose(crate::layout::Id(first)).worker);
+            workers.insert(layout.decompose(idgen_id::Id(first)).worker);
         };
         let first = g.issue_current(&mut started, &mut fill, &mut emit);
         assert!(matches!(first, Ok(Progress::RetryAt(_))));
@@ -453,7 +454,7 @@ mod tests {
         // A new request is served from the new range.
         let (mut fill, mut started, mut seen) = (Fill::new(10), None, Vec::new());
         while let Ok(Progress::RetryAt(_)) = g.issue_current(&mut started, &mut fill, |first, _| {
-            seen.push(layout.decompose(crate::layout::Id(first)).worker)
+            seen.push(layout.decompose(idgen_id::Id(first)).worker)
         }) {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -463,7 +464,7 @@ mod tests {
 
     #[test]
     fn a_connection_whose_range_changed_gets_range_changed_before_any_id_is_drawn() {
-        let layout = crate::layout::Layout::default();
+        let layout = idgen_id::Layout::default();
         let far = now_id_ms(layout) + 60_000;
         let lease = LeaseShared::for_test(layout, Some(view(1, 0, far)));
         let mut g = shard(&lease);
@@ -491,7 +492,7 @@ mod tests {
         assert!(g
             .issue_blocking(WorkerRange::new(5, 1), 10, |first, n| {
                 emitted += n;
-                assert_eq!(layout.decompose(crate::layout::Id(first)).worker, 5);
+                assert_eq!(layout.decompose(idgen_id::Id(first)).worker, 5);
             })
             .is_ok());
         assert_eq!(emitted, 10);

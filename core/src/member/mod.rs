@@ -28,12 +28,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idgen_id::Layout;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::drift::{ClockWatch, ClockWatcher, CLOCK_KEY_TTL};
 use crate::generator::GeneratorStats;
-use crate::layout::Layout;
 use crate::lease::keeper::{Keeper, KeeperTiming, LeaseShared, LeaseView};
 use crate::lease::{LeaseConfig, LeaseError, Owner, Released};
 use crate::store::KvStore;

@@ -90,10 +90,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use idgen_id::{Id, Layout, WorkerRange, DEFAULT_EPOCH_MS};
+
 use crate::clock::{Clock, TestClock};
 use crate::generator::GeneratorStats;
-use crate::layout::Layout;
-use crate::layout::{Id, WorkerRange, DEFAULT_EPOCH_MS};
 use crate::lease::keeper::{KeeperTiming, LeaseView};
 use crate::lease::*;
 use crate::member::{IssueError, Issuer, IssuerExit, Member, MemberSettings};
@@ -394,8 +394,7 @@ impl Process {
 
 /// A grant as the simulation saw its keeper publish it.
 struct GrantSeen {
-    first: u64,
-    count: u64,
+    workers: WorkerRange,
     floor: u64,
     /// The highest ceiling the keeper published for it.
     ceiling_max: u64,
@@ -567,11 +566,10 @@ impl Sim {
                 let range = WorkerRange::new(*first, r.count);
                 r.state == WorkerState::Released
                     && range.ids().all(|w| !self.issued.contains_key(&w))
-                    && self.grants.values().all(|g| {
-                        !range
-                            .ids()
-                            .any(|w| WorkerRange::new(g.first, g.count).contains(w))
-                    })
+                    && self
+                        .grants
+                        .values()
+                        .all(|g| !range.ids().any(|w| g.workers.contains(w)))
             })
             .collect();
         let picks: Vec<usize> = (0..unused.len()).collect();
@@ -736,7 +734,7 @@ impl Sim {
         };
         let g = &view.grant;
         if !self.grants.contains_key(&g.generation) {
-            for w in g.workers().ids() {
+            for w in g.workers.ids() {
                 if let Some(gens) = self.issued.get(&w) {
                     for (&older, &(_, hi)) in gens.range(..g.generation) {
                         assert!(
@@ -753,8 +751,7 @@ impl Sim {
             self.grants.insert(
                 g.generation,
                 GrantSeen {
-                    first: g.first,
-                    count: g.count,
+                    workers: g.workers,
                     floor: g.floor,
                     ceiling_max: 0,
                     holder,
@@ -793,13 +790,13 @@ impl Sim {
         self.totals.ids += count;
         for w in a.worker..=b.worker {
             assert!(
-                WorkerRange::new(grant.first, grant.count).contains(w),
+                grant.workers.contains(w),
                 "{who} issued for worker {w} outside generation {generation}'s range {}+{}",
-                grant.first,
-                grant.count
+                grant.workers.first,
+                grant.workers.count
             );
             for (&newer, seen) in self.grants.range(generation + 1..) {
-                if WorkerRange::new(seen.first, seen.count).contains(w) {
+                if seen.workers.contains(w) {
                     assert!(
                         ts <= seen.floor,
                         "worker {w}: {who} issued ts {ts} under generation {generation}, above the floor {} of newer generation {newer} (held by {})",
@@ -1426,7 +1423,7 @@ fn the_simulation_catches_a_broken_floor() {
     drop(leases);
     // Process 1 now takes the lowest "free" range, which is process 0's: the checker must
     // refuse the grant's floor.
-    assert_eq!(g.first, 0);
+    assert_eq!(g.workers.first, 0);
     sim.start_op(1, OpKind::Acquire);
     sim.drive(1, 0);
 }
