@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::issuer::{status_of, wait_until, ClockHold, IssueError, Issuer};
+use super::issuer::{refusal, wait_until, ClockHold, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats, BATCH_BUCKETS};
 use crate::config::ListenSection;
 use crate::generator::{Fill, Progress};
@@ -640,9 +640,8 @@ impl Conn {
     /// Answers a request that got no IDs with its ERROR frame; a status that closes the
     /// connection (RANGE_CHANGED) ends it after this answer.
     fn refuse(&mut self, e: &IssueError) {
-        let (status, message) = status_of(e);
+        let (status, message) = refusal(e, &self.ctx.stats);
         encode_error(status, &message, &mut self.out);
-        self.ctx.stats.error(status);
         if status.closes_connection() {
             self.closing = true;
         }
