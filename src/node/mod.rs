@@ -59,6 +59,7 @@ mod http;
 pub(crate) mod issuer;
 pub mod metrics;
 pub mod process;
+mod responder;
 pub(crate) mod shard;
 pub mod telemetry;
 pub mod tls;
