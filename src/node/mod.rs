@@ -274,7 +274,7 @@ impl Node {
                 );
                 let admin_tls = tls
                     .as_ref()
-                    .filter(|t| t.serves(tls::TlsFront::Admin))
+                    .filter(|t| t.serves(tls::TlsListener::Admin))
                     .map(Arc::clone);
                 let request_timeout = config.admin.admin_request_timeout;
                 let (stop, mut stop_rx) = watch::channel(false);
@@ -354,14 +354,14 @@ impl Node {
     pub fn http_is_tls(&self) -> bool {
         self.tls
             .as_ref()
-            .is_some_and(|t| t.serves(tls::TlsFront::Http))
+            .is_some_and(|t| t.serves(tls::TlsListener::Http))
     }
 
     /// Whether the admin port serves HTTPS.
     pub fn admin_is_tls(&self) -> bool {
         self.tls
             .as_ref()
-            .is_some_and(|t| t.serves(tls::TlsFront::Admin))
+            .is_some_and(|t| t.serves(tls::TlsListener::Admin))
     }
 
     /// The lease state, for health and metrics.
