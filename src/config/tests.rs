@@ -28,7 +28,7 @@ fn defaults_resolve() {
     let c = ServeArgs::default().resolve(NOW).unwrap();
     assert_eq!(c.listen.listen, Some("127.0.0.1:7420".parse().unwrap()));
     assert_eq!(c.tls, TlsSection::default());
-    assert!(c.tls.fronts().is_empty());
+    assert!(c.tls.listeners().is_empty());
     assert_eq!(
         c.admin.admin_listen,
         Some("127.0.0.1:7421".parse().unwrap())
@@ -447,6 +447,6 @@ fn tls_settings_that_cannot_work_are_refused() {
     })
     .unwrap();
     assert!(c.tls.mutual());
-    assert_eq!(c.tls.fronts(), ["tls_listen"]);
+    assert_eq!(c.tls.listeners(), ["tls_listen"]);
     assert_eq!(c.tls.tls_admin, AdminTls::Off);
 }

@@ -144,20 +144,20 @@ impl TlsSection {
         if section.tls_reload_interval.is_zero() {
             return Err(err("tls_reload_interval: must be more than 0"));
         }
-        let fronts = section.fronts();
+        let listeners = section.listeners();
         match (&section.tls_cert, &section.tls_key) {
             (Some(_), Some(_)) => {}
-            (None, None) if fronts.is_empty() => {}
+            (None, None) if listeners.is_empty() => {}
             (Some(_), None) => return Err(err("tls_cert is set but tls_key is not")),
             (None, Some(_)) => return Err(err("tls_key is set but tls_cert is not")),
             (None, None) => {
                 return Err(err(format!(
                     "{} needs tls_cert and tls_key (the node's certificate chain and key, PEM)",
-                    fronts.join(" and ")
+                    listeners.join(" and ")
                 )))
             }
         }
-        if section.tls_cert.is_some() && fronts.is_empty() {
+        if section.tls_cert.is_some() && listeners.is_empty() {
             return Err(err(
                 "tls_cert is set but no listener uses TLS: set tls_listen, tls_http or tls_admin",
             ));
@@ -180,18 +180,18 @@ impl TlsSection {
     }
 
     /// The listeners that use TLS, named as their settings are.
-    pub fn fronts(&self) -> Vec<&'static str> {
-        let mut fronts = Vec::new();
+    pub fn listeners(&self) -> Vec<&'static str> {
+        let mut listeners = Vec::new();
         if self.tls_listen.is_some() {
-            fronts.push("tls_listen");
+            listeners.push("tls_listen");
         }
         if self.tls_http {
-            fronts.push("tls_http");
+            listeners.push("tls_http");
         }
         if self.tls_admin != AdminTls::Off {
-            fronts.push("tls_admin");
+            listeners.push("tls_admin");
         }
-        fronts
+        listeners
     }
 
     /// Whether the data-plane TLS listeners (the ID protocol's and the HTTPS ID API) require

@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use super::metrics::Scrape;
 use super::telemetry::ShardStats;
-use super::tls::{ServerTls, TlsFront};
+use super::tls::{ServerTls, TlsListener};
 use crate::config::ServeConfig;
 use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::drift::ClockWatch;
@@ -180,7 +180,7 @@ pub async fn serve(
                 None => serve_conn(stream, router, request_timeout, stopped).await,
                 Some(tls) => {
                     let accepted = tls
-                        .accept(TlsFront::Admin, stream, Some(peer), request_timeout)
+                        .accept(TlsListener::Admin, stream, Some(peer), request_timeout)
                         .await;
                     if let Some((stream, _client)) = accepted {
                         serve_conn(stream, router, request_timeout, stopped).await;

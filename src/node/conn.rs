@@ -1,48 +1,37 @@
-//! One connection, served entirely on the shard that accepted it.
+//! One connection of the ID protocol, served entirely on the shard that accepted it: the I/O
+//! loop. What each request does (decoding, drawing IDs from the shard's issuer, the answer,
+//! the counters) is the connection's [`Responder`]'s (`super::responder`); this loop only
+//! moves bytes and time.
 //!
-//! The loop: read what the socket has; decode every complete request in the buffer and encode
-//! its answer into one output buffer (stopping early once `OUTPUT_HIGH_WATER` bytes are pending);
+//! The loop: read what the socket has; let the responder answer every complete request in the
+//! buffer into one output buffer (stopping early once [`OUTPUT_HIGH_WATER`] bytes are pending);
 //! write the whole output in one call (write coalescing); repeat. A request whose IDs need a
 //! later clock reading (its millisecond's slots used up, a small clock step) or its turn in the
 //! shard's line of waiting requests is resumed after the wait the generator names, on a timer
 //! or a yield: the shard serves its other connections meanwhile, and this connection's answers
-//! keep their order. A connection that ends while a request waits gives up its place in line. While a write is blocked on
-//! a client that does not read, nothing more is read from it, so a slow reader costs at most
-//! the high-water mark plus one maximal answer of memory, never more.
+//! keep their order. A connection that ends while a request waits gives up its place in line.
+//! While a write is blocked on a client that does not read, nothing more is read from it, so a
+//! slow reader costs at most the high-water mark plus one maximal answer of memory, never more.
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::mem::MaybeUninit;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
-use idgen_protocol::{
-    decode_request, decode_request_for, encode_error, encode_hello_ok, encode_ids_header,
-    encode_pong, encode_ranges, Decoded, Limits, Request, ServerConnState, ServerHello, Status,
-    DEFAULT_MAX_REQUEST_FRAME,
-};
+use bytes::BytesMut;
+use idgen_protocol::{encode_error, Status};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::issuer::{status_of, wait_until, ClockHold, IssueError, Issuer};
-use super::telemetry::{bump, drop_one, Op, ShardStats, BATCH_BUCKETS};
+use super::issuer::{wait_until, Issuer};
+use super::responder::{Next, Responder, OUTPUT_HIGH_WATER};
+use super::telemetry::{bump, drop_one, ShardStats};
 use crate::config::ListenSection;
-use idgen_core::generator::{Fill, Progress};
-use idgen_core::histogram::bucket_of;
-use idgen_id::{Layout, WorkerRange};
-use idgen_protocol::{SINGLE_ID_HEADER, SINGLE_ID_REQUEST};
+use idgen_id::Layout;
 
-/// A one-ID answer: the protocol's [`SINGLE_ID_HEADER`], then the ID's 8 bytes.
-const SINGLE_ID_ANSWER_LEN: usize = SINGLE_ID_HEADER.len() + 8;
-/// The most one-ID requests answered by one draw.
-const MAX_SINGLE_ID_RUN: usize = 4096;
-
-/// Stop decoding requests once this much output is waiting to be written.
-const OUTPUT_HIGH_WATER: usize = 256 * 1024;
 /// First capacity of a connection's input buffer. Idle connections keep this little (10,000
 /// of them must fit in well under 100 MiB); a buffer grows, doubling, only when a read fills
 /// it, so busy connections still read in large chunks.
@@ -52,6 +41,7 @@ const MAX_READ: usize = 64 * 1024;
 /// Output buffers above this are given back once written (after a huge batch).
 const OUTPUT_KEEP: usize = 4 * OUTPUT_HIGH_WATER;
 
+/// What the ID protocol's connections on one shard share.
 pub(crate) struct ConnCtx {
     /// The node's `[listen]` section: limits and timeouts of every connection.
     pub listen: ListenSection,
@@ -59,49 +49,6 @@ pub(crate) struct ConnCtx {
     pub gen: Rc<RefCell<Issuer>>,
     pub stats: Arc<ShardStats>,
     pub shutdown: watch::Receiver<bool>,
-}
-
-/// What the connection does next, once the buffered requests were handled.
-#[derive(PartialEq, Eq)]
-enum Next {
-    /// Read more.
-    Read,
-    /// Requests are still buffered (output high-water mark): write, then handle them.
-    More,
-    /// A closing error was answered: write it, then close.
-    Close,
-    /// A request waits for the clock: resume it at this monotonic time, then go on.
-    Wait(u64),
-}
-
-/// What a waiting request answers with.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// GET_IDS: one IDS frame of `count` IDs.
-    Ids,
-    /// GET_RANGES: one RANGES frame.
-    Ranges,
-    /// A run of `count` one-ID GET_IDS requests, still in the input: one IDS frame each.
-    SingleIds,
-}
-
-/// A request for IDs that is waiting for the clock or its turn.
-struct Pending {
-    kind: Kind,
-    count: u32,
-    /// Where this request's answer starts in the output buffer.
-    mark: usize,
-    fill: Fill,
-}
-
-/// What [`Conn::single_id_run`] did.
-enum Run {
-    /// Nothing: the general path takes the input, one request at a time.
-    No,
-    /// Answered a run of requests (with IDs or with the draw's error).
-    Answered,
-    /// The run waits (pending) for the clock or its turn: resume it at this monotonic time.
-    Wait(u64),
 }
 
 /// Answers a connection over the limit with OVERLOADED, then closes it.
@@ -149,85 +96,12 @@ async fn until_draining(mut shutdown: watch::Receiver<bool>) {
 
 struct Conn {
     ctx: Rc<ConnCtx>,
-    limits: Limits,
-    state: ServerConnState,
     inbuf: BytesMut,
     out: BytesMut,
-    /// Requests answered in `out` since the last write.
-    answered: u64,
-    /// The same by kind (`Op::ALL`'s protocol kinds; unknown opcodes are in `answered` only).
-    answered_by_op: [u64; Op::PROTOCOL],
-    /// Scratch for the runs of a GET_RANGES answer (reused: no allocation per request).
-    runs: Vec<(u64, u32)>,
     /// Room offered to the next read: doubles (to `MAX_READ`) when a read fills it.
     read_size: usize,
-    /// The worker range announced in HELLO_OK: IDs from any other range (the node's lease
-    /// changed since) are not handed out on this connection (PROTOCOL.md §4.1).
-    announced: WorkerRange,
-    /// A closing status was answered: close once it is written.
-    closing: bool,
-    /// The request in progress, waiting for the clock (nothing after it is decoded meanwhile).
-    pending: Option<Pending>,
-    /// Counts of the requests handled by the current [`Conn::handle_buffered`] call, added to
-    /// the shard's counters once at its end (plain fields here, one store per counter there).
-    tally: Tally,
-}
-
-impl Drop for Conn {
-    /// A connection that ends while a request of it waits (the client closed, the node stops)
-    /// gives up that request's place in the shard's line, so the requests behind it move up.
-    fn drop(&mut self) {
-        if let Some(pending) = self.pending.as_mut() {
-            // Never borrowed across an await, so free whenever a connection ends.
-            if let Ok(mut gen) = self.ctx.gen.try_borrow_mut() {
-                gen.abandon(&mut pending.fill);
-            }
-        }
-    }
-}
-
-/// Requests and ID batches counted while a read's worth of requests is handled.
-#[derive(Default)]
-struct Tally {
-    requests: u64,
-    /// `(requests, IDs)` by bucket of [`BATCH_BUCKETS`] (the last: above every bound).
-    batches: [(u64, u64); BATCH_BUCKETS.len() + 1],
-}
-
-impl Tally {
-    #[inline]
-    fn served(&mut self, count: u64) {
-        // One ID, the commonest size, is bucket 0 without the search.
-        let bucket = if count == 1 {
-            0
-        } else {
-            bucket_of(&BATCH_BUCKETS, count)
-        };
-        let b = &mut self.batches[bucket];
-        b.0 += 1;
-        b.1 += count;
-    }
-
-    /// `n` requests answered with one ID each.
-    #[inline]
-    fn single_ids(&mut self, n: u64) {
-        let b = &mut self.batches[0];
-        b.0 += n;
-        b.1 += n;
-    }
-
-    /// Adds the counts to the shard's and starts again.
-    fn flush(&mut self, stats: &ShardStats) {
-        if self.requests != 0 {
-            bump(&stats.requests, self.requests);
-        }
-        for (bucket, (n, ids)) in self.batches.iter().enumerate() {
-            if *n != 0 {
-                stats.served_n(bucket, *n, *ids);
-            }
-        }
-        *self = Tally::default();
-    }
+    /// What the requests read do.
+    responder: Responder,
 }
 
 /// Serves one ID-protocol connection, plaintext or TLS (the caller set `TCP_NODELAY`).
@@ -235,23 +109,12 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, ctx:
     let stats = Arc::clone(&ctx.stats);
     bump(&stats.connections_open, 1);
     let mut conn = Conn {
-        limits: Limits {
-            max_request_frame: DEFAULT_MAX_REQUEST_FRAME,
-            max_batch: ctx.listen.max_batch,
-        },
+        responder: Responder::new(Rc::clone(&ctx)),
         ctx,
-        state: ServerConnState::new(),
         inbuf: BytesMut::with_capacity(INITIAL_INPUT),
         // Allocated by the first answer, sized by what it needs.
         out: BytesMut::new(),
-        answered: 0,
-        answered_by_op: [0; Op::PROTOCOL],
-        runs: Vec::new(),
         read_size: INITIAL_INPUT,
-        announced: WorkerRange::default(),
-        closing: false,
-        pending: None,
-        tally: Tally::default(),
     };
     conn.run(&mut stream).await;
     drop_one(&stats.connections_open);
@@ -273,14 +136,14 @@ impl Conn {
         let timer = tokio::time::sleep_until((opened + listen.handshake_timeout).into());
         tokio::pin!(timer);
         loop {
-            let before = self.answered;
-            let next = self.handle_buffered();
+            let before = self.responder.answered();
+            let next = self.responder.answer(&mut self.inbuf, &mut self.out);
             if let Next::Wait(at) = next {
                 // The answer in progress is not written before it is whole.
                 wait_until(&self.ctx.gen, at).await;
                 continue;
             }
-            if self.answered > before {
+            if self.responder.answered() > before {
                 // The requests arrived with the last read: no extra clock read.
                 last_request = read_at;
             }
@@ -299,10 +162,10 @@ impl Conn {
                 self.finish_draining(stream).await;
                 return;
             }
-            let deadline = if self.state.version().is_none() {
-                opened + listen.handshake_timeout
-            } else {
+            let deadline = if self.responder.greeted() {
                 last_request + listen.idle_timeout
+            } else {
+                opened + listen.handshake_timeout
             };
             if deadline < timer.deadline().into_std() {
                 timer.as_mut().reset(deadline.into());
@@ -339,13 +202,7 @@ impl Conn {
     async fn finish_draining<S: AsyncRead + AsyncWrite + Unpin>(&mut self, stream: &mut S) {
         // Whatever has arrived, without waiting for more.
         let _ = tokio::time::timeout(Duration::ZERO, stream.read_buf(&mut self.inbuf)).await;
-        if let Ok(Some(_)) = decode_request(&self.inbuf, &self.limits) {
-            encode_error(
-                Status::SHUTTING_DOWN,
-                "server shutting down; resend unanswered requests to another node",
-                &mut self.out,
-            );
-            self.ctx.stats.error(Status::SHUTTING_DOWN);
+        if self.responder.answer_draining(&self.inbuf, &mut self.out) {
             let _ =
                 tokio::time::timeout(self.ctx.listen.write_timeout, write_out(stream, &self.out))
                     .await;
@@ -368,422 +225,7 @@ impl Conn {
             self.out = BytesMut::new();
         }
         let us = u64::try_from(read_at.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.ctx.stats.protocol_durations(us, &self.answered_by_op);
-        self.answered = 0;
-        self.answered_by_op = [0; Op::PROTOCOL];
+        self.responder.written(us);
         true
-    }
-
-    /// Decodes and answers every complete request in the input buffer, on one clock reading:
-    /// they arrived together, and one reading serves them all (a wait for the next millisecond
-    /// ends this call, and the next call reads again).
-    fn handle_buffered(&mut self) -> Next {
-        let next = {
-            let _held = ClockHold::new(Rc::clone(&self.ctx.gen));
-            self.handle_buffered_held()
-        };
-        self.tally.flush(&self.ctx.stats);
-        next
-    }
-
-    fn handle_buffered_held(&mut self) -> Next {
-        // An Rc clone (not an atomic Arc clone) to keep the counters at hand.
-        let ctx = Rc::clone(&self.ctx);
-        let stats = &ctx.stats;
-        loop {
-            if let Some(pending) = self.pending.take() {
-                if let Some(at) = self.resume(pending) {
-                    return Next::Wait(at);
-                }
-                if self.closing {
-                    return Next::Close;
-                }
-                continue;
-            }
-            if self.out.len() >= OUTPUT_HIGH_WATER {
-                return Next::More;
-            }
-            match self.single_id_run() {
-                Run::Answered => continue,
-                Run::Wait(at) => return Next::Wait(at),
-                Run::No => {}
-            }
-            let version = self.state.version().unwrap_or(1);
-            let (decoded, used) = match decode_request_for(&self.inbuf, &self.limits, version) {
-                Ok(None) => return Next::Read,
-                Ok(Some(frame)) => frame,
-                Err(e) => {
-                    encode_error(e.status(), &e.to_string(), &mut self.out);
-                    stats.error(e.status());
-                    self.tally.requests += 1;
-                    return Next::Close;
-                }
-            };
-            let op = match decoded {
-                Decoded::Request(Request::GetIds { .. }) => Some(Op::GetIds),
-                Decoded::Request(Request::GetRanges { .. }) => Some(Op::GetRanges),
-                Decoded::Request(Request::Hello { .. }) => Some(Op::Hello),
-                Decoded::Request(Request::Ping { .. }) => Some(Op::Ping),
-                // A refused frame (a count out of bounds) counts under its opcode.
-                Decoded::Reject { .. } => self.inbuf.get(4).copied().and_then(Op::of_opcode),
-            };
-            if let Some(op) = op {
-                self.answered_by_op[op as usize] += 1;
-            }
-            self.inbuf.advance(used);
-            self.tally.requests += 1;
-            self.answered += 1;
-            if let Err(e) = self.state.check(&decoded) {
-                encode_error(e.status(), &e.to_string(), &mut self.out);
-                stats.error(e.status());
-                return Next::Close;
-            }
-            match decoded {
-                Decoded::Request(Request::Hello { .. }) => self.hello(),
-                Decoded::Request(Request::GetIds { count }) => {
-                    let mark = self.out.len();
-                    encode_ids_header(count, &mut self.out);
-                    self.out.reserve(count as usize * 8);
-                    // Served at once (not through `self.pending`, which only a wait needs).
-                    let pending = Pending {
-                        kind: Kind::Ids,
-                        count,
-                        mark,
-                        fill: Fill::new(u64::from(count)),
-                    };
-                    if let Some(at) = self.resume(pending) {
-                        return Next::Wait(at);
-                    }
-                }
-                Decoded::Request(Request::GetRanges { count }) => {
-                    self.runs.clear();
-                    let pending = Pending {
-                        kind: Kind::Ranges,
-                        count,
-                        mark: self.out.len(),
-                        fill: Fill::new(u64::from(count)),
-                    };
-                    if let Some(at) = self.resume(pending) {
-                        return Next::Wait(at);
-                    }
-                }
-                Decoded::Request(Request::Ping { token }) => encode_pong(token, &mut self.out),
-                Decoded::Reject { status, message } => {
-                    encode_error(status, message, &mut self.out);
-                    stats.error(status);
-                }
-            }
-            if self.closing {
-                // Nothing is answered after a closing status (PROTOCOL.md §8).
-                return Next::Close;
-            }
-        }
-    }
-
-    /// A run of `GET_IDS` requests for one ID each, the commonest pipelined traffic, answered
-    /// with one draw from the generator: the requests are counted in the input (a byte compare
-    /// each), their IDs come as one batch (one pass through the generator's fences instead of
-    /// one per request), and each request gets its own IDS frame, in order. A run that must
-    /// wait before its first ID (the millisecond used up, others before it in the shard's
-    /// line) waits as one request, taking one turn ([`Run::Wait`]); a draw that fails answers
-    /// every request of the run with its error, as it would have answered each of them (but a
-    /// closing status only the first). Anything else (a handshake not yet done, fewer than two
-    /// such requests) leaves the input as it was for the general path, one request at a time.
-    /// IDs drawn by a draw that failed are burned (never issued), as the generator does for
-    /// any request that fails part-way.
-    fn single_id_run(&mut self) -> Run {
-        if self.state.version().is_none() || self.closing {
-            return Run::No;
-        }
-        let room = OUTPUT_HIGH_WATER.saturating_sub(self.out.len()) / SINGLE_ID_ANSWER_LEN + 1;
-        let n = self
-            .inbuf
-            .chunks_exact(SINGLE_ID_REQUEST.len())
-            .take(room.min(MAX_SINGLE_ID_RUN))
-            .take_while(|frame| *frame == SINGLE_ID_REQUEST)
-            .count();
-        if n < 2 {
-            return Run::No;
-        }
-        self.out.reserve(n * SINGLE_ID_ANSWER_LEN);
-        let run = Pending {
-            kind: Kind::SingleIds,
-            // At most MAX_SINGLE_ID_RUN.
-            count: n as u32,
-            mark: self.out.len(),
-            fill: Fill::new(n as u64),
-        };
-        match self.resume_single_ids(run) {
-            Some(at) => Run::Wait(at),
-            None => Run::Answered,
-        }
-    }
-
-    /// Draws what the generator can now for a run of one-ID requests (see
-    /// [`single_id_run`](Self::single_id_run)) and answers that many of them. `Some(at)`:
-    /// nothing drawn yet, the run waits (pending) until `at`; `None`: answered (with IDs, or
-    /// with the error of a draw that failed).
-    fn resume_single_ids(&mut self, mut p: Pending) -> Option<u64> {
-        let result = {
-            let out = &mut self.out;
-            let mut gen = self.ctx.gen.borrow_mut();
-            let result = gen.issue(self.announced, &mut p.fill, |first, count| {
-                put_single_id_answers(out, first, count);
-            });
-            if matches!(result, Ok(Progress::RetryAt(_))) && p.fill.emitted() > 0 {
-                // The millisecond ran out part-way: the run ends with what it drew (the rest
-                // go on in a later run, which takes its own turn), so it leaves the line.
-                gen.abandon(&mut p.fill);
-            }
-            result
-        };
-        let served = result.is_ok();
-        let answered = match result {
-            Ok(Progress::Done) => p.fill.emitted(),
-            // The IDs drawn so far answer as many requests (each ID passed the fences).
-            Ok(Progress::RetryAt(_)) if p.fill.emitted() > 0 => {
-                bump(&self.ctx.stats.generator.issued, p.fill.emitted());
-                p.fill.emitted()
-            }
-            Ok(Progress::RetryAt(at)) => {
-                self.pending = Some(p);
-                return Some(at);
-            }
-            Err(e) => {
-                self.out.truncate(p.mark);
-                let mut refused = 0;
-                while refused < u64::from(p.count) && !self.closing {
-                    self.refuse(&e);
-                    refused += 1;
-                }
-                refused
-            }
-        };
-        // `answered <= count`: the draw asked for `count` IDs.
-        self.inbuf
-            .advance(answered as usize * SINGLE_ID_REQUEST.len());
-        self.tally.requests += answered;
-        self.answered += answered;
-        self.answered_by_op[Op::GetIds as usize] += answered;
-        if served {
-            self.tally.single_ids(answered);
-        }
-        None
-    }
-
-    fn hello(&mut self) {
-        let mut gen = self.ctx.gen.borrow_mut();
-        let announced = gen.range();
-        self.announced = announced;
-        let layout = self.ctx.layout;
-        let hello = ServerHello {
-            version: self
-                .state
-                .version()
-                .unwrap_or(idgen_protocol::PROTOCOL_VERSION),
-            epoch_ms: layout.epoch_ms(),
-            timestamp_bits: layout.timestamp_bits(),
-            worker_bits: layout.worker_bits(),
-            sequence_bits: layout.sequence_bits(),
-            region_bits: layout.region_bits(),
-            max_batch: self.limits.max_batch,
-            max_request_frame: self.limits.max_request_frame,
-            workers: announced,
-            shard: u16::try_from(gen.index()).unwrap_or(u16::MAX),
-        };
-        // A range HELLO_OK cannot carry (past the wire's u32s: a layout of more than 32 worker
-        // bits) is not announced as another: the connection is refused and closed.
-        if let Err(e) = encode_hello_ok(&hello, &mut self.out) {
-            encode_error(Status::INTERNAL, &e.to_string(), &mut self.out);
-            self.ctx.stats.error(Status::INTERNAL);
-            self.closing = true;
-        }
-    }
-
-    /// Issues what the generator can of a GET_IDS or GET_RANGES request now. `Some(at)`: the
-    /// rest needs the clock at monotonic time `at` (the request stays pending). GET_IDS writes
-    /// its IDs straight into the output; GET_RANGES (version 2) collects the runs, one per
-    /// millisecond of work, and answers them once whole.
-    fn resume(&mut self, mut p: Pending) -> Option<u64> {
-        if p.kind == Kind::SingleIds {
-            return self.resume_single_ids(p);
-        }
-        let ranges = p.kind == Kind::Ranges;
-        let result = {
-            let (out, runs) = (&mut self.out, &mut self.runs);
-            let mut gen = self.ctx.gen.borrow_mut();
-            gen.issue(self.announced, &mut p.fill, |first, n| {
-                if ranges {
-                    // Each run is part of one request, so its length fits its u32 count.
-                    runs.push((first, n as u32));
-                } else {
-                    put_run(out, first, n);
-                }
-            })
-        };
-        match result {
-            Ok(Progress::Done) => {
-                if ranges {
-                    encode_ranges(&self.runs, &mut self.out);
-                }
-                self.tally.served(u64::from(p.count));
-                None
-            }
-            Ok(Progress::RetryAt(at)) => {
-                self.pending = Some(p);
-                Some(at)
-            }
-            Err(e) => {
-                // Never a partial batch: drop whatever was written for this request.
-                self.out.truncate(p.mark);
-                self.refuse(&e);
-                None
-            }
-        }
-    }
-
-    /// Answers a request that got no IDs with its ERROR frame; a status that closes the
-    /// connection (RANGE_CHANGED) ends it after this answer.
-    fn refuse(&mut self, e: &IssueError) {
-        let (status, message) = status_of(e);
-        encode_error(status, &message, &mut self.out);
-        self.ctx.stats.error(status);
-        if status.closes_connection() {
-            self.closing = true;
-        }
-    }
-}
-
-/// Appends the IDs `first .. first + n` big-endian, written straight into the buffer's spare
-/// capacity: one pass, no zero-fill first and no copy through a scratch buffer (a profile of
-/// big batches showed either of those at 6–7% of the server's time).
-#[inline]
-fn put_run(out: &mut BytesMut, first: u64, n: u64) {
-    let bytes = n as usize * 8;
-    out.reserve(bytes);
-    write_be_run(&mut out.spare_capacity_mut()[..bytes], first);
-    let len = out.len() + bytes;
-    // SAFETY: `write_be_run` initialised the `bytes` bytes after the current length (all of
-    // the slice it was given), and `reserve` made room for them.
-    unsafe { out.set_len(len) };
-}
-
-/// Writes `first, first + 1, …` big-endian into `dst` (a multiple of 8 bytes long). The byte
-/// swap is the loop's whole cost: x86-64's baseline (SSE2) has no byte shuffle, and the loop
-/// the compiler makes of it costs about 1.3 ns per ID in the server, which is over a third
-/// of a 4,096-ID batch's CPU; with AVX2, checked once at run time, the same loop becomes 32
-/// bytes per shuffle.
-#[inline]
-fn write_be_run(dst: &mut [MaybeUninit<u8>], first: u64) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: this CPU has AVX2 (checked just above).
-        return unsafe { write_be_run_avx2(dst, first) };
-    }
-    write_be_run_portable(dst, first);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn write_be_run_avx2(dst: &mut [MaybeUninit<u8>], first: u64) {
-    write_be_run_portable(dst, first);
-}
-
-#[inline(always)]
-fn write_be_run_portable(dst: &mut [MaybeUninit<u8>], first: u64) {
-    for (i, chunk) in dst.chunks_exact_mut(8).enumerate() {
-        for (dst, byte) in chunk.iter_mut().zip((first + i as u64).to_be_bytes()) {
-            dst.write(byte);
-        }
-    }
-}
-
-/// Appends one IDS frame of one ID for each of `first .. first + n`, written straight into the
-/// buffer's spare capacity (a profile of runs of one-ID requests showed the two appends per
-/// answer, each reloading the buffer's length and checking its room, as the loop's cost).
-#[inline]
-fn put_single_id_answers(out: &mut BytesMut, first: u64, n: u64) {
-    let bytes = n as usize * SINGLE_ID_ANSWER_LEN;
-    out.reserve(bytes);
-    let spare = &mut out.spare_capacity_mut()[..bytes];
-    for (i, answer) in spare.chunks_exact_mut(SINGLE_ID_ANSWER_LEN).enumerate() {
-        let (header, id) = answer.split_at_mut(SINGLE_ID_HEADER.len());
-        for (dst, byte) in header.iter_mut().zip(SINGLE_ID_HEADER) {
-            dst.write(byte);
-        }
-        for (dst, byte) in id.iter_mut().zip((first + i as u64).to_be_bytes()) {
-            dst.write(byte);
-        }
-    }
-    let len = out.len() + bytes;
-    // SAFETY: the loop above initialised the `bytes` bytes after the current length, and
-    // `reserve` made room for them.
-    unsafe { out.set_len(len) };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn put_run_writes_every_id_big_endian_across_steps() {
-        for n in [1u64, 63, 64, 65, 128, 130, 4096] {
-            let mut out = BytesMut::from(&b"hdr"[..]);
-            put_run(&mut out, 1 << 40, n);
-            assert_eq!(out.len(), 3 + 8 * n as usize, "n = {n}");
-            let ids: Vec<u64> = out[3..]
-                .chunks_exact(8)
-                .map(|c| u64::from_be_bytes(c.try_into().unwrap()))
-                .collect();
-            assert_eq!(ids, ((1 << 40)..(1 << 40) + n).collect::<Vec<_>>());
-        }
-    }
-
-    type WriteRun = fn(&mut [MaybeUninit<u8>], u64);
-
-    #[test]
-    fn every_way_of_writing_a_run_writes_the_same_bytes() {
-        for (first, n) in [
-            (0u64, 1usize),
-            (0x0102_0304_0506_0708, 3),
-            ((1 << 40) - 2, 4096),
-        ] {
-            let expected: Vec<u8> = (first..first + n as u64)
-                .flat_map(u64::to_be_bytes)
-                .collect();
-            let mut writers: Vec<(&str, WriteRun)> = vec![
-                ("portable", write_be_run_portable),
-                ("dispatched", write_be_run),
-            ];
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: this CPU has AVX2.
-                writers.push(("avx2", |dst, first| unsafe {
-                    write_be_run_avx2(dst, first)
-                }));
-            }
-            for (name, write) in writers {
-                let mut buf = vec![MaybeUninit::new(0xAAu8); 8 * n];
-                write(&mut buf, first);
-                // SAFETY: every byte was initialised above.
-                let got: Vec<u8> = buf.iter().map(|b| unsafe { b.assume_init() }).collect();
-                assert_eq!(got, expected, "{name}, first {first:#x}, n {n}");
-            }
-        }
-    }
-
-    #[test]
-    fn put_single_id_answers_writes_one_ids_frame_per_id() {
-        for n in [1u64, 2, 63, 64, 65, 4096] {
-            let mut out = BytesMut::from(&b"hdr"[..]);
-            put_single_id_answers(&mut out, (1 << 40) - 1, n);
-            assert_eq!(out.len(), 3 + SINGLE_ID_ANSWER_LEN * n as usize, "n = {n}");
-            let mut expected = b"hdr".to_vec();
-            for id in (1 << 40) - 1..(1 << 40) - 1 + n {
-                idgen_protocol::encode_ids_header(1, &mut expected);
-                expected.extend_from_slice(&id.to_be_bytes());
-            }
-            assert_eq!(&out[..], &expected[..], "n = {n}");
-        }
     }
 }

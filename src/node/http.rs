@@ -36,7 +36,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::issuer::{status_of, wait_until, InLine, IssueError, Issuer};
+use super::issuer::{refusal, wait_until, InLine, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats};
 use idgen_core::generator::Progress;
 
@@ -361,8 +361,7 @@ fn not_allowed(allow: &'static str) -> Response<Full<Bytes>> {
 /// A request that got no IDs: 503 (this node cannot issue now: try another), counted under its
 /// wire status like the ID protocol's refusals.
 fn issue_error(ctx: &HttpCtx, e: &IssueError) -> Response<Full<Bytes>> {
-    let (status, message) = status_of(e);
-    ctx.stats.error(status);
+    let (_, message) = refusal(e, &ctx.stats);
     let mut response = error(StatusCode::SERVICE_UNAVAILABLE, message);
     response
         .headers_mut()

@@ -1,13 +1,15 @@
 //! What a shard adds to its [`Issuer`] (`idgen_core::member`, the one place the shard's fronts,
 //! the ID protocol's connections and the HTTP ID API, draw IDs from): waiting for a
 //! [`Progress::RetryAt`] on the shard's runtime ([`wait_until`]), leaving the generator's line
-//! when a request is dropped ([`InLine`]), and the wire status of a request that got no IDs
-//! ([`status_of`]).
+//! when a request is dropped ([`InLine`]), and the wire status of a request that got no IDs,
+//! counted alike on both fronts ([`refusal`]).
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
 use idgen_protocol::Status;
+
+use super::telemetry::ShardStats;
 
 #[cfg(doc)]
 use idgen_core::generator::Progress;
@@ -73,8 +75,15 @@ impl Drop for ClockHold {
     }
 }
 
-/// The wire status and message of a request that got no IDs.
-pub(crate) fn status_of(e: &IssueError) -> (Status, String) {
+/// The wire status and message a request that got no IDs is answered with, on either front,
+/// counted under that status in the shard's error answers (`idgen_errors_total`).
+pub(crate) fn refusal(e: &IssueError, stats: &ShardStats) -> (Status, String) {
+    let (status, message) = status_of(e);
+    stats.error(status);
+    (status, message)
+}
+
+fn status_of(e: &IssueError) -> (Status, String) {
     match e {
         IssueError::NoLease => (
             Status::UNAVAILABLE_LEASE,

@@ -58,6 +58,7 @@ mod http;
 pub(crate) mod issuer;
 pub mod metrics;
 pub mod process;
+mod responder;
 pub(crate) mod shard;
 pub mod telemetry;
 pub mod tls;
@@ -272,7 +273,7 @@ impl Node {
                 );
                 let admin_tls = tls
                     .as_ref()
-                    .filter(|t| t.serves(tls::TlsFront::Admin))
+                    .filter(|t| t.serves(tls::TlsListener::Admin))
                     .map(Arc::clone);
                 let request_timeout = config.admin.admin_request_timeout;
                 let (stop, mut stop_rx) = watch::channel(false);
@@ -352,14 +353,14 @@ impl Node {
     pub fn http_is_tls(&self) -> bool {
         self.tls
             .as_ref()
-            .is_some_and(|t| t.serves(tls::TlsFront::Http))
+            .is_some_and(|t| t.serves(tls::TlsListener::Http))
     }
 
     /// Whether the admin port serves HTTPS.
     pub fn admin_is_tls(&self) -> bool {
         self.tls
             .as_ref()
-            .is_some_and(|t| t.serves(tls::TlsFront::Admin))
+            .is_some_and(|t| t.serves(tls::TlsListener::Admin))
     }
 
     /// The lease state, for health and metrics.

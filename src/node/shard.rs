@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::issuer::Issuer;
 use super::telemetry::{bump, ShardStats};
-use super::tls::{ServerTls, TlsFront};
+use super::tls::{ServerTls, TlsListener};
 use super::{conn, http};
 use super::{ConnGuard, ServeError};
 use crate::config::ListenSection;
@@ -50,7 +50,8 @@ pub(crate) struct Listeners {
     pub http: Option<std::net::TcpListener>,
 }
 
-/// Which protocol an accepted connection speaks.
+/// A front (ARCHITECTURE.md's word): the way an accepted connection reaches the shard, named
+/// by the listener it came in on, and so the protocol it speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Front {
     /// The ID protocol (PROTOCOL.md).
@@ -385,11 +386,13 @@ impl Dealer {
         let _ = stream.set_nodelay(true);
         let peer = stream.peer_addr().ok();
         let tls = match (front, &self.tls) {
-            (Front::ProtocolTls, Some(tls)) => {
-                Some((Arc::clone(tls), TlsFront::Protocol, self.handshake_timeout))
-            }
+            (Front::ProtocolTls, Some(tls)) => Some((
+                Arc::clone(tls),
+                TlsListener::Protocol,
+                self.handshake_timeout,
+            )),
             (Front::Http, Some(tls)) if self.http_tls => {
-                Some((Arc::clone(tls), TlsFront::Http, self.http_timeout))
+                Some((Arc::clone(tls), TlsListener::Http, self.http_timeout))
             }
             (Front::ProtocolTls, None) => return,
             _ => None,
@@ -404,11 +407,12 @@ impl Dealer {
                     conn::serve(stream, ctx).await;
                 });
             }
-            (Front::Protocol | Front::ProtocolTls, Some((tls, front, timeout))) => {
+            (Front::Protocol | Front::ProtocolTls, Some((tls, listener, timeout))) => {
                 let ctx = Rc::clone(&self.protocol);
                 self.tasks.spawn_local(async move {
                     let _guard = guard;
-                    if let Some((stream, _client)) = tls.accept(front, stream, peer, timeout).await
+                    if let Some((stream, _client)) =
+                        tls.accept(listener, stream, peer, timeout).await
                     {
                         conn::serve(stream, ctx).await;
                     }
@@ -421,11 +425,12 @@ impl Dealer {
                     http::serve(stream, ctx).await;
                 });
             }
-            (Front::Http, Some((tls, front, timeout))) => {
+            (Front::Http, Some((tls, listener, timeout))) => {
                 let ctx = Rc::clone(&self.http);
                 self.tasks.spawn_local(async move {
                     let _guard = guard;
-                    if let Some((stream, _client)) = tls.accept(front, stream, peer, timeout).await
+                    if let Some((stream, _client)) =
+                        tls.accept(listener, stream, peer, timeout).await
                     {
                         http::serve(stream, ctx).await;
                     }

@@ -1,5 +1,5 @@
 //! TLS on the node's listeners (rustls, ring provider): the server configurations of the ID
-//! protocol's TLS listener, the HTTPS ID API and the admin port, built from the `[tls]`
+//! protocol's TLS listener, the HTTPS ID API and the admin port (each a [`TlsListener`]), built from the `[tls]`
 //! section's files and rebuilt when those files change; the handshake, bounded by a timeout;
 //! the client's identity; and the counters the metrics scrape reads.
 //!
@@ -35,9 +35,10 @@ pub const ANONYMOUS: &str = "anonymous";
 /// The label of identities past [`MAX_IDENTITY_LABELS`].
 pub const OTHER: &str = "other";
 
-/// A listener that serves TLS.
+/// A listener that may serve TLS: two of the shards' fronts (the ID protocol over TLS, the
+/// HTTPS ID API) and the admin port, which is no front (it issues no ID).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TlsFront {
+pub enum TlsListener {
     /// The ID protocol's TLS listener.
     Protocol,
     /// The HTTPS ID API.
@@ -46,22 +47,23 @@ pub enum TlsFront {
     Admin,
 }
 
-impl TlsFront {
-    pub const ALL: [TlsFront; 3] = [TlsFront::Protocol, TlsFront::Http, TlsFront::Admin];
+impl TlsListener {
+    pub const ALL: [TlsListener; 3] =
+        [TlsListener::Protocol, TlsListener::Http, TlsListener::Admin];
 
-    /// The front's name in logs and metric labels.
+    /// The listener's name in logs (`front=`) and metric labels (`listener=`).
     pub fn name(self) -> &'static str {
         match self {
-            TlsFront::Protocol => "protocol",
-            TlsFront::Http => "http",
-            TlsFront::Admin => "admin",
+            TlsListener::Protocol => "protocol",
+            TlsListener::Http => "http",
+            TlsListener::Admin => "admin",
         }
     }
 
     fn alpn(self) -> &'static [u8] {
         match self {
-            TlsFront::Protocol => ALPN_IDGEN,
-            TlsFront::Http | TlsFront::Admin => ALPN_HTTP1,
+            TlsListener::Protocol => ALPN_IDGEN,
+            TlsListener::Http | TlsListener::Admin => ALPN_HTTP1,
         }
     }
 }
@@ -108,7 +110,7 @@ impl Outcome {
 /// The node's TLS counters, read by the metrics scrape.
 #[derive(Debug, Default)]
 pub struct TlsStats {
-    /// Handshakes by front and outcome.
+    /// Handshakes by listener and outcome.
     handshakes: [[AtomicU64; 3]; 3],
     /// Reloads of the files: applied, failed.
     reloads: [AtomicU64; 2],
@@ -121,17 +123,18 @@ pub struct TlsStats {
 }
 
 impl TlsStats {
-    fn handshake(&self, front: TlsFront, outcome: Outcome) {
-        self.handshakes[front as usize][outcome as usize].fetch_add(1, Ordering::Relaxed);
+    fn handshake(&self, listener: TlsListener, outcome: Outcome) {
+        self.handshakes[listener as usize][outcome as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Handshakes by front and outcome, for the metrics scrape.
+    /// Handshakes by listener and outcome, for the metrics scrape.
     pub fn handshakes(&self) -> Vec<(&'static str, &'static str, u64)> {
         let mut out = Vec::new();
-        for front in TlsFront::ALL {
+        for listener in TlsListener::ALL {
             for outcome in Outcome::ALL {
-                let n = self.handshakes[front as usize][outcome as usize].load(Ordering::Relaxed);
-                out.push((front.name(), outcome.name(), n));
+                let n =
+                    self.handshakes[listener as usize][outcome as usize].load(Ordering::Relaxed);
+                out.push((listener.name(), outcome.name(), n));
             }
         }
         out
@@ -191,7 +194,8 @@ impl TlsStats {
 /// When the files were last seen changed: modification time and length of each.
 type Stamp = Vec<Option<(SystemTime, u64)>>;
 
-/// The node's TLS: the current configuration of every TLS front, and what rebuilds them.
+/// The node's TLS: the current configuration of every listener that serves TLS, and what
+/// rebuilds them.
 pub struct ServerTls {
     section: TlsSection,
     configs: [RwLock<Option<Arc<ServerConfig>>>; 3],
@@ -208,10 +212,10 @@ struct Loaded {
 }
 
 impl ServerTls {
-    /// Loads the section's files and builds a configuration for every front that uses TLS.
+    /// Loads the section's files and builds a configuration for every listener that uses TLS.
     /// `None` if no listener uses TLS.
     pub fn new(section: &TlsSection) -> Result<Option<Arc<ServerTls>>, TlsError> {
-        if section.fronts().is_empty() {
+        if section.listeners().is_empty() {
             return Ok(None);
         }
         let tls = ServerTls {
@@ -226,17 +230,17 @@ impl ServerTls {
         Ok(Some(Arc::new(tls)))
     }
 
-    /// Whether `front` serves TLS on this node.
-    pub fn serves(&self, front: TlsFront) -> bool {
-        self.current(front).is_some()
+    /// Whether `listener` serves TLS on this node.
+    pub fn serves(&self, listener: TlsListener) -> bool {
+        self.current(listener).is_some()
     }
 
-    fn uses(&self, front: TlsFront) -> Option<bool> {
+    fn uses(&self, listener: TlsListener) -> Option<bool> {
         let s = &self.section;
-        match front {
-            TlsFront::Protocol => s.tls_listen.is_some().then(|| s.mutual()),
-            TlsFront::Http => s.tls_http.then(|| s.mutual()),
-            TlsFront::Admin => match s.tls_admin {
+        match listener {
+            TlsListener::Protocol => s.tls_listen.is_some().then(|| s.mutual()),
+            TlsListener::Http => s.tls_http.then(|| s.mutual()),
+            TlsListener::Admin => match s.tls_admin {
                 AdminTls::Off => None,
                 AdminTls::Tls => Some(false),
                 AdminTls::Mtls => Some(true),
@@ -299,8 +303,8 @@ impl ServerTls {
     fn apply(&self, loaded: Loaded) -> Result<(), TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut built = Vec::new();
-        for front in TlsFront::ALL {
-            let Some(mutual) = self.uses(front) else {
+        for listener in TlsListener::ALL {
+            let Some(mutual) = self.uses(listener) else {
                 continue;
             };
             let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
@@ -318,18 +322,18 @@ impl ServerTls {
                 (None, true) => {
                     return Err(TlsError::Verifier(format!(
                         "the {} listener asks for client certificates but tls_client_ca is not set",
-                        front.name()
+                        listener.name()
                     )))
                 }
                 (_, false) => builder.with_no_client_auth(),
             };
             let mut config =
                 builder.with_single_cert(loaded.chain.clone(), loaded.key.clone_key())?;
-            config.alpn_protocols = vec![front.alpn().to_vec()];
-            built.push((front, Arc::new(config)));
+            config.alpn_protocols = vec![listener.alpn().to_vec()];
+            built.push((listener, Arc::new(config)));
         }
-        for (front, config) in built {
-            *self.configs[front as usize]
+        for (listener, config) in built {
+            *self.configs[listener as usize]
                 .write()
                 .unwrap_or_else(|p| p.into_inner()) = Some(config);
         }
@@ -402,8 +406,8 @@ impl ServerTls {
         }
     }
 
-    fn current(&self, front: TlsFront) -> Option<Arc<ServerConfig>> {
-        self.configs[front as usize]
+    fn current(&self, listener: TlsListener) -> Option<Arc<ServerConfig>> {
+        self.configs[listener as usize]
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -414,7 +418,7 @@ impl ServerTls {
     /// A failure is counted and logged (once a second at most) and the connection dropped.
     pub async fn accept<IO>(
         &self,
-        front: TlsFront,
+        listener: TlsListener,
         io: IO,
         peer: Option<std::net::SocketAddr>,
         timeout: Duration,
@@ -422,11 +426,11 @@ impl ServerTls {
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
-        let config = self.current(front)?;
+        let config = self.current(listener)?;
         let accept = tokio_rustls::TlsAcceptor::from(config).accept(io);
         let error = match tokio::time::timeout(timeout, accept).await {
             Ok(Ok(stream)) => {
-                self.stats.handshake(front, Outcome::Ok);
+                self.stats.handshake(listener, Outcome::Ok);
                 let identity = stream
                     .get_ref()
                     .1
@@ -436,7 +440,7 @@ impl ServerTls {
                 let label = self.stats.client(identity.as_deref());
                 tracing::debug!(
                     event = "tls_accepted",
-                    front = front.name(),
+                    front = listener.name(),
                     peer = peer.map(tracing::field::display),
                     client = identity.as_deref().unwrap_or(ANONYMOUS),
                     "TLS connection"
@@ -444,11 +448,11 @@ impl ServerTls {
                 return Some((stream, label));
             }
             Ok(Err(e)) => {
-                self.stats.handshake(front, Outcome::Failed);
+                self.stats.handshake(listener, Outcome::Failed);
                 e.to_string()
             }
             Err(_) => {
-                self.stats.handshake(front, Outcome::Timeout);
+                self.stats.handshake(listener, Outcome::Timeout);
                 format!(
                     "not finished within {}",
                     humantime::format_duration(timeout)
@@ -456,7 +460,7 @@ impl ServerTls {
             }
         };
         if self.stats.may_log_failure() {
-            tracing::warn!(event = "tls_handshake_failed", front = front.name(), peer = peer.map(tracing::field::display), error = %error, "TLS handshake failed (logged once a second at most; idgen_tls_handshakes_total counts each)");
+            tracing::warn!(event = "tls_handshake_failed", front = listener.name(), peer = peer.map(tracing::field::display), error = %error, "TLS handshake failed (logged once a second at most; idgen_tls_handshakes_total counts each)");
         }
         None
     }
