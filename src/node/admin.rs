@@ -14,7 +14,6 @@
 //! IDs above 2^53 lose precision in JavaScript's numbers, so a decoded ID carries its value
 //! as a string too (`id_str`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,106 +23,26 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
-use super::drift::ClockWatch;
-use super::metrics::Scrape;
-use super::telemetry::ShardStats;
+use super::metrics::Exposition;
+use super::state::NodeState;
 use super::tls::{ServerTls, TlsFront};
 use crate::clock::{Clock, SystemClock};
-use crate::config::ServeConfig;
 use crate::layout::{Id, Layout};
-use crate::lease::keeper::LeaseShared;
 
-/// What the admin server reads.
-pub struct AdminState {
-    /// The node's configuration, shared (the admin server reports on every section).
-    pub config: Arc<ServeConfig>,
-    pub lease: Arc<LeaseShared>,
-    pub shards: Vec<Arc<ShardStats>>,
-    pub draining: Arc<AtomicBool>,
-    pub clock_watch: Arc<ClockWatch>,
-    /// The node's TLS, for its counters.
-    pub tls: Option<Arc<ServerTls>>,
-    registry: Registry,
-}
-
-impl AdminState {
-    pub fn new(
-        config: Arc<ServeConfig>,
-        lease: Arc<LeaseShared>,
-        shards: Vec<Arc<ShardStats>>,
-        draining: Arc<AtomicBool>,
-        clock_watch: Arc<ClockWatch>,
-        tls: Option<Arc<ServerTls>>,
-    ) -> Arc<AdminState> {
-        Arc::new_cyclic(|weak: &std::sync::Weak<AdminState>| {
-            let mut registry = Registry::default();
-            registry.register_collector(Box::new(Metrics(weak.clone())));
-            AdminState {
-                config,
-                lease,
-                shards,
-                draining,
-                clock_watch,
-                tls,
-                registry,
-            }
-        })
-    }
-
-    /// Why the node is not ready, if it is not. Ready means: it holds a lease with more than
-    /// half a TTL left (renewals are every third of one, so two have failed when this turns),
-    /// no shard's clock is behind, it is not draining, and its clock agrees with its peers.
-    pub fn not_ready_reasons(&self) -> Vec<String> {
-        let mut reasons = Vec::new();
-        let now = SystemClock::new().wall_ms();
-        if self.draining.load(Ordering::Relaxed) {
-            reasons.push("draining".to_string());
-        }
-        match self.lease.current() {
-            None => reasons.push("no lease".to_string()),
-            Some(_) => {
-                let left = self.lease.time_left_ms(now);
-                let want = crate::lease::duration_ms(self.config.lease.lease_ttl) / 2;
-                if left <= want {
-                    reasons.push(format!(
-                        "lease time left {left} ms is below {want} ms (renewals failing)"
-                    ));
-                }
-            }
-        }
-        // Behind as a shard saw it on its last request, or as the clock reads now against the
-        // last timestamp each shard used (so an idle node is taken out too).
-        let now_id = now.saturating_sub(self.config.layout.epoch_ms());
-        let wait = crate::lease::duration_ms(self.config.clock.max_rollback_wait);
-        let behind: Vec<usize> = self
-            .shards
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.generator.clock_behind.load(Ordering::Relaxed)
-                    || s.generator.last_timestamp.load(Ordering::Relaxed) > now_id + wait
-            })
-            .map(|(i, _)| i)
-            .collect();
-        if !behind.is_empty() {
-            reasons.push(format!(
-                "clock behind the last timestamp used (rolled back) on shard(s) {behind:?}"
-            ));
-        }
-        if let Some(drift) = self.clock_watch.excessive_drift() {
-            reasons.push(drift);
-        }
-        reasons
-    }
+/// What the admin server answers from, shared by its connections.
+struct Admin {
+    node: Arc<NodeState>,
+    metrics: Exposition,
 }
 
 /// Builds the router.
-pub fn router(state: Arc<AdminState>) -> Router {
+fn router(node: Arc<NodeState>) -> Router {
+    let state = Arc::new(Admin {
+        metrics: Exposition::new(Arc::clone(&node)),
+        node,
+    });
     Router::new()
         .route("/metrics", get(metrics))
         .route("/health/live", get(live))
@@ -147,12 +66,12 @@ const MAX_BODY: usize = 4096;
 /// `request_timeout` is closed (a TLS handshake has as long).
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    state: Arc<AdminState>,
+    node: Arc<NodeState>,
     tls: Option<Arc<ServerTls>>,
     request_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = router(state);
+    let router = router(node);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
@@ -308,15 +227,16 @@ async fn method_not_allowed() -> Response {
     )
 }
 
-async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
-    let mut body = String::new();
-    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut body, &state.registry)
-    {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding metrics: {e}"),
-        );
-    }
+async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
+    let body = match admin.metrics.render() {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding metrics: {e}"),
+            )
+        }
+    };
     (
         [(
             header::CONTENT_TYPE,
@@ -331,7 +251,8 @@ async fn live() -> Response {
     Json(json!({"live": true})).into_response()
 }
 
-async fn ready(State(state): State<Arc<AdminState>>) -> Response {
+async fn ready(State(admin): State<Arc<Admin>>) -> Response {
+    let state = &admin.node;
     let reasons = state.not_ready_reasons();
     let now = SystemClock::new().wall_ms();
     let body = json!({
@@ -387,9 +308,10 @@ pub fn decoded_json(layout: &Layout, id: u64) -> Value {
 }
 
 async fn decode_id(
-    State(state): State<Arc<AdminState>>,
+    State(admin): State<Arc<Admin>>,
     text: Result<Path<String>, PathRejection>,
 ) -> Response {
+    let state = &admin.node;
     // A segment that is not UTF-8 once percent-decoded is a bad ID like any other.
     let Ok(Path(text)) = text else {
         return error(
@@ -403,7 +325,8 @@ async fn decode_id(
     }
 }
 
-async fn layout(State(state): State<Arc<AdminState>>) -> Response {
+async fn layout(State(admin): State<Arc<Admin>>) -> Response {
+    let state = &admin.node;
     let l = state.config.layout;
     let now = SystemClock::new().wall_ms();
     let left = l.time_left(now);
@@ -427,22 +350,4 @@ async fn layout(State(state): State<Arc<AdminState>>) -> Response {
         "workers_per_shard": state.config.listen.workers_per_shard,
     }))
     .into_response()
-}
-
-/// Reads every family of the metrics catalogue at scrape time.
-#[derive(Debug)]
-struct Metrics(std::sync::Weak<AdminState>);
-
-impl Collector for Metrics {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(state) = self.0.upgrade() else {
-            return Ok(());
-        };
-        let scrape = Scrape {
-            state: &state,
-            now_ms: SystemClock::new().wall_ms(),
-            process: super::process::read(),
-        };
-        super::metrics::encode(&mut enc, &scrape)
-    }
 }
