@@ -63,6 +63,7 @@ pub(crate) mod shard;
 pub mod state;
 pub mod telemetry;
 pub mod tls;
+mod web;
 
 pub use telemetry::ShardStats;
 
