@@ -261,6 +261,86 @@ fn http_api_answers_the_seed_calls_with_js_safe_ids_and_clear_errors() {
     assert!(d["time"].as_str().unwrap().ends_with('Z'));
 }
 
+/// One request, written as given, on a fresh connection that the server must close: the
+/// answer's head lines (without `date`, which changes) and its body.
+fn exchange(addr: std::net::SocketAddr, request: &str) -> (Vec<String>, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)
+        .unwrap_or_else(|e| panic!("{request:?}: the connection was not closed: {e}"));
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    let head = head
+        .split("\r\n")
+        .filter(|l| !l.starts_with("date:"))
+        .map(str::to_string)
+        .collect();
+    (head, body.to_string())
+}
+
+/// What the admin port answers beyond what `docs/openapi.yaml`'s checks pin, kept as it was
+/// (axum's): a 405's `Allow` is exactly `GET,HEAD`; `HEAD` has the head of `GET`, its length
+/// included, and no body; the ID of `/ids/{id}` is percent-decoded before it is parsed; and a
+/// request's body is read before its path is looked at, one too large refused with 413 on any
+/// path, closing the connection.
+#[test]
+fn the_admin_port_answers_head_405_and_encoded_ids_as_before() {
+    let node = start(&["--store", "memory", "--shards", "1"]);
+    let admin = node.admin.unwrap();
+    let get = |method: &str, path: &str| {
+        exchange(
+            admin,
+            &format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    for path in ["/layout", "/ids/123", "/ids/batch"] {
+        let (head, body) = get("DELETE", path);
+        assert_eq!(head[0], "HTTP/1.1 405 Method Not Allowed", "{path}");
+        assert!(
+            head.iter().any(|l| l == "allow: GET,HEAD"),
+            "{path}: {head:?}"
+        );
+        assert_eq!(json(&body)["status"], 405);
+    }
+    for path in ["/ids/123", "/ids/abc", "/health/live", "/nowhere"] {
+        let (get_head, get_body) = get("GET", path);
+        let (head_head, head_body) = get("HEAD", path);
+        assert_eq!(head_head, get_head, "{path}");
+        assert!(
+            get_head.contains(&format!("content-length: {}", get_body.len())),
+            "{path}: {get_head:?}"
+        );
+        assert_eq!(head_body, "", "{path}");
+    }
+    let (head, plain) = get("GET", "/ids/123");
+    assert_eq!(head[0], "HTTP/1.1 200 OK");
+    assert_eq!(get("GET", "/ids/%31%32%33").1, plain);
+    assert_eq!(get("GET", "/ids/%2012").1, get("GET", "/ids/12").1);
+    // One segment, decoded to text that is no ID.
+    let (head, body) = get("GET", "/ids/%2F");
+    assert_eq!(head[0], "HTTP/1.1 400 Bad Request", "{body}");
+    assert!(
+        json(&body)["error"].as_str().unwrap().contains("\"/\""),
+        "{body}"
+    );
+    // No `Connection: close` asked for: the refusal closes it all the same.
+    for path in ["/nowhere", "/metrics"] {
+        let (head, body) = exchange(
+            admin,
+            &format!(
+                "GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{}",
+                "x".repeat(5000)
+            ),
+        );
+        assert_eq!(head[0], "HTTP/1.1 413 Payload Too Large", "{path}: {body}");
+        assert!(head.iter().any(|l| l == "connection: close"), "{head:?}");
+        assert_eq!(json(&body)["status"], 413);
+    }
+}
+
 #[test]
 fn decode_agrees_with_the_layout_on_live_ids() {
     let node = start(&[

@@ -1,7 +1,8 @@
 //! The admin HTTP server, on the control thread (never on a shard): Prometheus metrics, health
 //! endpoints for load balancers, layout and decoding. It issues no IDs: the HTTP ID API
 //! (`POST /ids`, `POST /ids/batch`) is served by the shards on its own address
-//! (`--http-listen`, see `node/http.rs`).
+//! (`--http-listen`, see `node/http.rs`). Both are served by the node's one HTTP stack
+//! (`node/web.rs`).
 //!
 //! | method and path | answer |
 //! |---|---|
@@ -11,128 +12,54 @@
 //! | `GET /layout` | the cluster layout, this node's worker range, the timestamp range left |
 //! | `GET /ids/{id}` | the ID decoded (decimal, or base62/base32 forms accepted) |
 //!
-//! IDs above 2^53 lose precision in JavaScript's numbers, so a decoded ID carries its value
-//! as a string too (`id_str`).
+//! Every endpoint answers `HEAD` as it does `GET`, without the body; another method on one of
+//! these paths is 405 (`Allow: GET,HEAD`), any other path 404. IDs above 2^53 lose precision in
+//! JavaScript's numbers, so a decoded ID carries its value as a string too (`id_str`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::registry::Registry;
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 
-use super::metrics::Scrape;
-use super::telemetry::ShardStats;
+use super::metrics::Exposition;
+use super::state::NodeState;
 use super::tls::{ServerTls, TlsListener};
-use crate::config::ServeConfig;
+use super::web::{self, error, Reply};
 use idgen_core::clock::{Clock, SystemClock};
-use idgen_core::drift::ClockWatch;
-use idgen_core::lease::keeper::LeaseShared;
 use idgen_id::{Id, Layout};
 
-/// What the admin server reads.
-pub struct AdminState {
-    /// The node's configuration, shared (the admin server reports on every section).
-    pub config: Arc<ServeConfig>,
-    pub lease: Arc<LeaseShared>,
-    pub shards: Vec<Arc<ShardStats>>,
-    pub draining: Arc<AtomicBool>,
-    pub clock_watch: Arc<ClockWatch>,
-    /// The node's TLS, for its counters.
-    pub tls: Option<Arc<ServerTls>>,
-    registry: Registry,
+/// What the admin server answers from, shared by its connections.
+struct Admin {
+    node: Arc<NodeState>,
+    metrics: Exposition,
+    request_timeout: Duration,
 }
 
-impl AdminState {
-    pub fn new(
-        config: Arc<ServeConfig>,
-        lease: Arc<LeaseShared>,
-        shards: Vec<Arc<ShardStats>>,
-        draining: Arc<AtomicBool>,
-        clock_watch: Arc<ClockWatch>,
-        tls: Option<Arc<ServerTls>>,
-    ) -> Arc<AdminState> {
-        Arc::new_cyclic(|weak: &std::sync::Weak<AdminState>| {
-            let mut registry = Registry::default();
-            registry.register_collector(Box::new(Metrics(weak.clone())));
-            AdminState {
-                config,
-                lease,
-                shards,
-                draining,
-                clock_watch,
-                tls,
-                registry,
-            }
+/// The admin endpoints, by path (each answers GET and HEAD).
+enum Route<'a> {
+    Metrics,
+    Live,
+    Ready,
+    Layout,
+    /// `/ids/{id}`: the ID is one path segment, not empty, still percent-encoded.
+    Id(&'a str),
+}
+
+impl Route<'_> {
+    fn of(path: &str) -> Option<Route<'_>> {
+        Some(match path {
+            "/metrics" => Route::Metrics,
+            "/health/live" => Route::Live,
+            "/health/ready" => Route::Ready,
+            "/layout" => Route::Layout,
+            _ => Route::Id(
+                path.strip_prefix("/ids/")
+                    .filter(|id| !id.is_empty() && !id.contains('/'))?,
+            ),
         })
     }
-
-    /// Why the node is not ready, if it is not. Ready means: it holds a lease with more than
-    /// half a TTL left (renewals are every third of one, so two have failed when this turns),
-    /// no shard's clock is behind, it is not draining, and its clock agrees with its peers.
-    pub fn not_ready_reasons(&self) -> Vec<String> {
-        let mut reasons = Vec::new();
-        let now = SystemClock::new().wall_ms();
-        if self.draining.load(Ordering::Relaxed) {
-            reasons.push("draining".to_string());
-        }
-        match self.lease.current() {
-            None => reasons.push("no lease".to_string()),
-            Some(_) => {
-                let left = self.lease.time_left_ms(now);
-                let want = idgen_core::lease::duration_ms(self.config.lease.lease_ttl) / 2;
-                if left <= want {
-                    reasons.push(format!(
-                        "lease time left {left} ms is below {want} ms (renewals failing)"
-                    ));
-                }
-            }
-        }
-        // Behind as a shard saw it on its last request, or as the clock reads now against the
-        // last timestamp each shard used (so an idle node is taken out too).
-        let now_id = now.saturating_sub(self.config.layout.epoch_ms());
-        let wait = idgen_core::lease::duration_ms(self.config.clock.max_rollback_wait);
-        let behind: Vec<usize> = self
-            .shards
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.generator.clock_behind.load(Ordering::Relaxed)
-                    || s.generator.last_timestamp.load(Ordering::Relaxed) > now_id + wait
-            })
-            .map(|(i, _)| i)
-            .collect();
-        if !behind.is_empty() {
-            reasons.push(format!(
-                "clock behind the last timestamp used (rolled back) on shard(s) {behind:?}"
-            ));
-        }
-        if let Some(drift) = self.clock_watch.excessive_drift() {
-            reasons.push(drift);
-        }
-        reasons
-    }
-}
-
-/// Builds the router.
-pub fn router(state: Arc<AdminState>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/health/live", get(live))
-        .route("/health/ready", get(ready))
-        .route("/ids/{id}", get(decode_id))
-        .route("/layout", get(layout))
-        .method_not_allowed_fallback(method_not_allowed)
-        .fallback(not_found)
-        .with_state(state)
 }
 
 /// Most admin connections open at once; more are closed as they arrive (the admin port is for
@@ -147,12 +74,16 @@ const MAX_BODY: usize = 4096;
 /// `request_timeout` is closed (a TLS handshake has as long).
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    state: Arc<AdminState>,
+    node: Arc<NodeState>,
     tls: Option<Arc<ServerTls>>,
     request_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = router(state);
+    let admin = Arc::new(Admin {
+        metrics: Exposition::new(Arc::clone(&node)),
+        node,
+        request_timeout,
+    });
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
@@ -174,16 +105,16 @@ pub async fn serve(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let (router, tls, stopped) = (router.clone(), tls.clone(), stopped.clone());
+        let (admin, tls, stopped) = (Arc::clone(&admin), tls.clone(), stopped.clone());
         conns.spawn(async move {
             match tls {
-                None => serve_conn(stream, router, request_timeout, stopped).await,
+                None => serve_conn(stream, admin, stopped).await,
                 Some(tls) => {
                     let accepted = tls
                         .accept(TlsListener::Admin, stream, Some(peer), request_timeout)
                         .await;
                     if let Some((stream, _client)) = accepted {
-                        serve_conn(stream, router, request_timeout, stopped).await;
+                        serve_conn(stream, admin, stopped).await;
                     }
                 }
             }
@@ -201,137 +132,79 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one admin connection (HTTP/1.1, keep-alive) until it closes, idles past the request
-/// timeout, or the server stops (the request in flight is answered first).
-async fn serve_conn<S>(
-    stream: S,
-    router: Router,
-    request_timeout: Duration,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) where
+/// Serves one admin connection until it closes, idles past the request timeout, or the server
+/// stops (the request in flight is answered first, within the request timeout).
+async fn serve_conn<S>(stream: S, admin: Arc<Admin>, stopped: tokio::sync::watch::Receiver<bool>)
+where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |req| {
-        let router = router.clone();
-        async move { Ok::<_, std::convert::Infallible>(handle(router, req, request_timeout).await) }
-    });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(request_timeout);
-    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        () = async {
-            while !*stopped.borrow_and_update() {
-                if stopped.changed().await.is_err() {
-                    break;
-                }
-            }
-        } => {
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(request_timeout, conn.as_mut()).await;
-        }
-    }
-}
-
-/// Reads a request's body (within the timeout, up to [`MAX_BODY`]) and routes it.
-async fn handle(
-    router: Router,
-    req: axum::http::Request<hyper::body::Incoming>,
-    timeout: Duration,
-) -> Response {
-    use http_body_util::{BodyExt, Limited};
-    use tower::ServiceExt;
-    let (parts, body) = req.into_parts();
-    let body = match tokio::time::timeout(timeout, Limited::new(body, MAX_BODY).collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return closing(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the admin endpoints take no body (at most {MAX_BODY} bytes read)"),
-            ))
-        }
-        Ok(Err(e)) => {
-            return closing(error(
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the body: {e}"),
-            ))
-        }
-        // Fewer body bytes than the Content-Length promised.
-        Err(_) => {
-            return closing(error(
-                StatusCode::REQUEST_TIMEOUT,
-                format!("the body did not arrive within {timeout:?}"),
-            ))
-        }
+    let timeout = admin.request_timeout;
+    let handle = move |req| {
+        let admin = Arc::clone(&admin);
+        async move { admin.answer(req).await }
     };
-    let req = axum::http::Request::from_parts(parts, axum::body::Body::from(body));
-    match router.oneshot(req).await {
-        Ok(response) => response,
-        Err(never) => match never {},
+    web::serve(stream, handle, timeout, timeout, stopped).await;
+}
+
+impl Admin {
+    /// Reads a request's body (within the timeout, up to [`MAX_BODY`]) and answers it.
+    async fn answer(&self, req: Request<Incoming>) -> Reply {
+        let (parts, body) = req.into_parts();
+        let read = web::read_body(body, MAX_BODY, self.request_timeout, || {
+            format!("the admin endpoints take no body (at most {MAX_BODY} bytes read)")
+        })
+        .await;
+        if let Err(refused) = read {
+            return web::closing(refused);
+        }
+        let Some(route) = Route::of(parts.uri.path()) else {
+            return not_found();
+        };
+        if !matches!(parts.method, Method::GET | Method::HEAD) {
+            return method_not_allowed();
+        }
+        let state = &self.node;
+        match route {
+            Route::Metrics => metrics(&self.metrics),
+            Route::Live => live(),
+            Route::Ready => ready(state),
+            Route::Layout => layout(state),
+            Route::Id(segment) => decode_id(state, segment),
+        }
     }
 }
 
-/// The response, and the connection closed after it (what is left of an unread body would
-/// otherwise be read as the next request).
-fn closing(mut response: Response) -> Response {
-    response.headers_mut().insert(
-        header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    response
-}
-
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    let message = message.into();
-    (
-        status,
-        Json(json!({"error": message, "status": status.as_u16()})),
-    )
-        .into_response()
-}
-
-async fn not_found() -> Response {
+fn not_found() -> Reply {
     error(
         StatusCode::NOT_FOUND,
         "no such endpoint: see /metrics, /health/live, /health/ready, GET /ids/{id}, /layout (POST /ids and POST /ids/batch are on the HTTP ID API's address)",
     )
 }
 
-/// A known path with another method than GET or HEAD (axum adds the `Allow` header).
-async fn method_not_allowed() -> Response {
-    error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method not allowed here; use GET or HEAD",
-    )
+/// A known path with another method than GET or HEAD.
+fn method_not_allowed() -> Reply {
+    web::not_allowed("GET,HEAD", "GET or HEAD")
 }
 
-async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
-    let mut body = String::new();
-    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut body, &state.registry)
-    {
-        return error(
+fn metrics(exposition: &Exposition) -> Reply {
+    match exposition.render() {
+        Ok(body) => web::reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            body,
+        ),
+        Err(e) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("encoding metrics: {e}"),
-        );
+        ),
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
 }
 
-async fn live() -> Response {
-    Json(json!({"live": true})).into_response()
+fn live() -> Reply {
+    web::json(StatusCode::OK, json!({"live": true}).to_string())
 }
 
-async fn ready(State(state): State<Arc<AdminState>>) -> Response {
+fn ready(state: &NodeState) -> Reply {
     let reasons = state.not_ready_reasons();
     let now = SystemClock::new().wall_ms();
     let body = json!({
@@ -345,7 +218,7 @@ async fn ready(State(state): State<Arc<AdminState>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(body)).into_response()
+    web::json(status, body.to_string())
 }
 
 /// Parses an ID written in decimal, base62 (11 characters) or Crockford base32 (13), the
@@ -386,24 +259,25 @@ pub fn decoded_json(layout: &Layout, id: u64) -> Value {
     })
 }
 
-async fn decode_id(
-    State(state): State<Arc<AdminState>>,
-    text: Result<Path<String>, PathRejection>,
-) -> Response {
-    // A segment that is not UTF-8 once percent-decoded is a bad ID like any other.
-    let Ok(Path(text)) = text else {
+fn decode_id(state: &NodeState, segment: &str) -> Reply {
+    // Percent-decoded, as a path parameter is; a segment that is not UTF-8 once decoded is a
+    // bad ID like any other.
+    let Ok(text) = percent_encoding::percent_decode_str(segment).decode_utf8() else {
         return error(
             StatusCode::BAD_REQUEST,
             "the ID is not UTF-8 text: not a decimal, base62 (11 characters) or base32 (13 characters) ID",
         );
     };
     match parse_id(&text) {
-        Ok(id) => Json(decoded_json(&state.config.layout, id)).into_response(),
+        Ok(id) => web::json(
+            StatusCode::OK,
+            decoded_json(&state.config.layout, id).to_string(),
+        ),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }
 
-async fn layout(State(state): State<Arc<AdminState>>) -> Response {
+fn layout(state: &NodeState) -> Reply {
     let l = state.config.layout;
     let now = SystemClock::new().wall_ms();
     let left = l.time_left(now);
@@ -411,7 +285,7 @@ async fn layout(State(state): State<Arc<AdminState>>) -> Response {
         .lease
         .current()
         .map(|v| json!({"first": v.grant.workers.first, "count": v.grant.workers.count, "generation": v.grant.generation}));
-    Json(json!({
+    let body = json!({
         "epoch_ms": l.epoch_ms(),
         "epoch": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.epoch_ms())).to_string(),
         "timestamp_bits": l.timestamp_bits(),
@@ -425,24 +299,45 @@ async fn layout(State(state): State<Arc<AdminState>>) -> Response {
         "workers": range,
         "shards": state.config.listen.shards,
         "workers_per_shard": state.config.listen.workers_per_shard,
-    }))
-    .into_response()
+    });
+    web::json(StatusCode::OK, body.to_string())
 }
 
-/// Reads every family of the metrics catalogue at scrape time.
-#[derive(Debug)]
-struct Metrics(std::sync::Weak<AdminState>);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Collector for Metrics {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(state) = self.0.upgrade() else {
-            return Ok(());
-        };
-        let scrape = Scrape {
-            state: &state,
-            now_ms: SystemClock::new().wall_ms(),
-            process: super::process::read(),
-        };
-        super::metrics::encode(&mut enc, &scrape)
+    #[test]
+    fn a_route_is_a_whole_path_and_an_id_one_segment_as_sent() {
+        assert!(matches!(Route::of("/metrics"), Some(Route::Metrics)));
+        assert!(matches!(Route::of("/health/live"), Some(Route::Live)));
+        assert!(matches!(Route::of("/health/ready"), Some(Route::Ready)));
+        assert!(matches!(Route::of("/layout"), Some(Route::Layout)));
+        for (path, id) in [
+            ("/ids/123", "123"),
+            ("/ids/batch", "batch"),
+            ("/ids/%31%2F", "%31%2F"),
+        ] {
+            assert!(
+                matches!(Route::of(path), Some(Route::Id(got)) if got == id),
+                "{path}"
+            );
+        }
+        for path in [
+            "/",
+            "",
+            "/ids",
+            "/ids/",
+            "/ids/1/2",
+            "/ids//1",
+            "/metrics/",
+            "//metrics",
+            "/Metrics",
+            "/health",
+            "/health%2Flive",
+            "*",
+        ] {
+            assert!(Route::of(path).is_none(), "{path}");
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! shards themselves: every shard accepts from the node's one HTTP listening socket, like the
 //! ID protocol's, and answers from its own generator on its own thread. The control thread
 //! (lease keeper, admin endpoints) never sees an ID request, so a stream of big batches cannot
-//! delay a lease renewal, and HTTP issuance spreads over every shard.
+//! delay a lease renewal, and HTTP issuance spreads over every shard. Its connections are
+//! served by the node's one HTTP stack (`node/web.rs`), as the admin server's are.
 //!
 //! | method and path | answer |
 //! |---|---|
@@ -19,17 +20,13 @@
 //! `GET /ids/{id}`) are on the admin address.
 
 use std::cell::RefCell;
-use std::convert::Infallible;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE};
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::header::HeaderValue;
+use hyper::{Method, Request, StatusCode};
 use idgen_protocol::Status;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
@@ -38,6 +35,7 @@ use tokio::sync::watch;
 
 use super::issuer::{refusal, wait_until, InLine, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats};
+use super::web::{self, error, Reply};
 use idgen_core::generator::Progress;
 
 /// Largest request body read (a batch request is `{"count": N}`).
@@ -55,47 +53,33 @@ pub(crate) struct HttpCtx {
     pub shutdown: watch::Receiver<bool>,
 }
 
-/// Serves one HTTP/1.1 connection (keep-alive, pipelining) until the client closes it, it idles
-/// past the timeout, or the node drains (the request in flight is answered, then it closes).
-/// Serves one connection, plaintext or TLS (the caller set `TCP_NODELAY`).
+/// Serves one connection, plaintext or TLS (the caller set `TCP_NODELAY`), until the client
+/// closes it, it idles past the timeout, or the node drains (see [`web::serve`]).
 pub(crate) async fn serve<S>(stream: S, ctx: Rc<HttpCtx>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
 {
     bump(&ctx.stats.connections_open, 1);
-    let mut shutdown = ctx.shutdown.clone();
     let handler = Rc::clone(&ctx);
-    let service = hyper::service::service_fn(move |req| {
+    let handle = move |req| {
         let ctx = Rc::clone(&handler);
-        async move { Ok::<_, Infallible>(answer(&ctx, req).await) }
-    });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(ctx.request_timeout);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    let draining = async {
-        while !*shutdown.borrow_and_update() {
-            if shutdown.changed().await.is_err() {
-                break;
-            }
-        }
+        async move { answer(&ctx, req).await }
     };
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        () = draining => {
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(ctx.shutdown_timeout, conn.as_mut()).await;
-        }
-    }
+    web::serve(
+        stream,
+        handle,
+        ctx.request_timeout,
+        ctx.shutdown_timeout,
+        ctx.shutdown.clone(),
+    )
+    .await;
     drop_one(&ctx.stats.connections_open);
 }
 
 /// Answers a connection over the node's connection limit with 503, then closes it.
 pub(crate) async fn refuse_overloaded(mut stream: TcpStream, stats: Arc<ShardStats>) {
     stats.error(Status::OVERLOADED);
-    let body = error_body(
+    let body = web::error_body(
         StatusCode::SERVICE_UNAVAILABLE,
         "connection limit reached; try another node",
     );
@@ -112,7 +96,7 @@ pub(crate) async fn refuse_overloaded(mut stream: TcpStream, stats: Arc<ShardSta
 }
 
 /// Answers one request; the ID requests' durations are recorded by kind (refusals included).
-async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
     let started = Instant::now();
     let op = match (req.uri().path(), req.method()) {
         ("/ids", &Method::POST) => Some(Op::HttpIds),
@@ -127,7 +111,7 @@ async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> 
     response
 }
 
-async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
     bump(&ctx.stats.http_requests, 1);
     // `?format=` is read by the two ID endpoints only (the others take no parameters).
     let strings = || strings_only(req.uri().query());
@@ -139,7 +123,7 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
             };
             let mut id = 0;
             match issue(ctx, 1, |first, _| id = first).await {
-                Ok(()) => json(single(id, strings)),
+                Ok(()) => web::json(StatusCode::OK, single(id, strings)),
                 Err(e) => issue_error(ctx, &e),
             }
         }
@@ -155,13 +139,15 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Response<Full<Bytes>> {
             };
             let mut ids = Vec::with_capacity(count as usize);
             match issue(ctx, count, |first, n| ids.extend(first..first + n)).await {
-                Ok(()) => json(batch(&ids, strings)),
+                Ok(()) => web::json(StatusCode::OK, batch(&ids, strings)),
                 Err(e) => issue_error(ctx, &e),
             }
         }
-        ("/health/live", &Method::GET | &Method::HEAD) => json(br#"{"live":true}"#.to_vec()),
-        ("/ids" | "/ids/batch", _) => not_allowed("POST"),
-        ("/health/live", _) => not_allowed("GET, HEAD"),
+        ("/health/live", &Method::GET | &Method::HEAD) => {
+            web::json(StatusCode::OK, &br#"{"live":true}"#[..])
+        }
+        ("/ids" | "/ids/batch", _) => web::not_allowed("POST", "POST"),
+        ("/health/live", _) => web::not_allowed("GET, HEAD", "GET, HEAD"),
         _ => error(
             StatusCode::NOT_FOUND,
             "no such endpoint on the HTTP ID API: POST /ids, POST /ids/batch, GET /health/live \
@@ -204,39 +190,11 @@ struct BatchBody {
 }
 
 /// The `count` of a batch request's body `{"count": N}`, checked against the node's limit.
-async fn batch_count(
-    body: Incoming,
-    max_batch: u32,
-    timeout: Duration,
-) -> Result<u32, Response<Full<Bytes>>> {
-    let read = tokio::time::timeout(timeout, Limited::new(body, MAX_BODY).collect()).await;
-    let Ok(read) = read else {
-        // A body shorter than its Content-Length: answer, and close the connection (what is
-        // left of the body would be read as the next request).
-        let mut response = error(
-            StatusCode::REQUEST_TIMEOUT,
-            format!("the body did not arrive within {timeout:?}"),
-        );
-        response
-            .headers_mut()
-            .insert(CONNECTION, HeaderValue::from_static("close"));
-        return Err(response);
-    };
-    let bytes = match read {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the body must be at most {MAX_BODY} bytes: {{\"count\": N}}"),
-            ))
-        }
-        Err(e) => {
-            return Err(error(
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the body: {e}"),
-            ))
-        }
-    };
+async fn batch_count(body: Incoming, max_batch: u32, timeout: Duration) -> Result<u32, Reply> {
+    let bytes = web::read_body(body, MAX_BODY, timeout, || {
+        format!("the body must be at most {MAX_BODY} bytes: {{\"count\": N}}")
+    })
+    .await?;
     let body: BatchBody = serde_json::from_slice(&bytes).map_err(|e| {
         error(
             StatusCode::BAD_REQUEST,
@@ -328,39 +286,9 @@ fn batch(ids: &[u64], strings: bool) -> Vec<u8> {
     out
 }
 
-fn json(body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-fn error_body(status: StatusCode, message: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({"error": message, "status": status.as_u16()}))
-        .unwrap_or_default()
-}
-
-fn error(status: StatusCode, message: impl AsRef<str>) -> Response<Full<Bytes>> {
-    let mut response = json(error_body(status, message.as_ref()));
-    *response.status_mut() = status;
-    response
-}
-
-fn not_allowed(allow: &'static str) -> Response<Full<Bytes>> {
-    let mut response = error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!("method not allowed here; use {allow}"),
-    );
-    response
-        .headers_mut()
-        .insert(ALLOW, HeaderValue::from_static(allow));
-    response
-}
-
 /// A request that got no IDs: 503 (this node cannot issue now: try another), counted under its
 /// wire status like the ID protocol's refusals.
-fn issue_error(ctx: &HttpCtx, e: &IssueError) -> Response<Full<Bytes>> {
+fn issue_error(ctx: &HttpCtx, e: &IssueError) -> Reply {
     let (_, message) = refusal(e, &ctx.stats);
     let mut response = error(StatusCode::SERVICE_UNAVAILABLE, message);
     response

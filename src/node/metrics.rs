@@ -1,7 +1,8 @@
 //! The metrics catalogue: every family the node exposes on `/metrics`, declared once, with its
-//! name, type, labels, unit and meaning, and how the scrape reads it. The admin server's
-//! `/metrics` walks [`FAMILIES`]; the reference `docs/METRICS.md` is rendered from it
-//! ([`reference()`]) and a test compares the two.
+//! name, type, labels, unit and meaning, and how the scrape reads it from the node's
+//! [`NodeState`]. The admin server's `/metrics` is an [`Exposition`], which walks [`FAMILIES`];
+//! the reference `docs/METRICS.md` is rendered from it ([`reference()`]) and a test compares
+//! the two.
 //!
 //! Names follow Prometheus' conventions: base units in the name (`_seconds`, `_bytes`),
 //! counters end in `_total`, info gauges in `_info` (value 1, the facts in labels). What the
@@ -10,15 +11,19 @@
 
 use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use idgen_core::histogram::Snapshot;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::exemplar::Exemplar;
 use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
-use super::admin::AdminState;
 use super::process::ProcessStats;
+use super::state::NodeState;
 use super::telemetry::{Op, ShardStats, BATCH_BUCKETS, REQUEST_BUCKETS_US};
+use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::lease::keeper::RENEWAL_BUCKETS_US;
 use idgen_core::store::StoreUrl;
 
@@ -133,7 +138,7 @@ impl Family {
 
 /// What one scrape reads from.
 pub struct Scrape<'a> {
-    pub state: &'a AdminState,
+    pub node: &'a NodeState,
     /// The wall clock at the scrape, Unix ms.
     pub now_ms: u64,
     /// The process's figures (`None` off Linux).
@@ -144,14 +149,14 @@ impl Scrape<'_> {
     fn shows(&self, family: &Family) -> bool {
         match family.shown {
             Shown::Always => true,
-            Shown::WithTls => self.state.tls.is_some(),
+            Shown::WithTls => self.node.tls.is_some(),
             Shown::OnLinux => self.process.is_some(),
-            Shown::Legacy { .. } => self.state.config.admin.metrics_legacy_names,
+            Shown::Legacy { .. } => self.node.config.admin.metrics_legacy_names,
         }
     }
 
     fn shards(&self) -> impl Iterator<Item = &ShardStats> {
-        self.state.shards.iter().map(|s| s.as_ref())
+        self.node.shards.iter().map(|s| s.as_ref())
     }
 
     fn sum(&self, read: fn(&ShardStats) -> u64) -> u64 {
@@ -305,8 +310,8 @@ fn maybe(out: &mut Series<'_>, v: Option<Value>) -> fmt::Result {
 
 /// Worker IDs in the node's region, or in the whole layout without regions.
 fn worker_capacity(s: &Scrape<'_>) -> u64 {
-    let layout = s.state.config.layout;
-    if s.state.config.lease.region.region().is_some() {
+    let layout = s.node.config.layout;
+    if s.node.config.lease.region.region().is_some() {
         layout.workers_per_region()
     } else {
         layout.worker_count()
@@ -521,7 +526,7 @@ pub const FAMILIES: &[Family] = &[
         &[],
         "seconds",
         "Time until the shards reach their lease ceiling (0 without a lease); renewals keep it near the TTL",
-        |s, out| out.value(&[], s.state.lease.time_left_ms(s.now_ms) as f64 / 1e3),
+        |s, out| out.value(&[], s.node.lease.time_left_ms(s.now_ms) as f64 / 1e3),
     ),
     family(
         "idgen_lease_ttl_seconds",
@@ -529,7 +534,7 @@ pub const FAMILIES: &[Family] = &[
         &[],
         "seconds",
         "The lease TTL the node is configured with (--lease-ttl); renewals are due every third of it",
-        |s, out| out.value(&[], s.state.config.lease.lease_ttl.as_secs_f64()),
+        |s, out| out.value(&[], s.node.config.lease.lease_ttl.as_secs_f64()),
     ),
     family(
         "idgen_lease_renewals_total",
@@ -538,7 +543,7 @@ pub const FAMILIES: &[Family] = &[
         "renewals",
         "Lease renewal attempts, by result: ok, failed (the store refused, timed out or left the outcome unknown; a lease found lost counts in idgen_lease_lost_total)",
         |s, out| {
-            for (result, n) in s.state.lease.stats.renewals() {
+            for (result, n) in s.node.lease.stats.renewals() {
                 out.value(&[result], n)?;
             }
             Ok(())
@@ -551,7 +556,7 @@ pub const FAMILIES: &[Family] = &[
         "Duration of the lease renewal attempts, by result (as idgen_lease_renewals_total counts them)",
         Buckets::Micros(&RENEWAL_BUCKETS_US),
         |s, out| {
-            for (result, h) in s.state.lease.stats.renewal_durations() {
+            for (result, h) in s.node.lease.stats.renewal_durations() {
                 out.histogram(&[result], &h)?;
             }
             Ok(())
@@ -563,7 +568,7 @@ pub const FAMILIES: &[Family] = &[
         &[],
         "leases",
         "Leases acquired (the first and every re-acquisition)",
-        |s, out| out.value(&[], load(&s.state.lease.stats.acquisitions)),
+        |s, out| out.value(&[], load(&s.node.lease.stats.acquisitions)),
     ),
     family(
         "idgen_lease_lost_total",
@@ -571,7 +576,7 @@ pub const FAMILIES: &[Family] = &[
         &[],
         "leases",
         "Leases found lost (another node holds the worker IDs: the shards stopped, the node re-acquires)",
-        |s, out| out.value(&[], load(&s.state.lease.stats.lost)),
+        |s, out| out.value(&[], load(&s.node.lease.stats.lost)),
     ),
     family(
         "idgen_worker_ids_free",
@@ -579,7 +584,7 @@ pub const FAMILIES: &[Family] = &[
         &[],
         "worker IDs",
         "Worker IDs free in the node's region (or the cluster, without regions), as of the last look",
-        |s, out| out.value(&[], load(&s.state.lease.stats.free_workers)),
+        |s, out| out.value(&[], load(&s.node.lease.stats.free_workers)),
     ),
     family(
         "idgen_worker_ids_capacity",
@@ -596,7 +601,7 @@ pub const FAMILIES: &[Family] = &[
         "",
         "Generation of the lease the node holds (0: none)",
         |s, out| {
-            let generation = s.state.lease.current().map_or(0, |v| v.grant.generation);
+            let generation = s.node.lease.current().map_or(0, |v| v.grant.generation);
             out.value(&[], generation)
         },
     ),
@@ -608,7 +613,7 @@ pub const FAMILIES: &[Family] = &[
         "seconds",
         "Time until the layout's timestamp range runs out (then no node can issue IDs)",
         |s, out| {
-            let left = s.state.config.layout.time_left(s.now_ms);
+            let left = s.node.config.layout.time_left(s.now_ms);
             out.value(&[], left.as_secs_f64())
         },
     ),
@@ -619,7 +624,7 @@ pub const FAMILIES: &[Family] = &[
         "seconds",
         "This node's clock minus its peers' (the median of the estimates; 0 without peers)",
         |s, out| {
-            let (drift_ms, _) = s.state.clock_watch.drift_summary();
+            let (drift_ms, _) = s.node.clock_watch.drift_summary();
             out.value(&[], drift_ms as f64 / 1e3)
         },
     ),
@@ -630,7 +635,7 @@ pub const FAMILIES: &[Family] = &[
         "peers",
         "Peers whose clocks were compared with this node's",
         |s, out| {
-            let (_, peers) = s.state.clock_watch.drift_summary();
+            let (_, peers) = s.node.clock_watch.drift_summary();
             out.value(&[], peers as u64)
         },
     ),
@@ -641,7 +646,7 @@ pub const FAMILIES: &[Family] = &[
         &[],
         "",
         "1 when /health/ready answers 200, else 0",
-        |s, out| out.value(&[], s.state.not_ready_reasons().is_empty()),
+        |s, out| out.value(&[], s.node.not_ready_reasons().is_empty()),
     ),
     family(
         "idgen_draining",
@@ -649,7 +654,7 @@ pub const FAMILIES: &[Family] = &[
         &[],
         "",
         "1 while the node drains (after SIGTERM), else 0",
-        |s, out| out.value(&[], s.state.draining.load(Ordering::Relaxed)),
+        |s, out| out.value(&[], s.node.draining.load(Ordering::Relaxed)),
     ),
     family(
         "idgen_build_info",
@@ -676,7 +681,7 @@ pub const FAMILIES: &[Family] = &[
         "",
         "Always 1: the node's lease namespace, region (empty without regions) and kind of store (memory, embedded, etcd, fdb)",
         |s, out| {
-            let lease = &s.state.config.lease;
+            let lease = &s.node.config.lease;
             let region = lease.region.region().map(|r| r.to_string());
             out.value(
                 &[
@@ -698,7 +703,7 @@ pub const FAMILIES: &[Family] = &[
             "handshakes",
             "TLS handshakes, by listener (protocol, http, admin) and result (ok, failed, timeout)",
             |s, out| {
-                let Some(tls) = &s.state.tls else {
+                let Some(tls) = &s.node.tls else {
                     return Ok(());
                 };
                 for (listener, result, n) in tls.stats.handshakes() {
@@ -717,7 +722,7 @@ pub const FAMILIES: &[Family] = &[
             "connections",
             "TLS connections accepted, by client identity (URI or DNS SAN, else CN; anonymous without a certificate; the first 32 identities, then other)",
             |s, out| {
-                let Some(tls) = &s.state.tls else {
+                let Some(tls) = &s.node.tls else {
                     return Ok(());
                 };
                 for (identity, n) in tls.stats.clients() {
@@ -736,7 +741,7 @@ pub const FAMILIES: &[Family] = &[
             "reloads",
             "Reloads of the TLS files after they changed, by result (applied, failed: the previous ones keep serving)",
             |s, out| {
-                let Some(tls) = &s.state.tls else {
+                let Some(tls) = &s.node.tls else {
                     return Ok(());
                 };
                 for (result, n) in tls.stats.reloads() {
@@ -754,7 +759,7 @@ pub const FAMILIES: &[Family] = &[
             &[],
             "seconds",
             "When the node's serving certificate expires (Unix time)",
-            |s, out| match &s.state.tls {
+            |s, out| match &s.node.tls {
                 Some(tls) => out.value(&[], tls.stats.cert_not_after()),
                 None => Ok(()),
             },
@@ -847,7 +852,7 @@ pub const FAMILIES: &[Family] = &[
             &[],
             "milliseconds",
             "This node's clock minus its peers' (median estimate; 0 without peers), ms",
-            |s, out| out.value(&[], s.state.clock_watch.drift_summary().0),
+            |s, out| out.value(&[], s.node.clock_watch.drift_summary().0),
         ),
     ),
     legacy(
@@ -870,7 +875,7 @@ pub const FAMILIES: &[Family] = &[
             "years",
             "Years until the layout's timestamp range runs out",
             |s, out| {
-                let left = s.state.config.layout.time_left(s.now_ms);
+                let left = s.node.config.layout.time_left(s.now_ms);
                 out.value(&[], left.as_secs_f64() / SECONDS_PER_YEAR)
             },
         ),
@@ -912,7 +917,7 @@ pub const FAMILIES: &[Family] = &[
             "seconds",
             "Latency of the last lease renewal attempt",
             |s, out| {
-                let us = load(&s.state.lease.stats.renew_latency_us);
+                let us = load(&s.node.lease.stats.renew_latency_us);
                 out.value(&[], us as f64 / 1e6)
             },
         ),
@@ -926,7 +931,7 @@ pub const FAMILIES: &[Family] = &[
             "seconds",
             "Sum of lease renewal latencies, seconds (divide by idgen_lease_renewals_total)",
             |s, out| {
-                let us = load(&s.state.lease.stats.renew_latency_us_sum);
+                let us = load(&s.node.lease.stats.renew_latency_us_sum);
                 out.value(&[], us as f64 / 1e6)
             },
         ),
@@ -934,7 +939,7 @@ pub const FAMILIES: &[Family] = &[
 ];
 
 /// Writes every family the node shows now.
-pub fn encode(enc: &mut DescriptorEncoder<'_>, scrape: &Scrape<'_>) -> fmt::Result {
+fn encode(enc: &mut DescriptorEncoder<'_>, scrape: &Scrape<'_>) -> fmt::Result {
     for family in FAMILIES {
         if !scrape.shows(family) {
             continue;
@@ -948,6 +953,46 @@ pub fn encode(enc: &mut DescriptorEncoder<'_>, scrape: &Scrape<'_>) -> fmt::Resu
         (family.read)(scrape, &mut Series { family, m })?;
     }
     Ok(())
+}
+
+/// The node's `/metrics`: every family it shows, read afresh at each scrape.
+pub struct Exposition {
+    registry: Registry,
+}
+
+impl Exposition {
+    pub fn new(node: Arc<NodeState>) -> Exposition {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Catalogue(node)));
+        Exposition { registry }
+    }
+
+    /// A scrape now, in the Prometheus text format 0.0.4.
+    pub fn render(&self) -> Result<String, fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+/// Reads every family of the catalogue at scrape time.
+struct Catalogue(Arc<NodeState>);
+
+impl fmt::Debug for Catalogue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Catalogue")
+    }
+}
+
+impl Collector for Catalogue {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let scrape = Scrape {
+            node: &self.0,
+            now_ms: SystemClock::new().wall_ms(),
+            process: super::process::read(),
+        };
+        encode(&mut enc, &scrape)
+    }
 }
 
 /// Where the rendered reference goes in `docs/METRICS.md`: between these lines.

@@ -60,8 +60,10 @@ pub mod metrics;
 pub mod process;
 mod responder;
 pub(crate) mod shard;
+pub mod state;
 pub mod telemetry;
 pub mod tls;
+mod web;
 
 pub use telemetry::ShardStats;
 
@@ -263,14 +265,14 @@ impl Node {
                         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
                     source,
                 })?;
-                let state = admin::AdminState::new(
-                    Arc::clone(&config),
-                    Arc::clone(&lease),
-                    shard_stats.clone(),
-                    Arc::clone(&draining),
-                    member.clock_watch(),
-                    tls.clone(),
-                );
+                let state = Arc::new(state::NodeState {
+                    config: Arc::clone(&config),
+                    lease: Arc::clone(&lease),
+                    shards: shard_stats.clone(),
+                    draining: Arc::clone(&draining),
+                    clock_watch: member.clock_watch(),
+                    tls: tls.clone(),
+                });
                 let admin_tls = tls
                     .as_ref()
                     .filter(|t| t.serves(tls::TlsListener::Admin))
