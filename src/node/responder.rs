@@ -508,8 +508,8 @@ impl Responder {
 }
 
 /// Appends the IDs `first .. first + n` big-endian, written straight into the buffer's spare
-/// capacity: one pass, no zero-fill first and no copy through a scratch buffer (a profile of
-/// big batches showed either of those at 6–7% of the server's time).
+/// capacity: one pass, no zero-fill first and no copy through a scratch buffer (either showed
+/// in profiles of big batches: `docs/PERFORMANCE.md`).
 #[inline]
 fn put_run(out: &mut BytesMut, first: u64, n: u64) {
     let bytes = n as usize * 8;
@@ -522,10 +522,10 @@ fn put_run(out: &mut BytesMut, first: u64, n: u64) {
 }
 
 /// Writes `first, first + 1, …` big-endian into `dst` (a multiple of 8 bytes long). The byte
-/// swap is the loop's whole cost: x86-64's baseline (SSE2) has no byte shuffle, and the loop
-/// the compiler makes of it costs about 1.3 ns per ID in the server, which is over a third
-/// of a 4,096-ID batch's CPU; with AVX2, checked once at run time, the same loop becomes 32
-/// bytes per shuffle.
+/// swap is the loop's whole cost: x86-64's baseline (SSE2) has no byte shuffle, so the loop
+/// the compiler makes of it dominates a big batch's CPU; with AVX2, checked once at run time,
+/// the same loop becomes 32 bytes per shuffle (the profiles and figures are in
+/// `docs/PERFORMANCE.md`, "Less per read, AVX2 for batches").
 #[inline]
 fn write_be_run(dst: &mut [MaybeUninit<u8>], first: u64) {
     #[cfg(target_arch = "x86_64")]
