@@ -353,21 +353,36 @@ fn a_client_that_stops_reading_costs_bounded_memory_and_others_are_served() {
         grown < 64 * 1024,
         "server memory grew by {grown} KiB for a client that does not read"
     );
-    // Another connection on the same shard is served promptly meanwhile.
+    // Another connection on the same shard is served promptly meanwhile. A host that starves
+    // the node for longer than the shard's turn limit (100 ms, judged on the clock: seen at
+    // 165 ms under four CPU hogs) makes it answer 306 BUSY, which a client retries; what this
+    // pins is that the stuck client does not hold the shard, so the retries end within 2 s.
     let started = Instant::now();
     let mut other = TestConn::open(node.addr);
-    assert_eq!(other.get_ids(100).unwrap().len(), 100);
+    let ids = loop {
+        match other.get_ids(100) {
+            Ok(ids) => break ids,
+            Err((status, _))
+                if status == Status::BUSY && started.elapsed() < Duration::from_secs(2) => {}
+            Err(e) => panic!("after {:?}: {e:?}", started.elapsed()),
+        }
+    };
+    assert_eq!(ids.len(), 100);
     assert!(started.elapsed() < Duration::from_secs(2));
     writer.join().unwrap();
-    // The slow client can still read what it asked for, in order.
+    // The slow client can still read what it asked for, in order (a request the starved node
+    // answered BUSY in its place is skipped, as the client would retry it).
     let mut last = 0;
-    for _ in 0..3 {
+    let mut read = 0;
+    while read < 3 {
         match slow.recv() {
             Some(Response::Ids(ids)) => {
                 assert_eq!(ids.len(), 65_536);
                 assert!(ids[0] > last);
                 last = ids[65_535];
+                read += 1;
             }
+            Some(Response::Error { status, .. }) if status == Status::BUSY => {}
             other => panic!("{other:?}"),
         }
     }
