@@ -2,8 +2,9 @@
 // a name that resolves to both (::1 first, then 127.0.0.1), in plaintext and over TLS verified
 // for that name. The nodes run here; the client runs in connect_probe.js, in a mount namespace
 // with a default Debian /etc/hosts (clients/with-debian-hosts.sh). The probe's Node runs with
-// --no-network-family-autoselection, as an application may: the client must still try every
-// address (it sets autoSelectFamily itself).
+// address-family autoselection off, as an application may turn it off: the client must still
+// try every address (it sets autoSelectFamily itself). Node 20 has it on by default and takes
+// --no-network-family-autoselection; Node 18 (Debian 12's) has it off and has no such flag.
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -38,9 +39,12 @@ test("a name that resolves to several addresses reaches the node on any of them"
   }
   // Nothing listens there on either address: the error names what happened at each.
   targets.push(`refused=localhost:${await unusedPort()}`);
+  const noAutoselect = process.allowedNodeEnvironmentFlags.has("--no-network-family-autoselection")
+    ? ["--no-network-family-autoselection"]
+    : [];
   const run = spawnSync(
     "bash",
-    [path.join(REPO, "clients", "with-debian-hosts.sh"), process.execPath, "--no-network-family-autoselection", path.join(HERE, "connect_probe.js"), cert("ca.crt"), ...targets],
+    [path.join(REPO, "clients", "with-debian-hosts.sh"), process.execPath, ...noAutoselect, path.join(HERE, "connect_probe.js"), cert("ca.crt"), ...targets],
     { encoding: "utf8", timeout: 60_000, stdio: ["ignore", "pipe", "pipe"] },
   );
   const out = `${run.stdout}${run.stderr}`;
