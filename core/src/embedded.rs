@@ -8,7 +8,7 @@
 //!     lease keeper: acquire patiently (a crashed predecessor's lease runs out first)
 //!     clock key published (acquirers see this member alive)
 //!   background (a task on the caller's runtime, or its own thread with start_blocking):
-//!     keeper: renew every TTL/3 ──raises──▶ Ceiling ◀── read once per millisecond ── next_id()
+//!     keeper: renew every TTL/3 ──raises──▶ Ceiling ◀── read per slice, checked per ID ── next_id()
 //!     clock key: every second
 //!   shutdown() / drop: stop issuing, stop renewing, release the lease at the last timestamp
 //!                      issued, delete the clock key
@@ -39,9 +39,20 @@
 //! current-thread runtime, blocking the thread stalls renewals and the generator fails closed).
 //! [`Embedded::start_blocking`] opens the store and runs everything on a thread of its own, for
 //! applications without a runtime. The ID calls ([`next_id`](Embedded::next_id),
-//! [`next_batch`](Embedded::next_batch)) are synchronous: they take a lock, and wait (on the
-//! calling thread) only for the next millisecond when one is used up, or for a clock step
-//! within `max_rollback_wait`.
+//! [`next_batch`](Embedded::next_batch)) are synchronous, and wait (on the calling thread) only
+//! for the next millisecond when one is used up, or for a clock step within
+//! `max_rollback_wait`.
+//!
+//! ## Threads
+//!
+//! No lock is taken per ID: each thread has its own [`IdHandle`] (kept per thread by
+//! [`Embedded::next_id`], or held by the caller from [`Embedded::handle`]), which draws a slice
+//! of the current millisecond's IDs from the issuer under its lock (one to [`MAX_SLICE`]
+//! IDs, sized to what the thread used of its last one) and hands them out while its clock
+//! reading stays in that millisecond. Before each ID it checks the lease ceiling the slice was
+//! drawn under (lowered at once when the lease is lost) and whether the generator has shut
+//! down: the fences hold per ID as they do for a node's shard. IDs one thread takes strictly
+//! increase; two threads' IDs of the same millisecond interleave, as two nodes' do.
 //!
 //! ```
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
@@ -61,6 +72,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -68,7 +81,7 @@ use idgen_id::{Id, Layout, WorkerRange};
 use tokio::sync::watch;
 
 use crate::clock::{CachedClock, Clock, SystemClock};
-use crate::generator::{Fill, GenError, Progress, DEFAULT_MAX_ROLLBACK_WAIT};
+use crate::generator::{Ceiling, Fill, GenError, Progress, DEFAULT_MAX_ROLLBACK_WAIT};
 use crate::lease::keeper::LeaseShared;
 use crate::lease::{LeaseConfig, LeaseError, Owner, RegionScope, Released, DEFAULT_TTL};
 use crate::member::{IssueError, Issuer, IssuerExit, JoinError, Member, MemberSettings};
@@ -181,11 +194,38 @@ impl From<JoinError> for EmbeddedError {
     }
 }
 
-/// The embedded generator's one issuer, behind the handle's lock.
+/// The embedded generator's one issuer, behind the shared lock: every slice and batch is drawn
+/// from it.
 struct Handle {
     issuer: Issuer<CachedClock>,
     closed: bool,
 }
+
+/// A run of consecutive IDs of one millisecond, drawn for one thread: `next .. end`, all with
+/// ID time `timestamp`, below the lease ceiling `ceiling` held when they were drawn.
+struct Slice {
+    next: u64,
+    end: u64,
+    timestamp: u64,
+    ceiling: Arc<Ceiling>,
+}
+
+impl Slice {
+    fn empty() -> Slice {
+        Slice {
+            next: 0,
+            end: 0,
+            timestamp: 0,
+            ceiling: Arc::new(Ceiling::new(0)),
+        }
+    }
+}
+
+/// The most IDs a thread's slice holds: a thread that uses every ID of its slices within their
+/// millisecond doubles its slice up to this; one that does not draws what it used. A thread
+/// burns at most this many IDs per millisecond (drawn, never handed out: IDs are unique, not
+/// dense), and takes the lock once per slice.
+pub const MAX_SLICE: u64 = 256;
 
 impl Handle {
     /// Issues `n` IDs as runs `(first, count)`, waiting on the clock when the next one needs a
@@ -203,17 +243,75 @@ impl Handle {
             {
                 Ok(Progress::Done) => return Ok(()),
                 Ok(Progress::RetryAt(at)) => self.issuer.sleep_until(at),
-                Err(IssueError::Gen(GenError::LeaseCeiling { timestamp, ceiling })) => {
-                    return Err(if self.issuer.lease().current().is_none() {
-                        EmbeddedError::NoLease
-                    } else {
-                        EmbeddedError::LeaseExpired { timestamp, ceiling }
-                    });
+                Err(e) => return Err(self.refusal(e)),
+            }
+        }
+    }
+
+    /// Up to `want` IDs of one millisecond (at least one), waiting on the clock only while none
+    /// is free. IDs the call drew beyond its first run (a second millisecond's) are burned.
+    fn draw(&mut self, want: u64) -> Result<Slice, EmbeddedError> {
+        if self.closed {
+            return Err(EmbeddedError::Closed);
+        }
+        let mut fill = Fill::new(want);
+        let mut started = None;
+        let mut run = None;
+        loop {
+            let progress = self
+                .issuer
+                .issue_current(&mut started, &mut fill, |first, count| {
+                    run.get_or_insert((first, count));
+                })
+                .map_err(|e| self.refusal(e))?;
+            if let Some((first, count)) = run {
+                if matches!(progress, Progress::RetryAt(_)) {
+                    // The rest of the slice would need a later millisecond: not waited for.
+                    self.issuer.abandon(&mut fill);
                 }
-                Err(IssueError::Gen(e)) => return Err(EmbeddedError::Gen(e)),
-                Err(IssueError::NoLease | IssueError::RangeChanged | IssueError::LeaseChanged) => {
-                    return Err(EmbeddedError::NoLease)
+                let ceiling = self
+                    .issuer
+                    .ceiling()
+                    .map_or_else(|| Arc::new(Ceiling::new(0)), Arc::clone);
+                let timestamp = self.issuer.layout().decompose(Id(first)).timestamp;
+                // The generator checks the ceiling once per new millisecond, and may finish one
+                // it checked after a loss lowered it (those IDs are below the old lease end,
+                // which fences the next holder); an embedded generator stops at once.
+                let limit = ceiling.get();
+                if timestamp >= limit {
+                    return Err(self.refusal(IssueError::Gen(GenError::LeaseCeiling {
+                        timestamp,
+                        ceiling: limit,
+                    })));
                 }
+                return Ok(Slice {
+                    next: first,
+                    end: first + count,
+                    timestamp,
+                    ceiling,
+                });
+            }
+            match progress {
+                Progress::RetryAt(at) => self.issuer.sleep_until(at),
+                // Done emits every ID asked for, at least one, so a run was taken above.
+                Progress::Done => return Err(EmbeddedError::Closed),
+            }
+        }
+    }
+
+    /// What an issuer's refusal means to the caller of an embedded generator.
+    fn refusal(&self, e: IssueError) -> EmbeddedError {
+        match e {
+            IssueError::Gen(GenError::LeaseCeiling { timestamp, ceiling }) => {
+                if self.issuer.lease().current().is_none() {
+                    EmbeddedError::NoLease
+                } else {
+                    EmbeddedError::LeaseExpired { timestamp, ceiling }
+                }
+            }
+            IssueError::Gen(e) => EmbeddedError::Gen(e),
+            IssueError::NoLease | IssueError::RangeChanged | IssueError::LeaseChanged => {
+                EmbeddedError::NoLease
             }
         }
     }
@@ -223,6 +321,137 @@ impl Handle {
         self.closed = true;
         self.issuer.exit()
     }
+}
+
+/// What every handle of one embedded generator shares: the issuer behind its lock, and whether
+/// the generator has stopped issuing.
+struct Shared {
+    handle: Mutex<Handle>,
+    closed: AtomicBool,
+    epoch_ms: u64,
+}
+
+impl Shared {
+    fn lock(&self) -> Result<MutexGuard<'_, Handle>, EmbeddedError> {
+        // A panic while issuing is a failed fence assertion: issue nothing more.
+        self.handle.lock().map_err(|_| EmbeddedError::Closed)
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        if let Ok(mut handle) = self.handle.lock() {
+            handle.closed = true;
+        }
+    }
+}
+
+/// One thread's way to an embedded generator's IDs, without a lock per ID: it draws a slice of
+/// the current millisecond's IDs from the generator's issuer (one lock per slice) and hands
+/// them out while its own clock reading stays in that millisecond, the lease ceiling they were
+/// drawn under has not been lowered (a lost lease) and the generator has not shut down. Made
+/// by [`Embedded::handle`]; [`Embedded::next_id`] keeps one per thread by itself.
+///
+/// IDs from one handle strictly increase, and every ID is issued under the lease's fences as
+/// the generator's own are (a slice is drawn by the issuer, fenced by the floor and the
+/// ceiling, and counted in the last timestamp issued that the release records). IDs of
+/// different handles are ordered by millisecond, not within one: two threads drawing in the
+/// same millisecond interleave as two nodes' IDs do.
+///
+/// `Send`, not `Sync`: one thread uses it at a time.
+pub struct IdHandle {
+    shared: Arc<Shared>,
+    clock: CachedClock,
+    slice: Slice,
+    /// How many IDs the next slice asks for (1 ..= [`MAX_SLICE`]).
+    want: u64,
+    /// The first ID of the current slice, to tell how much of it was used.
+    drawn_from: u64,
+}
+
+impl IdHandle {
+    fn new(shared: Arc<Shared>) -> IdHandle {
+        IdHandle {
+            shared,
+            clock: CachedClock::new(),
+            slice: Slice::empty(),
+            want: 1,
+            drawn_from: 0,
+        }
+    }
+
+    /// One ID: from the thread's slice while it is good, else from a new slice.
+    #[inline]
+    pub fn next_id(&mut self) -> Result<Id, EmbeddedError> {
+        match self.take_from_slice() {
+            Some(id) => Ok(id),
+            None => self.next_id_slow(),
+        }
+    }
+
+    /// The next ID of the slice, if it is still good: IDs left, the clock still in its
+    /// millisecond, its lease ceiling not lowered, the generator not shut down.
+    #[inline]
+    fn take_from_slice(&mut self) -> Option<Id> {
+        let slice = &mut self.slice;
+        if slice.next < slice.end
+            && self.clock.wall_ms().wrapping_sub(self.shared.epoch_ms) == slice.timestamp
+            && slice.timestamp < slice.ceiling.get()
+            && !self.shared.closed.load(Ordering::Acquire)
+        {
+            let id = slice.next;
+            slice.next += 1;
+            return Some(Id(id));
+        }
+        None
+    }
+
+    #[cold]
+    fn next_id_slow(&mut self) -> Result<Id, EmbeddedError> {
+        let used = self.slice.next - self.drawn_from;
+        let was = self.slice.end - self.drawn_from;
+        self.want = if was > 0 && used == was {
+            // Used up within its millisecond: a busy thread takes more at a time.
+            (self.want * 2).min(MAX_SLICE)
+        } else {
+            used.clamp(1, MAX_SLICE)
+        };
+        // Whatever is left of the old slice is burned: its millisecond is over, or its lease.
+        self.slice = Slice::empty();
+        let mut slice = self.shared.lock()?.draw(self.want)?;
+        let id = slice.next;
+        self.drawn_from = id;
+        slice.next += 1;
+        self.slice = slice;
+        Ok(Id(id))
+    }
+
+    /// Fills `out` with strictly increasing IDs (above every ID this handle handed out
+    /// before). On error the contents of `out` are unspecified and must not be used.
+    pub fn next_batch(&mut self, out: &mut [u64]) -> Result<(), EmbeddedError> {
+        let mut pos = 0usize;
+        self.fill_runs(out.len() as u64, |first, n| {
+            for (i, slot) in out[pos..pos + n as usize].iter_mut().enumerate() {
+                *slot = first + i as u64;
+            }
+            pos += n as usize;
+        })
+    }
+
+    /// `n` IDs as runs of consecutive integers: `emit(first, count)` once per millisecond of
+    /// work, the counts summing to `n`, all above every ID this handle handed out before. On
+    /// error, discard every run emitted.
+    pub fn fill_runs(&mut self, n: u64, emit: impl FnMut(u64, u64)) -> Result<(), EmbeddedError> {
+        // A batch is drawn whole from the issuer, above the slice: what is left of the slice
+        // is burned, so that this handle's IDs keep increasing.
+        self.slice = Slice::empty();
+        self.drawn_from = 0;
+        self.shared.lock()?.fill(n, emit)
+    }
+}
+
+thread_local! {
+    /// Each thread's handles, one per embedded generator it has taken IDs from.
+    static HANDLES: RefCell<Vec<IdHandle>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Where the background work runs.
@@ -237,10 +466,12 @@ enum Driver {
 
 /// A lease-backed generator running inside this process (see the [module docs](self)).
 ///
-/// Share it (`Arc<Embedded>`) between threads: every call takes one lock. Drop releases the
-/// lease in the background; [`shutdown`](Embedded::shutdown) releases it and says how.
+/// Share it (`Arc<Embedded>`) between threads: each thread takes its IDs through a handle of
+/// its own ([`IdHandle`], kept per thread by [`next_id`](Embedded::next_id)), which takes the
+/// lock once per slice of IDs, not per ID. Drop releases the lease in the background;
+/// [`shutdown`](Embedded::shutdown) releases it and says how.
 pub struct Embedded {
-    issuer: Arc<Mutex<Handle>>,
+    shared: Arc<Shared>,
     lease: Arc<LeaseShared>,
     layout: Layout,
     stop: watch::Sender<bool>,
@@ -250,12 +481,7 @@ pub struct Embedded {
 /// What [`Embedded::join`] hands to the background: the member and its one issuer.
 struct Joined {
     member: Member<SystemClock>,
-    issuer: Arc<Mutex<Handle>>,
-}
-
-fn lock(issuer: &Mutex<Handle>) -> Result<MutexGuard<'_, Handle>, EmbeddedError> {
-    // A panic while issuing is a failed fence assertion: issue nothing more.
-    issuer.lock().map_err(|_| EmbeddedError::Closed)
+    shared: Arc<Shared>,
 }
 
 impl Embedded {
@@ -273,11 +499,11 @@ impl Embedded {
         let (stop, stopped) = watch::channel(false);
         let layout = config.layout;
         let joined = Self::join(store, namespace, config).await?;
-        let issuer = Arc::clone(&joined.issuer);
+        let shared = Arc::clone(&joined.shared);
         let lease = joined.member.lease();
         let task = tokio::spawn(Self::drive(joined, stopped));
         Ok(Embedded {
-            issuer,
+            shared,
             lease,
             layout,
             stop,
@@ -328,7 +554,7 @@ impl Embedded {
                     match joined.await {
                         Ok(joined) => {
                             let _ =
-                                tx.send(Ok((Arc::clone(&joined.issuer), joined.member.lease())));
+                                tx.send(Ok((Arc::clone(&joined.shared), joined.member.lease())));
                             Self::drive(joined, stopped).await
                         }
                         Err(e) => {
@@ -340,8 +566,8 @@ impl Embedded {
             })
             .map_err(EmbeddedError::Thread)?;
         match rx.recv() {
-            Ok(Ok((issuer, lease))) => Ok(Embedded {
-                issuer,
+            Ok(Ok((shared, lease))) => Ok(Embedded {
+                shared,
                 lease,
                 layout,
                 stop,
@@ -393,46 +619,106 @@ impl Embedded {
         let issuer = member.issuer(0, CachedClock::new(), Arc::default());
         Ok(Joined {
             member,
-            issuer: Arc::new(Mutex::new(Handle {
-                issuer,
-                closed: false,
-            })),
+            shared: Arc::new(Shared {
+                handle: Mutex::new(Handle {
+                    issuer,
+                    closed: false,
+                }),
+                closed: AtomicBool::new(false),
+                epoch_ms: config.layout.epoch_ms(),
+            }),
         })
     }
 
     /// The background: renew and publish the clock key until told to stop, then stop issuing
     /// and release the lease at the last timestamp issued under it.
     async fn drive(joined: Joined, stopped: watch::Receiver<bool>) -> Result<Released, LeaseError> {
-        let Joined { member, issuer } = joined;
+        let Joined { member, shared } = joined;
         member.run(stopped).await;
+        shared.closed.store(true, Ordering::Release);
         // A panic while issuing leaves the issuer's end unknown: the release takes the ceiling.
-        let exit = issuer.lock().ok().map(|mut issuer| issuer.close());
+        let exit = shared.handle.lock().ok().map(|mut handle| handle.close());
         member.leave(&[exit]).await
     }
 
-    /// One ID.
+    /// One ID, through this thread's handle (see [`IdHandle`]): IDs one thread takes strictly
+    /// increase; no lock is taken per ID.
+    #[inline]
     pub fn next_id(&self) -> Result<Id, EmbeddedError> {
-        let mut id = 0;
-        lock(&self.issuer)?.fill(1, |first, _| id = first)?;
-        Ok(Id(id))
+        // The slice of the thread's first handle, if it is this generator's: the common case
+        // costs a look at the thread's handles and the slice, with nothing large to move.
+        let fast = HANDLES.try_with(|cell| {
+            let mut handles = cell.try_borrow_mut().ok()?;
+            let first = handles.first_mut()?;
+            if !Arc::ptr_eq(&first.shared, &self.shared) {
+                return None;
+            }
+            first.take_from_slice()
+        });
+        match fast {
+            Ok(Some(id)) => Ok(id),
+            _ => self.with_handle(IdHandle::next_id),
+        }
     }
 
-    /// Fills `out` with strictly increasing IDs. On error the contents of `out` are
-    /// unspecified and must not be used.
+    /// Fills `out` with strictly increasing IDs, above every ID this thread took before. On
+    /// error the contents of `out` are unspecified and must not be used.
     pub fn next_batch(&self, out: &mut [u64]) -> Result<(), EmbeddedError> {
-        let mut pos = 0usize;
-        lock(&self.issuer)?.fill(out.len() as u64, |first, n| {
-            for (i, slot) in out[pos..pos + n as usize].iter_mut().enumerate() {
-                *slot = first + i as u64;
-            }
-            pos += n as usize;
-        })
+        self.with_handle(|h| h.next_batch(out))
     }
 
     /// `n` IDs as runs of consecutive integers: `emit(first, count)` once per millisecond of
     /// work, the counts summing to `n`. On error, discard every run emitted.
     pub fn fill_runs(&self, n: u64, emit: impl FnMut(u64, u64)) -> Result<(), EmbeddedError> {
-        lock(&self.issuer)?.fill(n, emit)
+        self.with_handle(|h| h.fill_runs(n, emit))
+    }
+
+    /// A handle of its own for one thread (see [`IdHandle`]), for a caller that keeps it rather
+    /// than have [`next_id`](Self::next_id) look up the thread's.
+    pub fn handle(&self) -> IdHandle {
+        IdHandle::new(Arc::clone(&self.shared))
+    }
+
+    /// This thread's handle for this generator among `handles` (the thread's), made on first
+    /// use; handles of generators that have shut down are dropped then.
+    #[inline]
+    fn thread_handle<'h>(&self, handles: &'h mut Vec<IdHandle>) -> &'h mut IdHandle {
+        let i = match handles
+            .iter()
+            .position(|h| Arc::ptr_eq(&h.shared, &self.shared))
+        {
+            Some(i) => i,
+            None => {
+                handles.retain(|h| !h.shared.closed.load(Ordering::Relaxed));
+                handles.push(self.handle());
+                handles.len() - 1
+            }
+        };
+        &mut handles[i]
+    }
+
+    /// Runs `f` on this thread's handle for this generator, made on first use. Handles of
+    /// generators that have shut down are dropped then. Where the thread's handles cannot be
+    /// reached (while the thread exits), `f` runs on a handle made for the call.
+    #[inline]
+    fn with_handle<T>(
+        &self,
+        f: impl FnOnce(&mut IdHandle) -> Result<T, EmbeddedError>,
+    ) -> Result<T, EmbeddedError> {
+        let mut f = Some(f);
+        let done = HANDLES
+            .try_with(|cell| {
+                let mut handles = cell.try_borrow_mut().ok()?;
+                let f = f.take()?;
+                Some(f(self.thread_handle(&mut handles)))
+            })
+            .ok()
+            .flatten();
+        match (done, f) {
+            (Some(result), _) => result,
+            (None, Some(f)) => f(&mut self.handle()),
+            (None, None) => Err(EmbeddedError::Closed),
+        }
     }
 
     /// The layout IDs are made with.
@@ -442,8 +728,9 @@ impl Embedded {
 
     /// The worker IDs the generator issues from (those of the lease it last picked up).
     pub fn workers(&self) -> WorkerRange {
-        lock(&self.issuer)
-            .map(|i| i.issuer.current_range())
+        self.shared
+            .lock()
+            .map(|h| h.issuer.current_range())
             .unwrap_or_default()
     }
 
@@ -494,9 +781,7 @@ impl Embedded {
     }
 
     fn stop_issuing(&self) {
-        if let Ok(mut issuer) = self.issuer.lock() {
-            issuer.closed = true;
-        }
+        self.shared.close();
         let _ = self.stop.send(true);
     }
 }

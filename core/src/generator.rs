@@ -480,6 +480,11 @@ impl<C: Clock> Generator<C> {
         &self.clock
     }
 
+    /// The lease ceiling every new millisecond is checked against.
+    pub fn ceiling(&self) -> &Arc<Ceiling> {
+        &self.ceiling
+    }
+
     /// IDs one millisecond holds for this shard (`workers.count · 2^sequence_bits`).
     pub fn capacity_per_ms(&self) -> u64 {
         self.capacity

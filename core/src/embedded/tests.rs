@@ -408,3 +408,195 @@ fn bad_settings_are_refused_before_the_store_is_touched() {
     .unwrap();
     assert!(err.to_string().contains("embedded:/path"), "{err}");
 }
+
+fn started(rt: &tokio::runtime::Runtime, namespace: &str) -> Embedded {
+    rt.block_on(Embedded::start(
+        Arc::new(MemoryStore::new()),
+        namespace,
+        config(1_000),
+    ))
+    .unwrap()
+}
+
+/// Threads taking IDs through their own handles (slices of the issuer's milliseconds, no lock
+/// per ID), single IDs and batches mixed: every ID is unique, each thread's strictly increase,
+/// and every one is below the lease end the store holds.
+#[test]
+fn threads_take_unique_ids_each_increasing_without_a_lock_per_id() {
+    let rt = runtime();
+    let ids = Arc::new(started(&rt, "threads"));
+    let layout = ids.layout();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let ids = Arc::clone(&ids);
+            std::thread::spawn(move || {
+                let mut mine = Vec::with_capacity(60_000);
+                let mut batch = [0u64; 100];
+                let mut handle = ids.handle();
+                for i in 0..50_000u64 {
+                    // Through the thread's own handle (`next_id`), a kept one, and batches.
+                    let id = if t % 2 == 0 {
+                        ids.next_id().unwrap()
+                    } else {
+                        handle.next_id().unwrap()
+                    };
+                    mine.push(id.0);
+                    if i % 5_000 == 0 {
+                        if t % 2 == 0 {
+                            ids.next_batch(&mut batch).unwrap();
+                        } else {
+                            handle.next_batch(&mut batch).unwrap();
+                        }
+                        mine.extend_from_slice(&batch);
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    let mut total = 0;
+    for t in threads {
+        let mine = t.join().unwrap();
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "a thread's IDs go backwards"
+        );
+        total += mine.len();
+        all.extend(mine);
+    }
+    assert_eq!(all.len(), total, "an ID was issued twice");
+    let ceiling = ids.lease().current().unwrap().ceiling.get();
+    assert!(all.iter().all(|&id| timestamp(layout, id) < ceiling));
+    rt.block_on(Arc::into_inner(ids).unwrap().shutdown())
+        .unwrap();
+}
+
+/// A busy thread's slices grow to `MAX_SLICE`, so it takes the lock about once per slice; a
+/// thread that takes one ID per millisecond draws one at a time and burns none.
+#[test]
+fn a_slice_is_sized_to_what_the_thread_used() {
+    let rt = runtime();
+    let ids = started(&rt, "slices");
+    let mut busy = ids.handle();
+    for _ in 0..20_000 {
+        busy.next_id().unwrap();
+    }
+    assert_eq!(busy.want, MAX_SLICE, "a busy thread's slices did not grow");
+    let mut idle = ids.handle();
+    for _ in 0..5 {
+        idle.next_id().unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(
+        idle.want, 1,
+        "a thread taking one ID per millisecond draws more"
+    );
+    rt.block_on(ids.shutdown()).unwrap();
+}
+
+/// Takes IDs through `handle` until its slice holds more and its millisecond is current, so
+/// that the next call would be answered from the slice.
+fn fill_slice(handle: &mut IdHandle, epoch_ms: u64) {
+    let t0 = Instant::now();
+    while !(handle.slice.end - handle.slice.next >= 8
+        && SystemClock::new().wall_ms() - epoch_ms == handle.slice.timestamp)
+    {
+        handle.next_id().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(5), "no slice");
+    }
+}
+
+/// A slice's IDs stop at once when the lease they were drawn under is lost (its ceiling
+/// lowered) or the generator shuts down, although the slice and its millisecond remain.
+#[test]
+fn a_thread_s_slice_stops_at_a_lost_lease_and_at_shutdown() {
+    let rt = runtime();
+    let epoch_ms = Layout::default().epoch_ms();
+    // A loss within the slice's millisecond (retried if the millisecond ends first).
+    let mut checked = false;
+    for attempt in 0..20 {
+        let ids = started(&rt, &format!("lost-{attempt}"));
+        let mut handle = ids.handle();
+        fill_slice(&mut handle, epoch_ms);
+        let ts = handle.slice.timestamp;
+        ids.lease().current().unwrap().ceiling.lower_to(0);
+        let answer = handle.next_id();
+        let still_in_ms = SystemClock::new().wall_ms() - epoch_ms == ts;
+        assert!(
+            matches!(
+                answer,
+                Err(EmbeddedError::LeaseExpired { .. } | EmbeddedError::NoLease)
+            ),
+            "an ID after the lease was lost: {answer:?}"
+        );
+        drop(ids);
+        if still_in_ms {
+            checked = true;
+            break;
+        }
+    }
+    assert!(
+        checked,
+        "the millisecond always ended first: nothing was proved"
+    );
+    // Shutdown within the slice's millisecond.
+    let mut checked = false;
+    for attempt in 0..20 {
+        let ids = started(&rt, &format!("closed-{attempt}"));
+        let mut handle = ids.handle();
+        fill_slice(&mut handle, epoch_ms);
+        let ts = handle.slice.timestamp;
+        ids.stop_issuing();
+        let answer = handle.next_id();
+        let still_in_ms = SystemClock::new().wall_ms() - epoch_ms == ts;
+        assert!(
+            matches!(answer, Err(EmbeddedError::Closed)),
+            "an ID after shutdown: {answer:?}"
+        );
+        rt.block_on(ids.shutdown()).unwrap();
+        if still_in_ms {
+            checked = true;
+            break;
+        }
+    }
+    assert!(
+        checked,
+        "the millisecond always ended first: nothing was proved"
+    );
+}
+
+/// A thread's handles of generators that have shut down are dropped when it meets a new one.
+#[test]
+fn a_thread_keeps_no_handle_of_a_generator_that_shut_down() {
+    let rt = runtime();
+    let first = started(&rt, "first");
+    first.next_id().unwrap();
+    rt.block_on(first.shutdown()).unwrap();
+    let second = started(&rt, "second");
+    second.next_id().unwrap();
+    let kept = HANDLES.with(|h| h.borrow().len());
+    assert_eq!(kept, 1, "the first generator's handle is still kept");
+    rt.block_on(second.shutdown()).unwrap();
+}
+
+/// A slice is handed out only within its millisecond: after a pause, a thread's next ID has
+/// the time of the call, not of the slice it drew before.
+#[test]
+fn a_slice_left_from_an_earlier_millisecond_is_not_handed_out() {
+    let rt = runtime();
+    let ids = started(&rt, "stale");
+    let layout = ids.layout();
+    let mut handle = ids.handle();
+    fill_slice(&mut handle, layout.epoch_ms());
+    let left = handle.slice.end - handle.slice.next;
+    std::thread::sleep(Duration::from_millis(3));
+    let before = SystemClock::new().wall_ms() - layout.epoch_ms();
+    let id = handle.next_id().unwrap();
+    assert!(
+        timestamp(layout, id.0) >= before,
+        "an ID of an earlier millisecond ({} < {before}) from a slice with {left} left",
+        timestamp(layout, id.0)
+    );
+    rt.block_on(ids.shutdown()).unwrap();
+}

@@ -11,7 +11,9 @@ use std::time::Duration;
 use idgen_id::{Layout, WorkerRange};
 
 use crate::clock::{CachedClock, Clock};
-use crate::generator::{Fill, GenError, Generator, GeneratorConfig, GeneratorStats, Progress};
+use crate::generator::{
+    Ceiling, Fill, GenError, Generator, GeneratorConfig, GeneratorStats, Progress,
+};
 use crate::lease::keeper::LeaseShared;
 
 /// One sub-range of a member's grant, rebuilt when the lease changes generation. Generic over
@@ -161,6 +163,11 @@ impl<C: Clock + Clone> Issuer<C> {
     pub fn range(&mut self) -> WorkerRange {
         self.refresh();
         self.current_range
+    }
+
+    /// The layout the issuer's IDs are made with.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     pub fn index(&self) -> usize {
@@ -341,6 +348,13 @@ impl<C: Clock + Clone> Issuer<C> {
         self.current_range
     }
 
+    /// The lease ceiling of the generator that issues now (`None` before the first): a caller
+    /// that keeps IDs drawn from it to hand out later checks it before each (the lease keeper
+    /// lowers it when the lease is lost).
+    pub fn ceiling(&self) -> Option<&Arc<Ceiling>> {
+        self.current.as_ref().map(|(_, g)| g.ceiling())
+    }
+
     /// The lease the issuer works under.
     pub fn lease(&self) -> &Arc<LeaseShared> {
         &self.lease
@@ -351,7 +365,6 @@ impl<C: Clock + Clone> Issuer<C> {
 mod tests {
     use super::*;
     use crate::clock::{CachedClock, Clock};
-    use crate::generator::Ceiling;
     use crate::lease::keeper::LeaseView;
     use crate::lease::GrantTerms;
 
