@@ -2,5 +2,7 @@
 //!
 //! - `generator`: one ID with the system clock, batches of 4096 (one worker ID and an ample
 //!   worker range), decompose, and a bare shift-and-or loop as the memory-bandwidth reference.
-//! - `embedded`: the same ID and batch cases through `idgen_core::embedded::Embedded` (a lease
-//!   held in a store and renewed in the background, one lock per call).
+//! - `in_process`: in one run, one ID and batches of 4096 from idgen's bare generator and its
+//!   embedded generator (a lease held in a store and renewed in the background, IDs through a
+//!   thread's own handle), beside ferroid's Snowflake generators and thread-local ULID, `uuid`
+//!   v7, and the clock reads beneath them.
