@@ -271,6 +271,65 @@ def idgen_runs(seconds, shards, workers=64, only_ranges=False, binary=None, labe
     return rows
 
 
+def start_bare():
+    """The floor: the bench's bare responder (the same frames answered from a counter, on the
+    I/O of one shard), pinned like a node: (process, address)."""
+    server = start(pinned([str(TARGET / "release" / "idgen-bare-responder"), "127.0.0.1:0"], "server"),
+                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = server.stdout.readline()
+    m = re.match(r"listening on (\S+)", line)
+    if not m:
+        raise SystemExit(f"idgen-bare-responder did not start: {line!r}")
+    return server, m.group(1)
+
+
+BARE = "bare responder (floor)"
+
+
+def bare_runs(seconds):
+    """The floor beneath every idgen row: the same workloads against the bare responder."""
+    server, addr = start_bare()
+    rows = [loadtest(["--addr", addr, *args], seconds, BARE, name, server.pid) for name, args in WORKLOADS]
+    rows.append(loadtest(["--addr", addr, "--ranges", *WORKLOADS[0][1]], seconds, BARE,
+                         "big batches, range answers", server.pid))
+    stop(server)
+    return rows
+
+
+# The second write pattern: each connection writes a whole window of --pipeline requests in one
+# write and the next once all are answered (redis-benchmark -P, pgbench's pipelines), where the
+# load tester's own pattern refills the window as answers come. One request in flight is the
+# same in both.
+WINDOW = " (window writes)"
+
+
+def window_runs(seconds):
+    """idgen (1 shard), the floor and Redis again, with window writes, for the pipelined
+    workloads: the cost ratios under both client write patterns."""
+    rows = []
+    pipelined = [(name, args) for name, args in WORKLOADS if "--pipeline" in args and args[args.index("--pipeline") + 1] != "1"]
+    server, addr, data = start_idgen(1)
+    for name, args in pipelined:
+        rows.append(loadtest(["--addr", addr, "--write-pattern", "window", *args], seconds,
+                             "idgen (1 shard)", name + WINDOW, server.pid))
+    stop(server)
+    shutil.rmtree(data, ignore_errors=True)
+    server, addr = start_bare()
+    for name, args in pipelined:
+        rows.append(loadtest(["--addr", addr, "--write-pattern", "window", *args], seconds, BARE,
+                             name + WINDOW, server.pid))
+    stop(server)
+    port = free_port()
+    server = start(pinned(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no"], "server"), stdout=subprocess.DEVNULL)
+    wait_port(port)
+    for name, args in pipelined:
+        rows.append(loadtest(["--target", "redis", "--addr", f"127.0.0.1:{port}", "--write-pattern",
+                              "window", *args], seconds, "Redis INCRBY", name + WINDOW, server.pid))
+    stop(server)
+    return rows
+
+
 def wrk(url, seconds, script=None, connections=32):
     """wrk -t1 -c32 against `url` (one thread: the other core stays the server's)."""
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
@@ -914,7 +973,7 @@ def best_peer_costs(rows):
     """The lowest server CPU per request (and per ID) of the peers, by workload."""
     best = {}
     for r in rows:
-        if r["system"].startswith("idgen") or r.get("server_cpu_ns_per_request") is None:
+        if (r["system"].startswith(("idgen", BARE)) or r.get("server_cpu_ns_per_request") is None):
             continue
         b = best.setdefault(r["workload"], {"ns_per_request": None, "ns_per_id": None})
         for key, col in (("ns_per_request", "server_cpu_ns_per_request"), ("ns_per_id", "server_cpu_ns_per_id")):
@@ -924,12 +983,20 @@ def best_peer_costs(rows):
     return best
 
 
+def floor_costs(rows):
+    """The bare responder's server CPU per request and per ID, by workload."""
+    return {r["workload"]: r for r in rows
+            if r["system"].startswith(BARE) and r.get("server_cpu_ns_per_request") is not None}
+
+
 def print_costs(rows, title):
-    """Server CPU per request and per ID, and how many times less than the best peer's."""
+    """Server CPU per request and per ID, how many times the floor's (the bare responder's:
+    what the kernel and the I/O cost with no generator) and the best peer's."""
     best = best_peer_costs(rows)
+    floor = floor_costs(rows)
     print(title)
-    print(f"{'system':<32} {'workload':<28} {'req/s':>12} {'IDs/s':>14} {'p50 µs':>8} {'p99 µs':>8} "
-          f"{'p99.9':>8} {'CPU':>5} {'ns/req':>8} {'ns/ID':>8} {'÷ best peer':>11}")
+    print(f"{'system':<32} {'workload':<44} {'req/s':>12} {'IDs/s':>14} {'p50 µs':>8} {'p99 µs':>8} "
+          f"{'p99.9':>8} {'CPU':>5} {'ns/req':>8} {'ns/ID':>8} {'÷ floor':>8} {'÷ best peer':>11}")
     for r in rows:
         if r.get("server_cpu_ns_per_request") is None:
             continue
@@ -938,15 +1005,20 @@ def print_costs(rows, title):
                     else ("ns_per_request", "server_cpu_ns_per_request"))
         peer = best.get(r["workload"].replace(", range answers", ""), {}).get(key)
         r["cpu_ratio_to_best_peer"] = r[col] / peer if peer else None
+        bare = floor.get(r["workload"], {}).get(col)
+        r["cpu_ratio_to_floor"] = r[col] / bare if bare else None
         lat = r.get("latency_us", {})
         ratio = f"{r['cpu_ratio_to_best_peer']:.3f}" if r["cpu_ratio_to_best_peer"] else "-"
-        print(f"{r['system']:<32} {r['workload']:<28} {r['requests_per_sec']:>12,.0f} {r['ids_per_sec']:>14,.0f} "
+        to_floor = f"{r['cpu_ratio_to_floor']:.3f}" if r["cpu_ratio_to_floor"] else "-"
+        print(f"{r['system']:<32} {r['workload']:<44} {r['requests_per_sec']:>12,.0f} {r['ids_per_sec']:>14,.0f} "
               f"{lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} {lat.get('p999', 0):>8.1f} "
               f"{r['server_cpu_cores']:>5.2f} {r['server_cpu_ns_per_request']:>8,.0f} "
-              f"{r['server_cpu_ns_per_id']:>8.2f} {ratio:>11}")
+              f"{r['server_cpu_ns_per_id']:>8.2f} {to_floor:>8} {ratio:>11}")
     print("CPU: server cores busy; ns/req, ns/ID: server CPU time (user + system, /proc) per "
-          "request and per ID; ÷ best peer: this row's ns (per request; per ID for batches) over "
-          "the lowest peer's in the same workload")
+          "request and per ID; ÷ floor, ÷ best peer: this row's ns (per request; per ID for "
+          "batches) over the bare responder's (the same frames answered from a counter: the "
+          "kernel's and the I/O's part) and over the lowest peer's, in the same workload; "
+          "(window writes): the client writes each window of --pipeline requests whole")
 
 
 def print_syscalls(rows):
@@ -1044,7 +1116,9 @@ def pinned_runs(seconds, no_postgres, syscall_rows):
     PIN["server"], PIN["load"], _ = sets
     try:
         rows = [{**r, "system": r["system"] + " pinned"} for r in idgen_runs(seconds, 1, syscall_rows=syscall_rows)]
+        rows += [{**r, "system": BARE + " pinned"} for r in bare_runs(seconds)]
         rows += [{**r, "system": "Redis INCRBY pinned"} for r in redis_runs(seconds)]
+        rows += [{**r, "system": r["system"] + " pinned"} for r in window_runs(seconds)]
         if not no_postgres:
             rows += [{**r, "system": "PostgreSQL nextval pinned"} for r in postgres_runs(seconds)]
     finally:
@@ -1142,7 +1216,8 @@ def main():
     seconds = 2 if a.quick else a.seconds
     if not a.skip_build:
         log("building release binaries")
-        subprocess.run(["cargo", "build", "--release", "-p", "idgen", "-p", "idgen-loadtest"],
+        subprocess.run(["cargo", "build", "--release", "-p", "idgen", "-p", "idgen-loadtest",
+                        "--bins"],
                        cwd=ROOT, check=True)
         subprocess.run(["cargo", "build", "--release", "-p", "idgen-testkit", "--bin",
                         "idgen-test-certs"], cwd=ROOT, check=True)
@@ -1171,7 +1246,8 @@ def main():
     if a.cost_only:
         def cost():
             sys_rows = []
-            rows = idgen_runs(seconds, 1, syscall_rows=sys_rows) + redis_runs(seconds, sys_rows)
+            rows = (idgen_runs(seconds, 1, syscall_rows=sys_rows) + bare_runs(seconds)
+                    + redis_runs(seconds, sys_rows) + window_runs(seconds))
             if not a.no_postgres:
                 rows += postgres_runs(seconds)
             return rows, sys_rows, pinned_runs(seconds, a.no_postgres, None)
@@ -1201,11 +1277,15 @@ def main():
         # reach: show them with a worker range that does not bind.
         log("idgen, 1 shard, 256 worker IDs, range answers")
         rows += idgen_runs(seconds, 1, workers=256, only_ranges=True)
+        log("the floor: a bare responder of the same frames")
+        rows += bare_runs(seconds)
         log("Redis INCRBY")
         rows += redis_runs(seconds, syscall_rows)
         if not a.no_postgres:
             log("PostgreSQL nextval")
             rows += postgres_runs(seconds)
+        log("window writes: idgen, the floor and Redis")
+        rows += window_runs(seconds)
         log("pinned: server on CPU 0, load generator on the others")
         pin_rows = pinned_runs(seconds, a.no_postgres, None)
         log(f"shard scaling up to {a.cores} shards")
@@ -1227,7 +1307,7 @@ def main():
             stop(p, signal.SIGKILL)
         shutil.rmtree(certs, ignore_errors=True)
     limit = rows[0]["ids_per_sec"]
-    peers = [r for r in rows if not r["system"].startswith("idgen") and r["workload"] != "bytes"]
+    peers = [r for r in rows if not r["system"].startswith(("idgen", BARE)) and r["workload"] != "bytes"]
     for r in peers:
         if r["workload"] == "big batches":
             # Range answers compete with the same peers as big batches.

@@ -17,6 +17,26 @@ pub enum Target {
     Http,
 }
 
+/// How a closed-loop connection writes its requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WritePattern {
+    /// Keep --pipeline requests in flight: each read's answers make room, and the requests
+    /// that fill it go out in one write.
+    Refill,
+    /// Write a whole window of --pipeline requests in one write, read the answers as they
+    /// come, and write the next window once all are answered (as redis-benchmark's -P does).
+    Window,
+}
+
+impl WritePattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePattern::Refill => "refill",
+            WritePattern::Window => "window",
+        }
+    }
+}
+
 impl Target {
     pub fn name(self) -> &'static str {
         match self {
@@ -72,6 +92,10 @@ pub struct Cli {
     /// Total requests per second, open-loop, latency from the intended send time.
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<f64>,
+
+    /// How a closed-loop connection writes its requests (see the values).
+    #[arg(long, value_enum, default_value_t = WritePattern::Refill, conflicts_with = "rate")]
+    pub write_pattern: WritePattern,
 
     /// Keep every ID and check uniqueness and per-connection order at the end (8 bytes/ID).
     #[arg(long)]

@@ -71,6 +71,9 @@ pub struct Config {
     pub end: Option<Instant>,
     /// Open loop: time between two requests of one connection.
     pub interval: Option<Duration>,
+    /// Closed loop, window writes: a connection writes its next --pipeline requests only once
+    /// every answer of the last window is in.
+    pub window: bool,
     /// The encoded request, per address (`addrs`' order): the same for every request of
     /// the run to that address (HTTP names the address in its Host header).
     pub requests: Vec<Vec<u8>>,
@@ -132,6 +135,7 @@ impl Config {
             warmup_end,
             end,
             interval,
+            window: false,
             requests,
             awaits,
             progress,
@@ -500,6 +504,9 @@ impl State<'_> {
 
     /// Queue every request that may be sent now.
     fn fill(&mut self, now: Instant, wbuf: &mut Vec<u8>, protocol: &mut Option<ClientConn>) {
+        if self.cfg.window && !self.inflight.is_empty() {
+            return;
+        }
         while self.inflight.len() < self.cfg.pipeline {
             let (t, due) = match self.next_intended {
                 Some(next) if next > now + OPEN_LOOP_EARLY => break,

@@ -40,6 +40,7 @@
 //!   connection (or a broken stream, or a malformed frame, described once on stderr) makes
 //!   the connection reconnect after 100 ms; its outstanding requests count as unanswered.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -57,7 +58,7 @@ mod redis;
 mod report;
 mod tls;
 
-use cli::{Cli, Target};
+use cli::{Cli, Target, WritePattern};
 use conn::{Config, Interval};
 use report::{IntervalLine, Latency, Report};
 
@@ -193,7 +194,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         .rate
         .map(|r| Duration::from_secs_f64(connections as f64 / r));
     let (tx, rx) = mpsc::unbounded_channel();
-    let cfg = Arc::new(Config::new(
+    let mut cfg = Config::new(
         cli.target,
         addrs.clone(),
         cli.pipeline as usize,
@@ -208,7 +209,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
         &cli.addrs,
         outputs.any().then_some(tx),
         tls,
-    ));
+    );
+    cfg.window = cli.write_pattern == WritePattern::Window;
+    let cfg = Arc::new(cfg);
     let (done, finished_rx) = tokio::sync::oneshot::channel();
     let recorder = outputs
         .any()
@@ -271,6 +274,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         pipeline: cli.pipeline,
         batch: cli.batch,
         rate: cli.rate,
+        write_pattern: cli.rate.is_none().then(|| cli.write_pattern.name()),
         warmup_s: cli.warmup.as_secs_f64(),
         duration_s: (duration_s * 1000.0).round() / 1000.0,
         requests: m.requests,
@@ -290,11 +294,19 @@ async fn run(cli: Cli) -> Result<bool, String> {
             m.duplicates == 0 && m.out_of_order == 0 && m.sign_bit == 0 && m.wrong_count == 0
         }),
     };
-    if cli.json {
+    let text = if cli.json {
         let json = serde_json::to_string(&report).map_err(|e| format!("JSON: {e}"))?;
-        println!("{json}");
+        format!("{json}\n")
     } else {
-        print!("{}", report.table());
+        report.table()
+    };
+    // A reader that closed early (`| head`) has what it wanted: not an error, never a panic.
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            return Err(format!("cannot write the report: {e}"))
+        }
+        _ => {}
     }
     Ok(report.ok())
 }

@@ -109,6 +109,10 @@ pub struct Report {
     /// Requests per second asked for with --rate (open loop); absent when closed-loop.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
+    /// How a closed-loop connection wrote its requests (`refill` or `window`); absent with
+    /// --rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_pattern: Option<&'static str>,
     pub warmup_s: f64,
     pub duration_s: f64,
     pub requests: u64,
@@ -223,7 +227,12 @@ impl Report {
         };
         let mode = match self.rate {
             Some(r) => format!("open loop at {r} requests/s (latency from intended send time)"),
-            None => "closed loop".to_owned(),
+            None => match self.write_pattern {
+                Some("window") => {
+                    "closed loop, each window of --pipeline requests written whole".to_owned()
+                }
+                _ => "closed loop".to_owned(),
+            },
         };
         let l = &self.latency_us;
         let transport = match self.transport {
