@@ -93,8 +93,11 @@ async fn serve(mut stream: TcpStream, next: Rc<Cell<u64>>) {
                     let first = next.get();
                     next.set(first + u64::from(count));
                     encode_ids_header(count, &mut wbuf);
-                    for id in first..first + u64::from(count) {
-                        wbuf.extend_from_slice(&id.to_be_bytes());
+                    // One pass the compiler vectorizes: the floor for batches too.
+                    let start = wbuf.len();
+                    wbuf.resize(start + 8 * count as usize, 0);
+                    for (id, out) in (first..).zip(wbuf[start..].chunks_exact_mut(8)) {
+                        out.copy_from_slice(&id.to_be_bytes());
                     }
                 }
                 Decoded::Request(Request::GetRanges { count }) => {
