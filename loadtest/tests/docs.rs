@@ -36,3 +36,23 @@ fn every_loadtest_command_in_the_docs_uses_real_flags() {
         bad.join("\n")
     );
 }
+
+/// The docs (the clean room, `docs/OPERATIONS.md`) run the load tester as `cargo run -p
+/// idgen-loadtest -- …`, which cargo refuses ("could not determine which binary to run") for a
+/// package of several binaries unless the manifest names the default one.
+#[test]
+fn cargo_run_of_the_package_runs_the_load_tester() {
+    let manifest = std::fs::read_to_string(docs::repo_root().join("loadtest/Cargo.toml")).unwrap();
+    let bins = manifest.lines().filter(|l| l.trim() == "[[bin]]").count();
+    let default_run = manifest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("default-run"))
+        .filter_map(|rest| rest.trim().strip_prefix('='))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .next();
+    assert!(
+        bins <= 1 || default_run.as_deref() == Some("idgen-loadtest"),
+        "loadtest/Cargo.toml has {bins} binaries and default-run {default_run:?}: \
+         `cargo run -p idgen-loadtest` would not know which to run"
+    );
+}
