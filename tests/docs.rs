@@ -181,7 +181,10 @@ fn every_address_in_the_docs_uses_a_real_default_port() {
         (9090, "Prometheus"),
         // loadtest/README.md's floor example: idgen-bare-responder takes the address it is
         // given, and the load tester is pointed at the same one.
-        (7499, "idgen-bare-responder, as loadtest/README.md starts it"),
+        (
+            7499,
+            "idgen-bare-responder, as loadtest/README.md starts it",
+        ),
     ]
     .into();
     let mut bad = Vec::new();
