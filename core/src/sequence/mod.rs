@@ -51,6 +51,7 @@ use crate::store::{Commit, KvStore, StoreError, Txn};
 
 pub mod check;
 pub mod dense;
+pub mod holder;
 pub mod strict;
 
 #[cfg(any(test, feature = "conformance"))]
@@ -300,8 +301,13 @@ pub struct Block {
     pub first: u64,
     pub count: u64,
     pub step: u64,
-    /// The record's revision the block was reserved under.
+    /// The record's revision the block was reserved under, and the definition's mode and
+    /// block bound at that revision.
     pub revision: u64,
+    pub mode: Mode,
+    pub max_block: u64,
+    /// The sequence's maximum at that revision.
+    pub max: u64,
 }
 
 impl Block {
@@ -636,6 +642,9 @@ impl<'s> Sequences<'s> {
                     count,
                     step: rec.spec.increment,
                     revision: rec.revision,
+                    mode: rec.spec.mode,
+                    max_block: rec.spec.max_block,
+                    max: rec.spec.max,
                 };
                 // At most max + increment (the remaining count keeps the last value <= max),
                 // and max + increment <= 2 × MAX_VALUE < u64::MAX.

@@ -18,6 +18,9 @@ fn block(first: u64, count: u64) -> Block {
         count,
         step: 1,
         revision: 1,
+        mode: Mode::Dense,
+        max_block: DEFAULT_MAX_BLOCK,
+        max: MAX_VALUE,
     }
 }
 
@@ -259,9 +262,8 @@ fn strict_calls_share_a_commit_and_later_calls_wait_for_the_next() {
     assert_eq!(q.start_commit(), None, "one commit in flight");
     let answered = q.committed(Block {
         first: 10,
-        count: 4,
         step: 2,
-        revision: 1,
+        ..block(10, 4)
     });
     let got: Vec<_> = answered
         .iter()
@@ -277,12 +279,7 @@ fn strict_calls_share_a_commit_and_later_calls_wait_for_the_next() {
     assert_eq!(q.failed(), vec!["c"]);
     assert_eq!(q.start_commit(), Some(2));
     q.push("e", 1);
-    let short = q.committed(Block {
-        first: 99,
-        count: 1,
-        step: 1,
-        revision: 1,
-    });
+    let short = q.committed(block(99, 1));
     assert_eq!(short, vec![("d", None)]);
     assert_eq!(q.drain_all(), vec!["e"]);
 }
@@ -424,4 +421,206 @@ async fn values_kept_from_an_earlier_commit_break_real_time_order_and_the_check_
             later: 2
         }]
     );
+}
+
+mod holder {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::super::holder::{HoldError, Holder};
+    use super::*;
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    async fn setup(mode: Mode, max_block: u64) -> (Arc<MemoryStore>, Arc<Holder>) {
+        let store = Arc::new(MemoryStore::new());
+        let mut spec = SequenceSpec::new(mode);
+        spec.max_block = max_block;
+        Sequences::new(store.as_ref(), "h")
+            .create(&name("s"), spec, NOW)
+            .await
+            .unwrap();
+        let holder = Holder::new(store.clone(), "h", tokio::runtime::Handle::current());
+        (store, holder)
+    }
+
+    /// `tasks` tasks, each `calls` calls of 1 to 3 values, timed on one clock.
+    async fn history(holder: &Arc<Holder>, tasks: usize, calls: usize) -> Vec<Vec<Call>> {
+        let origin = Instant::now();
+        let ns = |o: Instant| u64::try_from(o.elapsed().as_nanos()).unwrap();
+        let mut joins = Vec::new();
+        for t in 0..tasks {
+            let holder = Arc::clone(holder);
+            joins.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                for c in 0..calls {
+                    let n = 1 + ((t + c) % 3) as u64;
+                    let start = ns(origin);
+                    let values = holder.next_values(&name("s"), n, DEADLINE).await.unwrap();
+                    let end = ns(origin);
+                    assert_eq!(values.len() as u64, n);
+                    mine.push(Call { start, end, values });
+                }
+                mine
+            }));
+        }
+        let mut out = Vec::new();
+        for j in joins {
+            out.push(j.await.unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn dense_values_are_unique_increase_per_caller_and_cost_few_commits() {
+        runtime().block_on(async {
+            let (store, holder) = setup(Mode::Dense, 64).await;
+            let before = store.commits();
+            let per_task = history(&holder, 8, 200).await;
+            for mine in &per_task {
+                let flat: Vec<u64> = mine.iter().flat_map(|c| c.values.clone()).collect();
+                assert!(
+                    flat.windows(2).all(|w| w[0] < w[1]),
+                    "a caller's values increase"
+                );
+            }
+            let all: Vec<Call> = per_task.into_iter().flatten().collect();
+            assert!(check::duplicates(&all).is_empty());
+            let values: u64 = all.iter().map(|c| c.values.len() as u64).sum();
+            let commits = store.commits() - before;
+            assert!(
+                commits * 16 <= values,
+                "{commits} store commits for {values} values: blocks are not reused"
+            );
+            // Every value up to the largest is handed out or still held: no gap while running.
+            let held = 2 * 64;
+            assert_eq!(check::gaps_beyond(&all, 1, 1, held), None);
+        });
+    }
+
+    #[test]
+    fn strict_values_follow_real_time_and_calls_share_commits() {
+        runtime().block_on(async {
+            let (store, holder) = setup(Mode::Strict, 64).await;
+            let before = store.commits();
+            let all: Vec<Call> = history(&holder, 16, 50)
+                .await
+                .into_iter()
+                .flatten()
+                .collect();
+            assert!(check::duplicates(&all).is_empty());
+            let v = check::real_time_order(&all);
+            assert!(v.is_empty(), "{:?}", &v[..v.len().min(5)]);
+            let commits = store.commits() - before;
+            assert!(
+                commits < all.len() as u64,
+                "{commits} commits for {} calls: no call shared a commit",
+                all.len()
+            );
+        });
+    }
+
+    #[test]
+    fn a_store_that_fails_is_answered_and_the_holder_heals_when_it_returns() {
+        runtime().block_on(async {
+            for mode in [Mode::Dense, Mode::Strict] {
+                let (store, holder) = setup(mode, 4).await;
+                let s = name("s");
+                assert_eq!(holder.next_values(&s, 1, DEADLINE).await.unwrap(), [1]);
+                store.set_down(true);
+                // Dense: what is held is still handed out; then the failure is answered.
+                let mut got = Vec::new();
+                let err = loop {
+                    match holder.next_values(&s, 1, DEADLINE).await {
+                        Ok(v) => got.extend(v),
+                        Err(e) => break e,
+                    }
+                    assert!(got.len() < 16, "{mode}: values without a store: {got:?}");
+                };
+                assert!(
+                    matches!(err, HoldError::Sequence(SequenceError::Store(_))),
+                    "{mode}: {err}"
+                );
+                if mode == Mode::Strict {
+                    assert!(got.is_empty(), "strict values need a commit: {got:?}");
+                }
+                store.set_down(false);
+                let after = holder.next_values(&s, 2, DEADLINE).await.unwrap();
+                assert!(
+                    after[0] > got.last().copied().unwrap_or(1),
+                    "{mode}: healed, above what came before"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn unknown_dropped_and_used_up_sequences_are_refused() {
+        runtime().block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let seqs = Sequences::new(store.as_ref(), "h");
+            let mut spec = SequenceSpec::new(Mode::Dense);
+            spec.max = 3;
+            seqs.create(&name("small"), spec.clone(), NOW)
+                .await
+                .unwrap();
+            spec.mode = Mode::Strict;
+            seqs.create(&name("strict"), spec, NOW).await.unwrap();
+            let holder = Holder::new(store.clone(), "h", tokio::runtime::Handle::current());
+            let e = holder.next_values(&name("nope"), 1, DEADLINE).await;
+            assert!(
+                matches!(e, Err(HoldError::Sequence(SequenceError::NotFound(_)))),
+                "{e:?}"
+            );
+            for bad in [0, MAX_BLOCK + 1] {
+                let e = holder.next_values(&name("small"), bad, DEADLINE).await;
+                assert!(
+                    matches!(e, Err(HoldError::Sequence(SequenceError::BadSpec(_)))),
+                    "{e:?}"
+                );
+            }
+            for n in ["small", "strict"] {
+                assert_eq!(
+                    holder.next_values(&name(n), 3, DEADLINE).await.unwrap(),
+                    [1, 2, 3]
+                );
+                let e = holder.next_values(&name(n), 1, DEADLINE).await;
+                assert!(
+                    matches!(
+                        e,
+                        Err(HoldError::Sequence(SequenceError::Exhausted { max: 3, .. }))
+                    ),
+                    "{n}: {e:?}"
+                );
+            }
+            // Dropped while held: refused from the next reservation on, never from old blocks
+            // once it is known.
+            let mut spec = SequenceSpec::new(Mode::Dense);
+            spec.max_block = 2;
+            seqs.create(&name("d"), spec, NOW).await.unwrap();
+            holder.next_values(&name("d"), 1, DEADLINE).await.unwrap();
+            seqs.drop(&name("d"), false, NOW).await.unwrap();
+            let mut refused = false;
+            for _ in 0..8 {
+                if holder.next_values(&name("d"), 1, DEADLINE).await.is_err() {
+                    refused = true;
+                    break;
+                }
+            }
+            assert!(refused, "a dropped sequence kept answering");
+            let e = holder.next_values(&name("d"), 1, DEADLINE).await;
+            assert!(
+                matches!(e, Err(HoldError::Sequence(SequenceError::NotFound(_)))),
+                "{e:?}"
+            );
+        });
+    }
 }
