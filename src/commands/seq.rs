@@ -266,7 +266,9 @@ impl SeqCommand {
 pub async fn run(cmd: &SeqCommand, lease: &LeaseSection) -> Result<String, Failure> {
     let op = cmd.op()?;
     let as_json = cmd.store().json;
-    let store = super::open_existing(lease)
+    // Creating a sequence may make a node's embedded store (before its first start; run it as
+    // the node's user); every other command needs one that exists.
+    let store = super::open_store(lease, matches!(op, Op::Create(..)))
         .await
         .map_err(Failure::Runtime)?;
     let seqs = Sequences::new(store.as_ref(), &lease.namespace);
