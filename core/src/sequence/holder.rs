@@ -95,6 +95,11 @@ impl Holder {
         })
     }
 
+    /// The runtime the reservations run on.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.rt
+    }
+
     fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
