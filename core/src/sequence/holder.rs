@@ -1,5 +1,5 @@
-//! One process's holder of every sequence it is asked for: the async side of [`dense::Blocks`]
-//! and [`strict::Batches`], written once for `idgen serve` and the embedded generator.
+//! One process's holder of every sequence it is asked for: the async side of [`Blocks`] and
+//! [`Batches`], written once for `idgen serve` and the embedded generator.
 //!
 //! ```text
 //!   caller (a shard's request, an application thread's task)
