@@ -282,6 +282,7 @@ impl Node {
                     draining: Arc::clone(&draining),
                     clock_watch: member.clock_watch(),
                     tls: tls.clone(),
+                    sequences: Arc::clone(&sequences),
                 });
                 let admin_tls = tls
                     .as_ref()

@@ -17,6 +17,7 @@
 //! holder without a restart. Nothing here waits on the clock but a caller's deadline.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ use tokio::sync::{oneshot, Notify};
 use super::dense::Blocks;
 use super::strict::{Batches, Values};
 use super::{Block, Mode, SequenceError, SequenceName, Sequences, MAX_BLOCK};
+use crate::histogram::Histogram;
 use crate::store::KvStore;
 
 /// The most calls one strict sequence keeps waiting on one holder; more are refused as busy.
@@ -66,6 +68,54 @@ struct Seq {
     state: Mutex<Option<Held>>,
     /// Wakes dense calls waiting for a block.
     arrived: Notify,
+    stats: SeqStats,
+}
+
+/// Upper bounds (inclusive, µs) of the reservation-duration histogram's buckets: 0.5 ms to 10 s.
+pub const COMMIT_BUCKETS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+
+/// What one holder counts of one sequence (read by the node's metrics scrape).
+#[derive(Default)]
+pub struct SeqStats {
+    /// Values answered to callers.
+    pub values: AtomicU64,
+    /// Reservations committed (blocks, or strict commits).
+    pub commits: AtomicU64,
+    /// Reservations that failed (or whose outcome is unknown).
+    pub commit_failures: AtomicU64,
+    /// Durations of the reservations, failed ones included, µs.
+    pub commit_duration: Histogram<14>,
+    /// Values left below the maximum after the last reservation (`u64::MAX` before one).
+    pub remaining: AtomicU64,
+}
+
+impl SeqStats {
+    fn reserved(&self, started: Instant, got: &Result<Block, SequenceError>) {
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.commit_duration.record(&COMMIT_BUCKETS_US, us);
+        match got {
+            Ok(b) => {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                let next = b.last().saturating_add(b.step);
+                let left = if next > b.max {
+                    0
+                } else {
+                    (b.max - next) / b.step + 1
+                };
+                self.remaining.store(left, Ordering::Relaxed);
+            }
+            // Nothing was written: no commit, and nothing left.
+            Err(SequenceError::Exhausted { .. }) => {
+                self.remaining.store(0, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.commit_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// The sequences of one namespace, as one process hands them out.
@@ -119,6 +169,10 @@ impl Holder {
         let s = Arc::new(Seq {
             state: Mutex::new(None),
             arrived: Notify::new(),
+            stats: SeqStats {
+                remaining: AtomicU64::new(u64::MAX),
+                ..SeqStats::default()
+            },
         });
         seqs.insert(name.clone(), Arc::clone(&s));
         Ok(s)
@@ -152,9 +206,31 @@ impl Holder {
             Some(m) => m,
             None => self.learn(name, &seq, until, deadline).await?,
         };
-        match mode {
+        let got = match mode {
             Mode::Dense => self.dense(name, &seq, n, until, deadline).await,
             Mode::Strict => self.strict(name, &seq, n, until, deadline).await,
+        };
+        if let Ok(v) = &got {
+            seq.stats
+                .values
+                .fetch_add(v.len() as u64, Ordering::Relaxed);
+        }
+        got
+    }
+
+    /// Every sequence this holder has been asked for, in name order, with what it counted.
+    pub fn each_stats(&self, mut f: impl FnMut(&SequenceName, &SeqStats)) {
+        let seqs: Vec<(SequenceName, Arc<Seq>)> = {
+            let map = lock(&self.seqs);
+            let mut v: Vec<_> = map
+                .iter()
+                .map(|(n, s)| (n.clone(), Arc::clone(s)))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        for (n, s) in &seqs {
+            f(n, &s.stats);
         }
     }
 
@@ -250,9 +326,11 @@ impl Holder {
     fn fetch(self: &Arc<Self>, name: SequenceName, seq: Arc<Seq>, size: u64) {
         let me = Arc::clone(self);
         self.rt.spawn(async move {
+            let started = Instant::now();
             let got = Sequences::new(me.store.as_ref(), &me.namespace)
                 .reserve(&name, size)
                 .await;
+            seq.stats.reserved(started, &got);
             let now = me.now_ms();
             let mut st = lock(&seq.state);
             match (st.as_mut(), got) {
@@ -326,9 +404,11 @@ impl Holder {
         self.rt.spawn(async move {
             let mut total = total;
             loop {
+                let started = Instant::now();
                 let got = Sequences::new(me.store.as_ref(), &me.namespace)
                     .reserve(&name, total)
                     .await;
+                seq.stats.reserved(started, &got);
                 let mut st = lock(&seq.state);
                 let Some(Held::Strict(q)) = st.as_mut() else {
                     return;
