@@ -40,6 +40,9 @@ enum Command {
     },
     /// Show a cluster from its store: layout, every lease, free worker IDs per region.
     Inspect(Box<InspectArgs>),
+    /// Named sequences in the store: create, alter, drop, list, get (against the store, as
+    /// inspect reads it).
+    Seq(idgen::commands::seq::SeqArgs),
     /// Work out a bit layout for a deployment: nodes, regions, peak rate, years.
     Layout(idgen::commands::calc::LayoutCalcArgs),
     /// Check a running node's health on its admin port: exit 0 if live (ready with --ready),
@@ -100,6 +103,11 @@ fn cli() -> clap::Command {
     Cli::command()
         .mut_subcommand("serve", idgen::config::with_defaults_in_help)
         .mut_subcommand("inspect", inspect)
+        .mut_subcommand("seq", |seq| {
+            ["create", "alter", "drop", "list", "get"]
+                .into_iter()
+                .fold(seq, |seq, sub| seq.mut_subcommand(sub, inspect))
+        })
 }
 
 fn main() -> ExitCode {
@@ -129,6 +137,11 @@ fn main() -> ExitCode {
             args.origins = origins("inspect", &matches);
             ("inspect", inspect(&args))
         }
+        Command::Seq(mut args) => {
+            let sub = args.command.name();
+            args.command.store_mut().origins = origins_of(&["seq", &sub[4..]], &matches);
+            (sub, seq(&args.command))
+        }
         Command::Completions { shell } => ("completions", completions(shell)),
         Command::Man { out_dir } => ("man", man(out_dir.as_deref())),
     };
@@ -140,11 +153,23 @@ fn main() -> ExitCode {
 
 /// Where the settings of subcommand `name` came from: flags or `IDGEN_*` variables.
 fn origins(name: &str, matches: &clap::ArgMatches) -> Origins {
-    let cmd = cli();
-    match (cmd.find_subcommand(name), matches.subcommand_matches(name)) {
-        (Some(cmd), Some(matches)) => Origins::of(cmd, matches),
-        _ => Origins::default(),
+    origins_of(&[name], matches)
+}
+
+/// The origins of a nested subcommand's settings (`["seq", "create"]`).
+fn origins_of(path: &[&str], matches: &clap::ArgMatches) -> Origins {
+    let mut cmd = cli();
+    let mut matches = matches;
+    for name in path {
+        match (cmd.find_subcommand(name), matches.subcommand_matches(name)) {
+            (Some(c), Some(m)) => {
+                cmd = c.clone();
+                matches = m;
+            }
+            _ => return Origins::default(),
+        }
     }
+    Origins::of(&cmd, matches)
 }
 
 /// Exits on a command line clap refused. A value it could not parse that came from an
@@ -219,6 +244,18 @@ fn inspect(args: &InspectArgs) -> Result<(), Failure> {
     let text = rt
         .block_on(idgen::commands::inspect(&lease, args.json))
         .map_err(Failure::Runtime)?;
+    write_stdout(format!("{text}\n").as_bytes())
+}
+
+fn seq(cmd: &idgen::commands::seq::SeqCommand) -> Result<(), Failure> {
+    let (lease, log) = cmd.store().resolve()?;
+    // Logs (the audit events, the store's warnings) go to stderr; the answer is stdout's alone.
+    init_logging(&log)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    let text = rt.block_on(idgen::commands::seq::run(cmd, &lease))?;
     write_stdout(format!("{text}\n").as_bytes())
 }
 

@@ -36,11 +36,21 @@ fn path(p: &Path) -> &str {
 
 /// The subcommands as `idgen --help` lists them (but `help`).
 fn subcommands() -> Vec<String> {
-    let help = text(&idgen(&["--help"], &[]).stdout);
+    let names = subcommands_of(&[]).expect("a Commands: list");
+    for expected in ["serve", "inspect", "health", "completions", "man"] {
+        assert!(names.iter().any(|n| n == expected), "{names:?}");
+    }
+    names
+}
+
+/// The subcommands `idgen PATH… --help` lists (but `help`), if it has any.
+fn subcommands_of(path: &[&str]) -> Option<Vec<String>> {
+    let mut args = path.to_vec();
+    args.push("--help");
+    let help = text(&idgen(&args, &[]).stdout);
     let list = help
         .split("Commands:\n")
-        .nth(1)
-        .expect("a Commands: list")
+        .nth(1)?
         .split("\n\n")
         .next()
         .unwrap();
@@ -50,10 +60,7 @@ fn subcommands() -> Vec<String> {
         .filter(|n| *n != "help")
         .map(str::to_string)
         .collect();
-    for expected in ["serve", "inspect", "health", "completions", "man"] {
-        assert!(names.iter().any(|n| n == expected), "{names:?}");
-    }
-    names
+    Some(names)
 }
 
 /// `idgen inspect --config FILE` reads the node's own file: the store (here the embedded one,
@@ -370,7 +377,14 @@ fn the_man_page_has_every_command_and_renders() {
     let dir = tempfile::tempdir().unwrap();
     let out = idgen(&["man", "--out-dir", path(dir.path())], &[]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // A page per command, and one per subcommand of a command that has them (`idgen-seq-create.1`).
     let mut expected: BTreeSet<String> = subs.iter().map(|s| format!("idgen-{s}.1")).collect();
+    for s in &subs {
+        for sub in subcommands_of(&[s]).unwrap_or_default() {
+            expected.insert(format!("idgen-{s}-{sub}.1"));
+        }
+    }
+    assert!(expected.contains("idgen-seq-create.1"), "{expected:?}");
     expected.insert("idgen.1".into());
     let written: BTreeSet<String> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -870,4 +884,127 @@ fn an_unreachable_etcd_is_named_once_in_plain_words() {
             assert!(!line.contains(debug), "Debug text: {line}");
         }
     }
+}
+
+/// `idgen seq` manages named sequences in the store a node uses (here its embedded store, made
+/// by a node's first run): what it prints, what it refuses and with which status, and that a
+/// name dropped and created again starts above every value the old one reserved.
+#[test]
+fn seq_commands_create_alter_drop_and_list_sequences_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = path(dir.path());
+    // No store yet: refused, nothing created.
+    let none = idgen(&["seq", "list", "--data-dir", data], &[]);
+    assert_eq!(none.status.code(), Some(1), "{}", text(&none.stderr));
+    assert!(
+        !dir.path()
+            .join(idgen_core::store::embedded::DB_FILE)
+            .exists(),
+        "seq list created a store"
+    );
+    // Creating the first sequence makes the store (before a node's first start).
+    let json = |args: &[&str]| -> Value {
+        let mut all = vec!["seq"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--data-dir", data, "--json"]);
+        let out = idgen(&all, &[]);
+        assert!(out.status.success(), "{all:?}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{all:?}: {e}"))
+    };
+    let created = json(&[
+        "create",
+        "invoice.tenant-42",
+        "--mode",
+        "strict",
+        "--start",
+        "1000",
+        "--increment",
+        "10",
+        "--max",
+        "5000",
+    ]);
+    assert_eq!(created["name"], "invoice.tenant-42");
+    assert_eq!(created["mode"], "strict");
+    assert_eq!(created["next"], 1000);
+    assert_eq!(created["remaining"], 401);
+    json(&["create", "orders"]);
+    let listed = json(&["list"]);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["invoice.tenant-42", "orders"]);
+    let altered = json(&["alter", "orders", "--restart", "500", "--max-block", "64"]);
+    assert_eq!(
+        (altered["next"].as_u64(), altered["max_block"].as_u64()),
+        (Some(500), Some(64))
+    );
+    let dropped = json(&["drop", "orders"]);
+    assert_eq!(dropped["state"], "dropped");
+    let again = json(&["create", "orders"]);
+    assert_eq!(
+        again["next"], 500,
+        "created again above the dropped one's values"
+    );
+    // Refusals: what the operator wrote wrongly is 2, what the store refuses is 1, and each
+    // message names the sequence or the value.
+    for (args, code, says) in [
+        (vec!["create", "Orders"], 2, "bad sequence name"),
+        (
+            vec!["create", "x", "--mode", "gapless"],
+            2,
+            "not a sequence mode",
+        ),
+        (
+            vec!["create", "x", "--start", "0"],
+            2,
+            "start must be at least 1",
+        ),
+        (
+            vec!["create", "x", "--max", "9223372036854775808"],
+            2,
+            "signed 64-bit",
+        ),
+        (vec!["create", "orders"], 1, "exists already"),
+        (vec!["alter", "orders"], 2, "nothing to change"),
+        (
+            vec!["alter", "orders", "--restart", "10"],
+            1,
+            "values below 500",
+        ),
+        (vec!["get", "missing"], 1, "no sequence named missing"),
+        (vec!["drop", "missing"], 1, "no sequence named missing"),
+    ] {
+        let mut all = vec!["seq"];
+        all.extend_from_slice(&args);
+        all.extend_from_slice(&["--data-dir", data]);
+        let out = idgen(&all, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{all:?}: {err}");
+        assert!(err.contains(says), "{all:?}: {err}");
+        assert!(
+            out.stdout.is_empty(),
+            "{all:?} printed {}",
+            text(&out.stdout)
+        );
+    }
+    // Every change was an audit event on stderr.
+    let out = idgen(
+        &[
+            "seq",
+            "drop",
+            "invoice.tenant-42",
+            "--data-dir",
+            data,
+            "--log-format",
+            "json",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let event: Value = serde_json::from_str(text(&out.stderr).lines().next().unwrap()).unwrap();
+    assert_eq!(event["event"], "sequence_dropped");
+    assert_eq!(event["name"], "invoice.tenant-42");
 }

@@ -17,20 +17,26 @@ const IDGEN: &str = env!("CARGO_BIN_EXE_idgen");
 
 /// The subcommands `idgen --help` lists.
 fn subcommands() -> BTreeSet<String> {
-    let help = docs::help(Path::new(IDGEN), &[]);
+    subcommands_of(&[]).expect("`idgen --help` lists its commands")
+}
+
+/// The subcommands `idgen PATH… --help` lists, if it has any (`idgen seq` has `create`, …).
+fn subcommands_of(path: &[&str]) -> Option<BTreeSet<String>> {
+    let help = docs::help(Path::new(IDGEN), path);
     let commands = help
         .split("Commands:")
-        .nth(1)
-        .expect("`idgen --help` lists its commands")
+        .nth(1)?
         .split("Options:")
         .next()
         .unwrap();
-    commands
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|c| *c != "help")
-        .map(String::from)
-        .collect()
+    Some(
+        commands
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|c| *c != "help")
+            .map(String::from)
+            .collect(),
+    )
 }
 
 /// What `idgen serve --check-config` resolves with no flags, file or environment: key → value.
@@ -114,11 +120,17 @@ fn every_idgen_command_in_the_docs_uses_real_subcommands_and_flags() {
     let subs = subcommands();
     let top = docs::help_flags(&docs::help(Path::new(IDGEN), &[]));
     let mut sub_flags = BTreeMap::new();
+    // A command with subcommands of its own (`idgen seq create`): each by its own flags.
+    let mut nested: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for s in &subs {
         sub_flags.insert(
             s.clone(),
             docs::help_flags(&docs::help(Path::new(IDGEN), &[s])),
         );
+        for n in subcommands_of(&[s]).unwrap_or_default() {
+            let flags = docs::help_flags(&docs::help(Path::new(IDGEN), &[s, &n]));
+            nested.entry(s.clone()).or_default().insert(n, flags);
+        }
     }
     let mut bad = Vec::new();
     let mut checked = 0;
@@ -126,8 +138,21 @@ fn every_idgen_command_in_the_docs_uses_real_subcommands_and_flags() {
         let Some(first) = inv.words.first() else {
             continue;
         };
+        let second = inv.words.get(1).map(String::as_str).unwrap_or("");
         let (known, what) = if first.starts_with('-') {
             (&top, "idgen".to_string())
+        } else if let Some(flags) = nested.get(first).and_then(|n| n.get(second)) {
+            (flags, format!("idgen {first} {second}"))
+        } else if nested.contains_key(first)
+            && inv.shell
+            && !second.is_empty()
+            && second.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+        {
+            bad.push(format!(
+                "{}: `{}`: idgen {first} has no subcommand {second:?}",
+                inv.place, inv.text
+            ));
+            continue;
         } else if let Some(flags) = sub_flags.get(first) {
             (flags, format!("idgen {first}"))
         } else {

@@ -1,5 +1,6 @@
-//! Leases on a real etcd (see `common/etcd.rs`): the lease conformance suite, and the lease
-//! keeper on a 3-member cluster that loses a member, then the whole cluster, then gets it back.
+//! Leases on a real etcd (see `common/etcd.rs`): the lease and sequence conformance suites, and
+//! the lease keeper on a 3-member cluster that loses a member, then the whole cluster, then
+//! gets it back.
 
 mod common;
 
@@ -44,6 +45,19 @@ async fn etcd_passes_the_lease_conformance_suite() {
     assert!(
         checks <= MAX_RECORDS_PER_TXN + 2 && writes <= MAX_RECORDS_PER_TXN + 4,
         "largest commit: {checks} checks, {writes} writes"
+    );
+}
+
+/// Named sequences keep their records beside the leases: the same store behaviours on etcd,
+/// where the racing reservations really interleave and conflict.
+#[tokio::test(flavor = "current_thread")]
+async fn etcd_passes_the_sequence_conformance_suite() {
+    let cluster = EtcdCluster::start(1);
+    let store = conformance::Recording::new(connect(&cluster, "idgen-sequences").await);
+    idgen_core::sequence::conformance::run(&store, "seq").await;
+    assert!(
+        store.conflicts() > 0,
+        "the racing reservations never conflicted on etcd: the suite did not race them"
     );
 }
 

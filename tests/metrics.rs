@@ -209,24 +209,51 @@ fn path(p: &std::path::Path) -> &str {
 fn every_declared_family_is_on_a_live_node_with_its_type_and_labels() {
     let ca = TestCa::new("metrics test ca");
     let server = ca.server();
-    let node = NodeProc::start(&[
-        "--store",
-        "memory",
-        "--shards",
-        "2",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "127.0.0.1:0",
-        "--tls-listen",
-        "127.0.0.1:0",
-        "--tls-cert",
-        path(&server.cert),
-        "--tls-key",
-        path(&server.key),
-        "--metrics-legacy-names",
-    ]);
+    // A named sequence in the node's embedded store, so that its families have a series.
+    let data = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new(common::node::idgen_binary())
+        .args([
+            "seq",
+            "create",
+            "orders",
+            "--max",
+            "10",
+            "--data-dir",
+            path(data.path()),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let node = NodeProc::try_start_in(
+        Some(data.path()),
+        &[
+            "--shards",
+            "2",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            path(&server.cert),
+            "--tls-key",
+            path(&server.key),
+            "--metrics-legacy-names",
+        ],
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("idgen did not start: {e}"));
     let admin = node.admin.expect("admin address");
+    let api = node.http.expect("HTTP ID API address");
+    for _ in 0..3 {
+        let (status, body) = http(api, "POST", "/seq/orders", None);
+        assert_eq!(status, 200, "{body}");
+    }
     // A TLS client, so that the client-identity family has a series.
     let config = client_config(&ca.ca_pem, None, b"idgen/1");
     let mut tls = TestConn::try_open_tls(
@@ -290,10 +317,20 @@ fn every_declared_family_is_on_a_live_node_with_its_type_and_labels() {
         &[
             ("namespace", "default"),
             ("region", ""),
-            ("store", "memory"),
+            ("store", "embedded"),
         ],
     );
     assert_eq!(info.value, 1.0);
+    // The named sequence's: three values, reserved in one block of at most 10, none left
+    // below the maximum of 10 after the first block took what the first call asked ahead.
+    let orders = [("sequence", "orders")];
+    assert_eq!(e.value("idgen_named_sequence_values_total", &orders), 3.0);
+    assert_eq!(e.value("idgen_named_sequence_commits_total", &orders), 1.0);
+    assert_eq!(
+        e.value("idgen_named_sequence_commit_failures_total", &orders),
+        0.0
+    );
+    assert_eq!(e.value("idgen_named_sequence_remaining", &orders), 0.0);
     assert_eq!(e.value("idgen_lease_ttl_seconds", &[]), 10.0);
     if cfg!(target_os = "linux") {
         let now = std::time::SystemTime::now()

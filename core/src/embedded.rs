@@ -54,6 +54,15 @@
 //! down: the fences hold per ID as they do for a node's shard. IDs one thread takes strictly
 //! increase; two threads' IDs of the same millisecond interleave, as two nodes' do.
 //!
+//! ## Named sequences
+//!
+//! [`next_value`](Embedded::next_value) and [`next_values`](Embedded::next_values) answer the
+//! cluster's named sequences (`idgen seq create`) as a node's `POST /seq/{name}` does, through
+//! the same holder (`crate::sequence::holder`): dense values from blocks reserved ahead,
+//! strict ones from a commit made after the call began. They are async (the reservations run
+//! on the background's runtime); [`next_values_blocking`](Embedded::next_values_blocking) is
+//! for an application without a runtime.
+//!
 //! ```
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -78,6 +87,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use idgen_id::{Id, Layout, WorkerRange};
+
+use crate::sequence::holder::{HoldError, Holder};
+use crate::sequence::SequenceName;
+
+/// How long [`Embedded::next_values`] waits for a named sequence's reservation.
+pub const SEQUENCE_DEADLINE: Duration = Duration::from_secs(10);
 use tokio::sync::watch;
 
 use crate::clock::{CachedClock, Clock, SystemClock};
@@ -183,6 +198,9 @@ pub enum EmbeddedError {
     Gen(GenError),
     #[error("no ID issued: the embedded generator has shut down")]
     Closed,
+    /// A named sequence gave no values (unknown, used up, the store did not answer in time).
+    #[error("no value: {0}")]
+    Sequence(#[from] crate::sequence::holder::HoldError),
 }
 
 impl From<JoinError> for EmbeddedError {
@@ -472,16 +490,20 @@ enum Driver {
 /// [`shutdown`](Embedded::shutdown) releases it and says how.
 pub struct Embedded {
     shared: Arc<Shared>,
+    /// The namespace's named sequences, reserved on the background runtime.
+    sequences: Arc<Holder>,
     lease: Arc<LeaseShared>,
     layout: Layout,
     stop: watch::Sender<bool>,
     driver: Driver,
 }
 
-/// What [`Embedded::join`] hands to the background: the member and its one issuer.
+/// What [`Embedded::join`] hands to the background: the member and its one issuer, and the
+/// holder of the namespace's named sequences.
 struct Joined {
     member: Member<SystemClock>,
     shared: Arc<Shared>,
+    sequences: Arc<Holder>,
 }
 
 impl Embedded {
@@ -500,10 +522,12 @@ impl Embedded {
         let layout = config.layout;
         let joined = Self::join(store, namespace, config).await?;
         let shared = Arc::clone(&joined.shared);
+        let sequences = Arc::clone(&joined.sequences);
         let lease = joined.member.lease();
         let task = tokio::spawn(Self::drive(joined, stopped));
         Ok(Embedded {
             shared,
+            sequences,
             lease,
             layout,
             stop,
@@ -553,8 +577,11 @@ impl Embedded {
                     };
                     match joined.await {
                         Ok(joined) => {
-                            let _ =
-                                tx.send(Ok((Arc::clone(&joined.shared), joined.member.lease())));
+                            let _ = tx.send(Ok((
+                                Arc::clone(&joined.shared),
+                                Arc::clone(&joined.sequences),
+                                joined.member.lease(),
+                            )));
                             Self::drive(joined, stopped).await
                         }
                         Err(e) => {
@@ -566,8 +593,9 @@ impl Embedded {
             })
             .map_err(EmbeddedError::Thread)?;
         match rx.recv() {
-            Ok(Ok((shared, lease))) => Ok(Embedded {
+            Ok(Ok((shared, sequences, lease))) => Ok(Embedded {
                 shared,
+                sequences,
                 lease,
                 layout,
                 stop,
@@ -607,6 +635,12 @@ impl Embedded {
             max_drift: config.max_drift,
             max_rollback_wait: config.max_rollback_wait,
         };
+        // Named sequences are reserved on the runtime the background runs on.
+        let sequences = Holder::new(
+            Arc::clone(&store),
+            namespace,
+            tokio::runtime::Handle::current(),
+        );
         let (member, view) = Member::join(store, settings, owner, clock).await?;
         tracing::info!(
             event = "embedded_started",
@@ -619,6 +653,7 @@ impl Embedded {
         let issuer = member.issuer(0, CachedClock::new(), Arc::default());
         Ok(Joined {
             member,
+            sequences,
             shared: Arc::new(Shared {
                 handle: Mutex::new(Handle {
                     issuer,
@@ -633,12 +668,46 @@ impl Embedded {
     /// The background: renew and publish the clock key until told to stop, then stop issuing
     /// and release the lease at the last timestamp issued under it.
     async fn drive(joined: Joined, stopped: watch::Receiver<bool>) -> Result<Released, LeaseError> {
-        let Joined { member, shared } = joined;
+        let Joined { member, shared, .. } = joined;
         member.run(stopped).await;
         shared.closed.store(true, Ordering::Release);
         // A panic while issuing leaves the issuer's end unknown: the release takes the ceiling.
         let exit = shared.handle.lock().ok().map(|mut handle| handle.close());
         member.leave(&[exit]).await
+    }
+
+    /// The next value of the named sequence `name` (created with `idgen seq create`), as a
+    /// node's `POST /seq/{name}` answers it: from blocks reserved ahead (dense) or from a
+    /// commit made after this call began (strict). Waits at most [`SEQUENCE_DEADLINE`] for the
+    /// store.
+    pub async fn next_value(&self, name: &str) -> Result<u64, EmbeddedError> {
+        Ok(self.next_values(name, 1).await?[0])
+    }
+
+    /// `n` values of the named sequence `name`, in increasing order (see
+    /// [`next_value`](Self::next_value)).
+    pub async fn next_values(&self, name: &str, n: u64) -> Result<Vec<u64>, EmbeddedError> {
+        let name: SequenceName = name.parse().map_err(HoldError::Sequence)?;
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(EmbeddedError::Closed);
+        }
+        Ok(self
+            .sequences
+            .next_values(&name, n, SEQUENCE_DEADLINE)
+            .await?)
+    }
+
+    /// As [`next_values`](Self::next_values), for a thread outside any tokio runtime (an
+    /// application that started with [`start_blocking`](Self::start_blocking)): blocks this
+    /// thread until the values come. Inside a runtime it refuses (await `next_values`).
+    pub fn next_values_blocking(&self, name: &str, n: u64) -> Result<Vec<u64>, EmbeddedError> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(EmbeddedError::Config(
+                "next_values_blocking called inside a tokio runtime: await next_values instead"
+                    .into(),
+            ));
+        }
+        self.sequences.runtime().block_on(self.next_values(name, n))
     }
 
     /// One ID, through this thread's handle (see [`IdHandle`]): IDs one thread takes strictly

@@ -18,6 +18,8 @@
 //! - [`member`]: one member of a worker space (join, issuers, renewal and clock watch, leave),
 //!   the one lease holder both `idgen serve` and the embedded generator are made of;
 //! - [`embedded`]: [`Embedded`](embedded::Embedded), a lease-backed generator for one process;
+//! - [`sequence`]: named sequences (dense blocks, or strictly ordered shared commits), kept in
+//!   the same store beside the leases;
 //! - [`histogram`]: fixed-bucket histograms (durations, batch sizes) that a metrics scrape reads.
 //!
 //! Uniqueness never depends on clocks agreeing: a worker range is leased together with an
@@ -31,4 +33,5 @@ pub mod generator;
 pub mod histogram;
 pub mod lease;
 pub mod member;
+pub mod sequence;
 pub mod store;

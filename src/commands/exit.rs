@@ -17,15 +17,17 @@ Exit status:
      health: the node is live (ready, with --ready).
   1  Runtime failure: the store or a node cannot be reached or refuses (TLS,
      authentication, permission); serve cannot take a lease, bind a listener or
-     shut down cleanly; inspect finds no cluster in the namespace; health: the
-     node is not live (not ready) or gives no answer within --timeout; the
-     output cannot be written (a reader that closes the pipe early, like
-     `| head`, is no failure: status 0).
+     shut down cleanly; inspect finds no cluster in the namespace; seq: the
+     store refuses the change (a name that exists or is unknown, a value below
+     one handed out); health: the node is not live (not ready) or gives no
+     answer within --timeout; the output cannot be written (a reader that
+     closes the pipe early, like `| head`, is no failure: status 0).
   2  Usage or configuration error: an unknown flag or a bad value; an invalid
      configuration file or setting (also with serve --check-config); a store
      this build cannot open (etcd:// without the etcd feature); a TLS, CA
      or password file that cannot be read; a bad --log-level, IDGEN_LOG or
-     RUST_LOG; an ID that decode cannot read; needs that layout cannot fit.
+     RUST_LOG; an ID that decode cannot read; needs that layout cannot fit;
+     a sequence name or definition that seq refuses.
      Retrying cannot help: the systemd unit does not restart on it.
   Any other status is a crash: killed by a signal (a shell shows 128 + its
   number; SIGABRT, 134, after an internal error, which is a bug).";

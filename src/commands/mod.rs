@@ -1,11 +1,12 @@
 //! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen layout` ([`calc`]),
-//! `idgen health` ([`health`]); their exit statuses ([`exit`]).
+//! `idgen health` ([`health`]), `idgen seq` ([`seq`]); their exit statuses ([`exit`]).
 
 pub mod calc;
 pub mod exit;
 pub mod health;
 pub mod man;
 pub mod node_conn;
+pub mod seq;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -152,22 +153,26 @@ pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<Stri
     Ok(out)
 }
 
-/// Opens the store `lease` names for `idgen inspect`, which reads and never creates: an
-/// embedded store must exist already (no data directory or database is made for it), and one a
+/// Opens the store `lease` names for `idgen inspect` and `idgen seq`. Unless `create` (`idgen
+/// seq create`, which writes), an embedded store must exist already (no data directory or
+/// database is made for it: a mistyped --data-dir is an error, not a new store), and one a
 /// running node has open is refused with what to do instead. redb locks its database file for
 /// the one process that has it open (and idgen locks the directory's `LOCK` file), so a second
 /// process cannot read a serving node's embedded store, not even read-only.
-async fn open_existing(lease: &LeaseSection) -> Result<std::sync::Arc<dyn KvStore>, String> {
+pub(crate) async fn open_store(
+    lease: &LeaseSection,
+    create: bool,
+) -> Result<std::sync::Arc<dyn KvStore>, String> {
     let url = &lease.store;
     let embedded_dir = match url {
         StoreUrl::Embedded { dir } => Some(dir.as_deref().unwrap_or(&lease.data_dir)),
         _ => None,
     };
-    if let Some(dir) = embedded_dir {
+    if let Some(dir) = embedded_dir.filter(|_| !create) {
         if !dir.join(idgen_core::store::embedded::DB_FILE).is_file() {
             return Err(format!(
                 "no embedded store in {}: no node has run with this data directory; give \
-                 inspect the node's own file (--config), or its --data-dir or --store",
+                 the command the node's own file (--config), or its --data-dir or --store",
                 dir.display()
             ));
         }
@@ -181,7 +186,7 @@ async fn open_existing(lease: &LeaseSection) -> Result<std::sync::Arc<dyn KvStor
                 Some(pid) => format!(
                     "cannot open the store {url}: a running node (pid {}) has it open, and an \
                      embedded store is open to one process at a time. Stop the node \
-                     (systemctl stop idgen) and run inspect again; while it runs, its admin \
+                     (systemctl stop idgen) and run the command again; while it runs, its admin \
                      port shows its own lease (GET /health/ready) and /metrics the lease gauges",
                     if pid.is_empty() { "unknown" } else { &pid }
                 ),
@@ -194,7 +199,7 @@ async fn open_existing(lease: &LeaseSection) -> Result<std::sync::Arc<dyn KvStor
 /// leases count as held for its safety period.
 pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, String> {
     let (url, namespace, safety) = (&lease.store, lease.namespace.as_str(), lease.lease_safety);
-    let store = open_existing(lease).await?;
+    let store = open_store(lease, false).await?;
     let now = SystemClock::new().wall_ms();
     // Leases needs a layout; the cluster record has the real one.
     let probe = Leases::new(

@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `POST /ids` | `{"id": 123, "id_str": "123"}`; with `?format=string`: `{"id": "123"}` |
 //! | `POST /ids/batch` with `{"count": N}` | `{"ids": [..], "ids_str": [..]}`; with `?format=string`: `{"ids": ["..", ..]}` |
+//! | `POST /seq/{name}` | `{"value": N, "value_str": "N"}`: the next value of a named sequence (`idgen seq create`) |
+//! | `POST /seq/{name}/batch` with `{"count": K}` | `{"values": [..], "values_str": [..]}` |
 //! | `GET /health/live` | `{"live": true}` while the shard answers (for load balancers in front of this address) |
 //!
 //! IDs above 2^53 lose precision in JavaScript's numbers, so every answer carries them as
@@ -37,6 +39,8 @@ use super::issuer::{refusal, wait_until, InLine, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats};
 use super::web::{self, error, Reply};
 use idgen_core::generator::Progress;
+use idgen_core::sequence::holder::{HoldError, Holder};
+use idgen_core::sequence::{SequenceError, SequenceName, MAX_BLOCK};
 
 /// Largest request body read (a batch request is `{"count": N}`).
 const MAX_BODY: usize = 4096;
@@ -44,6 +48,8 @@ const MAX_BODY: usize = 4096;
 /// What an HTTP connection on a shard needs.
 pub(crate) struct HttpCtx {
     pub gen: Rc<RefCell<Issuer>>,
+    /// The node's named sequences (their reservations run on the control thread).
+    pub sequences: Arc<Holder>,
     pub stats: Arc<ShardStats>,
     pub max_batch: u32,
     /// A connection idle, or sending a request's head or body, for longer than this is closed.
@@ -143,6 +149,43 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
                 Err(e) => issue_error(ctx, &e),
             }
         }
+        (path, method) if path.starts_with("/seq/") => {
+            let Some((name, many)) = seq_path(path) else {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "no such endpoint: POST /seq/{name} or POST /seq/{name}/batch",
+                );
+            };
+            if method != Method::POST {
+                return web::not_allowed("POST", "POST");
+            }
+            let strings = match strings() {
+                Ok(s) => s,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let name: SequenceName = match name.parse() {
+                Ok(n) => n,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+            };
+            let count = if many {
+                let limit = ctx.max_batch.min(MAX_BLOCK as u32);
+                match batch_count(req.into_body(), limit, ctx.request_timeout).await {
+                    Ok(n) => u64::from(n),
+                    Err(e) => return e,
+                }
+            } else {
+                1
+            };
+            match ctx
+                .sequences
+                .next_values(&name, count, ctx.request_timeout)
+                .await
+            {
+                Ok(v) if many => web::json(StatusCode::OK, batch_as(VALUES, &v, strings)),
+                Ok(v) => web::json(StatusCode::OK, single_as(VALUES, v[0], strings)),
+                Err(e) => hold_error(&e),
+            }
+        }
         ("/health/live", &Method::GET | &Method::HEAD) => {
             web::json(StatusCode::OK, &br#"{"live":true}"#[..])
         }
@@ -150,8 +193,9 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
         ("/health/live", _) => web::not_allowed("GET, HEAD", "GET, HEAD"),
         _ => error(
             StatusCode::NOT_FOUND,
-            "no such endpoint on the HTTP ID API: POST /ids, POST /ids/batch, GET /health/live \
-             (metrics, readiness, /layout and GET /ids/{id} are on the admin address)",
+            "no such endpoint on the HTTP ID API: POST /ids, POST /ids/batch, POST /seq/{name}, \
+             POST /seq/{name}/batch, GET /health/live (metrics, readiness, /layout and GET \
+             /ids/{id} are on the admin address)",
         ),
     }
 }
@@ -235,28 +279,58 @@ fn strings_only(query: Option<&str>) -> Result<bool, String> {
     Ok(strings)
 }
 
-/// `{"id": N, "id_str": "N"}`, or `{"id": "N"}` for strings only. IDs are digits: written
-/// directly, with no escaping to do.
+/// The names an answer gives its numbers: IDs, or a sequence's values.
+#[derive(Clone, Copy)]
+struct Field {
+    one: &'static str,
+    many: &'static str,
+}
+
+const IDS: Field = Field {
+    one: "id",
+    many: "ids",
+};
+const VALUES: Field = Field {
+    one: "value",
+    many: "values",
+};
+
+/// `{"id": N, "id_str": "N"}`, or `{"id": "N"}` for strings only (`value` for a sequence's).
+/// Numbers are digits: written directly, with no escaping to do.
 fn single(id: u64, strings: bool) -> Vec<u8> {
+    single_as(IDS, id, strings)
+}
+
+fn single_as(field: Field, id: u64, strings: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(48);
     let mut digits = itoa::Buffer::new();
     let text = digits.format(id).as_bytes();
+    let key = field.one.as_bytes();
+    out.extend_from_slice(b"{\"");
+    out.extend_from_slice(key);
     if strings {
-        out.extend_from_slice(br#"{"id":""#);
+        out.extend_from_slice(br#"":""#);
         out.extend_from_slice(text);
         out.extend_from_slice(br#""}"#);
     } else {
-        out.extend_from_slice(br#"{"id":"#);
+        out.extend_from_slice(br#"":"#);
         out.extend_from_slice(text);
-        out.extend_from_slice(br#","id_str":""#);
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(key);
+        out.extend_from_slice(br#"_str":""#);
         out.extend_from_slice(text);
         out.extend_from_slice(br#""}"#);
     }
     out
 }
 
-/// `{"ids": [..], "ids_str": [..]}`, or `{"ids": ["..", ..]}` for strings only.
+/// `{"ids": [..], "ids_str": [..]}`, or `{"ids": ["..", ..]}` for strings only (`values` for
+/// a sequence's).
 fn batch(ids: &[u64], strings: bool) -> Vec<u8> {
+    batch_as(IDS, ids, strings)
+}
+
+fn batch_as(field: Field, ids: &[u64], strings: bool) -> Vec<u8> {
     // At most 20 digits, 2 quotes and a comma per ID and form.
     let mut out = Vec::with_capacity(24 + ids.len() * if strings { 23 } else { 44 });
     let mut digits = itoa::Buffer::new();
@@ -276,14 +350,54 @@ fn batch(ids: &[u64], strings: bool) -> Vec<u8> {
         }
         out.push(b']');
     };
-    out.extend_from_slice(br#"{"ids":"#);
+    let key = field.many.as_bytes();
+    out.extend_from_slice(b"{\"");
+    out.extend_from_slice(key);
+    out.extend_from_slice(b"\":");
     list(&mut out, strings);
     if !strings {
-        out.extend_from_slice(br#","ids_str":"#);
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(key);
+        out.extend_from_slice(b"_str\":");
         list(&mut out, true);
     }
     out.push(b'}');
     out
+}
+
+/// `/seq/{name}` → `(name, false)`, `/seq/{name}/batch` → `(name, true)`.
+fn seq_path(path: &str) -> Option<(&str, bool)> {
+    let rest = path.strip_prefix("/seq/")?;
+    match rest.split_once('/') {
+        None if !rest.is_empty() => Some((rest, false)),
+        Some((name, "batch")) if !name.is_empty() => Some((name, true)),
+        _ => None,
+    }
+}
+
+/// A sequence call that got no values: 404 for a sequence this namespace does not have, 409
+/// for one used up to its maximum, 400 for a bad count, 503 with `Retry-After` when the store
+/// did not answer in time (try again, here or on another node), 500 for a record this node
+/// cannot read.
+fn hold_error(e: &HoldError) -> Reply {
+    let status = match e {
+        HoldError::Sequence(SequenceError::NotFound(_)) => StatusCode::NOT_FOUND,
+        HoldError::Sequence(SequenceError::Exhausted { .. }) => StatusCode::CONFLICT,
+        HoldError::Sequence(SequenceError::BadName { .. } | SequenceError::BadSpec(_)) => {
+            StatusCode::BAD_REQUEST
+        }
+        HoldError::Sequence(SequenceError::Corrupt { .. } | SequenceError::Format { .. }) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut response = error(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert("retry-after", HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// A request that got no IDs: 503 (this node cannot issue now: try another), counted under its
@@ -315,6 +429,32 @@ mod tests {
             assert_eq!(v, serde_json::json!({"ids": ids, "ids_str": strs}));
             let v: serde_json::Value = serde_json::from_slice(&batch(&ids, true)).unwrap();
             assert_eq!(v, serde_json::json!({"ids": strs}));
+        }
+    }
+
+    #[test]
+    fn sequence_answers_name_their_numbers_values() {
+        let v: serde_json::Value = serde_json::from_slice(&single_as(VALUES, 42, false)).unwrap();
+        assert_eq!(v, serde_json::json!({"value": 42, "value_str": "42"}));
+        let v: serde_json::Value = serde_json::from_slice(&single_as(VALUES, 42, true)).unwrap();
+        assert_eq!(v, serde_json::json!({"value": "42"}));
+        let v: serde_json::Value =
+            serde_json::from_slice(&batch_as(VALUES, &[1, 2], false)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"values": [1, 2], "values_str": ["1", "2"]})
+        );
+    }
+
+    #[test]
+    fn sequence_paths_name_one_sequence() {
+        assert_eq!(seq_path("/seq/orders"), Some(("orders", false)));
+        assert_eq!(
+            seq_path("/seq/invoice.tenant-42/batch"),
+            Some(("invoice.tenant-42", true))
+        );
+        for bad in ["/seq/", "/seq//batch", "/seq/a/b", "/seq/a/batch/x"] {
+            assert_eq!(seq_path(bad), None, "{bad}");
         }
     }
 

@@ -25,6 +25,7 @@ use super::state::NodeState;
 use super::telemetry::{Op, ShardStats, BATCH_BUCKETS, REQUEST_BUCKETS_US};
 use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::lease::keeper::RENEWAL_BUCKETS_US;
+use idgen_core::sequence::holder::{SeqStats, COMMIT_BUCKETS_US};
 use idgen_core::store::StoreUrl;
 
 /// A family's Prometheus type.
@@ -303,6 +304,17 @@ fn per_shard(s: &Scrape<'_>, out: &mut Series<'_>, read: fn(&ShardStats) -> u64)
     Ok(())
 }
 
+/// A counter with a `sequence` label: one series per named sequence this node was asked for.
+fn per_sequence(s: &Scrape<'_>, out: &mut Series<'_>, read: fn(&SeqStats) -> u64) -> fmt::Result {
+    let mut r = Ok(());
+    s.node.sequences.each_stats(|name, st| {
+        if r.is_ok() {
+            r = out.value(&[name.as_str()], read(st));
+        }
+    });
+    r
+}
+
 /// One unlabelled sample, if there is a value (the process figures).
 fn maybe(out: &mut Series<'_>, v: Option<Value>) -> fmt::Result {
     v.map_or(Ok(()), |v| out.value(&[], v))
@@ -560,6 +572,65 @@ pub const FAMILIES: &[Family] = &[
                 out.histogram(&[result], &h)?;
             }
             Ok(())
+        },
+    ),
+    // Named sequences, one series per sequence this node was asked for (at most a
+    // namespace's 1024).
+    family(
+        "idgen_named_sequence_values_total",
+        Counter,
+        &["sequence"],
+        "values",
+        "Values of named sequences answered by this node (HTTP ID API), by sequence",
+        |s, out| per_sequence(s, out, |st| load(&st.values)),
+    ),
+    family(
+        "idgen_named_sequence_commits_total",
+        Counter,
+        &["sequence"],
+        "commits",
+        "Store commits that reserved a named sequence's values (a dense block, or a strict commit shared by the calls waiting for it), by sequence; values ÷ commits is the batching",
+        |s, out| per_sequence(s, out, |st| load(&st.commits)),
+    ),
+    family(
+        "idgen_named_sequence_commit_failures_total",
+        Counter,
+        &["sequence"],
+        "commits",
+        "Reservations of a named sequence that failed or whose outcome is unknown (their values are never handed out), by sequence",
+        |s, out| per_sequence(s, out, |st| load(&st.commit_failures)),
+    ),
+    histogram(
+        "idgen_named_sequence_commit_duration_seconds",
+        &["sequence"],
+        "seconds",
+        "Duration of the reservations of a named sequence (failed ones included), by sequence",
+        Buckets::Micros(&COMMIT_BUCKETS_US),
+        |s, out| {
+            let mut r = Ok(());
+            s.node.sequences.each_stats(|name, st| {
+                if r.is_ok() {
+                    r = out.histogram(&[name.as_str()], &st.commit_duration.snapshot());
+                }
+            });
+            r
+        },
+    ),
+    family(
+        "idgen_named_sequence_remaining",
+        Gauge,
+        &["sequence"],
+        "values",
+        "Values a named sequence has left below its maximum, as this node's last reservation of it found (absent before one)",
+        |s, out| {
+            let mut r = Ok(());
+            s.node.sequences.each_stats(|name, st| {
+                let left = load(&st.remaining);
+                if r.is_ok() && left != u64::MAX {
+                    r = out.value(&[name.as_str()], left);
+                }
+            });
+            r
         },
     ),
     family(

@@ -34,7 +34,8 @@
 //! to the shards, read by a shard once per millisecond of work (the ceiling) or when its lease
 //! changes; shard counters (single-writer atomics) read by the metrics scrape; the shutdown
 //! signal; an accepted connection, once, through the handoff queue of the shard that will serve
-//! it. Nothing else: a connection lives and dies on the shard that serves it, and the hot
+//! it; a named sequence's reservation, which a shard's request hands to the control thread's
+//! runtime (`idgen_core::sequence::holder`), and the block or error that comes back. Nothing else: a connection lives and dies on the shard that serves it, and the hot
 //! path takes no lock, allocates nothing per request and makes no syscall per ID.
 
 use std::net::SocketAddr;
@@ -46,6 +47,7 @@ use idgen_core::clock::{CachedClock, Clock, SystemClock};
 use idgen_core::lease::keeper::LeaseShared;
 use idgen_core::lease::{LeaseError, Owner, Released};
 use idgen_core::member::{IssuerExit, JoinError, Member, MemberSettings};
+use idgen_core::sequence::holder::Holder;
 use idgen_core::store::{self, StoreError};
 use tokio::sync::watch;
 
@@ -168,6 +170,13 @@ impl Node {
             max_rollback_wait: config.clock.max_rollback_wait,
         };
         let owner = Owner::this_process(config.lease.node_id.clone(), clock.wall_ms());
+        // Named sequences live in the same store and namespace; their reservations run here,
+        // on the control thread's runtime, never on a shard's.
+        let sequences = Holder::new(
+            Arc::clone(&store),
+            &config.lease.namespace,
+            tokio::runtime::Handle::current(),
+        );
         let (member, view) = Member::join(store, settings, owner, clock).await?;
         let member = Arc::new(member);
         let lease = member.lease();
@@ -227,6 +236,7 @@ impl Node {
                 handoff,
                 tls: tls.clone(),
                 http_tls: config.tls.tls_http,
+                sequences: Arc::clone(&sequences),
             };
             let listeners = shard::Listeners {
                 protocol,
@@ -272,6 +282,7 @@ impl Node {
                     draining: Arc::clone(&draining),
                     clock_watch: member.clock_watch(),
                     tls: tls.clone(),
+                    sequences: Arc::clone(&sequences),
                 });
                 let admin_tls = tls
                     .as_ref()

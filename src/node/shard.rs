@@ -18,6 +18,7 @@ use super::{conn, http};
 use super::{ConnGuard, ServeError};
 use crate::config::ListenSection;
 use idgen_core::member::IssuerExit;
+use idgen_core::sequence::holder::Holder;
 use idgen_id::Layout;
 
 /// Everything a shard thread starts with.
@@ -38,6 +39,9 @@ pub(crate) struct ShardSetup {
     pub tls: Option<Arc<ServerTls>>,
     /// The `[tls]` section's: the HTTP ID API serves HTTPS.
     pub http_tls: bool,
+    /// The node's named sequences, shared by every shard (reservations run on the control
+    /// thread's runtime).
+    pub sequences: Arc<Holder>,
 }
 
 /// One shard's descriptors of the node's listening sockets.
@@ -192,6 +196,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
         handoff,
         tls,
         http_tls,
+        sequences,
     } = setup;
     let register = |l: std::net::TcpListener| match tokio::net::TcpListener::from_std(l) {
         Ok(l) => Some(l),
@@ -233,6 +238,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
         }),
         http: Rc::new(http::HttpCtx {
             gen: Rc::clone(&gen),
+            sequences,
             stats: Arc::clone(&stats),
             max_batch: listen.max_batch,
             request_timeout: listen.http_request_timeout,

@@ -12,6 +12,7 @@ use crate::config::ServeConfig;
 use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::drift::ClockWatch;
 use idgen_core::lease::keeper::LeaseShared;
+use idgen_core::sequence::holder::Holder;
 
 /// The running node, as its observers read it.
 pub struct NodeState {
@@ -23,6 +24,8 @@ pub struct NodeState {
     pub clock_watch: Arc<ClockWatch>,
     /// The node's TLS, for its counters.
     pub tls: Option<Arc<ServerTls>>,
+    /// The node's named sequences, for their counters.
+    pub sequences: Arc<Holder>,
 }
 
 impl NodeState {

@@ -69,12 +69,22 @@ class Node:
             )
         self.dir = tempfile.TemporaryDirectory(prefix="idgen-openapi.")
         self.log = open(os.path.join(self.dir.name, "idgen.log"), "w+b")
+        data = os.path.join(self.dir.name, "data")
+        # Named sequences in the node's own embedded store, made before it starts: a dense
+        # one, and one with a single value (to see 409).
+        for seq in (["orders"], ["tiny", "--max", "1"]):
+            made = subprocess.run(
+                [IDGEN_BIN, "seq", "create", *seq, "--data-dir", data],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            )
+            if made.returncode != 0:
+                raise AssertionError(f"idgen seq create {seq}: {made.stderr}")
         args = [
-            IDGEN_BIN, "serve", "--store", "memory",
+            IDGEN_BIN, "serve", "--store", "embedded",
             "--listen", "127.0.0.1:0",
             "--http-listen", "127.0.0.1:0",
             "--admin-listen", "127.0.0.1:0",
-            "--data-dir", os.path.join(self.dir.name, "data"),
+            "--data-dir", data,
             "--shards", "1",
             "--max-batch", str(MAX_BATCH),
             *extra,
@@ -196,8 +206,13 @@ class OpenApiTest(unittest.TestCase):
                     continue
                 for status in op["responses"]:
                     documented.add((path, method.upper(), int(status)))
-        # Not provokable on a healthy node: a failure to encode the metrics.
-        unreachable = {("/metrics", "GET", 500)}
+        # Not provokable on a healthy node: a failure to encode the metrics, a sequence record
+        # the node cannot read.
+        unreachable = {
+            ("/metrics", "GET", 500),
+            ("/seq/{name}", "POST", 500),
+            ("/seq/{name}/batch", "POST", 500),
+        }
         missing = sorted(documented - cls.checked - unreachable)
         if missing:
             raise AssertionError(f"documented answers never seen live: {missing}")
@@ -345,15 +360,44 @@ class OpenApiTest(unittest.TestCase):
         big = '{"count": 1' + " " * 5000 + "}"
         self.call("api", "POST", "/ids/batch", body=big, expect=413)
 
+    def test_post_seq_in_both_forms(self):
+        _, _, a = self.call("api", "POST", "/seq/orders", expect=200)
+        self.assertEqual(a["value_str"], str(a["value"]))
+        _, _, b = self.call("api", "POST", "/seq/orders?format=string", expect=200)
+        self.assertGreater(int(b["value"]), a["value"])
+        _, _, c = self.call("api", "POST", "/seq/orders/batch", body='{"count": 3}', expect=200)
+        self.assertEqual([str(v) for v in c["values"]], c["values_str"])
+        self.assertEqual(c["values"], sorted(c["values"]))
+        self.assertGreater(c["values"][0], int(b["value"]))
+        _, _, d = self.call("api", "POST", "/seq/orders/batch?format=string", body='{"count": 2}', expect=200)
+        self.assertGreater(int(d["values"][0]), c["values"][-1])
+
+    def test_seq_errors(self):
+        for path in ("/seq/Orders", "/seq/orders?format=xml", "/seq/-x"):
+            self.call("api", "POST", path, expect=400)
+        for body in ('{"count": 0}', '{"count": 101}', "nope", '{"n": 1}'):
+            self.call("api", "POST", "/seq/orders/batch", body=body, expect=400)
+        self.call("api", "POST", "/seq/Orders/batch", body='{"count": 1}', expect=400)
+        self.call("api", "POST", "/seq/missing", expect=404)
+        self.call("api", "POST", "/seq/missing/batch", body='{"count": 1}', expect=404)
+        # tiny holds one value: the second call, and any batch after it, is 409.
+        status, _, _ = self.call("api", "POST", "/seq/tiny")
+        self.assertIn(status, (200, 409))
+        self.call("api", "POST", "/seq/tiny", expect=409)
+        self.call("api", "POST", "/seq/tiny/batch", body='{"count": 1}', expect=409)
+        big = json.dumps({"count": 1, "pad": "x" * 5000})
+        self.call("api", "POST", "/seq/orders/batch", body=big, expect=413)
+
     def test_a_body_that_does_not_arrive_is_408(self):
-        head = (
-            b"POST /ids/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 20\r\n\r\n"
-        )
-        status, headers, body = raw_exchange(self.addr["api"], head, b'{"cou', 5)
-        self.assertEqual(status, 408, body)
-        self.assertEqual(headers.get("connection"), "close")
-        self.validate("api", "POST", "/ids/batch", status, headers, body, req_body=b'{"count": 1}')
+        for path in ("/ids/batch", "/seq/orders/batch"):
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Content-Length: 20\r\n\r\n"
+            ).encode()
+            status, headers, body = raw_exchange(self.addr["api"], head, b'{"cou', 5)
+            self.assertEqual(status, 408, body)
+            self.assertEqual(headers.get("connection"), "close")
+            self.validate("api", "POST", path, status, headers, body, req_body=b'{"count": 1}')
         for path in self.listener_paths("admin"):
             concrete = path.replace("{id}", "12345")
             head = f"GET {concrete} HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n".encode()
@@ -427,7 +471,11 @@ class OpenApiTest(unittest.TestCase):
     # --- coverage: what the node serves is what the document says ------------------------
 
     def test_every_listener_serves_exactly_the_documented_routes(self):
-        probe = {"/ids/{id}": "/ids/12345"}
+        probe = {
+            "/ids/{id}": "/ids/12345",
+            "/seq/{name}": "/seq/orders",
+            "/seq/{name}/batch": "/seq/orders/batch",
+        }
         for listener in ("api", "admin"):
             mine = self.listener_paths(listener)
             self.assertTrue(mine, listener)
@@ -437,7 +485,8 @@ class OpenApiTest(unittest.TestCase):
                 # falls under (admin: /ids/batch is /ids/{id} with the ID "batch"), or none.
                 template = self.template_of(listener, concrete)
                 for method in METHODS:
-                    body = '{"count": 1}' if (concrete, method) == ("/ids/batch", "POST") else None
+                    batch = concrete.endswith("/batch") and method == "POST"
+                    body = '{"count": 1}' if batch else None
                     status, headers, data = request(
                         self.addr[listener], method, concrete, body,
                         {"Content-Type": "application/json"} if body else {},
@@ -482,11 +531,17 @@ class OpenApiTest(unittest.TestCase):
                 b"POST /ids/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Content-Length: 12\r\n\r\n"
             )
-            for path, body in (("/ids", None), ("/ids/batch", '{"count": 2}')):
+            for path, body in (
+                ("/ids", None),
+                ("/ids/batch", '{"count": 2}'),
+                ("/seq/orders", None),
+                ("/seq/orders/batch", '{"count": 2}'),
+            ):
                 if body is None:
                     status, headers, data = request(node.api, "POST", path)
                 else:
-                    status, headers, data = raw_exchange(node.api, batch_head, b"", 5)
+                    head = batch_head.replace(b"/ids/batch", path.encode())
+                    status, headers, data = raw_exchange(node.api, head, b"", 5)
                 self.assertEqual(status, 503, data)
                 self.assertEqual(headers.get("retry-after"), "1")
                 self.assertEqual(headers.get("connection"), "close")

@@ -600,3 +600,73 @@ fn a_slice_left_from_an_earlier_millisecond_is_not_handed_out() {
     );
     rt.block_on(ids.shutdown()).unwrap();
 }
+
+/// The embedded generator answers named sequences as a node does: values of a dense and of a
+/// strict sequence created in the cluster's store, unknown and bad names refused, and the
+/// blocking call for an application without a runtime (refused inside one).
+#[test]
+fn an_embedded_generator_hands_out_named_sequences_values() {
+    use crate::sequence::{Mode, SequenceSpec, Sequences};
+    let now = 1_750_000_000_000;
+    runtime().block_on(async {
+        let store = Arc::new(MemoryStore::new());
+        let seqs = Sequences::new(store.as_ref(), "seq");
+        seqs.create(
+            &"orders".parse().unwrap(),
+            SequenceSpec::new(Mode::Dense),
+            now,
+        )
+        .await
+        .unwrap();
+        seqs.create(
+            &"ledger".parse().unwrap(),
+            SequenceSpec::new(Mode::Strict),
+            now,
+        )
+        .await
+        .unwrap();
+        let ids = Embedded::start(store.clone(), "seq", config(1_000))
+            .await
+            .unwrap();
+        assert_eq!(ids.next_value("orders").await.unwrap(), 1);
+        assert_eq!(ids.next_values("orders", 3).await.unwrap(), [2, 3, 4]);
+        assert_eq!(ids.next_values("ledger", 2).await.unwrap(), [1, 2]);
+        for (name, what) in [
+            ("missing", "no sequence named"),
+            ("Bad", "bad sequence name"),
+        ] {
+            let e = ids.next_value(name).await.unwrap_err();
+            assert!(e.to_string().contains(what), "{name}: {e}");
+        }
+        let e = ids.next_values_blocking("orders", 1).unwrap_err();
+        assert!(matches!(e, EmbeddedError::Config(_)), "{e}");
+        ids.shutdown().await.unwrap();
+    });
+    // Without a runtime: start_blocking, then the blocking call.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(Sequences::new(&store, "seq").create(
+            &"orders".parse().unwrap(),
+            SequenceSpec::new(Mode::Dense),
+            now,
+        ))
+        .unwrap();
+    }
+    let url: StoreUrl = format!("embedded:{}", dir.path().display())
+        .parse()
+        .unwrap();
+    let ids =
+        Embedded::start_blocking(&url, &StoreAccess::default(), "seq", config(1_000)).unwrap();
+    assert_eq!(ids.next_values_blocking("orders", 2).unwrap(), [1, 2]);
+    let strict_missing = ids.next_values_blocking("ledger", 1).unwrap_err();
+    assert!(
+        strict_missing
+            .to_string()
+            .contains("no sequence named ledger"),
+        "{strict_missing}"
+    );
+}

@@ -959,7 +959,7 @@ async fn a_holder_that_publishes_its_clock_is_not_taken_over(store: &dyn KvStore
 }
 
 /// Polls every future until all are done (a dependency-free `join_all`).
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
     let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {

@@ -1,0 +1,457 @@
+//! One process's holder of every sequence it is asked for: the async side of [`Blocks`] and
+//! [`Batches`], written once for `idgen serve` and the embedded generator.
+//!
+//! ```text
+//!   caller (a shard's request, an application thread's task)
+//!     holder.next_values(name, n) ──▶ the sequence's state (a mutex, never held across an await)
+//!        dense:  take from the blocks; ask for the next block when low ─┐
+//!        strict: join the waiting calls; start a commit when none runs ─┤
+//!                                                                        ▼
+//!     reservations run on the holder's runtime (the node's control thread, the embedded
+//!     generator's background runtime): one store transaction each, never on the caller's thread
+//! ```
+//!
+//! A sequence is learnt on first use (its record says its mode); a reservation that finds it
+//! dropped or changed in mode forgets what was held. A failed reservation is answered to the
+//! calls waiting for it and retried by the next call: a store that comes back heals the
+//! holder without a restart. Nothing here waits on the clock but a caller's deadline.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, Notify};
+
+use super::dense::Blocks;
+use super::strict::{Batches, Values};
+use super::{Block, Mode, SequenceError, SequenceName, Sequences, MAX_BLOCK};
+use crate::histogram::Histogram;
+use crate::store::KvStore;
+
+/// The most calls one strict sequence keeps waiting on one holder; more are refused as busy.
+pub const MAX_WAITING: usize = 65_536;
+/// How long a failed reservation is the answer to calls that find nothing held, instead of a
+/// new reservation each.
+const FAILURE_ANSWERED_FOR_MS: u64 = 1_000;
+/// The most sequences one holder keeps state for (at most the namespace's bound).
+pub const MAX_HELD: usize = super::MAX_SEQUENCES as usize;
+
+/// Why a call got no values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HoldError {
+    /// The sequence said no (unknown, dropped, used up) or the count is out of range.
+    #[error(transparent)]
+    Sequence(#[from] SequenceError),
+    /// No reservation came in time (the store is slow or unreachable): retry, here or elsewhere.
+    #[error("no values within {0:?}: the store did not answer a reservation in time")]
+    Timeout(Duration),
+    /// Too many calls wait for this sequence on this holder.
+    #[error("too many calls wait for this sequence")]
+    Busy,
+}
+
+type Answer = oneshot::Sender<Result<Values, SequenceError>>;
+
+/// What a holder knows of one sequence.
+enum Held {
+    Dense {
+        blocks: Blocks,
+        /// Why the last reservation failed, and when (the holder's ms): answered to a call
+        /// that finds nothing held within [`FAILURE_ANSWERED_FOR_MS`] of it; later calls ask again.
+        failed: Option<(SequenceError, u64)>,
+    },
+    Strict(Batches<Answer>),
+}
+
+struct Seq {
+    state: Mutex<Option<Held>>,
+    /// Wakes dense calls waiting for a block.
+    arrived: Notify,
+    stats: SeqStats,
+}
+
+/// Upper bounds (inclusive, µs) of the reservation-duration histogram's buckets: 0.5 ms to 10 s.
+pub const COMMIT_BUCKETS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+
+/// What one holder counts of one sequence (read by the node's metrics scrape).
+#[derive(Default)]
+pub struct SeqStats {
+    /// Values answered to callers.
+    pub values: AtomicU64,
+    /// Reservations committed (blocks, or strict commits).
+    pub commits: AtomicU64,
+    /// Reservations that failed (or whose outcome is unknown).
+    pub commit_failures: AtomicU64,
+    /// Durations of the reservations, failed ones included, µs.
+    pub commit_duration: Histogram<14>,
+    /// Values left below the maximum after the last reservation (`u64::MAX` before one).
+    pub remaining: AtomicU64,
+}
+
+impl SeqStats {
+    fn reserved(&self, started: Instant, got: &Result<Block, SequenceError>) {
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.commit_duration.record(&COMMIT_BUCKETS_US, us);
+        match got {
+            Ok(b) => {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                let next = b.last().saturating_add(b.step);
+                let left = if next > b.max {
+                    0
+                } else {
+                    (b.max - next) / b.step + 1
+                };
+                self.remaining.store(left, Ordering::Relaxed);
+            }
+            // Nothing was written: no commit, and nothing left.
+            Err(SequenceError::Exhausted { .. }) => {
+                self.remaining.store(0, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.commit_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The sequences of one namespace, as one process hands them out.
+pub struct Holder {
+    store: Arc<dyn KvStore>,
+    namespace: String,
+    rt: tokio::runtime::Handle,
+    seqs: Mutex<HashMap<SequenceName, Arc<Seq>>>,
+    /// Milliseconds for block sizing (the holder's own monotonic clock).
+    started: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding it left plain data: still consistent enough to refuse or serve.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Holder {
+    /// A holder of `namespace`'s sequences in `store`, running its reservations on `rt`.
+    pub fn new(store: Arc<dyn KvStore>, namespace: &str, rt: tokio::runtime::Handle) -> Arc<Self> {
+        Arc::new(Holder {
+            store,
+            namespace: namespace.to_string(),
+            rt,
+            seqs: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        })
+    }
+
+    /// The runtime the reservations run on.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.rt
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn seq(&self, name: &SequenceName) -> Result<Arc<Seq>, HoldError> {
+        let mut seqs = lock(&self.seqs);
+        if let Some(s) = seqs.get(name) {
+            return Ok(Arc::clone(s));
+        }
+        if seqs.len() >= MAX_HELD {
+            // Forget sequences nothing is held for (dropped ones, mostly).
+            seqs.retain(|_, s| lock(&s.state).is_some());
+            if seqs.len() >= MAX_HELD {
+                return Err(HoldError::Busy);
+            }
+        }
+        let s = Arc::new(Seq {
+            state: Mutex::new(None),
+            arrived: Notify::new(),
+            stats: SeqStats {
+                remaining: AtomicU64::new(u64::MAX),
+                ..SeqStats::default()
+            },
+        });
+        seqs.insert(name.clone(), Arc::clone(&s));
+        Ok(s)
+    }
+
+    /// `n` values of sequence `name` (1 ..= [`MAX_BLOCK`]), in increasing order, within
+    /// `deadline`. Dense: from the blocks held (a store round trip only when they ran out).
+    /// Strict: from a reservation committed after this call began.
+    pub async fn next_values(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        n: u64,
+        deadline: Duration,
+    ) -> Result<Vec<u64>, HoldError> {
+        if n == 0 || n > MAX_BLOCK {
+            return Err(SequenceError::BadSpec(format!(
+                "a call takes 1 ..= {MAX_BLOCK} values, not {n}"
+            ))
+            .into());
+        }
+        let until = tokio::time::Instant::now() + deadline;
+        let seq = self.seq(name)?;
+        let mode = {
+            let st = lock(&seq.state);
+            st.as_ref().map(|h| match h {
+                Held::Dense { .. } => Mode::Dense,
+                Held::Strict(_) => Mode::Strict,
+            })
+        };
+        let mode = match mode {
+            Some(m) => m,
+            None => self.learn(name, &seq, until, deadline).await?,
+        };
+        let got = match mode {
+            Mode::Dense => self.dense(name, &seq, n, until, deadline).await,
+            Mode::Strict => self.strict(name, &seq, n, until, deadline).await,
+        };
+        if let Ok(v) = &got {
+            seq.stats
+                .values
+                .fetch_add(v.len() as u64, Ordering::Relaxed);
+        }
+        got
+    }
+
+    /// Every sequence this holder has been asked for, in name order, with what it counted.
+    pub fn each_stats(&self, mut f: impl FnMut(&SequenceName, &SeqStats)) {
+        let seqs: Vec<(SequenceName, Arc<Seq>)> = {
+            let map = lock(&self.seqs);
+            let mut v: Vec<_> = map
+                .iter()
+                .map(|(n, s)| (n.clone(), Arc::clone(s)))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        for (n, s) in &seqs {
+            f(n, &s.stats);
+        }
+    }
+
+    /// Reads the record to learn the sequence's mode (first use on this holder).
+    async fn learn(
+        &self,
+        name: &SequenceName,
+        seq: &Seq,
+        until: tokio::time::Instant,
+        deadline: Duration,
+    ) -> Result<Mode, HoldError> {
+        let store = Arc::clone(&self.store);
+        let ns = self.namespace.clone();
+        let n = name.clone();
+        let read = self
+            .rt
+            .spawn(async move { Sequences::new(store.as_ref(), &ns).get(&n).await });
+        let rec =
+            match tokio::time::timeout_at(until, read).await {
+                Err(_) => return Err(HoldError::Timeout(deadline)),
+                Ok(Err(join)) => {
+                    return Err(SequenceError::Store(crate::store::StoreError::Unavailable(
+                        format!("the reservation task stopped: {join}"),
+                    ))
+                    .into())
+                }
+                Ok(Ok(r)) => r?,
+            };
+        let rec = rec
+            .filter(|r| r.state == super::SequenceState::Live)
+            .ok_or_else(|| SequenceError::NotFound(name.clone()))?;
+        let mut st = lock(&seq.state);
+        let held = st.get_or_insert_with(|| match rec.spec.mode {
+            Mode::Dense => Held::Dense {
+                blocks: Blocks::new(rec.spec.max_block),
+                failed: None,
+            },
+            Mode::Strict => Held::Strict(Batches::new()),
+        });
+        Ok(match held {
+            Held::Dense { .. } => Mode::Dense,
+            Held::Strict(_) => Mode::Strict,
+        })
+    }
+
+    async fn dense(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        seq: &Arc<Seq>,
+        n: u64,
+        until: tokio::time::Instant,
+        deadline: Duration,
+    ) -> Result<Vec<u64>, HoldError> {
+        let mut out = Vec::with_capacity(n.min(4096) as usize);
+        loop {
+            // Registered before the state is read, so a block that lands in between wakes it.
+            let arrived = seq.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            {
+                let mut st = lock(&seq.state);
+                let Some(Held::Dense { blocks, failed }) = st.as_mut() else {
+                    // Forgotten (dropped, or recreated in the other mode) while we waited.
+                    return Err(SequenceError::NotFound(name.clone()).into());
+                };
+                let want = n - out.len() as u64;
+                let now = self.now_ms();
+                blocks.take(want, now, &mut out);
+                if out.len() as u64 != n && !blocks.is_fetching() {
+                    let recent = failed
+                        .take()
+                        .filter(|(_, at)| now.saturating_sub(*at) < FAILURE_ANSWERED_FOR_MS);
+                    if let Some((e, _)) = recent {
+                        // Nothing more held and the last reservation failed: say why (values
+                        // taken for this call are a gap). The next call asks again.
+                        return Err(e.into());
+                    }
+                }
+                if let Some(size) = blocks.start_fetch() {
+                    self.fetch(name.clone(), Arc::clone(seq), size);
+                }
+                if out.len() as u64 == n {
+                    return Ok(out);
+                }
+            }
+            if tokio::time::timeout_at(until, arrived).await.is_err() {
+                return Err(HoldError::Timeout(deadline));
+            }
+        }
+    }
+
+    /// Reserves a dense block on the holder's runtime; the calls waiting are woken.
+    fn fetch(self: &Arc<Self>, name: SequenceName, seq: Arc<Seq>, size: u64) {
+        let me = Arc::clone(self);
+        self.rt.spawn(async move {
+            let started = Instant::now();
+            let got = Sequences::new(me.store.as_ref(), &me.namespace)
+                .reserve(&name, size)
+                .await;
+            seq.stats.reserved(started, &got);
+            let now = me.now_ms();
+            let mut st = lock(&seq.state);
+            match (st.as_mut(), got) {
+                (Some(Held::Dense { blocks, failed }), Ok(b)) if b.mode == Mode::Dense => {
+                    match blocks.fetched(b, b.max_block, now) {
+                        Ok(()) => *failed = None,
+                        Err(behind) => {
+                            let corrupt = SequenceError::Corrupt {
+                                key: String::from_utf8_lossy(
+                                    &Sequences::new(me.store.as_ref(), &me.namespace).key(&name),
+                                )
+                                .into_owned(),
+                                detail: behind.to_string(),
+                            };
+                            *failed = Some((corrupt, now));
+                        }
+                    }
+                }
+                (Some(Held::Dense { blocks, failed }), Err(e)) => {
+                    blocks.fetch_failed();
+                    if matches!(e, SequenceError::NotFound(_)) {
+                        // Dropped: nothing held is handed out any more.
+                        blocks.discard();
+                        *st = None;
+                    } else {
+                        *failed = Some((e, now));
+                    }
+                }
+                // Recreated in the other mode: forget the dense state; the next call learns.
+                (Some(Held::Dense { .. }), Ok(_)) => *st = None,
+                _ => {}
+            }
+            drop(st);
+            seq.arrived.notify_waiters();
+        });
+    }
+
+    async fn strict(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        seq: &Arc<Seq>,
+        n: u64,
+        until: tokio::time::Instant,
+        deadline: Duration,
+    ) -> Result<Vec<u64>, HoldError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut st = lock(&seq.state);
+            let Some(Held::Strict(q)) = st.as_mut() else {
+                return Err(SequenceError::NotFound(name.clone()).into());
+            };
+            if q.waiting() >= MAX_WAITING {
+                return Err(HoldError::Busy);
+            }
+            q.push(tx, n);
+            if let Some(total) = q.start_commit() {
+                self.commit(name.clone(), Arc::clone(seq), total);
+            }
+        }
+        match tokio::time::timeout_at(until, rx).await {
+            Err(_) => Err(HoldError::Timeout(deadline)),
+            // The holder let the call go without an answer (the sequence was forgotten).
+            Ok(Err(_)) => Err(SequenceError::NotFound(name.clone()).into()),
+            Ok(Ok(r)) => Ok(r?.iter().collect()),
+        }
+    }
+
+    /// Runs strict commits on the holder's runtime, one after another while calls wait.
+    fn commit(self: &Arc<Self>, name: SequenceName, seq: Arc<Seq>, total: u64) {
+        let me = Arc::clone(self);
+        self.rt.spawn(async move {
+            let mut total = total;
+            loop {
+                let started = Instant::now();
+                let got = Sequences::new(me.store.as_ref(), &me.namespace)
+                    .reserve(&name, total)
+                    .await;
+                seq.stats.reserved(started, &got);
+                let mut st = lock(&seq.state);
+                let Some(Held::Strict(q)) = st.as_mut() else {
+                    return;
+                };
+                match got {
+                    Ok(b) if b.mode == Mode::Strict => answer(q.committed(b), &name, &b),
+                    Ok(_) => {
+                        // Recreated as dense: these values are not strict ones. Forget.
+                        for tx in q.drain_all() {
+                            let _ = tx.send(Err(SequenceError::NotFound(name.clone())));
+                        }
+                        *st = None;
+                        return;
+                    }
+                    Err(e) => {
+                        let gone = matches!(e, SequenceError::NotFound(_));
+                        for tx in q.failed() {
+                            let _ = tx.send(Err(e.clone()));
+                        }
+                        if gone {
+                            for tx in q.drain_all() {
+                                let _ = tx.send(Err(e.clone()));
+                            }
+                            *st = None;
+                            return;
+                        }
+                    }
+                }
+                match q.start_commit() {
+                    Some(t) => total = t,
+                    None => return,
+                }
+            }
+        });
+    }
+}
+
+fn answer(done: Vec<(Answer, Option<Values>)>, name: &SequenceName, b: &Block) {
+    for (tx, v) in done {
+        let r = v.ok_or_else(|| SequenceError::Exhausted {
+            name: name.clone(),
+            max: b.max,
+        });
+        let _ = tx.send(r);
+    }
+}

@@ -1,0 +1,257 @@
+//! Named sequences as deployed: three real `idgen serve` nodes on one real etcd, sequences
+//! created with `idgen seq create`, many HTTP clients at once across the nodes, one node
+//! killed with SIGKILL midway. The history each client records (start, end, values, on this
+//! process's clock) is checked by `idgen_core::sequence::check`: no value twice, the strict
+//! mode's real-time order, the dense mode's gap bound. And what the HTTP API answers to
+//! unknown and bad names, bad counts and a used-up sequence.
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::etcd::EtcdCluster;
+use common::node::{idgen_binary, try_http, NodeProc};
+use idgen_core::sequence::check::{self, Call};
+use serde_json::Value;
+
+const CLIENTS_PER_NODE: usize = 3;
+const CALLS_PER_CLIENT: usize = 120;
+const MAX_BLOCK: u64 = 16;
+
+fn seq(url: &str, args: &[&str]) {
+    let out = Command::new(idgen_binary())
+        .arg("seq")
+        .args(args)
+        .args(["--store", url])
+        .output()
+        .expect("run idgen seq");
+    assert!(
+        out.status.success(),
+        "idgen seq {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn start(url: &str, node_id: &str) -> NodeProc {
+    NodeProc::start(&[
+        "--store",
+        url,
+        "--node-id",
+        node_id,
+        "--lease-ttl",
+        "2s",
+        "--shards",
+        "2",
+        "--http-listen",
+        "127.0.0.1:0",
+    ])
+}
+
+/// Calls `POST /seq/{name}` (or `/batch` for 2 or 3 values) from every client thread, each
+/// on its own node, until each made its calls; node 2 is killed when half the calls are made,
+/// and its clients go on at node 0. Returns every call, failed ones with no values.
+fn run(nodes: &mut [NodeProc], name: &str) -> Vec<Call> {
+    let origin = Instant::now();
+    let addrs: Vec<_> = nodes.iter().map(|n| n.http.expect("HTTP ID API")).collect();
+    let killed = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for (i, &addr) in addrs.iter().enumerate() {
+        for c in 0..CLIENTS_PER_NODE {
+            let (name, killed, fallback) = (name.to_string(), Arc::clone(&killed), addrs[0]);
+            threads.push(std::thread::spawn(move || {
+                let mut calls = Vec::new();
+                for k in 0..CALLS_PER_CLIENT {
+                    let target = if i == 2 && killed.load(Ordering::SeqCst) {
+                        fallback
+                    } else {
+                        addr
+                    };
+                    let n = 1 + (c + k) % 3;
+                    let (path, body) = if n == 1 {
+                        (format!("/seq/{name}"), None)
+                    } else {
+                        (
+                            format!("/seq/{name}/batch"),
+                            Some(format!("{{\"count\": {n}}}")),
+                        )
+                    };
+                    let start = origin.elapsed().as_micros() as u64;
+                    let got = try_http(
+                        target,
+                        "POST",
+                        &path,
+                        body.as_deref(),
+                        Duration::from_secs(10),
+                    );
+                    let end = origin.elapsed().as_micros() as u64;
+                    let values = match got {
+                        Ok((200, body)) => {
+                            let v: Value = serde_json::from_str(&body).unwrap();
+                            let values: Vec<u64> = if n == 1 {
+                                vec![v["value"].as_u64().unwrap()]
+                            } else {
+                                v["values"]
+                                    .as_array()
+                                    .unwrap()
+                                    .iter()
+                                    .map(|x| x.as_u64().unwrap())
+                                    .collect()
+                            };
+                            assert_eq!(values.len(), n, "{body}");
+                            let strings = if n == 1 { "value_str" } else { "values_str" };
+                            assert!(v.get(strings).is_some(), "{body}");
+                            values
+                        }
+                        // Refused (503) or cut off by the kill: a failed call, no values.
+                        Ok((503, _)) | Err(_) => Vec::new(),
+                        Ok((status, body)) => panic!("{path}: {status} {body}"),
+                    };
+                    calls.push(Call { start, end, values });
+                }
+                calls
+            }));
+        }
+    }
+    // Kill node 2 once the clients are halfway (SIGKILL: no release, blocks lost).
+    let halfway = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < halfway {
+        std::thread::sleep(Duration::from_millis(20));
+        if threads.iter().all(|t| t.is_finished()) {
+            break;
+        }
+        if origin.elapsed() > Duration::from_millis(800) {
+            nodes[2].kill();
+            killed.store(true, Ordering::SeqCst);
+            break;
+        }
+    }
+    let mut all = Vec::new();
+    for t in threads {
+        all.extend(t.join().expect("a client thread"));
+    }
+    all
+}
+
+#[test]
+fn strict_and_dense_sequences_across_three_nodes_on_etcd_hold_their_promises() {
+    let cluster = EtcdCluster::start(1);
+    let url = cluster.url("idgen-seq");
+    let max_block = MAX_BLOCK.to_string();
+    seq(
+        &url,
+        &[
+            "create",
+            "orders",
+            "--mode",
+            "dense",
+            "--max-block",
+            &max_block,
+        ],
+    );
+    seq(&url, &["create", "ledger", "--mode", "strict"]);
+    for (name, strict) in [("orders", false), ("ledger", true)] {
+        let mut nodes = vec![start(&url, "a"), start(&url, "b"), start(&url, "c")];
+        let calls = run(&mut nodes, name);
+        let answered = calls.iter().filter(|c| !c.values.is_empty()).count();
+        assert!(
+            answered * 10 >= calls.len() * 8,
+            "{name}: only {answered} of {} calls answered",
+            calls.len()
+        );
+        let dup = check::duplicates(&calls);
+        assert!(
+            dup.is_empty(),
+            "{name}: values twice: {:?}",
+            &dup[..dup.len().min(5)]
+        );
+        if strict {
+            let v = check::real_time_order(&calls);
+            assert!(
+                v.is_empty(),
+                "{name}: out of real-time order: {:?}",
+                &v[..v.len().min(5)]
+            );
+        }
+        // Per client, values increase: each client's calls are sequential. A dense client of
+        // the killed node that moved on to node 0 gets node 0's blocks, which may lie below
+        // what node 2 held: its calls are left out.
+        for (j, client) in calls.chunks(CALLS_PER_CLIENT).enumerate() {
+            if !strict && j / CLIENTS_PER_NODE == 2 {
+                continue;
+            }
+            let flat: Vec<u64> = client
+                .iter()
+                .flat_map(|c| c.values.iter().copied())
+                .collect();
+            assert!(
+                flat.windows(2).all(|w| w[0] < w[1]),
+                "{name}, client {j}: {flat:?}"
+            );
+        }
+        if !strict {
+            // Gaps: what each node held when the run ended or it was killed (two blocks each),
+            // and calls cut off by the kill.
+            let cut: u64 = calls.iter().filter(|c| c.values.is_empty()).count() as u64 * 3;
+            let allowed = 3 * 2 * MAX_BLOCK + cut;
+            assert_eq!(check::gaps_beyond(&calls, 1, 1, allowed), None, "{name}");
+        }
+        for n in &mut nodes {
+            n.kill();
+        }
+    }
+}
+
+#[test]
+fn the_http_api_refuses_unknown_and_bad_names_bad_counts_and_a_used_up_sequence() {
+    let cluster = EtcdCluster::start(1);
+    let url = cluster.url("idgen-seq-bad");
+    seq(&url, &["create", "tiny", "--max", "2"]);
+    let node = start(&url, "a");
+    let api = node.http.unwrap();
+    let call = |path: &str, body: Option<&str>| {
+        try_http(api, "POST", path, body, Duration::from_secs(10)).unwrap()
+    };
+    for (path, body, status, says) in [
+        ("/seq/nope", None, 404, "no sequence named nope"),
+        ("/seq/Bad", None, 400, "bad sequence name"),
+        (
+            "/seq/tiny/batch",
+            Some(r#"{"count": 0}"#),
+            400,
+            "count must be",
+        ),
+        (
+            "/seq/tiny/batch",
+            Some(r#"{"count": 100000}"#),
+            400,
+            "count must be",
+        ),
+        (
+            "/seq/tiny/batch",
+            Some("garbage"),
+            400,
+            "expected a JSON body",
+        ),
+        ("/seq/tiny/other", None, 404, "no such endpoint"),
+    ] {
+        let (got, text) = call(path, body);
+        assert_eq!(got, status, "{path}: {text}");
+        assert!(text.contains(says), "{path}: {text}");
+    }
+    assert_eq!(
+        call("/seq/tiny", None),
+        (200, r#"{"value":1,"value_str":"1"}"#.into())
+    );
+    assert_eq!(
+        call("/seq/tiny", None),
+        (200, r#"{"value":2,"value_str":"2"}"#.into())
+    );
+    let (status, text) = call("/seq/tiny", None);
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("maximum 2"), "{text}");
+    let (status, _) = try_http(api, "GET", "/seq/tiny", None, Duration::from_secs(10)).unwrap();
+    assert_eq!(status, 405);
+}
