@@ -139,7 +139,9 @@ fn main() -> ExitCode {
         }
         Command::Seq(mut args) => {
             let sub = args.command.name();
-            args.command.store_mut().origins = origins_of(&["seq", &sub[4..]], &matches);
+            if let Some(store) = args.command.store_mut() {
+                store.origins = origins_of(&["seq", &sub[4..]], &matches);
+            }
             (sub, seq(&args.command))
         }
         Command::Completions { shell } => ("completions", completions(shell)),
@@ -248,7 +250,24 @@ fn inspect(args: &InspectArgs) -> Result<(), Failure> {
 }
 
 fn seq(cmd: &idgen::commands::seq::SeqCommand) -> Result<(), Failure> {
-    let (lease, log) = cmd.store().resolve()?;
+    use idgen::commands::seq::SeqCommand;
+    let store = match cmd {
+        SeqCommand::Next {
+            name,
+            count,
+            addr,
+            timeout,
+            tls,
+        } => {
+            let values = idgen::commands::seq::next(name, *count, addr, timeout, tls)?;
+            let text: String = values.iter().map(|v| format!("{v}\n")).collect();
+            return write_stdout(text.as_bytes());
+        }
+        other => other
+            .store()
+            .ok_or_else(|| Failure::Usage("no store settings".into()))?,
+    };
+    let (lease, log) = store.resolve()?;
     // Logs (the audit events, the store's warnings) go to stderr; the answer is stdout's alone.
     init_logging(&log)?;
     let rt = tokio::runtime::Builder::new_current_thread()

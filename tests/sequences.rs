@@ -254,4 +254,35 @@ fn the_http_api_refuses_unknown_and_bad_names_bad_counts_and_a_used_up_sequence(
     assert!(text.contains("maximum 2"), "{text}");
     let (status, _) = try_http(api, "GET", "/seq/tiny", None, Duration::from_secs(10)).unwrap();
     assert_eq!(status, 405);
+    // `idgen seq next` asks the same API.
+    seq(&url, &["create", "cli", "--start", "7"]);
+    let next = |args: &[&str]| {
+        Command::new(idgen_binary())
+            .args(["seq", "next"])
+            .args(args)
+            .args(["--addr", &api.to_string()])
+            .output()
+            .unwrap()
+    };
+    let out = next(&["cli", "-n", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "7\n8\n9\n");
+    let out = next(&["cli"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "10\n");
+    for (args, code, says) in [
+        (&["nope"][..], 1, "404: no sequence named nope"),
+        (&["tiny"][..], 1, "409"),
+        (&["Bad"][..], 2, "bad sequence name"),
+        (&["cli", "-n", "0"][..], 2, "0"),
+    ] {
+        let out = next(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
 }
