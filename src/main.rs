@@ -137,12 +137,10 @@ fn main() -> ExitCode {
             args.origins = origins("inspect", &matches);
             ("inspect", inspect(&args))
         }
-        Command::Seq(mut args) => {
+        Command::Seq(args) => {
             let sub = args.command.name();
-            if let Some(store) = args.command.store_mut() {
-                store.origins = origins_of(&["seq", &sub[4..]], &matches);
-            }
-            (sub, seq(&args.command))
+            let origins = origins_of(&["seq", &sub[4..]], &matches);
+            (sub, seq(&args.command, origins))
         }
         Command::Completions { shell } => ("completions", completions(shell)),
         Command::Man { out_dir } => ("man", man(out_dir.as_deref())),
@@ -249,7 +247,7 @@ fn inspect(args: &InspectArgs) -> Result<(), Failure> {
     write_stdout(format!("{text}\n").as_bytes())
 }
 
-fn seq(cmd: &idgen::commands::seq::SeqCommand) -> Result<(), Failure> {
+fn seq(cmd: &idgen::commands::seq::SeqCommand, origins: Origins) -> Result<(), Failure> {
     use idgen::commands::seq::SeqCommand;
     let store = match cmd {
         SeqCommand::Next {
@@ -266,6 +264,11 @@ fn seq(cmd: &idgen::commands::seq::SeqCommand) -> Result<(), Failure> {
         other => other
             .store()
             .ok_or_else(|| Failure::Usage("no store settings".into()))?,
+    };
+    // Errors name what the user wrote: the flag, the variable or the file key.
+    let store = idgen::commands::InspectArgs {
+        origins,
+        ..store.clone()
     };
     let (lease, log) = store.resolve()?;
     // Logs (the audit events, the store's warnings) go to stderr; the answer is stdout's alone.

@@ -119,19 +119,6 @@ impl SeqCommand {
             SeqCommand::Next { .. } => "seq next",
         }
     }
-
-    /// The store settings the command was given, to fill in their origins (`seq next` asks a
-    /// node, not the store).
-    pub fn store_mut(&mut self) -> Option<&mut InspectArgs> {
-        match self {
-            SeqCommand::Create { store, .. }
-            | SeqCommand::Alter { store, .. }
-            | SeqCommand::Drop { store, .. }
-            | SeqCommand::List { store }
-            | SeqCommand::Get { store, .. } => Some(store),
-            SeqCommand::Next { .. } => None,
-        }
-    }
 }
 
 fn parse_name(name: &str) -> Result<SequenceName, Failure> {

@@ -432,13 +432,7 @@ mod holder {
 
     const DEADLINE: Duration = Duration::from_secs(10);
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    }
+    use crate::test_support::runtime;
 
     async fn setup(mode: Mode, max_block: u64) -> (Arc<MemoryStore>, Arc<Holder>) {
         let store = Arc::new(MemoryStore::new());
