@@ -137,10 +137,10 @@ fn main() -> ExitCode {
             args.origins = origins("inspect", &matches);
             ("inspect", inspect(&args))
         }
-        Command::Seq(mut args) => {
+        Command::Seq(args) => {
             let sub = args.command.name();
-            args.command.store_mut().origins = origins_of(&["seq", &sub[4..]], &matches);
-            (sub, seq(&args.command))
+            let origins = origins_of(&["seq", &sub[4..]], &matches);
+            (sub, seq(&args.command, origins))
         }
         Command::Completions { shell } => ("completions", completions(shell)),
         Command::Man { out_dir } => ("man", man(out_dir.as_deref())),
@@ -247,8 +247,30 @@ fn inspect(args: &InspectArgs) -> Result<(), Failure> {
     write_stdout(format!("{text}\n").as_bytes())
 }
 
-fn seq(cmd: &idgen::commands::seq::SeqCommand) -> Result<(), Failure> {
-    let (lease, log) = cmd.store().resolve()?;
+fn seq(cmd: &idgen::commands::seq::SeqCommand, origins: Origins) -> Result<(), Failure> {
+    use idgen::commands::seq::SeqCommand;
+    let store = match cmd {
+        SeqCommand::Next {
+            name,
+            count,
+            addr,
+            timeout,
+            tls,
+        } => {
+            let values = idgen::commands::seq::next(name, *count, addr, timeout, tls)?;
+            let text: String = values.iter().map(|v| format!("{v}\n")).collect();
+            return write_stdout(text.as_bytes());
+        }
+        other => other
+            .store()
+            .ok_or_else(|| Failure::Usage("no store settings".into()))?,
+    };
+    // Errors name what the user wrote: the flag, the variable or the file key.
+    let store = idgen::commands::InspectArgs {
+        origins,
+        ..store.clone()
+    };
+    let (lease, log) = store.resolve()?;
     // Logs (the audit events, the store's warnings) go to stderr; the answer is stdout's alone.
     init_logging(&log)?;
     let rt = tokio::runtime::Builder::new_current_thread()

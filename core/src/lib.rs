@@ -35,3 +35,16 @@ pub mod lease;
 pub mod member;
 pub mod sequence;
 pub mod store;
+
+/// What this crate's unit tests share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    /// A multi-threaded runtime of two workers, as applications run the embedded generator.
+    pub fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+}

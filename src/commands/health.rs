@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -44,31 +44,51 @@ pub fn check(
     } else {
         "/health/live"
     };
-    rt.block_on(async {
-        tokio::time::timeout(timeout, get(addr, path, connector))
-            .await
-            .map_err(|_| format!("{addr}: no answer within {timeout:?}"))?
+    let (status, body) = rt
+        .block_on(async {
+            tokio::time::timeout(timeout, call(addr, "GET", path, None, connector))
+                .await
+                .map_err(|_| format!("{addr}: no answer within {timeout:?}"))?
+        })
+        .map_err(Failure::Runtime)?;
+    Ok(if status == StatusCode::OK.as_u16() {
+        Health::Ok
+    } else {
+        Health::Not(status, body)
     })
-    .map_err(Failure::Runtime)
 }
 
-async fn get(addr: &str, path: &str, tls: Option<Connector>) -> Result<Health, String> {
+/// One HTTP/1.1 request to `addr` (over TLS with `tls`): the answer's status and body. For the
+/// commands that ask a node's HTTP listeners (`health`, `seq next`).
+pub(crate) async fn call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+    tls: Option<Connector>,
+) -> Result<(u16, String), String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("{addr}: {e}"))?;
     match tls {
-        None => request(stream, addr, path).await,
+        None => request(stream, addr, method, path, body).await,
         Some(c) => {
             let stream = tokio_rustls::TlsConnector::from(c.config)
                 .connect(c.name, stream)
                 .await
                 .map_err(|e| format!("{addr}: TLS: {e}"))?;
-            request(stream, addr, path).await
+            request(stream, addr, method, path, body).await
         }
     }
 }
 
-async fn request<IO>(stream: IO, addr: &str, path: &str) -> Result<Health, String>
+async fn request<IO>(
+    stream: IO,
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+) -> Result<(u16, String), String>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -76,9 +96,12 @@ where
         .await
         .map_err(|e| format!("{addr}: {e}"))?;
     let conn = tokio::spawn(conn);
-    let request = Request::get(path)
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
         .header(hyper::header::HOST, addr)
-        .body(Empty::<Bytes>::new())
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
         .map_err(|e| e.to_string())?;
     let response = sender
         .send_request(request)
@@ -92,12 +115,5 @@ where
         .map_err(|e| format!("{addr}{path}: {e}"))?
         .to_bytes();
     conn.abort();
-    if status == StatusCode::OK {
-        Ok(Health::Ok)
-    } else {
-        Ok(Health::Not(
-            status.as_u16(),
-            String::from_utf8_lossy(&body).into_owned(),
-        ))
-    }
+    Ok((status.as_u16(), String::from_utf8_lossy(&body).into_owned()))
 }

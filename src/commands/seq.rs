@@ -8,13 +8,15 @@ use clap::{Args, Subcommand};
 use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::sequence::{
     Alter, Mode, SequenceError, SequenceName, SequenceRecord, SequenceSpec, SequenceState,
-    Sequences, DEFAULT_MAX_BLOCK, MAX_VALUE,
+    Sequences, DEFAULT_MAX_BLOCK, MAX_BLOCK, MAX_VALUE,
 };
 use serde_json::json;
 
 use super::exit::Failure;
+use super::tls::ClientTls;
 use super::InspectArgs;
 use crate::config::LeaseSection;
+use crate::config::ListenSection;
 
 /// `idgen seq …`.
 #[derive(Args, Debug, Clone)]
@@ -88,6 +90,21 @@ pub enum SeqCommand {
         #[command(flatten)]
         store: Box<InspectArgs>,
     },
+    /// Take values from a running node's HTTP ID API (POST /seq/NAME), one per line.
+    Next {
+        name: String,
+        /// How many values.
+        #[arg(short = 'n', long = "count", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_BLOCK as i64))]
+        count: u32,
+        /// The node's HTTP ID API address (host:port).
+        #[arg(long, default_value_t = ListenSection::default().http_listen.map_or_else(String::new, |a| a.to_string()), env = "IDGEN_HTTP_ADDR")]
+        addr: String,
+        /// Give up after this long.
+        #[arg(long, default_value = "10s")]
+        timeout: String,
+        #[command(flatten)]
+        tls: ClientTls,
+    },
 }
 
 impl SeqCommand {
@@ -99,17 +116,7 @@ impl SeqCommand {
             SeqCommand::Drop { .. } => "seq drop",
             SeqCommand::List { .. } => "seq list",
             SeqCommand::Get { .. } => "seq get",
-        }
-    }
-
-    /// The store settings the command was given, to fill in their origins.
-    pub fn store_mut(&mut self) -> &mut InspectArgs {
-        match self {
-            SeqCommand::Create { store, .. }
-            | SeqCommand::Alter { store, .. }
-            | SeqCommand::Drop { store, .. }
-            | SeqCommand::List { store }
-            | SeqCommand::Get { store, .. } => store,
+            SeqCommand::Next { .. } => "seq next",
         }
     }
 }
@@ -199,14 +206,15 @@ enum Op {
 }
 
 impl SeqCommand {
-    /// The store settings the command was given.
-    pub fn store(&self) -> &InspectArgs {
+    /// The store settings the command was given (`seq next` asks a node, not the store).
+    pub fn store(&self) -> Option<&InspectArgs> {
         match self {
             SeqCommand::Create { store, .. }
             | SeqCommand::Alter { store, .. }
             | SeqCommand::Drop { store, .. }
             | SeqCommand::List { store }
-            | SeqCommand::Get { store, .. } => store,
+            | SeqCommand::Get { store, .. } => Some(store),
+            SeqCommand::Next { .. } => None,
         }
     }
 
@@ -256,7 +264,7 @@ impl SeqCommand {
             }
             SeqCommand::Drop { name, forget, .. } => Op::Drop(parse_name(name)?, *forget),
             SeqCommand::Get { name, .. } => Op::Get(parse_name(name)?),
-            SeqCommand::List { .. } => Op::List,
+            SeqCommand::List { .. } | SeqCommand::Next { .. } => Op::List,
         })
     }
 }
@@ -265,7 +273,7 @@ impl SeqCommand {
 /// answers what to print.
 pub async fn run(cmd: &SeqCommand, lease: &LeaseSection) -> Result<String, Failure> {
     let op = cmd.op()?;
-    let as_json = cmd.store().json;
+    let as_json = cmd.store().is_some_and(|s| s.json);
     // Creating a sequence may make a node's embedded store (before its first start; run it as
     // the node's user); every other command needs one that exists.
     let store = super::open_store(lease, matches!(op, Op::Create(..)))
@@ -317,4 +325,57 @@ pub async fn run(cmd: &SeqCommand, lease: &LeaseSection) -> Result<String, Failu
             })
         }
     }
+}
+
+/// `idgen seq next NAME -n N`: `N` values from the node's HTTP ID API at `addr`, one per line
+/// (`POST /seq/NAME`, or `/seq/NAME/batch` for more than one). A refusal is a runtime failure
+/// naming the node's answer; a name that cannot be one is a usage error before any request.
+pub fn next(
+    name: &str,
+    count: u32,
+    addr: &str,
+    timeout: &str,
+    tls: &ClientTls,
+) -> Result<Vec<u64>, Failure> {
+    let name = parse_name(name)?;
+    let timeout = crate::config::parse_duration("timeout", timeout)?;
+    let connector = tls.connector(addr, b"http/1.1").map_err(Failure::Usage)?;
+    let (path, body) = if count == 1 {
+        (format!("/seq/{name}"), None)
+    } else {
+        (
+            format!("/seq/{name}/batch"),
+            Some(format!("{{\"count\": {count}}}")),
+        )
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    let (status, text) = rt
+        .block_on(async {
+            tokio::time::timeout(
+                timeout,
+                super::health::call(addr, "POST", &path, body, connector),
+            )
+            .await
+            .map_err(|_| format!("{addr}: no answer within {timeout:?}"))?
+        })
+        .map_err(Failure::Runtime)?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Failure::Runtime(format!("{addr}: not JSON ({e}): {text}")))?;
+    if status != 200 {
+        let why = v["error"].as_str().unwrap_or(&text);
+        return Err(Failure::Runtime(format!("{addr}: {status}: {why}")));
+    }
+    let values: Option<Vec<u64>> = if count == 1 {
+        v["value"].as_u64().map(|x| vec![x])
+    } else {
+        v["values"]
+            .as_array()
+            .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect())
+    };
+    values.filter(|v| v.len() == count as usize).ok_or_else(|| {
+        Failure::Runtime(format!("{addr}: an answer without {count} values: {text}"))
+    })
 }

@@ -17,13 +17,7 @@ fn config(ttl_ms: u64) -> EmbeddedConfig {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use crate::test_support::runtime;
 
 async fn records(store: &dyn KvStore, namespace: &str) -> Vec<(u64, WorkerRecord)> {
     let owner = Owner::this_process(Some("reader".into()), 0);

@@ -31,6 +31,9 @@ use crate::store::KvStore;
 
 /// The most calls one strict sequence keeps waiting on one holder; more are refused as busy.
 pub const MAX_WAITING: usize = 65_536;
+/// How long a strict commit that keeps losing the record to other holders is tried again
+/// before its calls are answered with the contention (their own deadlines come first).
+const CONTENTION_RETRY_FOR: Duration = Duration::from_secs(10);
 /// How long a failed reservation is the answer to calls that find nothing held, instead of a
 /// new reservation each.
 const FAILURE_ANSWERED_FOR_MS: u64 = 1_000;
@@ -351,7 +354,10 @@ impl Holder {
                 }
                 (Some(Held::Dense { blocks, failed }), Err(e)) => {
                     blocks.fetch_failed();
-                    if matches!(e, SequenceError::NotFound(_)) {
+                    if matches!(e, SequenceError::Contention { .. }) {
+                        // Other holders won the record this time: the waiting calls ask again
+                        // (within their deadlines) rather than fail.
+                    } else if matches!(e, SequenceError::NotFound(_)) {
                         // Dropped: nothing held is handed out any more.
                         blocks.discard();
                         *st = None;
@@ -403,6 +409,7 @@ impl Holder {
         let me = Arc::clone(self);
         self.rt.spawn(async move {
             let mut total = total;
+            let mut contended_since: Option<Instant> = None;
             loop {
                 let started = Instant::now();
                 let got = Sequences::new(me.store.as_ref(), &me.namespace)
@@ -423,6 +430,14 @@ impl Holder {
                         *st = None;
                         return;
                     }
+                    // Other holders won the record this time: the calls wait on (within their
+                    // deadlines) for the same commit, tried again.
+                    Err(SequenceError::Contention { .. })
+                        if contended_since.get_or_insert(started).elapsed()
+                            < CONTENTION_RETRY_FOR =>
+                    {
+                        continue;
+                    }
                     Err(e) => {
                         let gone = matches!(e, SequenceError::NotFound(_));
                         for tx in q.failed() {
@@ -437,6 +452,7 @@ impl Holder {
                         }
                     }
                 }
+                contended_since = None;
                 match q.start_commit() {
                     Some(t) => total = t,
                     None => return,

@@ -240,6 +240,16 @@ pub enum SequenceState {
     Dropped,
 }
 
+/// How long to wait after conflict number `attempt` (from 0): a random time below
+/// `min(2^attempt, 64)` ms, so that writers of one record fall out of step.
+fn backoff(attempt: u32) -> std::time::Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let cap_us = 1_000u64 << attempt.min(6);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(attempt);
+    std::time::Duration::from_micros(h.finish() % cap_us)
+}
+
 /// One stored sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SequenceRecord {
@@ -442,11 +452,13 @@ impl<'s> Sequences<'s> {
         F: FnMut(Txn<'s>) -> Fut,
         Fut: std::future::Future<Output = Result<(Txn<'s>, T), SequenceError>>,
     {
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let (txn, out) = f(Txn::new(self.store)).await?;
             match txn.commit().await? {
                 Commit::Applied => return Ok(out),
-                Commit::Conflict => continue,
+                // Writers of one record that retry at once collide again: wait a random
+                // while, up to twice as long after each conflict, so they fall out of step.
+                Commit::Conflict => tokio::time::sleep(backoff(attempt)).await,
             }
         }
         Err(SequenceError::Contention {

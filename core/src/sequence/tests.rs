@@ -432,13 +432,7 @@ mod holder {
 
     const DEADLINE: Duration = Duration::from_secs(10);
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    }
+    use crate::test_support::runtime;
 
     async fn setup(mode: Mode, max_block: u64) -> (Arc<MemoryStore>, Arc<Holder>) {
         let store = Arc::new(MemoryStore::new());
@@ -621,6 +615,84 @@ mod holder {
                 matches!(e, Err(HoldError::Sequence(SequenceError::NotFound(_)))),
                 "{e:?}"
             );
+        });
+    }
+}
+
+mod contention {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::super::holder::Holder;
+    use super::*;
+    use crate::store::{BoxFuture, Check, Commit, Entry, KvStore, StoreError, Write};
+    use crate::test_support::runtime;
+
+    /// A store whose next `left` commits that touch a sequence record lose to a rival: they
+    /// answer `Conflict` and write nothing, as when other nodes commit first each time.
+    struct Contended {
+        inner: MemoryStore,
+        left: AtomicU32,
+    }
+
+    impl KvStore for Contended {
+        fn get<'a>(&'a self, key: &'a [u8]) -> BoxFuture<'a, Result<Option<Entry>, StoreError>> {
+            self.inner.get(key)
+        }
+        fn scan<'a>(&'a self, prefix: &'a [u8]) -> BoxFuture<'a, Result<Vec<Entry>, StoreError>> {
+            self.inner.scan(prefix)
+        }
+        fn commit<'a>(
+            &'a self,
+            checks: &'a [Check],
+            writes: &'a [Write],
+        ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+            let seq = writes
+                .iter()
+                .any(|w| w.key().windows(10).any(|k| k == b"sequences/"));
+            let lose = seq
+                && self
+                    .left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+            if lose {
+                Box::pin(async { Ok(Commit::Conflict) })
+            } else {
+                self.inner.commit(checks, writes)
+            }
+        }
+        fn describe(&self) -> String {
+            "contended memory".into()
+        }
+    }
+
+    /// More conflicts in a row than one reservation tries (`MAX_ATTEMPTS`): the holder tries
+    /// again within the calls' deadlines instead of answering the contention, for both modes.
+    #[test]
+    fn calls_outlast_more_conflicts_than_one_reservation_tries() {
+        runtime().block_on(async {
+            for mode in [Mode::Dense, Mode::Strict] {
+                let store = Arc::new(Contended {
+                    inner: MemoryStore::new(),
+                    left: AtomicU32::new(0),
+                });
+                let name = name("hot");
+                Sequences::new(store.as_ref(), "c")
+                    .create(&name, SequenceSpec::new(mode), NOW)
+                    .await
+                    .unwrap();
+                store.left.store(MAX_ATTEMPTS + 4, Ordering::SeqCst);
+                let direct = Sequences::new(store.as_ref(), "c").reserve(&name, 1).await;
+                assert!(
+                    matches!(direct, Err(SequenceError::Contention { .. })),
+                    "{mode}: one reservation gives up: {direct:?}"
+                );
+                store.left.store(MAX_ATTEMPTS + 4, Ordering::SeqCst);
+                let holder = Holder::new(store.clone(), "c", tokio::runtime::Handle::current());
+                let got = holder.next_values(&name, 2, Duration::from_secs(20)).await;
+                assert_eq!(got, Ok(vec![1, 2]), "{mode}");
+            }
         });
     }
 }
