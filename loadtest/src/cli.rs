@@ -128,6 +128,11 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = Target::Idgen)]
     pub target: Target,
 
+    /// With --target http: take a named sequence's values (`POST /seq/NAME`, or
+    /// `/seq/NAME/batch` with --batch above 1) instead of IDs; --verify checks them as IDs.
+    #[arg(long, value_name = "NAME")]
+    pub sequence: Option<String>,
+
     /// Key incremented with --target redis.
     #[arg(long, default_value = "idgen-loadtest")]
     pub redis_key: String,

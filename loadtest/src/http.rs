@@ -14,15 +14,21 @@ const MAX_BODY: usize = 8 << 20;
 
 /// The request of every call of the run, with `host` in the Host header.
 pub fn encode_request(host: &str, batch: u32, buf: &mut Vec<u8>) {
+    encode_request_at(host, "/ids", batch, buf);
+}
+
+/// The request of every call of the run to `path` (`/ids`, or a named sequence's
+/// `/seq/NAME`), or its `/batch` for a batch, with `host` in the Host header.
+pub fn encode_request_at(host: &str, path: &str, batch: u32, buf: &mut Vec<u8>) {
     if batch == 1 {
         buf.extend_from_slice(
-            format!("POST /ids HTTP/1.1\r\nhost: {host}\r\ncontent-length: 0\r\n\r\n").as_bytes(),
+            format!("POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: 0\r\n\r\n").as_bytes(),
         );
     } else {
         let body = format!("{{\"count\":{batch}}}");
         buf.extend_from_slice(
             format!(
-                "POST /ids/batch HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                "POST {path}/batch HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()
             )
             .as_bytes(),
@@ -97,16 +103,19 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, Strin
 
 #[derive(Deserialize)]
 struct Single {
+    #[serde(alias = "value")]
     id: u64,
 }
 
 #[derive(Deserialize)]
 struct Batch {
+    #[serde(alias = "values")]
     ids: Vec<u64>,
 }
 
 /// The IDs of a 200 answer: `{"id": N, ..}` for `POST /ids` (`batch` 1), else
-/// `{"ids": [..], ..}` (the string forms next to them are not read).
+/// `{"ids": [..], ..}` (the string forms next to them are not read); a named sequence's
+/// `{"value": N, ..}` and `{"values": [..], ..}` likewise.
 pub fn parse_ids(body: &[u8], batch: u32) -> Result<Vec<u64>, String> {
     if batch == 1 {
         serde_json::from_slice::<Single>(body)
@@ -122,6 +131,25 @@ pub fn parse_ids(body: &[u8], batch: u32) -> Result<Vec<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sequence_requests_and_answers() {
+        let mut buf = Vec::new();
+        encode_request_at("h:1", "/seq/orders", 1, &mut buf);
+        assert_eq!(
+            buf,
+            b"POST /seq/orders HTTP/1.1\r\nhost: h:1\r\ncontent-length: 0\r\n\r\n"
+        );
+        buf.clear();
+        encode_request_at("h:1", "/seq/orders", 3, &mut buf);
+        assert!(buf.starts_with(b"POST /seq/orders/batch HTTP/1.1\r\n"));
+        assert!(buf.ends_with(b"\r\n\r\n{\"count\":3}"));
+        assert_eq!(parse_ids(br#"{"value":7,"value_str":"7"}"#, 1), Ok(vec![7]));
+        assert_eq!(
+            parse_ids(br#"{"values":[7,8],"values_str":["7","8"]}"#, 2),
+            Ok(vec![7, 8])
+        );
+    }
 
     #[test]
     fn requests() {

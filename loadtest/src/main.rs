@@ -157,6 +157,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
     if cli.ranges && cli.target != Target::Idgen {
         return Err("--ranges is for the idgen target (GET_RANGES) only".into());
     }
+    if cli.sequence.is_some() && cli.target != Target::Http {
+        return Err("--sequence is for the http target (POST /seq/NAME) only".into());
+    }
     let outputs = Outputs {
         progress: !cli.quiet,
         interval_json: cli
@@ -211,6 +214,13 @@ async fn run(cli: Cli) -> Result<bool, String> {
         tls,
     );
     cfg.window = cli.write_pattern == WritePattern::Window;
+    if let Some(name) = &cli.sequence {
+        let path = format!("/seq/{name}");
+        for (request, host) in cfg.requests.iter_mut().zip(&cli.addrs) {
+            request.clear();
+            http::encode_request_at(host, &path, cli.batch, request);
+        }
+    }
     let cfg = Arc::new(cfg);
     let (done, finished_rx) = tokio::sync::oneshot::channel();
     let recorder = outputs

@@ -262,9 +262,20 @@ impl Holder {
                 }
                 Ok(Ok(r)) => r?,
             };
-        let rec = rec
-            .filter(|r| r.state == super::SequenceState::Live)
-            .ok_or_else(|| SequenceError::NotFound(name.clone()))?;
+        let Some(rec) = rec.filter(|r| r.state == super::SequenceState::Live) else {
+            // A name the namespace does not have takes no place here (nor a metrics series):
+            // asking for made-up names cannot fill the holder.
+            let mut seqs = lock(&self.seqs);
+            let unused = seqs.get(name).is_some_and(|s| {
+                std::ptr::eq(Arc::as_ptr(s), seq)
+                    && lock(&s.state).is_none()
+                    && s.stats.values.load(Ordering::Relaxed) == 0
+            });
+            if unused {
+                seqs.remove(name);
+            }
+            return Err(SequenceError::NotFound(name.clone()).into());
+        };
         let mut st = lock(&seq.state);
         let held = st.get_or_insert_with(|| match rec.spec.mode {
             Mode::Dense => Held::Dense {

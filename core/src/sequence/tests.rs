@@ -574,6 +574,20 @@ mod holder {
                 matches!(e, Err(HoldError::Sequence(SequenceError::NotFound(_)))),
                 "{e:?}"
             );
+            // Made-up names leave nothing behind: no place in the holder, no metrics series.
+            for i in 0..2000 {
+                let _ = holder
+                    .next_values(&name(&format!("made-up-{i}")), 1, DEADLINE)
+                    .await;
+            }
+            let mut held = Vec::new();
+            holder.each_stats(|n, _| held.push(n.to_string()));
+            assert!(
+                held.is_empty(),
+                "{} made-up names held, e.g. {:?}",
+                held.len(),
+                &held[..held.len().min(3)]
+            );
             for bad in [0, MAX_BLOCK + 1] {
                 let e = holder.next_values(&name("small"), bad, DEADLINE).await;
                 assert!(
