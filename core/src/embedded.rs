@@ -434,7 +434,9 @@ impl IdHandle {
             used.clamp(1, MAX_SLICE)
         };
         // Whatever is left of the old slice is burned: its millisecond is over, or its lease.
+        // It is drawn from nothing until a draw succeeds (a failed one leaves it empty).
         self.slice = Slice::empty();
+        self.drawn_from = 0;
         let mut slice = self.shared.lock()?.draw(self.want)?;
         let id = slice.next;
         self.drawn_from = id;

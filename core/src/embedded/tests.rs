@@ -664,3 +664,22 @@ fn an_embedded_generator_hands_out_named_sequences_values() {
         "{strict_missing}"
     );
 }
+
+/// A thread's handle whose draws fail twice in a row (the generator shut down, a lease lost
+/// for longer than one call) answers the error each time: the second call once computed the
+/// slice it had used from the emptied slice and an old ID, and overflowed (a panic in a debug
+/// build; seen under load in `a_lost_lease_stops_the_generator_until_a_new_one_is_held`).
+#[test]
+fn a_handle_whose_draws_keep_failing_answers_each_call() {
+    let rt = runtime();
+    let store: Arc<dyn KvStore> = Arc::new(MemoryStore::new());
+    let ids = rt
+        .block_on(Embedded::start(store, "failing", config(1_000)))
+        .unwrap();
+    let mut handle = ids.handle();
+    handle.next_id().unwrap();
+    rt.block_on(ids.shutdown()).unwrap();
+    for _ in 0..3 {
+        assert!(matches!(handle.next_id(), Err(EmbeddedError::Closed)));
+    }
+}
