@@ -7,8 +7,8 @@
 use clap::{Args, Subcommand};
 use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::sequence::{
-    Alter, Mode, SequenceError, SequenceName, SequenceRecord, SequenceSpec, SequenceState,
-    Sequences, DEFAULT_MAX_BLOCK, MAX_BLOCK, MAX_VALUE,
+    Alter, Mode, SequenceError, SequenceName, SequenceRecord, SequenceSpec, Sequences,
+    DEFAULT_MAX_BLOCK, MAX_BLOCK, MAX_VALUE,
 };
 use serde_json::json;
 
@@ -140,10 +140,7 @@ pub fn record_json(rec: &SequenceRecord) -> serde_json::Value {
     json!({
         "name": rec.name.as_str(),
         "mode": rec.spec.mode.to_string(),
-        "state": match rec.state {
-            SequenceState::Live => "live",
-            SequenceState::Dropped => "dropped",
-        },
+        "state": rec.state.to_string(),
         "start": rec.spec.start,
         "increment": rec.spec.increment,
         "max": rec.spec.max,
@@ -167,10 +164,7 @@ fn table(records: &[SequenceRecord]) -> String {
             "{:<24} {:<6} {:<7} {:>20} {:>20} {:>20} {:>9}\n",
             r.name.as_str(),
             r.spec.mode.to_string(),
-            match r.state {
-                SequenceState::Live => "live",
-                SequenceState::Dropped => "dropped",
-            },
+            r.state.to_string(),
             r.next,
             r.spec.max,
             r.remaining(),
@@ -264,7 +258,12 @@ impl SeqCommand {
             }
             SeqCommand::Drop { name, forget, .. } => Op::Drop(parse_name(name)?, *forget),
             SeqCommand::Get { name, .. } => Op::Get(parse_name(name)?),
-            SeqCommand::List { .. } | SeqCommand::Next { .. } => Op::List,
+            SeqCommand::List { .. } => Op::List,
+            SeqCommand::Next { .. } => {
+                return Err(Failure::Usage(
+                    "seq next asks a node (seq::next), not the store".into(),
+                ))
+            }
         })
     }
 }

@@ -67,6 +67,15 @@ enum Held {
     Strict(Batches<Answer>),
 }
 
+impl Held {
+    fn mode(&self) -> Mode {
+        match self {
+            Held::Dense { .. } => Mode::Dense,
+            Held::Strict(_) => Mode::Strict,
+        }
+    }
+}
+
 struct Seq {
     state: Mutex<Option<Held>>,
     /// Wakes dense calls waiting for a block.
@@ -102,13 +111,7 @@ impl SeqStats {
         match got {
             Ok(b) => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
-                let next = b.last().saturating_add(b.step);
-                let left = if next > b.max {
-                    0
-                } else {
-                    (b.max - next) / b.step + 1
-                };
-                self.remaining.store(left, Ordering::Relaxed);
+                self.remaining.store(b.remaining, Ordering::Relaxed);
             }
             // Nothing was written: no commit, and nothing left.
             Err(SequenceError::Exhausted { .. }) => {
@@ -198,13 +201,7 @@ impl Holder {
         }
         let until = tokio::time::Instant::now() + deadline;
         let seq = self.seq(name)?;
-        let mode = {
-            let st = lock(&seq.state);
-            st.as_ref().map(|h| match h {
-                Held::Dense { .. } => Mode::Dense,
-                Held::Strict(_) => Mode::Strict,
-            })
-        };
+        let mode = lock(&seq.state).as_ref().map(Held::mode);
         let mode = match mode {
             Some(m) => m,
             None => self.learn(name, &seq, until, deadline).await?,
@@ -284,10 +281,7 @@ impl Holder {
             },
             Mode::Strict => Held::Strict(Batches::new()),
         });
-        Ok(match held {
-            Held::Dense { .. } => Mode::Dense,
-            Held::Strict(_) => Mode::Strict,
-        })
+        Ok(held.mode())
     }
 
     async fn dense(

@@ -240,6 +240,15 @@ pub enum SequenceState {
     Dropped,
 }
 
+impl fmt::Display for SequenceState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SequenceState::Live => "live",
+            SequenceState::Dropped => "dropped",
+        })
+    }
+}
+
 /// How long to wait after conflict number `attempt` (from 0): a random time below
 /// `min(2^attempt, 64)` ms, so that writers of one record fall out of step.
 fn backoff(attempt: u32) -> std::time::Duration {
@@ -318,6 +327,8 @@ pub struct Block {
     pub max_block: u64,
     /// The sequence's maximum at that revision.
     pub max: u64,
+    /// Values the record had left below the maximum once this block was taken.
+    pub remaining: u64,
 }
 
 impl Block {
@@ -657,11 +668,14 @@ impl<'s> Sequences<'s> {
                     mode: rec.spec.mode,
                     max_block: rec.spec.max_block,
                     max: rec.spec.max,
+                    // count <= what was left, and the block takes exactly count of it.
+                    remaining: rec.remaining() - count,
                 };
                 // At most max + increment (the remaining count keeps the last value <= max),
                 // and max + increment <= 2 × MAX_VALUE < u64::MAX.
                 rec.next = block.last() + block.step;
                 rec.blocks += 1;
+                debug_assert_eq!(block.remaining, rec.remaining());
                 assert!(
                     block.first >= 1 && block.last() <= rec.spec.max,
                     "a block stays within 1 ..= max"

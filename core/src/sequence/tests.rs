@@ -21,6 +21,7 @@ fn block(first: u64, count: u64) -> Block {
         mode: Mode::Dense,
         max_block: DEFAULT_MAX_BLOCK,
         max: MAX_VALUE,
+        remaining: MAX_VALUE,
     }
 }
 
