@@ -54,7 +54,8 @@ use idgen_id::Layout;
 
 use crate::{
     decode_response, encode_request, max_response_frame, FrameError, IdsRef, RangesRef, Request,
-    ResponseRef, ServerHello, Status, MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION,
+    ResponseRef, SeqName, ServerHello, Status, ValuesRef, MAX_SUPPORTED_VERSION,
+    MIN_SUPPORTED_VERSION,
 };
 
 /// Bytes of a HELLO frame (length prefix included).
@@ -255,6 +256,8 @@ pub enum Awaits {
     Ranges(u32),
     /// PONG with this token.
     Pong(u64),
+    /// VALUES of exactly this many values of the named sequence (version 3).
+    Values(u32, SeqName),
 }
 
 impl Awaits {
@@ -265,6 +268,7 @@ impl Awaits {
             Request::GetIds { count } => Some(Awaits::Ids(count)),
             Request::GetRanges { count } => Some(Awaits::Ranges(count)),
             Request::Ping { token } => Some(Awaits::Pong(token)),
+            Request::GetValues { count, name } => Some(Awaits::Values(count, name)),
             Request::Hello { .. } => None,
         }
     }
@@ -274,6 +278,7 @@ impl Awaits {
             Awaits::Ids(n) => format!("in answer to GET_IDS of {n}"),
             Awaits::Ranges(n) => format!("in answer to GET_RANGES of {n}"),
             Awaits::Pong(t) => format!("in answer to PING {t}"),
+            Awaits::Values(n, name) => format!("in answer to GET_VALUES of {n} of {name}"),
         }
     }
 }
@@ -287,6 +292,9 @@ pub enum Answer<'a> {
     Ranges(RangesRef<'a>),
     /// The PONG of a PING (its token checked).
     Pong(u64),
+    /// The values asked for with GET_VALUES (exactly the requested count, strictly
+    /// increasing).
+    Values(ValuesRef<'a>),
     /// An ERROR, with what to do next. After one that [closes](After::closes), nothing more
     /// is answered on the connection.
     Refused(Refusal<'a>),
@@ -340,6 +348,11 @@ impl ClientConn {
         self.hello.version >= 2
     }
 
+    /// Whether GET_VALUES may be sent (protocol version 3 or later).
+    pub const fn values(&self) -> bool {
+        self.hello.version >= 3
+    }
+
     /// The largest response frame accepted (from the announced `max_batch`).
     pub const fn max_frame(&self) -> u32 {
         self.max_frame
@@ -365,6 +378,12 @@ impl ClientConn {
         self.encode(Awaits::Ranges(count), buf);
     }
 
+    /// Encodes GET_VALUES of `count` values of sequence `name` (version 3) and awaits its
+    /// VALUES.
+    pub fn get_values<B: BufMut + ?Sized>(&mut self, name: SeqName, count: u32, buf: &mut B) {
+        self.encode(Awaits::Values(count, name), buf);
+    }
+
     /// Encodes PING with `token` and awaits its PONG.
     pub fn ping<B: BufMut + ?Sized>(&mut self, token: u64, buf: &mut B) {
         self.encode(Awaits::Pong(token), buf);
@@ -376,6 +395,7 @@ impl ClientConn {
             Awaits::Ids(count) => Request::GetIds { count },
             Awaits::Ranges(count) => Request::GetRanges { count },
             Awaits::Pong(token) => Request::Ping { token },
+            Awaits::Values(count, name) => Request::GetValues { count, name },
         };
         encode_request(&request, buf);
         self.sent(awaits);
@@ -418,6 +438,11 @@ impl ClientConn {
                 Answer::Ranges(runs)
             }
             (Awaits::Pong(t), ResponseRef::Pong(got)) if got == t => Answer::Pong(got),
+            (Awaits::Values(n, _), ResponseRef::Values(values))
+                if values.len() == n as usize || !self.exact_counts =>
+            {
+                Answer::Values(values)
+            }
             (_, ResponseRef::Error { status, message }) => {
                 let refusal = Refusal::new(status, message);
                 self.closed = refusal.after.closes();
@@ -438,6 +463,7 @@ pub const fn response_name(response: &ResponseRef<'_>) -> &'static str {
         ResponseRef::Pong(_) => "PONG",
         ResponseRef::Error { .. } => "ERROR",
         ResponseRef::Ranges(_) => "RANGES",
+        ResponseRef::Values(_) => "VALUES",
     }
 }
 
@@ -445,6 +471,7 @@ fn describe(response: &ResponseRef<'_>) -> String {
     match response {
         ResponseRef::Ids(ids) => format!("IDS of {}", ids.len()),
         ResponseRef::Ranges(runs) => format!("RANGES of {}", runs.total()),
+        ResponseRef::Values(v) => format!("VALUES of {}", v.len()),
         ResponseRef::Pong(t) => format!("PONG {t}"),
         ResponseRef::Error { status, .. } => format!("ERROR {status}"),
         ResponseRef::HelloOk(_) => "HELLO_OK".into(),
@@ -562,22 +589,33 @@ mod tests {
 
     #[test]
     fn answers_are_matched_in_order() {
-        let mut conn = open(2);
+        let mut conn = open(3);
+        assert!(conn.values());
+        let orders: SeqName = "orders".parse().unwrap();
         let mut out = Vec::new();
         conn.get_ids(2, &mut out);
         conn.get_ranges(5, &mut out);
         conn.ping(77, &mut out);
-        assert_eq!(conn.outstanding(), 3);
+        conn.get_values(orders, 3, &mut out);
+        assert_eq!(conn.outstanding(), 4);
         let mut expected = Vec::new();
         encode_request(&Request::GetIds { count: 2 }, &mut expected);
         encode_request(&Request::GetRanges { count: 5 }, &mut expected);
         encode_request(&Request::Ping { token: 77 }, &mut expected);
+        encode_request(
+            &Request::GetValues {
+                count: 3,
+                name: orders,
+            },
+            &mut expected,
+        );
         assert_eq!(out, expected);
 
         let mut wire = Vec::new();
         encode_ids(&[10, 11], &mut wire);
         encode_ranges(&[(100, 3), (200, 2)], &mut wire);
         encode_pong(77, &mut wire);
+        crate::encode_values(crate::SeqMode::Dense, &[5, 6, 7], &mut wire);
         let mut at = 0;
         let mut got = Vec::new();
         while let Some((answer, used)) = conn.decode(&wire[at..]).unwrap() {
@@ -585,11 +623,15 @@ mod tests {
                 Answer::Ids(ids) => format!("ids {:?}", ids.to_vec()),
                 Answer::Ranges(r) => format!("ranges {}", r.total()),
                 Answer::Pong(t) => format!("pong {t}"),
+                Answer::Values(v) => format!("values {:?}", v.to_vec()),
                 Answer::Refused(r) => format!("refused {}", r.status),
             });
             at += used;
         }
-        assert_eq!(got, ["ids [10, 11]", "ranges 5", "pong 77"]);
+        assert_eq!(
+            got,
+            ["ids [10, 11]", "ranges 5", "pong 77", "values [5, 6, 7]"]
+        );
         assert_eq!((at, conn.outstanding()), (wire.len(), 0));
     }
 
@@ -600,7 +642,18 @@ mod tests {
             f(&mut b);
             b
         };
-        let cases: [(Awaits, Vec<u8>, &str); 5] = [
+        let orders: SeqName = "orders".parse().unwrap();
+        let cases: [(Awaits, Vec<u8>, &str); 7] = [
+            (
+                Awaits::Values(2, orders),
+                frame(|b| crate::encode_values(crate::SeqMode::Dense, &[1, 2, 3], b)),
+                "VALUES of 3 in answer to GET_VALUES of 2 of orders",
+            ),
+            (
+                Awaits::Values(2, orders),
+                frame(|b| encode_ids(&[1, 2], b)),
+                "IDS of 2 in answer to GET_VALUES of 2 of orders",
+            ),
             (
                 Awaits::Ids(2),
                 frame(|b| encode_ids(&[1, 2, 3], b)),

@@ -228,7 +228,7 @@ mod tests {
             }
         }
         assert!(inbuf.is_empty());
-        assert_eq!(server.version(), Some(2), "1..=3 picks version 2");
+        assert_eq!(server.version(), Some(3), "1..=3 picks version 3");
         assert_eq!(got.len(), 4);
         assert_eq!(got[1], Decoded::Request(Request::GetIds { count: 2 }));
         assert!(

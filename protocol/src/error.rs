@@ -80,6 +80,10 @@ pub enum FrameError {
     /// reaching the sign bit, or not summing to the total).
     #[error("RANGES frame: {0}")]
     BadRanges(&'static str),
+    /// A VALUES frame that breaks its rules (count 0 or disagreeing with the length, a value
+    /// of 0 or with the top bit set, values not strictly increasing).
+    #[error("VALUES frame: {0}")]
+    BadValues(&'static str),
     /// A HELLO_OK whose layout is impossible (bits do not sum to 63, or region bits exceed
     /// worker bits).
     #[error("HELLO_OK layout is invalid: timestamp {timestamp_bits} + worker {worker_bits} + sequence {sequence_bits} bits (region {region_bits})")]
@@ -112,6 +116,7 @@ impl FrameError {
             | FrameError::IdTopBitSet { .. }
             | FrameError::InvalidUtf8
             | FrameError::BadRanges(_)
+            | FrameError::BadValues(_)
             | FrameError::BadLayout { .. } => Status::BAD_FRAME,
         }
     }

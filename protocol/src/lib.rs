@@ -72,14 +72,16 @@ mod status;
 
 pub use error::{FrameError, WorkersBeyondWire};
 pub use request::{
-    decode_request, decode_request_for, encode_request, Decoded, Request, ServerConnState,
-    GET_IDS_LEN, GET_RANGES_LEN, HELLO_LEN, PING_LEN,
+    decode_request, decode_request_for, encode_request, Decoded, Request, SeqName, SeqNameError,
+    ServerConnState, GET_IDS_LEN, GET_RANGES_LEN, GET_VALUES_MAX_LEN, GET_VALUES_MIN_LEN,
+    HELLO_LEN, MAX_SEQ_NAME_LEN, MAX_VALUES_PER_CALL, PING_LEN,
 };
 pub use response::{
     decode_response, encode_error, encode_hello_ok, encode_ids, encode_ids_header, encode_pong,
-    encode_ranges, max_response_frame, truncate_message, IdsIter, IdsRef, RangesIter, RangesRef,
-    Response, ResponseRef, ServerHello, HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE,
-    MAX_IDS_PER_FRAME, PONG_LEN,
+    encode_ranges, encode_values, encode_values_header, max_response_frame, truncate_message,
+    IdsIter, IdsRef, RangesIter, RangesRef, Response, ResponseRef, SeqMode, ServerHello, ValuesRef,
+    HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, MAX_VALUES_PER_FRAME,
+    PONG_LEN,
 };
 pub use status::{Status, StatusInfo};
 
@@ -89,8 +91,9 @@ pub use idgen_id::{Layout, LayoutError, Parts, WorkerRange};
 
 /// Magic bytes at the start of the HELLO payload.
 pub const MAGIC: [u8; 4] = *b"IDGN";
-/// The newest protocol version this crate implements (version 2 adds GET_RANGES/RANGES).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// The newest protocol version this crate implements (version 2 adds GET_RANGES/RANGES,
+/// version 3 GET_VALUES/VALUES: named sequences).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Lowest version this implementation can speak.
 pub const MIN_SUPPORTED_VERSION: u16 = 1;
 /// Highest version this implementation can speak.
@@ -104,6 +107,8 @@ pub const OP_GET_IDS: u8 = 0x02;
 pub const OP_PING: u8 = 0x03;
 /// Request opcode `GET_RANGES` (version 2; version 1 decodes it as an unknown opcode).
 pub const OP_GET_RANGES: u8 = 0x04;
+/// Request opcode `GET_VALUES` (version 3; earlier versions decode it as an unknown opcode).
+pub const OP_GET_VALUES: u8 = 0x05;
 /// The former name of [`OP_GET_RANGES`], from when version 1 only reserved it.
 pub const OP_GET_RANGES_RESERVED: u8 = OP_GET_RANGES;
 /// Response opcode `HELLO_OK`.
@@ -114,6 +119,8 @@ pub const OP_IDS: u8 = 0x82;
 pub const OP_PONG: u8 = 0x83;
 /// Response opcode `RANGES` (version 2).
 pub const OP_RANGES: u8 = 0x84;
+/// Response opcode `VALUES` (version 3).
+pub const OP_VALUES: u8 = 0x85;
 /// Response opcode `ERROR`.
 pub const OP_ERROR: u8 = 0xFF;
 
@@ -125,8 +132,9 @@ pub const SINGLE_ID_REQUEST: [u8; 9] = [0, 0, 0, 5, OP_GET_IDS, 0, 0, 0, 1];
 /// [`encode_ids_header`] writes).
 pub const SINGLE_ID_HEADER: [u8; 9] = [0, 0, 0, 13, OP_IDS, 0, 0, 0, 1];
 
-/// Default largest request frame length the server accepts.
-pub const DEFAULT_MAX_REQUEST_FRAME: u32 = 64;
+/// Default largest request frame length the server accepts: room for the longest GET_VALUES
+/// (69 bytes: a 64-byte name), with some to spare.
+pub const DEFAULT_MAX_REQUEST_FRAME: u32 = 128;
 /// Default largest GET_IDS count the server accepts.
 pub const DEFAULT_MAX_BATCH: u32 = 65536;
 
@@ -196,11 +204,12 @@ mod tests {
     #[test]
     fn negotiation() {
         assert_eq!(negotiate_version(1, 1), Some(1));
-        assert_eq!(negotiate_version(0, 7), Some(2));
-        assert_eq!(negotiate_version(1, u16::MAX), Some(2));
-        assert_eq!(negotiate_version(2, 7), Some(2));
+        assert_eq!(negotiate_version(0, 7), Some(3));
+        assert_eq!(negotiate_version(1, u16::MAX), Some(3));
+        assert_eq!(negotiate_version(2, 7), Some(3));
         assert_eq!(negotiate_version(1, 2), Some(2));
-        assert_eq!(negotiate_version(3, 7), None);
+        assert_eq!(negotiate_version(3, 3), Some(3));
+        assert_eq!(negotiate_version(4, 7), None);
         assert_eq!(negotiate_version(0, 0), None);
         assert_eq!(negotiate_version(1, 0), None);
     }
@@ -208,7 +217,8 @@ mod tests {
     #[test]
     fn default_limits() {
         let l = Limits::default();
-        assert_eq!(l.max_request_frame, 64);
+        assert_eq!(l.max_request_frame, 128);
+        assert!(l.max_request_frame >= GET_VALUES_MAX_LEN);
         assert_eq!(l.max_batch, 65536);
         assert_eq!(l.max_response_frame(), 5 + 8 * 65536);
     }

@@ -5,8 +5,87 @@ use bytes::BufMut;
 
 use crate::{
     negotiate_version, FrameError, Limits, Status, MAGIC, MAX_SUPPORTED_VERSION,
-    MIN_SUPPORTED_VERSION, OP_GET_IDS, OP_GET_RANGES, OP_HELLO, OP_PING,
+    MIN_SUPPORTED_VERSION, OP_GET_IDS, OP_GET_RANGES, OP_GET_VALUES, OP_HELLO, OP_PING,
 };
+
+/// The longest sequence name GET_VALUES carries.
+pub const MAX_SEQ_NAME_LEN: usize = 64;
+/// The most values one GET_VALUES asks for, whatever the server's `max_batch`.
+pub const MAX_VALUES_PER_CALL: u32 = 1 << 20;
+
+/// The name of a sequence as GET_VALUES carries it: 1 to [`MAX_SEQ_NAME_LEN`] bytes of `a-z`,
+/// `0-9`, `.`, `_` and `-`, the first a letter or a digit (`invoice.tenant-42`). Kept inline
+/// (no allocation), so a decoded request stays `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SeqName {
+    len: u8,
+    bytes: [u8; MAX_SEQ_NAME_LEN],
+}
+
+/// Why bytes are not a sequence name (the server answers `INVALID_SEQUENCE_NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SeqNameError {
+    /// No bytes.
+    #[error("a sequence name is 1 to 64 bytes, not empty")]
+    Empty,
+    /// More than [`MAX_SEQ_NAME_LEN`] bytes.
+    #[error("a sequence name is at most 64 bytes")]
+    TooLong,
+    /// A byte outside `a-z 0-9 . _ -`, or a first byte that is not a letter or a digit.
+    #[error("a sequence name is a-z, 0-9, '.', '_' and '-', starting with a letter or a digit")]
+    BadByte,
+}
+
+impl SeqName {
+    /// Checks `bytes` against the name rule.
+    pub fn new(bytes: &[u8]) -> Result<SeqName, SeqNameError> {
+        match bytes.len() {
+            0 => return Err(SeqNameError::Empty),
+            n if n > MAX_SEQ_NAME_LEN => return Err(SeqNameError::TooLong),
+            _ => {}
+        }
+        let allowed = |b: &u8| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-');
+        if !bytes.iter().all(allowed) || !bytes[0].is_ascii_alphanumeric() {
+            return Err(SeqNameError::BadByte);
+        }
+        let mut name = SeqName {
+            len: bytes.len() as u8,
+            bytes: [0; MAX_SEQ_NAME_LEN],
+        };
+        name.bytes[..bytes.len()].copy_from_slice(bytes);
+        Ok(name)
+    }
+
+    /// The name's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// The name (always ASCII).
+    pub fn as_str(&self) -> &str {
+        // Only ASCII bytes pass `new`.
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
+impl std::str::FromStr for SeqName {
+    type Err = SeqNameError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SeqName::new(s.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for SeqName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SeqName({:?})", self.as_str())
+    }
+}
+
+impl std::fmt::Display for SeqName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A usable request, as decoded by [`decode_request`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,6 +112,13 @@ pub enum Request {
     GetRanges {
         /// Number of IDs requested.
         count: u32,
+    },
+    /// `0x05 GET_VALUES` (version 3): ask for `count` values of the named sequence.
+    GetValues {
+        /// Number of values requested.
+        count: u32,
+        /// The sequence.
+        name: SeqName,
     },
 }
 
@@ -61,6 +147,10 @@ pub const GET_IDS_LEN: u32 = 5;
 pub const PING_LEN: u32 = 9;
 /// Fixed frame length of GET_RANGES.
 pub const GET_RANGES_LEN: u32 = 5;
+/// Shortest frame length of GET_VALUES (a one-byte name).
+pub const GET_VALUES_MIN_LEN: u32 = 6;
+/// Longest frame length of GET_VALUES (a 64-byte name).
+pub const GET_VALUES_MAX_LEN: u32 = 5 + MAX_SEQ_NAME_LEN as u32;
 
 /// Decode one request frame from the start of `buf` (server side).
 ///
@@ -83,13 +173,14 @@ pub fn decode_request(buf: &[u8], limits: &Limits) -> Result<Option<(Decoded, us
 }
 
 /// [`decode_request`] for a connection speaking protocol `version` (the one negotiated by
-/// HELLO; 1 before the handshake). Version 2 adds GET_RANGES.
+/// HELLO; 1 before the handshake). Version 2 adds GET_RANGES, version 3 GET_VALUES.
 pub fn decode_request_for(
     buf: &[u8],
     limits: &Limits,
     version: u16,
 ) -> Result<Option<(Decoded, usize)>, FrameError> {
     let ranges = version >= 2;
+    let values = version >= 3;
     let Some(&[a, b, c, d]) = buf.get(..4) else {
         return Ok(None);
     };
@@ -121,6 +212,16 @@ pub fn decode_request_for(
                 expected,
             });
         }
+    }
+    if opcode == OP_GET_VALUES
+        && values
+        && !(GET_VALUES_MIN_LEN..=GET_VALUES_MAX_LEN).contains(&length)
+    {
+        return Err(FrameError::WrongLength {
+            opcode,
+            length,
+            expected: "5 + name length, name 1..=64 bytes",
+        });
     }
     // `length <= max_request_frame <= u32::MAX` fits in usize on every supported target.
     let total = 4 + length as usize;
@@ -171,6 +272,28 @@ pub fn decode_request_for(
                 Decoded::Request(Request::GetRanges { count })
             }
         }
+        OP_GET_VALUES if values => {
+            let count = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+            if count == 0 {
+                Decoded::Reject {
+                    status: Status::INVALID_COUNT,
+                    message: "GET_VALUES count must be at least 1",
+                }
+            } else if count > limits.max_batch.min(MAX_VALUES_PER_CALL) {
+                Decoded::Reject {
+                    status: Status::BATCH_TOO_LARGE,
+                    message: "GET_VALUES count exceeds max_batch (or 1048576)",
+                }
+            } else {
+                match SeqName::new(&payload[4..]) {
+                    Ok(name) => Decoded::Request(Request::GetValues { count, name }),
+                    Err(_) => Decoded::Reject {
+                        status: Status::INVALID_SEQUENCE_NAME,
+                        message: "a sequence name is 1 to 64 bytes of a-z, 0-9, '.', '_' and '-', starting with a letter or a digit",
+                    },
+                }
+            }
+        }
         OP_PING => {
             let mut token = [0u8; 8];
             token.copy_from_slice(payload);
@@ -215,6 +338,14 @@ pub fn encode_request<B: BufMut + ?Sized>(request: &Request, buf: &mut B) {
             buf.put_u8(OP_GET_RANGES);
             buf.put_u32(count);
         }
+        Request::GetValues { count, name } => {
+            let name = name.as_bytes();
+            // At most 64 bytes: fits.
+            buf.put_u32(5 + name.len() as u32);
+            buf.put_u8(OP_GET_VALUES);
+            buf.put_u32(count);
+            buf.put_slice(name);
+        }
     }
 }
 
@@ -231,6 +362,7 @@ impl Request {
             Request::GetIds { .. } => GET_IDS_LEN as usize,
             Request::Ping { .. } => PING_LEN as usize,
             Request::GetRanges { .. } => GET_RANGES_LEN as usize,
+            Request::GetValues { name, .. } => 5 + name.len as usize,
         }
     }
 }
@@ -478,6 +610,131 @@ mod tests {
     }
 
     #[test]
+    fn get_values_exists_only_from_version_3() {
+        let limits = Limits {
+            max_request_frame: 128,
+            max_batch: 65536,
+        };
+        let name: SeqName = "invoice.tenant-42".parse().unwrap();
+        let mut wire = Vec::new();
+        encode_request(&Request::GetValues { count: 3, name }, &mut wire);
+        assert_eq!(&wire[..9], [0, 0, 0, 22, 0x05, 0, 0, 0, 3]);
+        assert_eq!(&wire[9..], b"invoice.tenant-42");
+        assert_eq!(
+            wire.len(),
+            Request::GetValues { count: 3, name }.encoded_len()
+        );
+        assert_eq!(
+            decode_request_for(&wire, &limits, 3),
+            Ok(Some((
+                Decoded::Request(Request::GetValues { count: 3, name }),
+                26
+            )))
+        );
+        // Versions 1 and 2: an unknown opcode, skipped whole.
+        for v in [1, 2] {
+            assert!(matches!(
+                decode_request_for(&wire, &limits, v),
+                Ok(Some((
+                    Decoded::Reject {
+                        status: Status::UNKNOWN_OPCODE,
+                        ..
+                    },
+                    26
+                )))
+            ));
+        }
+        // The longest name fits the default frame limit; one byte more is a bad length.
+        let longest = SeqName::new(&[b'a'; 64]).unwrap();
+        let mut w = Vec::new();
+        encode_request(
+            &Request::GetValues {
+                count: 1,
+                name: longest,
+            },
+            &mut w,
+        );
+        assert_eq!(w.len(), 4 + GET_VALUES_MAX_LEN as usize);
+        assert!(matches!(
+            decode_request_for(&w, &Limits::default(), 3),
+            Ok(Some((Decoded::Request(Request::GetValues { .. }), 73)))
+        ));
+        for length in [5u32, 70] {
+            let mut w = length.to_be_bytes().to_vec();
+            w.push(0x05);
+            assert!(matches!(
+                decode_request_for(&w, &limits, 3),
+                Err(FrameError::WrongLength { opcode: 0x05, .. })
+            ));
+        }
+        // Counts as GET_IDS; then the name.
+        let frame = |count: u32, name: &[u8]| {
+            let mut w = (5 + name.len() as u32).to_be_bytes().to_vec();
+            w.push(0x05);
+            w.extend_from_slice(&count.to_be_bytes());
+            w.extend_from_slice(name);
+            w
+        };
+        for (count, name, status) in [
+            (0u32, &b"a"[..], Status::INVALID_COUNT),
+            (65_537, b"a", Status::BATCH_TOO_LARGE),
+            (0, b"A", Status::INVALID_COUNT),
+            (1, b"Orders", Status::INVALID_SEQUENCE_NAME),
+            (1, b"-orders", Status::INVALID_SEQUENCE_NAME),
+            (1, b"a b", Status::INVALID_SEQUENCE_NAME),
+            (1, b"caf\xc3\xa9", Status::INVALID_SEQUENCE_NAME),
+            (1, b"a\0", Status::INVALID_SEQUENCE_NAME),
+        ] {
+            let w = frame(count, name);
+            assert!(
+                matches!(
+                    decode_request_for(&w, &limits, 3),
+                    Ok(Some((Decoded::Reject { status: s, .. }, n))) if s == status && n == w.len()
+                ),
+                "{count} {name:?}"
+            );
+        }
+        // Above 2^20 even where max_batch allows more.
+        let big = Limits {
+            max_request_frame: 128,
+            max_batch: u32::MAX,
+        };
+        let w = frame(MAX_VALUES_PER_CALL + 1, b"a");
+        assert!(matches!(
+            decode_request_for(&w, &big, 3),
+            Ok(Some((
+                Decoded::Reject {
+                    status: Status::BATCH_TOO_LARGE,
+                    ..
+                },
+                _
+            )))
+        ));
+        let w = frame(MAX_VALUES_PER_CALL, b"a");
+        assert!(matches!(
+            decode_request_for(&w, &big, 3),
+            Ok(Some((Decoded::Request(Request::GetValues { .. }), _)))
+        ));
+    }
+
+    #[test]
+    fn sequence_names_follow_the_rule() {
+        for good in ["a", "0", "invoice.tenant-42", "a_b", &"z".repeat(64)] {
+            let n: SeqName = good.parse().unwrap();
+            assert_eq!(n.as_str(), good);
+            assert_eq!(n.to_string(), good);
+        }
+        assert_eq!("".parse::<SeqName>(), Err(SeqNameError::Empty));
+        assert_eq!(
+            "a".repeat(65).parse::<SeqName>(),
+            Err(SeqNameError::TooLong)
+        );
+        for bad in [".a", "_a", "-a", "A", "a/b", "a b", "é"] {
+            assert_eq!(bad.parse::<SeqName>(), Err(SeqNameError::BadByte), "{bad}");
+        }
+    }
+
+    #[test]
     fn bad_magic() {
         let b = b"\x00\x00\x00\x09\x01IDGX\x00\x01\x00\x01";
         assert_eq!(decode_request(b, &L), Err(FrameError::BadMagic(*b"IDGX")));
@@ -505,7 +762,7 @@ mod tests {
         assert_eq!(s.check(&hello), Ok(()));
         assert_eq!(
             s.version(),
-            Some(2),
+            Some(3),
             "0..=3 picks the highest common version"
         );
         assert_eq!(s.check(&get), Ok(()));
@@ -517,7 +774,7 @@ mod tests {
 
     #[test]
     fn conn_state_version_mismatch() {
-        for (min, max) in [(3, 5), (0, 0), (3, 1), (1, 0)] {
+        for (min, max) in [(4, 5), (0, 0), (3, 1), (1, 0)] {
             let mut s = ServerConnState::new();
             let e = s
                 .check(&Decoded::Request(Request::Hello {

@@ -6,6 +6,7 @@ use idgen_id::{Layout, Parts, WorkerRange};
 
 use crate::{
     FrameError, Status, WorkersBeyondWire, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG, OP_RANGES,
+    OP_VALUES,
 };
 
 /// Fixed frame length (opcode + payload) of HELLO_OK.
@@ -100,6 +101,66 @@ impl ServerHello {
     /// default layout instead.
     pub fn decompose(&self, id: u64) -> Parts {
         self.layout().unwrap_or_default().decompose(id)
+    }
+}
+
+/// A sequence's mode, as VALUES says it (`docs/ARCHITECTURE.md` §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SeqMode {
+    /// `0`: values from blocks a node reserved ahead; a client may prefetch them.
+    Dense,
+    /// `1`: each value reserved by a store commit after its request arrived; a client MUST NOT
+    /// keep values for later calls (that would break the real-time order).
+    Strict,
+}
+
+impl SeqMode {
+    /// The wire byte.
+    pub const fn byte(self) -> u8 {
+        match self {
+            SeqMode::Dense => 0,
+            SeqMode::Strict => 1,
+        }
+    }
+
+    /// The mode of a wire byte (`None`: not a mode this version knows).
+    pub const fn of_byte(b: u8) -> Option<SeqMode> {
+        match b {
+            0 => Some(SeqMode::Dense),
+            1 => Some(SeqMode::Strict),
+            _ => None,
+        }
+    }
+}
+
+/// The values of a VALUES frame (version 3), borrowed and validated: each in
+/// `1 ..= 2^63 - 1`, strictly increasing; with the sequence's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ValuesRef<'a> {
+    mode: SeqMode,
+    values: IdsRef<'a>,
+}
+
+impl<'a> ValuesRef<'a> {
+    /// The sequence's mode.
+    pub const fn mode(&self) -> SeqMode {
+        self.mode
+    }
+    /// Number of values (at least 1).
+    pub const fn len(&self) -> usize {
+        self.values.len()
+    }
+    /// Always `false` for a decoded frame.
+    pub const fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+    /// The values in order.
+    pub fn iter(&self) -> IdsIter<'a> {
+        self.values.iter()
+    }
+    /// The values as a new vector.
+    pub fn to_vec(&self) -> Vec<u64> {
+        self.values.to_vec()
     }
 }
 
@@ -217,6 +278,8 @@ pub enum ResponseRef<'a> {
     },
     /// `0x84 RANGES` (version 2): the requested IDs as runs of consecutive integers.
     Ranges(RangesRef<'a>),
+    /// `0x85 VALUES` (version 3): the requested values of a named sequence.
+    Values(ValuesRef<'a>),
 }
 
 /// The runs of a RANGES frame, validated: each run non-empty, runs strictly increasing and
@@ -286,6 +349,10 @@ impl ResponseRef<'_> {
                 message: message.to_owned(),
             },
             ResponseRef::Ranges(r) => Response::Ranges(r.iter().collect()),
+            ResponseRef::Values(v) => Response::Values {
+                mode: v.mode(),
+                values: v.to_vec(),
+            },
         }
     }
 }
@@ -309,6 +376,13 @@ pub enum Response {
     },
     /// `0x84 RANGES` (version 2): `(first ID, count)` runs (non-empty when encoded).
     Ranges(Vec<(u64, u32)>),
+    /// `0x85 VALUES` (version 3): a sequence's values (non-empty when encoded), and its mode.
+    Values {
+        /// The sequence's mode.
+        mode: SeqMode,
+        /// The values, strictly increasing.
+        values: Vec<u64>,
+    },
 }
 
 impl Response {
@@ -321,6 +395,7 @@ impl Response {
             Response::Pong(t) => encode_pong(*t, buf),
             Response::Error { status, message } => encode_error(*status, message, buf),
             Response::Ranges(runs) => encode_ranges(runs, buf),
+            Response::Values { mode, values } => encode_values(*mode, values, buf),
         }
         Ok(())
     }
@@ -400,6 +475,38 @@ pub fn encode_ids<B: BufMut + ?Sized>(ids: &[u64], buf: &mut B) {
     }
 }
 
+/// Largest value count that fits in one VALUES frame.
+pub const MAX_VALUES_PER_FRAME: u32 = (u32::MAX - 6) / 8;
+
+/// Encode the 10-byte head of a VALUES frame (version 3: length, opcode, mode, count); the
+/// caller appends exactly `count` values with `put_u64`.
+///
+/// # Panics
+/// If `count` is 0 or above [`MAX_VALUES_PER_FRAME`]: VALUES is never sent empty.
+pub fn encode_values_header<B: BufMut + ?Sized>(mode: SeqMode, count: u32, buf: &mut B) {
+    assert!(
+        (1..=MAX_VALUES_PER_FRAME).contains(&count),
+        "VALUES count {count} out of range 1..={MAX_VALUES_PER_FRAME}"
+    );
+    buf.put_u32(6 + 8 * count);
+    buf.put_u8(OP_VALUES);
+    buf.put_u8(mode.byte());
+    buf.put_u32(count);
+}
+
+/// Encode a complete VALUES frame (version 3).
+///
+/// # Panics
+/// Like [`encode_values_header`], if `values` is empty or too long.
+pub fn encode_values<B: BufMut + ?Sized>(mode: SeqMode, values: &[u64], buf: &mut B) {
+    let count = u32::try_from(values.len()).unwrap_or(u32::MAX);
+    encode_values_header(mode, count, buf);
+    for &v in values {
+        debug_assert!(v >= 1 && v >> 63 == 0, "value {v:#x} out of 1..2^63");
+        buf.put_u64(v);
+    }
+}
+
 /// Encode a PONG frame echoing `token`.
 pub fn encode_pong<B: BufMut + ?Sized>(token: u64, buf: &mut B) {
     buf.put_u32(PONG_LEN);
@@ -473,7 +580,10 @@ pub fn decode_response(
         OP_RANGES if length < 21 || (length - 9) % 12 != 0 => {
             return Err(wrong("9 + 12 * runs with runs >= 1"))
         }
-        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS | OP_RANGES => {}
+        OP_VALUES if length < 14 || (length - 6) % 8 != 0 => {
+            return Err(wrong("6 + 8 * count with count >= 1"))
+        }
+        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS | OP_RANGES | OP_VALUES => {}
         _ => return Err(FrameError::UnknownResponseOpcode(opcode)),
     }
     if opcode == OP_IDS {
@@ -482,6 +592,22 @@ pub fn decode_response(
             let count = u32::from_be_bytes([a, b, c, d]);
             if count != (length - 5) / 8 {
                 return Err(FrameError::IdsCountMismatch { count, length });
+            }
+        }
+    }
+    if opcode == OP_VALUES {
+        // The mode and the count as soon as they are present, before the body.
+        if let Some(&m) = buf.get(5) {
+            if SeqMode::of_byte(m).is_none() {
+                return Err(FrameError::BadValues("unknown sequence mode"));
+            }
+        }
+        if let Some(&[a, b, c, d]) = buf.get(6..10) {
+            let count = u32::from_be_bytes([a, b, c, d]);
+            if count != (length - 6) / 8 {
+                return Err(FrameError::BadValues(
+                    "count disagrees with the frame length",
+                ));
             }
         }
     }
@@ -519,6 +645,24 @@ pub fn decode_response(
             ResponseRef::Ids(IdsRef { bytes })
         }
         OP_PONG => ResponseRef::Pong(be_u64(p)),
+        OP_VALUES => {
+            let mode = SeqMode::of_byte(p[0]).unwrap_or(SeqMode::Dense);
+            let bytes = &p[5..];
+            let mut previous = 0u64;
+            for v in bytes.chunks_exact(8).map(be_u64) {
+                if v == 0 || v >> 63 != 0 {
+                    return Err(FrameError::BadValues("a value is outside 1 ..= 2^63 - 1"));
+                }
+                if v <= previous {
+                    return Err(FrameError::BadValues("values are not strictly increasing"));
+                }
+                previous = v;
+            }
+            ResponseRef::Values(ValuesRef {
+                mode,
+                values: IdsRef { bytes },
+            })
+        }
         OP_RANGES => {
             let total = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
             let runs = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
@@ -833,8 +977,68 @@ mod tests {
     }
 
     #[test]
+    fn values_frames_are_checked() {
+        let mut ok = Vec::new();
+        encode_values(SeqMode::Strict, &[1, 2, 10, (1 << 63) - 1], &mut ok);
+        assert_eq!(&ok[..10], [0, 0, 0, 38, 0x85, 1, 0, 0, 0, 4]);
+        let (r, n) = decode_response(&ok, MAX).unwrap().unwrap();
+        assert_eq!(n, ok.len());
+        assert_eq!(
+            r.into_owned(),
+            Response::Values {
+                mode: SeqMode::Strict,
+                values: vec![1, 2, 10, (1 << 63) - 1]
+            }
+        );
+        // Incomplete until whole.
+        assert_eq!(decode_response(&ok[..ok.len() - 1], MAX), Ok(None));
+        let raw = |count: u32, values: &[u64]| {
+            let mut b = (6 + 8 * values.len() as u32).to_be_bytes().to_vec();
+            b.push(0x85);
+            b.push(0);
+            b.extend_from_slice(&count.to_be_bytes());
+            for v in values {
+                b.extend_from_slice(&v.to_be_bytes());
+            }
+            b
+        };
+        for (bytes, why) in [
+            (raw(2, &[1]), "count disagrees with the frame length"),
+            (raw(1, &[0]), "a value is outside 1 ..= 2^63 - 1"),
+            (raw(1, &[1 << 63]), "a value is outside 1 ..= 2^63 - 1"),
+            (raw(2, &[5, 5]), "values are not strictly increasing"),
+            (raw(2, &[6, 5]), "values are not strictly increasing"),
+        ] {
+            assert_eq!(
+                decode_response(&bytes, MAX),
+                Err(FrameError::BadValues(why)),
+                "{bytes:02x?}"
+            );
+        }
+        // An empty VALUES is a bad length, like an empty IDS.
+        assert!(matches!(
+            decode_response(&raw(0, &[]), MAX),
+            Err(FrameError::WrongLength { opcode: 0x85, .. })
+        ));
+        // The mode and the count are checked before the body arrives.
+        let early = raw(3, &[1, 2]);
+        assert_eq!(
+            decode_response(&early[..10], MAX),
+            Err(FrameError::BadValues(
+                "count disagrees with the frame length"
+            ))
+        );
+        let mut mode2 = raw(1, &[1]);
+        mode2[5] = 2;
+        assert_eq!(
+            decode_response(&mode2[..6], MAX),
+            Err(FrameError::BadValues("unknown sequence mode"))
+        );
+    }
+
+    #[test]
     fn unknown_response_opcode() {
-        for op in [0x00u8, 0x01, 0x80, 0x85, 0xFE] {
+        for op in [0x00u8, 0x01, 0x80, 0x86, 0xFE] {
             assert_eq!(
                 decode_response(&[0, 0, 0, 1, op], MAX),
                 Err(FrameError::UnknownResponseOpcode(op))

@@ -78,6 +78,8 @@ status_table! {
     200 INVALID_COUNT       closes=false retry=false "GET_IDS with count 0.";
     201 BATCH_TOO_LARGE     closes=false retry=false "GET_IDS with count above max_batch.";
     202 UNKNOWN_OPCODE      closes=false retry=false "Well-formed frame within the size limit with an unknown opcode; the frame is skipped.";
+    203 UNKNOWN_SEQUENCE    closes=false retry=false "GET_VALUES named a sequence the cluster's namespace does not have (never created, or dropped).";
+    204 INVALID_SEQUENCE_NAME closes=false retry=false "GET_VALUES with a name that is not 1 to 64 bytes of a-z, 0-9, '.', '_' and '-' starting with a letter or a digit.";
     300 UNAVAILABLE_LEASE   closes=false retry=true  "The node holds no usable lease (lease ceiling reached or no lease).";
     301 UNAVAILABLE_CLOCK   closes=false retry=true  "The node's clock is at fault: it moved backwards further than the server waits out, or stood still.";
     302 SHUTTING_DOWN       closes=true  retry=true  "The server is shutting down; it closes after answering the requests it has read.";
@@ -85,6 +87,8 @@ status_table! {
     304 EXHAUSTED           closes=false retry=false "The layout's timestamp range has run out; no node of this cluster can help.";
     305 RANGE_CHANGED       closes=true  retry=true  "The node's worker range changed after this connection's HELLO_OK; it closes: reconnect to learn the new range, or try another node.";
     306 BUSY                closes=false retry=true  "Demand above this node's capacity: the request waited its turn for the node's limit and got no IDs; the connection stays open: retry later or on another node.";
+    307 SEQUENCE_USED_UP    closes=false retry=false "The sequence reached its maximum: no node can hand out more of it until an operator raises the maximum.";
+    308 SEQUENCE_UNAVAILABLE closes=false retry=true "The node could not reserve the sequence's values in time (its coordination store is slow, unreachable or contended); no value was handed out: retry later or on another node.";
     500 INTERNAL            closes=true  retry=false "Internal server error.";
 }
 
@@ -224,10 +228,11 @@ mod tests {
             if (200..300).contains(&code) {
                 assert!(!info.closes_connection, "{}", info.status);
             }
-            // Every 3xx but EXHAUSTED is "try another node".
+            // Every 3xx but the two that no node can help with is "try another node".
+            let nowhere = [Status::EXHAUSTED, Status::SEQUENCE_USED_UP];
             assert_eq!(
                 info.retry_elsewhere,
-                (300..400).contains(&code) && info.status != Status::EXHAUSTED,
+                (300..400).contains(&code) && !nowhere.contains(&info.status),
                 "{}",
                 info.status
             );
@@ -256,6 +261,6 @@ mod tests {
         assert!(Status::RANGE_CHANGED.retry_elsewhere());
         assert!(!Status::BUSY.closes_connection());
         assert!(Status::BUSY.retry_elsewhere());
-        assert_eq!(Status::TABLE.len(), 15);
+        assert_eq!(Status::TABLE.len(), 19);
     }
 }

@@ -94,6 +94,7 @@ fn read_all(conn: &mut ClientConn, wire: &[u8], cuts: &[usize]) -> Vec<String> {
                 Answer::Ids(ids) => format!("ids {}", ids.len()),
                 Answer::Ranges(r) => format!("ranges {}", r.total()),
                 Answer::Pong(t) => format!("pong {t}"),
+                Answer::Values(v) => format!("values {}", v.len()),
                 Answer::Refused(r) => format!("refused {} {:?}", r.status.code(), r.after),
             });
             buf.drain(..used);

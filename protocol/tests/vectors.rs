@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use idgen_id::WorkerRange;
 use idgen_protocol::{
-    decode_request, decode_response, encode_request, Decoded, Limits, Request, Response,
-    ServerConnState, ServerHello, Status,
+    decode_request_for, decode_response, encode_request, Decoded, Limits, Request, Response,
+    SeqMode, ServerConnState, ServerHello, Status,
 };
 use serde_json::Value;
 
@@ -55,6 +55,14 @@ fn request_from_json(d: &Value) -> Request {
         "PING" => Request::Ping {
             token: dec_u64(&d["token"]),
         },
+        "GET_VALUES" => Request::GetValues {
+            count: num(d, "count"),
+            name: d["name"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .expect("a sequence name"),
+        },
         op => panic!("unknown request op {op}"),
     }
 }
@@ -78,6 +86,19 @@ fn response_from_json(d: &Value) -> Response {
         }),
         "IDS" => Response::Ids(d["ids"].as_array().unwrap().iter().map(dec_u64).collect()),
         "PONG" => Response::Pong(dec_u64(&d["token"])),
+        "VALUES" => Response::Values {
+            mode: match d["mode"].as_str().unwrap() {
+                "dense" => SeqMode::Dense,
+                "strict" => SeqMode::Strict,
+                m => panic!("mode {m}"),
+            },
+            values: d["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(dec_u64)
+                .collect(),
+        },
         "ERROR" => {
             let status = Status(num(d, "status"));
             assert_eq!(status.name(), d["name"].as_str(), "name of {status}");
@@ -115,17 +136,24 @@ fn check_request(case: &Value, bytes: &[u8]) {
         max_batch: num(l, "max_batch"),
     };
     let mut state = ServerConnState::new();
+    // The version an established connection negotiated (1 when the case names none).
+    let version = case
+        .get("version")
+        .map_or(1, |_| num::<u16>(case, "version"));
     match case["connection"].as_str().unwrap() {
-        "new" => {}
+        "new" => assert!(
+            case.get("version").is_none(),
+            "a new connection has no version"
+        ),
         "established" => state
             .check(&Decoded::Request(Request::Hello {
-                min_version: 1,
-                max_version: 1,
+                min_version: version,
+                max_version: version,
             }))
             .unwrap(),
         other => panic!("connection {other}"),
     }
-    let result = decode_request(bytes, &limits);
+    let result = decode_request_for(bytes, &limits, state.version().unwrap_or(1));
     if case["incomplete"] == Value::Bool(true) {
         assert_eq!(result, Ok(None));
         return;
@@ -237,7 +265,15 @@ fn vectors_cover_the_protocol() {
         }
     }
     for op in [
-        "HELLO", "GET_IDS", "PING", "HELLO_OK", "IDS", "PONG", "ERROR",
+        "HELLO",
+        "GET_IDS",
+        "PING",
+        "GET_VALUES",
+        "HELLO_OK",
+        "IDS",
+        "PONG",
+        "VALUES",
+        "ERROR",
     ] {
         assert!(ops.contains(op), "no vector decodes {op}");
     }
