@@ -376,15 +376,6 @@ class VectorsTest {
 
     // ---- VALUES (version 3) beyond the shared vectors ----
 
-    static byte[] values(int mode, long... vs) {
-        ByteBuffer b = ByteBuffer.allocate(10 + 8 * vs.length).putInt(6 + 8 * vs.length).put((byte) 0x85)
-                .put((byte) mode).putInt(vs.length);
-        for (long v : vs) {
-            b.putLong(v);
-        }
-        return b.array();
-    }
-
     @Test
     void valuesOfMaxBatchFitTheVersion3ResponseLimit() {
         // 6 + 8 * max_batch: one byte above an IDS of max_batch, which the v1/v2 limit is for.
@@ -392,7 +383,7 @@ class VectorsTest {
         for (int i = 0; i < vs.length; i++) {
             vs[i] = 100 + 3 * i;
         }
-        byte[] raw = values(1, vs);
+        byte[] raw = Support.values(1, vs);
         assertEquals(Status.FRAME_TOO_LARGE, assertThrows(ProtocolException.class,
                 () -> Frames.decodeResponse(raw, Frames.responseFrameLimit(40, 2))).status());
         Values v = (Values) Frames.decodeResponse(raw, Frames.responseFrameLimit(40, 3)).frame();
@@ -404,18 +395,18 @@ class VectorsTest {
 
     @Test
     void valuesModeAndCountAreCheckedBeforeTheValuesArrive() {
-        byte[] raw = values(0, 1, 2, 3);
+        byte[] raw = Support.values(0, 1, 2, 3);
         assertNull(Frames.decodeResponse(raw, 0, 10, 1 << 20), "mode and count fine: wait for the values");
         ByteBuffer.wrap(raw).putInt(6, 4); // count 4 in a frame of 3
         assertEquals(Status.BAD_FRAME,
                 assertThrows(ProtocolException.class, () -> Frames.decodeResponse(raw, 0, 10, 1 << 20)).status());
-        byte[] mode9 = values(9, 1);
+        byte[] mode9 = Support.values(9, 1);
         assertEquals(Status.BAD_FRAME,
                 assertThrows(ProtocolException.class, () -> Frames.decodeResponse(mode9, 0, 6, 1 << 20)).status());
         assertEquals(Status.BAD_FRAME, assertThrows(ProtocolException.class,
-                () -> Frames.decodeResponse(values(0, Long.MIN_VALUE + 5), 1 << 20)).status());
+                () -> Frames.decodeResponse(Support.values(0, Long.MIN_VALUE + 5), 1 << 20)).status());
         assertEquals(Status.BAD_FRAME, assertThrows(ProtocolException.class,
-                () -> Frames.decodeResponse(values(0, 7, 3), 1 << 20)).status());
+                () -> Frames.decodeResponse(Support.values(0, 7, 3), 1 << 20)).status());
     }
 
     @Test
