@@ -47,14 +47,16 @@ import java.util.function.Function;
  *
  * <h2>Failover</h2>
  * Calls go to the node that answered the last call (sticky). A node that answers "try another
- * node" ({@code 3xx} except {@code EXHAUSTED}), does not answer within the request timeout,
+ * node" ({@code 3xx} except {@code EXHAUSTED} and {@code SEQUENCE_USED_UP}), does not answer
+ * within the request timeout,
  * refuses, drops or breaks the connection, sends a bad frame, or fails the TLS handshake is
  * marked down for a backoff (from {@code backoffMin}, doubling per consecutive failure, up to
  * {@code backoffMax}) and the whole call is retried on the next node; healthy nodes first, then
  * those backing off, soonest first; each node at most once per call, all within the call's
  * deadline. {@code RANGE_CHANGED} (305) is not a node failure: the client reconnects to the
  * same node at once (its new HELLO_OK announces the new range) and retries the call there,
- * once per call. Statuses another node would repeat ({@code 2xx}, {@code EXHAUSTED}) and the
+ * once per call. Statuses another node would repeat ({@code 2xx}, {@code EXHAUSTED}, {@code
+ * SEQUENCE_USED_UP}) and the
  * other statuses whose "retry elsewhere" is no ({@code 1xx}, {@code 5xx}) fail the call at once.
  * Failover leaves gaps in the ID space, never duplicates: a node never sends an ID twice.
  *
