@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdCluster;
 use common::node::{idgen_binary, try_http, NodeProc};
 use idgen_core::sequence::check::{self, Call};
+use idgen_protocol::{Request, Response, SeqMode, Status};
+use idgen_testkit::conn::TestConn;
 use serde_json::Value;
 
 const CLIENTS_PER_NODE: usize = 3;
@@ -286,4 +288,129 @@ fn the_http_api_refuses_unknown_and_bad_names_bad_counts_and_a_used_up_sequence(
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+}
+
+/// A node's counter `family{sequence="name"}` from its admin `/metrics`.
+fn sequence_metric(node: &NodeProc, family: &str, name: &str) -> f64 {
+    let admin = node.admin.expect("admin address");
+    let (status, text) = try_http(admin, "GET", "/metrics", None, Duration::from_secs(10)).unwrap();
+    assert_eq!(status, 200);
+    let prefix = format!("{family}{{sequence=\"{name}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn values(r: Response) -> (SeqMode, Vec<u64>) {
+    match r {
+        Response::Values { mode, values } => (mode, values),
+        other => panic!("expected VALUES, got {other:?}"),
+    }
+}
+
+fn refused(r: Option<Response>) -> Status {
+    match r {
+        Some(Response::Error { status, .. }) => status,
+        other => panic!("expected ERROR, got {other:?}"),
+    }
+}
+
+fn get_values(name: &str, count: u32) -> Request {
+    Request::GetValues {
+        count,
+        name: name.parse().unwrap(),
+    }
+}
+
+#[test]
+fn the_protocol_hands_out_values_in_order_and_refuses_what_the_spec_refuses() {
+    let cluster = EtcdCluster::start(1);
+    let url = cluster.url("idgen-seq-protocol");
+    seq(&url, &["create", "tiny", "--max", "3"]);
+    seq(&url, &["create", "orders", "--start", "100", "--increment", "10"]);
+    seq(&url, &["create", "ledger", "--mode", "strict"]);
+    let node = NodeProc::start(&[
+        "--store",
+        &url,
+        "--node-id",
+        "a",
+        "--shards",
+        "2",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let mut c = TestConn::open_version(node.addr, 3);
+    assert_eq!(c.hello().version, 3);
+
+    // Answers come in request order, whatever they are.
+    c.send(&get_values("orders", 2));
+    c.send(&Request::GetIds { count: 1 });
+    c.send(&get_values("orders", 1));
+    c.send(&Request::Ping { token: 5 });
+    c.send(&get_values("tiny", 2));
+    c.send(&get_values("tiny", 1));
+    c.send(&get_values("tiny", 1));
+    assert_eq!(
+        values(c.recv().unwrap()),
+        (SeqMode::Dense, vec![100, 110])
+    );
+    assert!(matches!(c.recv(), Some(Response::Ids(ids)) if ids.len() == 1));
+    assert_eq!(values(c.recv().unwrap()), (SeqMode::Dense, vec![120]));
+    assert_eq!(c.recv(), Some(Response::Pong(5)));
+    assert_eq!(values(c.recv().unwrap()).1, [1, 2]);
+    assert_eq!(values(c.recv().unwrap()).1, [3]);
+    // Used up: final, and the connection stays usable.
+    assert_eq!(refused(c.recv()), Status::SEQUENCE_USED_UP);
+
+    c.send(&get_values("nope", 1));
+    assert_eq!(refused(c.recv()), Status::UNKNOWN_SEQUENCE);
+    c.send(&get_values("orders", 0));
+    assert_eq!(refused(c.recv()), Status::INVALID_COUNT);
+    c.send(&get_values("orders", 70_000));
+    assert_eq!(refused(c.recv()), Status::BATCH_TOO_LARGE);
+    let mut bad = vec![0, 0, 0, 8, 0x05, 0, 0, 0, 1];
+    bad.extend_from_slice(b"Bad");
+    c.send_raw(&bad).unwrap();
+    assert_eq!(refused(c.recv()), Status::INVALID_SEQUENCE_NAME);
+    c.send(&get_values("orders", 1));
+    assert_eq!(values(c.recv().unwrap()).1, [130]);
+
+    // Strict: 64 calls pipelined on one connection share commits: far fewer commits than
+    // calls, and the values increase in request order.
+    c.send(&get_values("ledger", 1));
+    let first = values(c.recv().unwrap()).1;
+    let before = sequence_metric(&node, "idgen_named_sequence_commits_total", "ledger");
+    for _ in 0..64 {
+        c.send(&get_values("ledger", 1));
+    }
+    let mut got = Vec::new();
+    for _ in 0..64 {
+        let (mode, v) = values(c.recv().unwrap());
+        assert_eq!(mode, SeqMode::Strict);
+        got.extend(v);
+    }
+    assert!(got[0] > first[0], "{first:?} then {got:?}");
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+    let commits = sequence_metric(&node, "idgen_named_sequence_commits_total", "ledger") - before;
+    assert!(
+        (1.0..=8.0).contains(&commits),
+        "64 pipelined strict calls took {commits} commits"
+    );
+
+    // Version 2 has no GET_VALUES: an unknown opcode, the connection kept.
+    let mut v2 = TestConn::open_version(node.addr, 2);
+    assert_eq!(v2.hello().version, 2);
+    v2.send(&get_values("orders", 1));
+    assert_eq!(refused(v2.recv()), Status::UNKNOWN_OPCODE);
+    v2.send(&Request::Ping { token: 1 });
+    assert_eq!(v2.recv(), Some(Response::Pong(1)));
+    // A frame that is too long for any name closes the connection.
+    let mut long = vec![0, 0, 0, 70, 0x05, 0, 0, 0, 1];
+    long.extend_from_slice(&[b'a'; 65]);
+    c.send_raw(&long).unwrap();
+    assert_eq!(refused(c.recv()), Status::BAD_FRAME);
+    assert_eq!(c.recv(), None);
 }

@@ -193,29 +193,74 @@ impl Holder {
         n: u64,
         deadline: Duration,
     ) -> Result<Vec<u64>, HoldError> {
-        if n == 0 || n > MAX_BLOCK {
-            return Err(SequenceError::BadSpec(format!(
+        self.next_values_of(name, n, deadline)
+            .await
+            .map(|(_, values)| values)
+    }
+
+    /// [`next_values`](Self::next_values), with the mode of the sequence that answered (the
+    /// ID protocol's VALUES says it, so a client knows whether it may prefetch).
+    pub async fn next_values_of(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        n: u64,
+        deadline: Duration,
+    ) -> Result<(Mode, Vec<u64>), HoldError> {
+        let mut each = self.next_values_each(name, &[n], deadline).await;
+        each.pop().unwrap_or(Err(HoldError::Timeout(deadline)))
+    }
+
+    /// Several calls of one sequence that arrived together (pipelined requests of one
+    /// connection), each answered on its own, in order: dense ones one after another from the
+    /// blocks; strict ones all waiting for the same commit (each gets its values, or is refused
+    /// on its own if the maximum comes between them). Every call's values are above the
+    /// previous call's.
+    pub async fn next_values_each(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        counts: &[u64],
+        deadline: Duration,
+    ) -> Vec<Result<(Mode, Vec<u64>), HoldError>> {
+        let all = |e: HoldError| counts.iter().map(|_| Err(e.clone())).collect::<Vec<_>>();
+        if let Some(&n) = counts.iter().find(|&&n| n == 0 || n > MAX_BLOCK) {
+            return all(SequenceError::BadSpec(format!(
                 "a call takes 1 ..= {MAX_BLOCK} values, not {n}"
             ))
             .into());
         }
         let until = tokio::time::Instant::now() + deadline;
-        let seq = self.seq(name)?;
+        let seq = match self.seq(name) {
+            Ok(s) => s,
+            Err(e) => return all(e),
+        };
         let mode = lock(&seq.state).as_ref().map(Held::mode);
         let mode = match mode {
             Some(m) => m,
-            None => self.learn(name, &seq, until, deadline).await?,
+            None => match self.learn(name, &seq, until, deadline).await {
+                Ok(m) => m,
+                Err(e) => return all(e),
+            },
         };
         let got = match mode {
-            Mode::Dense => self.dense(name, &seq, n, until, deadline).await,
-            Mode::Strict => self.strict(name, &seq, n, until, deadline).await,
+            Mode::Dense => {
+                let mut got = Vec::with_capacity(counts.len());
+                for &n in counts {
+                    got.push(self.dense(name, &seq, n, until, deadline).await);
+                }
+                got
+            }
+            Mode::Strict => self.strict(name, &seq, counts, until, deadline).await,
         };
-        if let Ok(v) = &got {
-            seq.stats
-                .values
-                .fetch_add(v.len() as u64, Ordering::Relaxed);
-        }
-        got
+        got.into_iter()
+            .map(|r| {
+                r.map(|v| {
+                    seq.stats
+                        .values
+                        .fetch_add(v.len() as u64, Ordering::Relaxed);
+                    (mode, v)
+                })
+            })
+            .collect()
     }
 
     /// Every sequence this holder has been asked for, in name order, with what it counted.
@@ -379,34 +424,45 @@ impl Holder {
         });
     }
 
+    /// Strict calls of `counts` values each, queued together for the next commit (their
+    /// order is their values' order), each answered on its own.
     async fn strict(
         self: &Arc<Self>,
         name: &SequenceName,
         seq: &Arc<Seq>,
-        n: u64,
+        counts: &[u64],
         until: tokio::time::Instant,
         deadline: Duration,
-    ) -> Result<Vec<u64>, HoldError> {
-        let (tx, rx) = oneshot::channel();
+    ) -> Vec<Result<Vec<u64>, HoldError>> {
+        let mut answers = Vec::with_capacity(counts.len());
         {
             let mut st = lock(&seq.state);
             let Some(Held::Strict(q)) = st.as_mut() else {
-                return Err(SequenceError::NotFound(name.clone()).into());
+                let gone = HoldError::from(SequenceError::NotFound(name.clone()));
+                return counts.iter().map(|_| Err(gone.clone())).collect();
             };
-            if q.waiting() >= MAX_WAITING {
-                return Err(HoldError::Busy);
+            if q.waiting() + counts.len() > MAX_WAITING {
+                return counts.iter().map(|_| Err(HoldError::Busy)).collect();
             }
-            q.push(tx, n);
+            for &n in counts {
+                let (tx, rx) = oneshot::channel();
+                q.push(tx, n);
+                answers.push(rx);
+            }
             if let Some(total) = q.start_commit() {
                 self.commit(name.clone(), Arc::clone(seq), total);
             }
         }
-        match tokio::time::timeout_at(until, rx).await {
-            Err(_) => Err(HoldError::Timeout(deadline)),
-            // The holder let the call go without an answer (the sequence was forgotten).
-            Ok(Err(_)) => Err(SequenceError::NotFound(name.clone()).into()),
-            Ok(Ok(r)) => Ok(r?.iter().collect()),
+        let mut got = Vec::with_capacity(counts.len());
+        for rx in answers {
+            got.push(match tokio::time::timeout_at(until, rx).await {
+                Err(_) => Err(HoldError::Timeout(deadline)),
+                // The holder let the call go without an answer (the sequence was forgotten).
+                Ok(Err(_)) => Err(SequenceError::NotFound(name.clone()).into()),
+                Ok(Ok(r)) => r.map(|v| v.iter().collect()).map_err(HoldError::from),
+            });
         }
+        got
     }
 
     /// Runs strict commits on the holder's runtime, one after another while calls wait.
