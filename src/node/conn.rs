@@ -27,11 +27,11 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::issuer::{wait_until, Issuer};
-use idgen_core::sequence::holder::{HoldError, Holder};
-use idgen_core::sequence::SequenceName;
 use super::responder::{Next, Responder, OUTPUT_HIGH_WATER};
 use super::telemetry::{bump, drop_one, ShardStats};
 use crate::config::ListenSection;
+use idgen_core::sequence::holder::{HoldError, Holder};
+use idgen_core::sequence::SequenceName;
 use idgen_id::Layout;
 
 /// First capacity of a connection's input buffer. Idle connections keep this little (10,000

@@ -351,7 +351,13 @@ impl Holder {
                 };
                 let want = n - out.len() as u64;
                 let now = self.now_ms();
-                blocks.take(want, now, &mut out);
+                if out.is_empty() && want <= blocks.max_block() {
+                    // All or nothing: a call refused at the maximum takes no value (no gap),
+                    // and what is left goes to smaller calls.
+                    blocks.take_whole(want, now, &mut out);
+                } else {
+                    blocks.take(want, now, &mut out);
+                }
                 if out.len() as u64 != n && !blocks.is_fetching() {
                     let recent = failed
                         .take()
@@ -449,8 +455,8 @@ impl Holder {
                 q.push(tx, n);
                 answers.push(rx);
             }
-            if let Some(total) = q.start_commit() {
-                self.commit(name.clone(), Arc::clone(seq), total);
+            if q.start_commit().is_some() {
+                self.commit(name.clone(), Arc::clone(seq), q.in_flight_sizes());
             }
         }
         let mut got = Vec::with_capacity(counts.len());
@@ -465,61 +471,100 @@ impl Holder {
         got
     }
 
-    /// Runs strict commits on the holder's runtime, one after another while calls wait.
-    fn commit(self: &Arc<Self>, name: SequenceName, seq: Arc<Seq>, total: u64) {
+    /// Runs strict commits on the holder's runtime, one after another while calls wait. An
+    /// attempt that loses the record to another holder is tried again at once, with the calls
+    /// that arrived meanwhile (so contention grows the commits instead of queueing calls
+    /// behind them); after a few losses in a row, after a short random backoff.
+    fn commit(self: &Arc<Self>, name: SequenceName, seq: Arc<Seq>, sizes: Vec<u64>) {
         let me = Arc::clone(self);
         self.rt.spawn(async move {
-            let mut total = total;
+            let mut sizes = sizes;
             let mut contended_since: Option<Instant> = None;
+            let mut lost = 0u32;
             loop {
                 let started = Instant::now();
-                let got = Sequences::new(me.store.as_ref(), &me.namespace)
-                    .reserve(&name, total)
-                    .await;
-                seq.stats.reserved(started, &got);
-                let mut st = lock(&seq.state);
-                let Some(Held::Strict(q)) = st.as_mut() else {
-                    return;
+                let got = match Sequences::new(me.store.as_ref(), &me.namespace)
+                    .reserve_once_fitting(&name, &sizes)
+                    .await
+                {
+                    Ok(Some(block)) => Ok(block),
+                    Ok(None) => Err(SequenceError::Contention {
+                        attempts: lost.saturating_add(1),
+                    }),
+                    Err(e) => Err(e),
                 };
-                match got {
-                    Ok(b) if b.mode == Mode::Strict => answer(q.committed(b), &name, &b),
-                    Ok(_) => {
-                        // Recreated as dense: these values are not strict ones. Forget.
-                        for tx in q.drain_all() {
-                            let _ = tx.send(Err(SequenceError::NotFound(name.clone())));
-                        }
-                        *st = None;
+                seq.stats.reserved(started, &got);
+                // What next, decided under the lock; any pause comes after it is let go.
+                let next = {
+                    let mut st = lock(&seq.state);
+                    let Some(Held::Strict(q)) = st.as_mut() else {
                         return;
-                    }
-                    // Other holders won the record this time: the calls wait on (within their
-                    // deadlines) for the same commit, tried again.
-                    Err(SequenceError::Contention { .. })
-                        if contended_since.get_or_insert(started).elapsed()
-                            < CONTENTION_RETRY_FOR =>
-                    {
-                        continue;
-                    }
-                    Err(e) => {
-                        let gone = matches!(e, SequenceError::NotFound(_));
-                        for tx in q.failed() {
-                            let _ = tx.send(Err(e.clone()));
+                    };
+                    match got {
+                        Ok(b) if b.mode == Mode::Strict => {
+                            answer(q.committed(b), &name, &b);
+                            Some(q.start_commit().map(|_| q.in_flight_sizes()))
                         }
-                        if gone {
+                        Ok(_) => {
+                            // Recreated as dense: these values are not strict ones. Forget.
                             for tx in q.drain_all() {
-                                let _ = tx.send(Err(e.clone()));
+                                let _ = tx.send(Err(SequenceError::NotFound(name.clone())));
                             }
                             *st = None;
                             return;
                         }
+                        // Other holders won the record this time: the calls wait on (within
+                        // their deadlines) for the same commit, tried again with the calls
+                        // that came meanwhile.
+                        Err(SequenceError::Contention { .. })
+                            if contended_since.get_or_insert(started).elapsed()
+                                < CONTENTION_RETRY_FOR =>
+                        {
+                            if q.retry_commit().is_some() {
+                                sizes = q.in_flight_sizes();
+                            }
+                            lost = lost.saturating_add(1);
+                            None
+                        }
+                        Err(e) => {
+                            let gone = matches!(e, SequenceError::NotFound(_));
+                            for tx in q.failed() {
+                                let _ = tx.send(Err(e.clone()));
+                            }
+                            if gone {
+                                for tx in q.drain_all() {
+                                    let _ = tx.send(Err(e.clone()));
+                                }
+                                *st = None;
+                                return;
+                            }
+                            Some(q.start_commit().map(|_| q.in_flight_sizes()))
+                        }
                     }
-                }
+                };
+                // `None`: the same commit, tried again (at once for the first losses in a row,
+                // then after a backoff); `Some(next)`: this commit is over, and the next one.
+                let Some(next) = next else {
+                    if lost > 2 {
+                        Self::lost_again(lost).await;
+                    }
+                    continue;
+                };
                 contended_since = None;
-                match q.start_commit() {
-                    Some(t) => total = t,
+                lost = 0;
+                match next {
+                    Some(next) => sizes = next,
                     None => return,
                 }
             }
         });
+    }
+}
+
+impl Holder {
+    /// The pause before a strict commit's next attempt after `lost` lost in a row.
+    fn lost_again(lost: u32) -> tokio::time::Sleep {
+        tokio::time::sleep(super::backoff(lost.saturating_sub(3)))
     }
 }
 
