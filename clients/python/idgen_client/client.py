@@ -265,7 +265,7 @@ class _Connection:
             sock.close()
             raise
         sock = self._sock
-        self.max_frame = protocol.response_frame_limit(self.hello.max_batch)
+        self.max_frame = protocol.response_frame_limit(self.hello.max_batch, self.hello.version)
         # Sends wait at most `timeout`; the reader wakes up that often to notice a close.
         sock.settimeout(max(timeout, 0.05))
         stats.add("connects")
@@ -337,9 +337,10 @@ class _Connection:
             raise ProtocolError(
                 f"expected HELLO_OK, got {type(frame).__name__}", node=self.node
             )
-        if frame.version != protocol.PROTOCOL_VERSION:
+        if not protocol.MIN_PROTOCOL_VERSION <= frame.version <= protocol.PROTOCOL_VERSION:
             raise ProtocolError(
-                f"server picked version {frame.version}, only version 1 was offered",
+                f"server picked version {frame.version}, only versions "
+                f"{protocol.MIN_PROTOCOL_VERSION}..={protocol.PROTOCOL_VERSION} were offered",
                 node=self.node,
             )
         return frame, buf
