@@ -51,6 +51,12 @@ OpenSSL connection must not be used by two threads at once. The socket I/O stays
 that lock, so a blocked read never holds up a write. A failed handshake is a
 :class:`TLSError`, an ``UnavailableError``: the node is marked down and the call fails over.
 
+Named sequences: ``next_value``/``next_values`` send one GET_VALUES (version 3) through the
+same FIFO and failover as GET_IDS, after checking the name, ``n`` and the node's version
+(``protocol.check_get_values``). ``sequence_prefetch=K`` keeps, per name, values of a dense
+sequence only, under a per-name lock so that they leave the buffer in order, each to one
+call; the refill runs in the calling thread (clients/vectors/SEQUENCES.md).
+
 Errors: when a call tried exactly one node (the only one not backing off), that node's error
 is raised as it is (``UnavailableError``, ``ProtocolError`` or ``ServerError``); when it tried
 several, or none could be tried, it raises ``NoNodeAvailable`` listing each node's last error.

@@ -52,21 +52,32 @@ def require_idgen_bin(test):
     return path
 
 
+SEQ_CREATE_TIMEOUT = 60.0
+
+
 class Server:
     """A real `idgen serve` on 127.0.0.1:0 (unless ``extra_args`` give ``--listen``) with the
-    memory store, stopped by PID."""
+    memory store, stopped by PID.
 
-    def __init__(self, test, *extra_args):
+    With ``sequences`` (a list of argument lists, e.g. ``[["orders"], ["ledger", "--mode",
+    "strict"]]``) it first runs ``idgen seq create ARGS --data-dir DIR`` for each, then serves
+    the embedded store (the default) in that DIR: the memory store cannot be seeded before
+    the node starts. A failing ``seq create`` fails the test (with its output)."""
+
+    def __init__(self, test, *extra_args, sequences=None):
         path = require_idgen_bin(test)
         self.dir = tempfile.TemporaryDirectory(prefix="idgen-pytest-")
         self.log_path = os.path.join(self.dir.name, "server.log")
+        for spec in sequences or []:
+            self._seq_create(test, path, spec)
         self._log = open(self.log_path, "wb")
+        store = [] if sequences else ["--store", "memory"]
         args = [
             path, "serve",
             *([] if "--listen" in extra_args else ["--listen", "127.0.0.1:0"]),
             "--admin-listen", "off",
             "--http-listen", "off",
-            "--store", "memory",
+            *store,
             "--shards", "2",
             "--data-dir", self.dir.name,
             *extra_args,
@@ -78,6 +89,23 @@ class Server:
         self.addr = self._wait_listening(test, "--tls-listen" in extra_args)
         # Keep draining stdout so the server never blocks on a full pipe.
         threading.Thread(target=self._drain, daemon=True).start()
+
+    def _seq_create(self, test, path, spec):
+        cmd = [path, "seq", "create", *spec, "--data-dir", self.dir.name]
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, stdin=subprocess.DEVNULL, timeout=SEQ_CREATE_TIMEOUT
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.dir.cleanup()
+            test.fail(f"{' '.join(cmd)} did not run: {e}")
+        if done.returncode != 0:
+            self.dir.cleanup()
+            test.fail(
+                f"{' '.join(cmd)} failed ({done.returncode}):\n"
+                + done.stdout.decode("utf-8", "replace")
+                + done.stderr.decode("utf-8", "replace")
+            )
 
     def _wait_listening(self, test, tls):
         """The plaintext address; with ``tls``, wait for the TLS one too (``self.tls_addr``)."""
