@@ -276,12 +276,14 @@ func (c *conn) readLoop(leftover []byte) {
 					return &ProtocolError{Detail: fmt.Sprintf("answer 0x%02x with no request outstanding", buf[off+4])}
 				}
 				s := local[li]
-				local[li] = nil
-				li++
 				closing, err := c.answer(s, buf[off+4], buf[off+5:off+size], &last, &haveLast)
 				if err != nil {
+					// A frame that does not answer its request: s stays pending, so it fails
+					// with the others (not left waiting for an answer that never comes).
 					return err
 				}
+				local[li] = nil
+				li++
 				if closing != nil {
 					return closing
 				}
