@@ -49,11 +49,37 @@ type realNode struct {
 }
 
 // startNode starts `idgen serve` on 127.0.0.1:0 (unless args give --listen) with the admin
-// and HTTP ports off, the memory store unless args give one, and 2 shards.
+// and HTTP ports off, a data directory of its own, the memory store unless args give one,
+// and 2 shards.
 func startNode(t testing.TB, args ...string) *realNode {
 	t.Helper()
+	return startNodeWith(t, t.TempDir(), true, args...)
+}
+
+// startNodeIn is startNode on the data directory dir with the node's default store (the
+// embedded one, in dir), so that what `idgen seq create --data-dir dir` wrote beforehand is
+// served.
+func startNodeIn(t testing.TB, dir string, args ...string) *realNode {
+	t.Helper()
+	return startNodeWith(t, dir, false, args...)
+}
+
+// createSequence runs `idgen seq create NAME ARGS... --data-dir DIR` (before the node on DIR
+// starts), failing the test with its output when it fails.
+func createSequence(t testing.TB, dir, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	full := append(append([]string{"seq", "create", name}, args...), "--data-dir", dir)
+	out, err := exec.CommandContext(ctx, idgenBin(t), full...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("idgen %s: %v\n%s", strings.Join(full, " "), err, out)
+	}
+}
+
+func startNodeWith(t testing.TB, dir string, memory bool, args ...string) *realNode {
+	t.Helper()
 	idgenBin(t) // fail loudly before anything else when it is missing
-	dir := t.TempDir()
 	has := func(flag string) bool {
 		for _, a := range args {
 			if a == flag {
@@ -66,7 +92,7 @@ func startNode(t testing.TB, args ...string) *realNode {
 	if !has("--listen") {
 		full = append(full, "--listen", "127.0.0.1:0")
 	}
-	if !has("--store") {
+	if memory && !has("--store") {
 		full = append(full, "--store", "memory")
 	}
 	if !has("--shards") {
