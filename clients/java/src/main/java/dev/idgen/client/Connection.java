@@ -91,7 +91,7 @@ final class Connection {
         this.socket = socket;
         this.hello = hello;
         this.ranges = useRanges && hello.version() >= Frames.RANGES_VERSION;
-        this.maxFrame = Frames.responseFrameLimit(hello.maxBatch(), hello.version());
+        this.maxFrame = Frames.responseFrameLimit(hello.maxBatch());
         this.in = socket.getInputStream();
         this.out = socket.getOutputStream();
         this.stats = stats;

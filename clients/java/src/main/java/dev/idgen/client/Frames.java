@@ -48,8 +48,11 @@ public final class Frames {
     public static final int MAX_VALUES_PER_CALL = 1 << 20;
     /** The frame length of a VALUES frame without values (opcode, mode, count). */
     static final int VALUES_HEAD_LENGTH = 6;
-    /** The response frame limit before HELLO_OK has arrived: 5 + 8 * 65536. */
-    public static final long DEFAULT_MAX_RESPONSE_FRAME = 5L + 8L * DEFAULT_MAX_BATCH;
+    /**
+     * The response frame limit before HELLO_OK has arrived: 6 + 8 * 65536 (a VALUES frame of
+     * 65536 values; an IDS frame is one byte shorter).
+     */
+    public static final long DEFAULT_MAX_RESPONSE_FRAME = 6L + 8L * DEFAULT_MAX_BATCH;
 
     private Frames() {}
 
@@ -283,23 +286,13 @@ public final class Frames {
     // ---------------------------------------------------------------------------------
     // Responses
 
-    /** The response frame limit once {@code max_batch} is known: max(5 + 8 * max_batch, 258). */
-    public static long responseFrameLimit(long maxBatch) {
-        return Math.max(5 + 8 * maxBatch, ERROR_MAX_LENGTH);
-    }
-
     /**
-     * The response frame limit of a connection that negotiated {@code version}: from version 3
-     * also room for a VALUES of {@code min(max_batch, 2^20)} values, one byte longer than an
-     * IDS of as many (its mode byte), which {@link #responseFrameLimit(long)} alone would
-     * refuse.
+     * The response frame limit once {@code max_batch} is known (PROTOCOL.md section 7):
+     * max(6 + 8 * max_batch, 258), so that an IDS of max_batch IDs, a VALUES of max_batch
+     * values (one byte longer: its mode) and any ERROR fit.
      */
-    public static long responseFrameLimit(long maxBatch, int version) {
-        long ids = responseFrameLimit(maxBatch);
-        if (version < SEQUENCES_VERSION) {
-            return ids;
-        }
-        return Math.max(ids, VALUES_HEAD_LENGTH + 8L * Math.min(maxBatch, MAX_VALUES_PER_CALL));
+    public static long responseFrameLimit(long maxBatch) {
+        return Math.max(VALUES_HEAD_LENGTH + 8 * maxBatch, ERROR_MAX_LENGTH);
     }
 
     private static ProtocolException bad(String message) {

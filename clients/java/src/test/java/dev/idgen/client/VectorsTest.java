@@ -377,20 +377,21 @@ class VectorsTest {
     // ---- VALUES (version 3) beyond the shared vectors ----
 
     @Test
-    void valuesOfMaxBatchFitTheVersion3ResponseLimit() {
-        // 6 + 8 * max_batch: one byte above an IDS of max_batch, which the v1/v2 limit is for.
+    void aValuesOfMaxBatchValuesFitsTheResponseLimit() {
+        // 6 + 8 * max_batch (PROTOCOL.md section 7): one byte above an IDS of max_batch.
         long[] vs = new long[40];
         for (int i = 0; i < vs.length; i++) {
             vs[i] = 100 + 3 * i;
         }
         byte[] raw = Support.values(1, vs);
-        assertEquals(Status.FRAME_TOO_LARGE, assertThrows(ProtocolException.class,
-                () -> Frames.decodeResponse(raw, Frames.responseFrameLimit(40, 2))).status());
-        Values v = (Values) Frames.decodeResponse(raw, Frames.responseFrameLimit(40, 3)).frame();
+        Values v = (Values) Frames.decodeResponse(raw, Frames.responseFrameLimit(40)).frame();
         assertEquals(SequenceMode.STRICT, v.mode());
         assertArrayEquals(vs, v.values());
-        assertEquals(6 + 8 * 65536, Frames.responseFrameLimit(65536, 3));
-        assertEquals(5 + 8 * 65536, Frames.responseFrameLimit(65536, 2));
+        assertEquals(Status.FRAME_TOO_LARGE, assertThrows(ProtocolException.class,
+                () -> Frames.decodeResponse(raw, Frames.responseFrameLimit(39))).status());
+        assertEquals(6 + 8 * 65536, Frames.responseFrameLimit(65536));
+        assertEquals(524294, Frames.DEFAULT_MAX_RESPONSE_FRAME);
+        assertEquals(258, Frames.responseFrameLimit(1));
     }
 
     @Test
