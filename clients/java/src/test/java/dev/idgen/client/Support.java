@@ -91,7 +91,7 @@ final class Support {
          * before the node holds the store open), with 2 shards plus {@code extra} arguments.
          */
         static Node embedded(java.util.function.Consumer<Path> seed, String... extra) throws IOException {
-            Path d = Files.createTempDirectory("idgen-javatest-");
+            Path d = newDataDir();
             try {
                 seed.accept(d);
             } catch (RuntimeException | Error e) {
@@ -104,7 +104,13 @@ final class Support {
         }
 
         Node(List<String> args) throws IOException {
-            this(Files.createTempDirectory("idgen-javatest-"), args);
+            this(newDataDir(), args);
+        }
+
+        /** A new temporary data directory, once the binary is known to exist (none left behind otherwise). */
+        private static Path newDataDir() throws IOException {
+            idgenBin();
+            return Files.createTempDirectory("idgen-javatest-");
         }
 
         Node(Path dataDir, List<String> args) throws IOException {
