@@ -19,15 +19,18 @@ import java.util.concurrent.TimeUnit;
  *
  * <ul>
  *   <li>A name's first call (mode not known yet) asks for exactly its {@code n} and learns
- *       the mode from the VALUES answer. A strict sequence's calls always ask for exactly
- *       their {@code n}: its values are never kept.
+ *       the mode from the VALUES answer; calls of the name made meanwhile wait for that answer
+ *       (then take the dense path below, or ask for themselves). A strict sequence's calls
+ *       always ask for exactly their {@code n}, side by side: its values are never kept.
  *   <li>A dense sequence's call is answered from the buffer when it holds {@code n} values
  *       (the smallest, so values leave in increasing order, each to one call). Otherwise the
  *       call queues and one fetch per name is in flight: {@code max(K, n)} values of the first
  *       caller queued (capped at the node's max_batch), merged with what the buffer holds;
  *       queued calls are then served in order, and the rest is kept. Holding at most one fetch
  *       in flight per name keeps a buffer within about {@code K} values (the gap a stopped
- *       client leaves).
+ *       client leaves), and every answer of the name is merged before the next request is
+ *       sent, so the values a caller's successive calls get from one node increase even when
+ *       completions run on different threads.
  *   <li>{@code UNKNOWN_SEQUENCE} empties a name's buffer and forgets its mode. A fetch above
  *       the call's own {@code n} answered {@code SEQUENCE_USED_UP} is asked again for exactly
  *       {@code n} (the sequence may have fewer than {@code K} values left), and the name is
@@ -181,12 +184,14 @@ final class SequencePrefetch {
                 e = new Entry(name, nameBytes);
                 entries.put(name, e);
             }
-            if (e.mode != SequenceMode.DENSE) {
-                e = null; // mode not known yet, or strict: exactly n, nothing kept
+            if (e.mode == SequenceMode.STRICT) {
+                e = null; // exactly n, nothing kept
                 w = null;
-            } else if (e.count >= n) {
+            } else if (e.mode == SequenceMode.DENSE && e.count >= n) {
                 return CompletableFuture.completedFuture(e.take(n));
             } else {
+                // Dense and short, or the mode not known yet: one request per name in flight
+                // (for an unknown mode, of exactly n: it learns the mode), the others queued.
                 w = new Waiter(n, deadline);
                 e.waiters.addLast(w);
                 if (e.fetchingFor == null) {
@@ -196,7 +201,7 @@ final class SequencePrefetch {
             }
         }
         if (e == null) {
-            return direct(name, nameBytes, n, deadline);
+            return strict(name, nameBytes, n, deadline);
         }
         if (fetch) {
             fetch(e, w);
@@ -205,8 +210,11 @@ final class SequencePrefetch {
         return w.future;
     }
 
-    /** One call of exactly {@code n}, unbuffered; its answer teaches the name's mode. */
-    private CompletableFuture<long[]> direct(String name, byte[] nameBytes, int n, long deadline) {
+    /**
+     * One call of exactly {@code n} of a sequence known to be strict, unbuffered (calls of a
+     * strict sequence run side by side); its answer may tell another mode.
+     */
+    private CompletableFuture<long[]> strict(String name, byte[] nameBytes, int n, long deadline) {
         CompletableFuture<long[]> out = new CompletableFuture<>();
         Duration left = Duration.ofNanos(deadline - System.nanoTime());
         if (left.isNegative() || left.isZero()) {
@@ -235,9 +243,8 @@ final class SequencePrefetch {
 
     /**
      * Records the mode an answer of exactly {@code n} told, and gives the call its values: for a
-     * dense sequence whose buffer was filled meanwhile (by another caller's fetch, sent before
-     * this answer's request), the {@code n} smallest of both, the rest kept, so values still
-     * leave in increasing order and a caller's later call never gets a smaller value.
+     * dense sequence (created again as dense) whose buffer holds values meanwhile, the {@code
+     * n} smallest of both, the rest kept, so values still leave in increasing order.
      */
     private long[] learn(String name, byte[] nameBytes, SequenceMode mode, long[] values, int n) {
         synchronized (lock) {
@@ -277,7 +284,8 @@ final class SequencePrefetch {
     private void fetch(Entry e, Waiter w) {
         int want;
         synchronized (lock) {
-            want = e.exactOnly ? w.n : Math.max(k, w.n);
+            // An unknown mode asks for exactly n: the first call never buffers.
+            want = e.mode != SequenceMode.DENSE || e.exactOnly ? w.n : Math.max(k, w.n);
         }
         Duration left = Duration.ofNanos(Math.max(1, w.deadline - System.nanoTime()));
         CompletableFuture<Values> f;
@@ -311,9 +319,10 @@ final class SequencePrefetch {
     /** Under the lock: a fetch's VALUES. */
     private void answered(Entry e, Waiter w, Values v, After a) {
         if (v.mode() == SequenceMode.STRICT) {
-            // The sequence is strict (dropped and created again as strict, say): nothing may be
-            // kept. The caller the fetch was made for began before it was sent, so its values
-            // keep the order promise; the rest is dropped (a gap) and the others ask again.
+            // The sequence is strict (learnt now, or dropped and created again as strict):
+            // nothing may be kept. The caller the request was made for began before it was sent,
+            // so its values keep the order promise; any rest is dropped (a gap) and the callers
+            // queued meanwhile ask for themselves.
             e.mode = SequenceMode.STRICT;
             e.clear();
             if (e.waiters.remove(w) && !w.future.isDone()) {

@@ -340,6 +340,40 @@ class SequencesTest {
     }
 
     @Test
+    void callsMadeWhileTheFirstLearnsTheModeWaitForItsAnswer() throws Exception {
+        try (Support.Fake f = serving(65536).sequence("orders", SequenceMode.DENSE, 1, Long.MAX_VALUE);
+                IdgenClient c = IdgenClient.builder().nodes(f.addr).sequencePrefetch(10).build()) {
+            c.nextIds(1); // connected, so the calls below are sent in the order they are made
+            f.delayMs = 200;
+            List<CompletableFuture<Long>> fs = new ArrayList<>();
+            for (int i = 0; i < 5; i++) {
+                fs.add(c.nextValueAsync("orders"));
+            }
+            Set<Long> got = new HashSet<>();
+            for (CompletableFuture<Long> x : fs) {
+                got.add(x.get(10, TimeUnit.SECONDS));
+            }
+            assertEquals(Set.of(1L, 2L, 3L, 4L, 5L), got);
+            // One request of exactly 1 learns "dense"; the four that waited share one fetch of K.
+            assertEquals(List.of(1L, 10L), f.counts());
+        }
+        try (Support.Fake f = serving(65536).sequence("ledger", SequenceMode.STRICT, 1, Long.MAX_VALUE);
+                IdgenClient c = IdgenClient.builder().nodes(f.addr).sequencePrefetch(10).build()) {
+            c.nextIds(1);
+            f.delayMs = 100;
+            List<CompletableFuture<long[]>> fs = new ArrayList<>();
+            for (int i = 0; i < 4; i++) {
+                fs.add(c.nextValuesAsync("ledger", 2));
+            }
+            for (CompletableFuture<long[]> x : fs) {
+                assertEquals(2, x.get(10, TimeUnit.SECONDS).length);
+            }
+            // Strict: once learnt, each waiting call asks for exactly its own n.
+            assertEquals(List.of(2L, 2L, 2L, 2L), f.counts());
+        }
+    }
+
+    @Test
     void concurrentCallersWithPrefetchGetEachValueOnceAndInOrder() throws Exception {
         int threads = 8;
         int calls = 400;
