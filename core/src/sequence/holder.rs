@@ -481,10 +481,12 @@ impl Holder {
             let mut sizes = sizes;
             let mut contended_since: Option<Instant> = None;
             let mut lost = 0u32;
+            // The record as the last attempt left it: the next attempt reads nothing.
+            let mut seen = None;
             loop {
                 let started = Instant::now();
                 let got = match Sequences::new(me.store.as_ref(), &me.namespace)
-                    .reserve_once_fitting(&name, &sizes)
+                    .reserve_once_fitting(&name, &sizes, &mut seen)
                     .await
                 {
                     Ok(Some(block)) => Ok(block),

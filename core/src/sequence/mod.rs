@@ -47,7 +47,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{Commit, KvStore, StoreError, Txn};
+use crate::store::{Check, Commit, CommitOrGet, Entry, KvStore, StoreError, Txn, Write};
 
 pub mod check;
 pub mod dense;
@@ -667,20 +667,27 @@ impl<'s> Sequences<'s> {
         name: &SequenceName,
         want: u64,
     ) -> Result<Option<Block>, SequenceError> {
-        self.reserve_once_for(name, want, |left| want.min(left))
+        self.reserve_once_for(name, want, |left| want.min(left), &mut None)
             .await
     }
 
     /// [`reserve_once`](Self::reserve_once) for calls of `sizes` values each (a strict
     /// commit): near the maximum it reserves only what whole calls take
     /// ([`strict::fitting`]), so no value is reserved that no call is answered with.
+    ///
+    /// `seen` is the record as the caller's last attempt left it: with it, the attempt reads
+    /// nothing and is one store round trip (its commit is checked against that version, so a
+    /// record changed since is a conflict, never a value twice); the attempt leaves in it
+    /// what it learnt (the record it wrote, at the version the store gave it, or the record
+    /// another holder wrote first, which the store returned with the conflict).
     pub async fn reserve_once_fitting(
         &self,
         name: &SequenceName,
         sizes: &[u64],
+        seen: &mut Option<Entry>,
     ) -> Result<Option<Block>, SequenceError> {
         let want: u64 = sizes.iter().sum();
-        self.reserve_once_for(name, want, |left| strict::fitting(sizes, left))
+        self.reserve_once_for(name, want, |left| strict::fitting(sizes, left), seen)
             .await
     }
 
@@ -689,14 +696,31 @@ impl<'s> Sequences<'s> {
         name: &SequenceName,
         want: u64,
         count_of: impl FnOnce(u64) -> u64,
+        seen: &mut Option<Entry>,
     ) -> Result<Option<Block>, SequenceError> {
         if want == 0 || want > MAX_BLOCK {
             return Err(SequenceError::BadSpec(format!(
                 "a block holds 1 ..= {MAX_BLOCK} values, not {want}"
             )));
         }
-        let mut txn = Txn::new(self.store);
-        let mut rec = self.live(&mut txn, name).await?;
+        let key = self.key(name);
+        let entry = match seen.take().filter(|e| e.key == key) {
+            Some(e) => Some(e),
+            None => self.store.get(&key).await?,
+        };
+        let Some(entry) = entry else {
+            return Err(SequenceError::NotFound(name.clone()));
+        };
+        let mut rec = Self::parse(&key, &entry.value)?;
+        if rec.name != *name {
+            return Err(SequenceError::Corrupt {
+                key: String::from_utf8_lossy(&key).into_owned(),
+                detail: format!("the record names {}", rec.name),
+            });
+        }
+        if rec.state != SequenceState::Live {
+            return Err(SequenceError::NotFound(name.clone()));
+        }
         let count = count_of(rec.remaining()).min(want);
         if count == 0 {
             return Err(SequenceError::Exhausted {
@@ -724,10 +748,28 @@ impl<'s> Sequences<'s> {
             block.first >= 1 && block.last() <= rec.spec.max,
             "a block stays within 1 ..= max"
         );
-        txn.put(self.key(name), Self::encode(&rec));
-        match txn.commit().await? {
-            Commit::Applied => Ok(Some(block)),
-            Commit::Conflict => Ok(None),
+        let value = Self::encode(&rec);
+        let checks = [Check {
+            key: key.clone(),
+            version: entry.version,
+        }];
+        let writes = [Write::Put {
+            key: key.clone(),
+            value: value.clone(),
+        }];
+        match self.store.commit_or_get(&checks, &writes, &key).await? {
+            CommitOrGet::Applied(version) => {
+                *seen = version.map(|version| Entry {
+                    key,
+                    value,
+                    version,
+                });
+                Ok(Some(block))
+            }
+            CommitOrGet::Conflict(now) => {
+                *seen = now;
+                Ok(None)
+            }
         }
     }
 }
