@@ -41,7 +41,7 @@
 //! "unavailable" (`3xx`), times out, or drops or breaks the connection, marks it down for
 //! an exponential backoff and retries the whole call on the next node, each node at most
 //! once per call, within one deadline. Refusals that another node would repeat (`2xx`,
-//! `EXHAUSTED`) are returned at once. Failover leaves gaps in the ID space, never
+//! `EXHAUSTED`, `SEQUENCE_USED_UP`) are returned at once. Failover leaves gaps in the ID space, never
 //! duplicates. See [`Pool`] for the exact rules and [`PrefetchPool`] for what prefetching
 //! costs (IDs age in the buffer) and which ordering remains.
 //!
@@ -157,6 +157,7 @@ mod error;
 pub mod mask;
 mod pool;
 mod prefetch;
+mod sequence;
 #[cfg(feature = "tls")]
 pub mod tls;
 
