@@ -339,8 +339,9 @@ impl Client {
     /// (protocol version 3: GET_VALUES, answered by VALUES).
     ///
     /// Checked before anything is sent: `name` is 1 to 64 bytes of `a-z`, `0-9`, `.`, `_`
-    /// and `-` starting with a letter or a digit, and `1 <= n <= max_batch` (the node's, and
-    /// at most 1048576); else [`Error::InvalidArgument`]. A node that negotiated version 1
+    /// and `-` starting with a letter or a digit (and its request fits the node's
+    /// `max_request_frame`), and `1 <= n <= max_batch` (the node's, and at most 1048576);
+    /// else [`Error::InvalidArgument`]. A node that negotiated version 1
     /// or 2 has no sequences over this protocol: [`Error::NodeVersion`], nothing sent.
     ///
     /// The node's refusals are [`Error::Server`] with the status: `UNKNOWN_SEQUENCE` (the
@@ -356,7 +357,7 @@ impl Client {
     pub async fn next_values(&self, name: &str, n: u32) -> Result<Vec<u64>, Error> {
         let name = sequence::check_name(name)?;
         sequence::check_count(n)?;
-        self.check_values(n)?;
+        self.check_values(name, n)?;
         match &self.sequences {
             None => Ok(self.fetch_values(name, n, n).await?.values),
             Some(prefetch) => {
@@ -403,8 +404,9 @@ impl Client {
         self.sequences.as_ref().map_or(0, |p| p.k())
     }
 
-    /// Whether the node speaks named sequences and takes `n` values in one GET_VALUES.
-    fn check_values(&self, n: u32) -> Result<(), Error> {
+    /// Whether the node speaks named sequences and takes a GET_VALUES of `n` values of
+    /// `name` (its frame within the node's `max_request_frame`).
+    fn check_values(&self, name: SeqName, n: u32) -> Result<(), Error> {
         let hello = &self.shared.hello;
         if hello.version < VALUES_VERSION {
             return Err(Error::NodeVersion {
@@ -412,6 +414,7 @@ impl Client {
                 required: VALUES_VERSION,
             });
         }
+        sequence::check_frame(name, hello.max_request_frame)?;
         sequence::check_batch(n, hello.max_batch)
     }
 
@@ -423,7 +426,7 @@ impl Client {
         need: u32,
         want: u32,
     ) -> Result<Fetched, Error> {
-        self.check_values(need)?;
+        self.check_values(name, need)?;
         let count = want
             .min(self.shared.hello.max_batch)
             .min(idgen_protocol::MAX_VALUES_PER_CALL)

@@ -59,6 +59,21 @@ pub(crate) fn check_batch(n: u32, max_batch: u32) -> Result<(), Error> {
     Ok(())
 }
 
+/// A GET_VALUES of `name` within a node's `max_request_frame` (every name fits the default,
+/// 128), or [`Error::InvalidArgument`]: a node closes the connection on a longer frame.
+pub(crate) fn check_frame(name: SeqName, max_request_frame: u32) -> Result<(), Error> {
+    let length = 5 + name.as_bytes().len() as u32;
+    if length > max_request_frame {
+        return Err(Error::InvalidArgument(format!(
+            "sequence name of {} bytes: the node takes requests of at most {max_request_frame} \
+             bytes, names of at most {} bytes",
+            name.as_bytes().len(),
+            max_request_frame.saturating_sub(5)
+        )));
+    }
+    Ok(())
+}
+
 /// The answer to one GET_VALUES.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fetched {
@@ -315,6 +330,16 @@ mod tests {
             check_count(MAX_VALUES_PER_CALL + 1),
             Err(Error::InvalidArgument(_))
         ));
+        assert!(check_frame(name(&"a".repeat(64)), 128).is_ok());
+        assert!(check_frame(name(&"a".repeat(59)), 64).is_ok());
+        let e = check_frame(name(&"a".repeat(60)), 64)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid argument: sequence name of 60 bytes: the node takes requests of at most 64 \
+             bytes, names of at most 59 bytes"
+        );
         assert!(check_batch(100, 100).is_ok());
         let e = check_batch(101, 100).unwrap_err().to_string();
         assert_eq!(

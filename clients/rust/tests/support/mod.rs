@@ -114,6 +114,7 @@ pub struct Config {
     /// The version HELLO_OK announces (whatever the client offered).
     pub version: u16,
     pub max_batch: u32,
+    pub max_request_frame: u32,
 }
 
 impl Default for Config {
@@ -121,6 +122,7 @@ impl Default for Config {
         Config {
             version: 3,
             max_batch: 1000,
+            max_request_frame: 128,
         }
     }
 }
@@ -146,7 +148,7 @@ pub fn hello(config: &Config) -> ServerHello {
         sequence_bits: 12,
         region_bits: 0,
         max_batch: config.max_batch,
-        max_request_frame: 128,
+        max_request_frame: config.max_request_frame,
         workers: WorkerRange::new(512, 512),
         shard: 1,
     }
@@ -189,7 +191,7 @@ impl SeqNode {
 
 async fn serve(mut sock: TcpStream, ctl: Arc<Control>, hello: ServerHello) {
     let limits = Limits {
-        max_request_frame: 128,
+        max_request_frame: hello.max_request_frame,
         max_batch: hello.max_batch,
     };
     let mut version = None;
