@@ -84,10 +84,19 @@ pub(crate) struct Fetched {
 }
 
 /// Per-name prefetch buffers for dense sequences, `K` values ahead.
-#[derive(Debug)]
 pub(crate) struct Prefetch {
     k: u32,
     names: Mutex<Names>,
+}
+
+impl std::fmt::Debug for Prefetch {
+    /// `K` and how many names have a buffer, not the values (up to 1024 × `K` of them).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefetch")
+            .field("k", &self.k)
+            .field("names", &self.lock().slots.len())
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -310,6 +319,20 @@ mod tests {
             .build()
             .unwrap()
             .block_on(f)
+    }
+
+    #[test]
+    fn debug_shows_k_and_names_not_values() {
+        let p = Prefetch::new(0);
+        assert_eq!(p.k(), 1);
+        assert_eq!(Prefetch::new(u32::MAX).k(), MAX_VALUES_PER_CALL);
+        let s = Source::new(SeqMode::Dense);
+        block_on(async {
+            for _ in 0..2 {
+                p.take(name("x"), 1, |n, w| s.fetch(n, w)).await.unwrap();
+            }
+        });
+        assert_eq!(format!("{p:?}"), "Prefetch { k: 1, names: 1 }");
     }
 
     #[test]
