@@ -196,6 +196,38 @@ impl Client {
         self.background.run(async move { c.next_ids(n).await })
     }
 
+    /// The next value of the named sequence. See [`crate::Client::next_value`].
+    pub fn next_value(&self, name: &str) -> Result<u64, Error> {
+        let c = self.client.clone();
+        let name = name.to_owned();
+        self.background
+            .run(async move { c.next_value(&name).await })
+    }
+
+    /// `n` values of the named sequence, strictly increasing. See
+    /// [`crate::Client::next_values`].
+    pub fn next_values(&self, name: &str, n: u32) -> Result<Vec<u64>, Error> {
+        let c = self.client.clone();
+        let name = name.to_owned();
+        self.background
+            .run(async move { c.next_values(&name, n).await })
+    }
+
+    /// A client on the same connection and background thread whose calls on dense sequences
+    /// are answered from buffers of `k` values (0: off). See
+    /// [`crate::Client::with_sequence_prefetch`] for the rules and what it costs.
+    pub fn with_sequence_prefetch(&self, k: u32) -> Client {
+        Client {
+            client: self.client.with_sequence_prefetch(k),
+            background: self.background.clone(),
+        }
+    }
+
+    /// The `k` of [`with_sequence_prefetch`](Client::with_sequence_prefetch); 0 when off.
+    pub fn sequence_prefetch(&self) -> u32 {
+        self.client.sequence_prefetch()
+    }
+
     /// Round-trip time of a PING. See [`crate::Client::ping`].
     pub fn ping(&self) -> Result<Duration, Error> {
         let c = self.client.clone();
@@ -267,6 +299,39 @@ impl Pool {
     pub fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
         let p = self.pool.clone();
         self.background.run(async move { p.next_ids(n).await })
+    }
+
+    /// The next value of the named sequence, with failover. See
+    /// [`crate::Pool::next_value`].
+    pub fn next_value(&self, name: &str) -> Result<u64, Error> {
+        let p = self.pool.clone();
+        let name = name.to_owned();
+        self.background
+            .run(async move { p.next_value(&name).await })
+    }
+
+    /// `n` values of the named sequence, strictly increasing, with failover. See
+    /// [`crate::Pool::next_values`].
+    pub fn next_values(&self, name: &str, n: u32) -> Result<Vec<u64>, Error> {
+        let p = self.pool.clone();
+        let name = name.to_owned();
+        self.background
+            .run(async move { p.next_values(&name, n).await })
+    }
+
+    /// A pool on the same nodes, connections and background thread whose calls on dense
+    /// sequences are answered from buffers of `k` values (0: off). See
+    /// [`crate::Pool::with_sequence_prefetch`].
+    pub fn with_sequence_prefetch(&self, k: u32) -> Pool {
+        Pool {
+            pool: self.pool.with_sequence_prefetch(k),
+            background: self.background.clone(),
+        }
+    }
+
+    /// The `k` of [`with_sequence_prefetch`](Pool::with_sequence_prefetch); 0 when off.
+    pub fn sequence_prefetch(&self) -> u32 {
+        self.pool.sequence_prefetch()
     }
 
     /// The cluster's ID layout.

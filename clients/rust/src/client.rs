@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use idgen_id::Layout;
 use idgen_protocol::client::{Answer, ClientConn, ClientError, Handshake, HandshakeError};
-use idgen_protocol::ServerHello;
+use idgen_protocol::{encode_hello_ok, SeqName, ServerHello};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::sequence::{self, Fetched, Prefetch, VALUES_VERSION};
 use crate::Error;
 #[cfg(feature = "tls")]
 use crate::TlsConfig;
@@ -47,8 +48,8 @@ pub struct ClientOptions {
     /// given at most an even share of the time left), the TLS handshake and the HELLO
     /// handshake together. Default 1 s.
     pub connect_timeout: Duration,
-    /// Limit for one call (`next_id`, `next_ids`, `ping`) from the moment it is made,
-    /// queueing included. Default 5 s.
+    /// Limit for one call (`next_id`, `next_ids`, `next_value`, `next_values`, `ping`) from
+    /// the moment it is made, queueing included. Default 5 s.
     pub request_timeout: Duration,
 }
 
@@ -76,6 +77,8 @@ impl Default for ClientOptions {
 #[derive(Debug, Clone)]
 pub struct Client {
     shared: Arc<Shared>,
+    /// Prefetch buffers of dense sequences ([`Client::with_sequence_prefetch`]); `None`: off.
+    sequences: Option<Arc<Prefetch>>,
 }
 
 #[derive(Debug)]
@@ -117,6 +120,11 @@ enum Command {
         token: u64,
         reply: oneshot::Sender<Result<(), Error>>,
     },
+    Values {
+        name: SeqName,
+        count: u32,
+        reply: oneshot::Sender<Result<Fetched, Error>>,
+    },
 }
 
 /// One command waiting for its answers.
@@ -136,6 +144,11 @@ enum Pending {
         token: u64,
         reply: oneshot::Sender<Result<(), Error>>,
     },
+    Values {
+        /// The answer, once its VALUES has arrived.
+        got: Option<Fetched>,
+        reply: oneshot::Sender<Result<Fetched, Error>>,
+    },
 }
 
 impl Pending {
@@ -143,6 +156,7 @@ impl Pending {
         match self {
             Pending::Ids { reply, .. } => drop(reply.send(Err(e))),
             Pending::Ping { reply, .. } => drop(reply.send(Err(e))),
+            Pending::Values { reply, .. } => drop(reply.send(Err(e))),
         }
     }
 }
@@ -252,6 +266,7 @@ impl Client {
     {
         let hello = *protocol.hello();
         let layout = protocol.layout();
+        let protocol = with_values_frame_limit(protocol);
         // Protocol version 2 answers batches as runs of consecutive IDs (RANGES): a few bytes
         // for thousands of IDs, expanded here.
         let ranges = protocol.ranges();
@@ -283,6 +298,7 @@ impl Client {
                 conn,
                 next_token: AtomicU64::new(1),
             }),
+            sequences: None,
         }
     }
 
@@ -307,6 +323,116 @@ impl Client {
             return Ok(Vec::new());
         }
         self.call(|reply| Command::Ids { count: n, reply }).await
+    }
+
+    /// The next value of the named sequence (protocol version 3). See
+    /// [`next_values`](Client::next_values).
+    pub async fn next_value(&self, name: &str) -> Result<u64, Error> {
+        let values = self.next_values(name, 1).await?;
+        values.first().copied().ok_or_else(|| {
+            // Unreachable: the count is checked.
+            Error::UnexpectedResponse(format!("no value in a one-value answer for {name}"))
+        })
+    }
+
+    /// `n` values of the named sequence, strictly increasing, each in `1 ..= 2^63 - 1`
+    /// (protocol version 3: GET_VALUES, answered by VALUES).
+    ///
+    /// Checked before anything is sent: `name` is 1 to 64 bytes of `a-z`, `0-9`, `.`, `_`
+    /// and `-` starting with a letter or a digit (and its request fits the node's
+    /// `max_request_frame`), and `1 <= n <= max_batch` (the node's, and at most 1048576);
+    /// else [`Error::InvalidArgument`]. A node that negotiated version 1
+    /// or 2 has no sequences over this protocol: [`Error::NodeVersion`], nothing sent.
+    ///
+    /// The node's refusals are [`Error::Server`] with the status: `UNKNOWN_SEQUENCE` (the
+    /// namespace has no such sequence), `SEQUENCE_USED_UP` (at its maximum; no node can help),
+    /// `SEQUENCE_UNAVAILABLE` or `BUSY` (this node could not reserve values in time: another
+    /// node, or later, may succeed); the connection stays usable after each. A failed or
+    /// timed-out call hands out nothing; a value the node reserved for it is a gap, never
+    /// handed out twice.
+    ///
+    /// Without prefetch every call is one GET_VALUES. With
+    /// [`with_sequence_prefetch`](Client::with_sequence_prefetch) calls on dense sequences are
+    /// answered from a local buffer.
+    pub async fn next_values(&self, name: &str, n: u32) -> Result<Vec<u64>, Error> {
+        let name = sequence::check_name(name)?;
+        sequence::check_count(n)?;
+        self.check_values(name, n)?;
+        match &self.sequences {
+            None => Ok(self.fetch_values(name, n, n).await?.values),
+            Some(prefetch) => {
+                // One limit for the whole call: waiting for another call's refill of the same
+                // buffer included.
+                let call = prefetch.take(name, n, |need, want| self.fetch_values(name, need, want));
+                tokio::time::timeout(self.shared.options.request_timeout, call)
+                    .await
+                    .unwrap_or(Err(Error::Timeout))
+            }
+        }
+    }
+
+    /// A client on the same connection whose calls on **dense** sequences are answered from
+    /// per-name buffers of values fetched `k` at a time (`clients/vectors/SEQUENCES.md`);
+    /// `k == 0` turns prefetch off. Clones of the returned client share its buffers; other
+    /// clients of the connection (this one included) keep theirs.
+    ///
+    /// * A call is answered from its sequence's buffer while the buffer holds enough values;
+    ///   values leave it in increasing order, each to exactly one call. When it cannot answer,
+    ///   the call asks the node for `max(k, n)` values (at most the node's `max_batch`), takes
+    ///   what it needs and keeps the rest. Calls of one name that need the node wait for one
+    ///   another, so `c` calls of one value cost about `c / k` round trips.
+    /// * **Only dense sequences are buffered.** The first call for a name asks for exactly
+    ///   `n` values and learns the sequence's mode from the answer; a strict sequence's calls
+    ///   each ask for exactly what they need, never kept (a kept value would be older than
+    ///   the call it answers, breaking strict's real-time order).
+    /// * `UNKNOWN_SEQUENCE` empties the name's buffer and forgets its mode. Buffers are kept
+    ///   for at most 1024 names, the least recently used forgotten beyond that.
+    /// * The cost: values waiting in a buffer are lost when the client is dropped or the
+    ///   process stops (gaps, up to `k` per name), and values that two clients hand out
+    ///   interleave rather than follow the order of the calls.
+    ///
+    /// `k` is capped at 1048576.
+    pub fn with_sequence_prefetch(&self, k: u32) -> Client {
+        Client {
+            shared: self.shared.clone(),
+            sequences: (k > 0).then(|| Arc::new(Prefetch::new(k))),
+        }
+    }
+
+    /// The `k` of [`with_sequence_prefetch`](Client::with_sequence_prefetch); 0 when off.
+    pub fn sequence_prefetch(&self) -> u32 {
+        self.sequences.as_ref().map_or(0, |p| p.k())
+    }
+
+    /// Whether the node speaks named sequences and takes a GET_VALUES of `n` values of
+    /// `name` (its frame within the node's `max_request_frame`).
+    fn check_values(&self, name: SeqName, n: u32) -> Result<(), Error> {
+        let hello = &self.shared.hello;
+        if hello.version < VALUES_VERSION {
+            return Err(Error::NodeVersion {
+                version: hello.version,
+                required: VALUES_VERSION,
+            });
+        }
+        sequence::check_frame(name, hello.max_request_frame)?;
+        sequence::check_batch(n, hello.max_batch)
+    }
+
+    /// One GET_VALUES of `name` for at least `need` (checked against the node) and at most
+    /// `want` values, as many as the node's `max_batch` allows.
+    pub(crate) async fn fetch_values(
+        &self,
+        name: SeqName,
+        need: u32,
+        want: u32,
+    ) -> Result<Fetched, Error> {
+        self.check_values(name, need)?;
+        let count = want
+            .min(self.shared.hello.max_batch)
+            .min(idgen_protocol::MAX_VALUES_PER_CALL)
+            .max(need);
+        self.call(|reply| Command::Values { name, count, reply })
+            .await
     }
 
     /// Send a PING and wait for its PONG; returns the round-trip time, measured from the
@@ -448,6 +574,32 @@ fn handshake_error(e: HandshakeError) -> Error {
     }
 }
 
+/// `protocol` with a response frame limit that takes a VALUES of `max_batch` values.
+///
+/// The protocol crate's limit is `max(5 + 8 * max_batch, 258)` (PROTOCOL.md section 7), the
+/// length of an IDS of `max_batch` IDs; a VALUES of as many values is one byte longer (its
+/// mode byte), and would be refused as too large. On a version 3 connection the limit is
+/// taken for `max_batch + 1` instead (8 bytes more), by reading the same HELLO_OK with that
+/// `max_batch`; answers are still checked against the counts asked for.
+fn with_values_frame_limit(protocol: ClientConn) -> ClientConn {
+    if !protocol.values() {
+        return protocol;
+    }
+    let mut hello = *protocol.hello();
+    let Some(wider) = hello.max_batch.checked_add(1) else {
+        return protocol;
+    };
+    hello.max_batch = wider;
+    let mut frame = Vec::new();
+    if encode_hello_ok(&hello, &mut frame).is_err() {
+        return protocol;
+    }
+    match Handshake::new().receive(&frame) {
+        Ok(Some((wide, _))) if wide.max_frame() > protocol.max_frame() => wide,
+        _ => protocol,
+    }
+}
+
 fn answer_error(e: ClientError) -> Error {
     match e {
         ClientError::Frame(e) => Error::Protocol(e),
@@ -517,6 +669,7 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
         match command {
             Command::Ids { reply, .. } => drop(reply.send(Err(Error::Closed))),
             Command::Ping { reply, .. } => drop(reply.send(Err(Error::Closed))),
+            Command::Values { reply, .. } => drop(reply.send(Err(Error::Closed))),
         }
         return;
     }
@@ -543,6 +696,21 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
         Command::Ping { token, reply } => {
             queue.protocol.ping(token, buf);
             queue.pending.push_back(Pending::Ping { token, reply });
+        }
+        Command::Values { name, count, reply } => {
+            if !queue.protocol.values() {
+                // Checked by the caller already; never send GET_VALUES below version 3.
+                let version = queue.protocol.hello().version;
+                let _ = reply.send(Err(Error::NodeVersion {
+                    version,
+                    required: VALUES_VERSION,
+                }));
+                return;
+            }
+            queue.protocol.get_values(name, count, buf);
+            queue
+                .pending
+                .push_back(Pending::Values { got: None, reply });
         }
     }
 }
@@ -671,6 +839,24 @@ fn answer(pending: &mut VecDeque<Pending>, response: Answer<'_>) -> Result<(), E
                 )))
             }
         },
+        Pending::Values { got, reply } => match response {
+            Answer::Values(values) => {
+                // Skip the copy when the caller has given up (timed out).
+                if !reply.is_closed() {
+                    *got = Some(Fetched {
+                        mode: values.mode(),
+                        values: values.to_vec(),
+                    });
+                }
+                true
+            }
+            Answer::Refused(_) => true,
+            other => {
+                return Err(Error::UnexpectedResponse(format!(
+                    "{other:?} in answer to GET_VALUES"
+                )))
+            }
+        },
     };
     if done {
         if let Some(entry) = pending.pop_front() {
@@ -698,6 +884,14 @@ fn finish(entry: Pending, refused: Option<Error>) {
             let _ = reply.send(match refused {
                 Some(e) => Err(e),
                 None => Ok(()),
+            });
+        }
+        Pending::Values { got, reply } => {
+            let _ = reply.send(match (refused, got) {
+                (Some(e), _) => Err(e),
+                (None, Some(fetched)) => Ok(fetched),
+                // Only when the caller had given up (no one reads this).
+                (None, None) => Err(Error::Timeout),
             });
         }
     }

@@ -55,11 +55,29 @@ pub enum Error {
     /// cause. The connection (if any) is unusable.
     #[error("TLS: {0}")]
     Tls(TlsError),
+    /// An argument of the call is out of its range: a sequence name that is not 1 to 64
+    /// bytes of `a-z`, `0-9`, `.`, `_` and `-` starting with a letter or a digit, or a count
+    /// of values outside `1..=max_batch` (and at most 1048576). Nothing was sent; the
+    /// message says what is wrong.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The node negotiated a protocol version without the call's requests: named sequences
+    /// need version 3, and a node that answered HELLO with version 1 or 2 has none over
+    /// this protocol. Nothing was sent, and a [`Pool`](crate::Pool) tries no other node for
+    /// it. The connection stays usable for IDs.
+    #[error("the node speaks protocol version {version}; named sequences need version {required}")]
+    NodeVersion {
+        /// The version the node negotiated.
+        version: u16,
+        /// The version the call needs.
+        required: u16,
+    },
 }
 
 impl Error {
     /// `true` for a server status that says "this node cannot serve now, try another
-    /// node" (`3xx` except `EXHAUSTED`, i.e. [`Status::retry_elsewhere`]).
+    /// node" (`3xx` except `EXHAUSTED` and `SEQUENCE_USED_UP`, i.e.
+    /// [`Status::retry_elsewhere`]).
     ///
     /// Transport failures ([`Error::Io`], [`Error::Closed`], [`Error::Timeout`]) are not
     /// included, although retrying them on another node is safe too.
@@ -69,11 +87,12 @@ impl Error {
 
     /// Whether the connection this error came from is unusable now: for
     /// [`Error::Server`], [`Status::closes_connection`]; `true` for every transport or
-    /// protocol failure; `false` for [`Error::Timeout`].
+    /// protocol failure; `false` for [`Error::Timeout`] and for the refusals made before
+    /// sending ([`Error::InvalidArgument`], [`Error::NodeVersion`]).
     pub fn closes_connection(&self) -> bool {
         match self {
             Error::Server { status, .. } => status.closes_connection(),
-            Error::Timeout => false,
+            Error::Timeout | Error::InvalidArgument(_) | Error::NodeVersion { .. } => false,
             Error::Io(_)
             | Error::Closed
             | Error::Protocol(_)
@@ -225,6 +244,20 @@ mod tests {
         assert!(server(499).closes_connection() && !server(499).is_unavailable());
         assert!(Error::Closed.closes_connection());
         assert!(!Error::Timeout.closes_connection());
+        let invalid = Error::InvalidArgument("n is 0".into());
+        assert!(!invalid.closes_connection() && !invalid.is_unavailable());
+        assert_eq!(invalid.status(), None);
+        assert_eq!(invalid.to_string(), "invalid argument: n is 0");
+        let old = Error::NodeVersion {
+            version: 2,
+            required: 3,
+        };
+        assert!(!old.closes_connection() && !old.is_unavailable());
+        assert_eq!(old.status(), None);
+        assert_eq!(
+            old.to_string(),
+            "the node speaks protocol version 2; named sequences need version 3"
+        );
         assert_eq!(
             Error::Protocol(FrameError::EmptyFrame).status(),
             Some(Status::BAD_FRAME)

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | several nodes (production) | [`Pool`]: health-aware failover, all-or-nothing batches |
 //! | many single IDs per second | [`PrefetchPool`]: a [`Pool`] plus a local buffer refilled in the background |
+//! | counters (order or invoice numbers) | named sequences: [`Pool::next_value`], [`Pool::next_values`] (and on [`Client`], [`blocking`]) |
 //! | one node, full control | [`Client`]: one pipelined connection, no reconnect |
 //! | no async runtime | [`blocking::Pool`], [`blocking::PrefetchPool`], [`blocking::Client`] |
 //! | IDs to print, parse or sort as text | [`forms`]: decimal, base62, Crockford base32 |
@@ -41,9 +42,36 @@
 //! "unavailable" (`3xx`), times out, or drops or breaks the connection, marks it down for
 //! an exponential backoff and retries the whole call on the next node, each node at most
 //! once per call, within one deadline. Refusals that another node would repeat (`2xx`,
-//! `EXHAUSTED`) are returned at once. Failover leaves gaps in the ID space, never
+//! `EXHAUSTED`, `SEQUENCE_USED_UP`) are returned at once. Failover leaves gaps in the ID space, never
 //! duplicates. See [`Pool`] for the exact rules and [`PrefetchPool`] for what prefetching
 //! costs (IDs age in the buffer) and which ordering remains.
+//!
+//! # Named sequences
+//!
+//! A named sequence is a counter the cluster keeps (protocol version 3), created by an
+//! operator with `idgen seq create NAME [--mode dense|strict]`. Its values are `u64`s in
+//! `1 ..= 2^63 - 1` (each fits an `i64`), strictly increasing within a call.
+//!
+//! ```no_run
+//! use idgen_client::{Pool, PoolOptions};
+//!
+//! # async fn run() -> Result<(), idgen_client::Error> {
+//! let pool = Pool::connect(&["10.0.0.1:7420", "10.0.0.2:7420"], PoolOptions::default()).await?;
+//! let order = pool.next_value("orders").await?;
+//! let lines = pool.next_values("invoice.lines", 10).await?;
+//! // Dense sequences from a local buffer, 100 values per round trip.
+//! let buffered = pool.with_sequence_prefetch(100);
+//! let next = buffered.next_value("orders").await?;
+//! # let _ = (order, lines, next);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The name and count are checked before sending ([`Error::InvalidArgument`]); a node that
+//! negotiated version 1 or 2 fails the call with [`Error::NodeVersion`]; the node's refusals
+//! are [`Error::Server`] (`UNKNOWN_SEQUENCE`, `SEQUENCE_USED_UP`, ...). See
+//! [`Client::next_values`], [`Pool::next_values`] for failover and
+//! [`Client::with_sequence_prefetch`] for prefetch (dense sequences only) and its costs.
 //!
 //! # TLS and mutual TLS
 //!
@@ -157,6 +185,7 @@ mod error;
 pub mod mask;
 mod pool;
 mod prefetch;
+mod sequence;
 #[cfg(feature = "tls")]
 pub mod tls;
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use idgen_id::Layout;
 use tokio::task::JoinSet;
 
+use crate::sequence::{self, Fetched, Prefetch};
 #[cfg(feature = "tls")]
 use crate::TlsConfig;
 use crate::{Client, ClientOptions, Error, Status};
@@ -81,7 +82,8 @@ pub struct NodeInfo {
 /// within [`PoolOptions::call_deadline`]; the first node that answers becomes current.
 /// A node counts as failed when it
 ///
-/// * answers with a "try another node" status (`3xx` except `EXHAUSTED`, see
+/// * answers with a "try another node" status (`3xx` except `EXHAUSTED` and
+///   `SEQUENCE_USED_UP`, e.g. `BUSY` or `SEQUENCE_UNAVAILABLE`; see
 ///   [`Error::is_unavailable`]),
 /// * does not answer within [`PoolOptions::request_timeout`] ([`Error::Timeout`]),
 /// * cannot be connected to, or drops or breaks the connection ([`Error::Io`],
@@ -98,7 +100,9 @@ pub struct NodeInfo {
 ///
 /// Errors that another node would repeat are returned at once, without failover and
 /// without marking the node down: `2xx` statuses (the request itself is refused, e.g.
-/// `INVALID_COUNT`) and `EXHAUSTED` (the cluster's timestamp range has run out).
+/// `INVALID_COUNT`, `UNKNOWN_SEQUENCE`), `EXHAUSTED` (the cluster's timestamp range has run
+/// out) and `SEQUENCE_USED_UP` (the sequence is at its maximum), and the refusals made before
+/// sending ([`Error::InvalidArgument`], [`Error::NodeVersion`]).
 ///
 /// When every node has been tried, the call fails with the last node's error; when the
 /// deadline runs out first, with [`Error::Timeout`].
@@ -141,6 +145,8 @@ pub struct NodeInfo {
 #[derive(Debug, Clone)]
 pub struct Pool {
     inner: Arc<Inner>,
+    /// Prefetch buffers of dense sequences ([`Pool::with_sequence_prefetch`]); `None`: off.
+    sequences: Option<Arc<Prefetch>>,
 }
 
 #[derive(Debug)]
@@ -193,12 +199,14 @@ impl Node {
     }
 }
 
-/// Whether `e` says "this node failed; another node may well succeed".
+/// Whether `e` says "this node failed; another node may well succeed": a status that says
+/// "retry elsewhere" (`3xx` but `EXHAUSTED` and `SEQUENCE_USED_UP`) or closes the connection
+/// (`1xx`, `5xx`), and every transport failure. Refusals another node would repeat (`2xx`,
+/// `EXHAUSTED`, `SEQUENCE_USED_UP`) and the checks made before sending are not.
 fn fails_over(e: &Error) -> bool {
     match e {
-        Error::Server { status, .. } => {
-            !(matches!(status.code(), 200..=299) || *status == Status::EXHAUSTED)
-        }
+        Error::Server { status, .. } => status.retry_elsewhere() || status.closes_connection(),
+        Error::InvalidArgument(_) | Error::NodeVersion { .. } => false,
         _ => true,
     }
 }
@@ -297,6 +305,7 @@ impl Pool {
                 current: AtomicUsize::new(current),
                 layout,
             }),
+            sequences: None,
         })
     }
 
@@ -313,6 +322,77 @@ impl Pool {
             return Ok(Vec::new());
         }
         self.call(move |client| async move { client.next_ids(n).await })
+            .await
+    }
+
+    /// The next value of the named sequence, with failover. See
+    /// [`next_values`](Pool::next_values).
+    pub async fn next_value(&self, name: &str) -> Result<u64, Error> {
+        let values = self.next_values(name, 1).await?;
+        values.first().copied().ok_or_else(|| {
+            // Unreachable: the count is checked.
+            Error::UnexpectedResponse(format!("no value in a one-value answer for {name}"))
+        })
+    }
+
+    /// `n` values of the named sequence, strictly increasing, each in `1 ..= 2^63 - 1`, from
+    /// one node (protocol version 3), with failover.
+    ///
+    /// The name and `n` are checked before anything is sent, as by
+    /// [`Client::next_values`] ([`Error::InvalidArgument`]; `n` against the `max_batch` of
+    /// the node asked). The call goes to the current node and fails over like
+    /// [`next_ids`](Pool::next_ids): `SEQUENCE_UNAVAILABLE`, `BUSY`, the other "retry
+    /// elsewhere" statuses, timeouts and broken connections mark the node down and ask the
+    /// next one. Returned at once, the node staying healthy: `UNKNOWN_SEQUENCE`,
+    /// `INVALID_SEQUENCE_NAME`, `SEQUENCE_USED_UP` and the other `2xx` statuses (every node
+    /// would answer the same), and [`Error::NodeVersion`] from a node that negotiated version
+    /// 1 or 2 (no other node is tried for it).
+    ///
+    /// A retried call asks again: values are never re-sent, so a retry cannot duplicate a
+    /// value (what the failed node reserved for the call is a gap). Values of a dense
+    /// sequence from different nodes interleave; a strict sequence's values follow the
+    /// real-time order of the calls across nodes.
+    pub async fn next_values(&self, name: &str, n: u32) -> Result<Vec<u64>, Error> {
+        let name = sequence::check_name(name)?;
+        sequence::check_count(n)?;
+        match &self.sequences {
+            None => Ok(self.fetch_values(name, n, n).await?.values),
+            Some(prefetch) => {
+                let call = prefetch.take(name, n, |need, want| self.fetch_values(name, need, want));
+                tokio::time::timeout(self.inner.options.call_deadline, call)
+                    .await
+                    .unwrap_or(Err(Error::Timeout))
+            }
+        }
+    }
+
+    /// A pool on the same nodes and connections whose calls on **dense** sequences are
+    /// answered from per-name buffers of values fetched `k` at a time, each refill one
+    /// failover call; `k == 0` turns prefetch off. Clones of the returned pool share its
+    /// buffers; this pool keeps its own. The rules and costs are
+    /// [`Client::with_sequence_prefetch`]'s; after a failover the buffered values of the old
+    /// node that are above the new node's are dropped (a gap), so each buffer still hands
+    /// out increasing values.
+    pub fn with_sequence_prefetch(&self, k: u32) -> Pool {
+        Pool {
+            inner: self.inner.clone(),
+            sequences: (k > 0).then(|| Arc::new(Prefetch::new(k))),
+        }
+    }
+
+    /// The `k` of [`with_sequence_prefetch`](Pool::with_sequence_prefetch); 0 when off.
+    pub fn sequence_prefetch(&self) -> u32 {
+        self.sequences.as_ref().map_or(0, |p| p.k())
+    }
+
+    /// One GET_VALUES of at least `need` and at most `want` values, with failover.
+    async fn fetch_values(
+        &self,
+        name: idgen_protocol::SeqName,
+        need: u32,
+        want: u32,
+    ) -> Result<Fetched, Error> {
+        self.call(move |client| async move { client.fetch_values(name, need, want).await })
             .await
     }
 
@@ -521,12 +601,17 @@ mod tests {
             status: Status(code),
             message: String::new(),
         };
-        for code in [200, 201, 202, 299, 304] {
+        for code in [200, 201, 202, 203, 204, 299, 304, 307] {
             assert!(!fails_over(&server(code)), "{code}");
         }
-        for code in [100, 300, 301, 302, 303, 399, 500] {
+        for code in [100, 300, 301, 302, 303, 305, 306, 308, 399, 400, 500, 600] {
             assert!(fails_over(&server(code)), "{code}");
         }
         assert!(fails_over(&Error::Timeout) && fails_over(&Error::Closed));
+        assert!(!fails_over(&Error::InvalidArgument("n".into())));
+        assert!(!fails_over(&Error::NodeVersion {
+            version: 2,
+            required: 3
+        }));
     }
 }
