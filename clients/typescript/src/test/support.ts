@@ -39,7 +39,20 @@ export function idgenBin(): string {
   return bin;
 }
 
-function tmpDir(prefix: string): string {
+/**
+ * Run `idgen <args>` to completion (e.g. `seq create orders --data-dir DIR` before a node
+ * starts on DIR); throws with its output when it fails or takes over 60 s.
+ */
+export function runIdgen(args: string[]): string {
+  const bin = idgenBin();
+  const done = spawnSync(bin, args, { timeout: 60_000, encoding: "utf8" });
+  if (done.error !== undefined || done.status !== 0) {
+    throw new Error(`idgen ${args.join(" ")} failed (${done.error?.message ?? `exit ${done.status}`}):\n${done.stdout}\n${done.stderr}`);
+  }
+  return done.stdout;
+}
+
+export function tmpDir(prefix: string): string {
   return mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
@@ -66,16 +79,18 @@ export class NodeProc {
   }
 
   /**
-   * Start `idgen serve` on 127.0.0.1:0 unless `args` give --listen (memory store, 2 shards unless
-   * `args` say otherwise), and wait for its `listening on` line (and `listening with TLS on`
-   * with --tls-listen).
+   * Start `idgen serve` on 127.0.0.1:0 unless `args` give --listen (memory store unless
+   * `options.store` names another, or is null: no --store, the embedded default in `dir`; 2
+   * shards unless `args` say otherwise), and wait for its `listening on` line (and
+   * `listening with TLS on` with --tls-listen).
    */
-  static async start(args: string[] = [], options: { store?: string; dir?: string } = {}): Promise<NodeProc> {
+  static async start(args: string[] = [], options: { store?: string | null; dir?: string } = {}): Promise<NodeProc> {
     const bin = idgenBin();
     const dir = options.dir ?? tmpDir("idgen-tstest-");
     const logPath = path.join(dir, `server-${Date.now()}.log`);
     const log = openSync(logPath, "a");
-    const full = ["serve", ...(args.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"]), "--admin-listen", "off", "--http-listen", "off", "--store", options.store ?? "memory", "--data-dir", dir];
+    const store = options.store === null ? [] : ["--store", options.store ?? "memory"];
+    const full = ["serve", ...(args.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"]), "--admin-listen", "off", "--http-listen", "off", ...store, "--data-dir", dir];
     if (!args.includes("--shards")) full.push("--shards", "2");
     full.push(...args);
     const proc = spawn(bin, full, { stdio: ["ignore", "pipe", log] });
@@ -495,7 +510,7 @@ export class FakeNode {
     const sent: bigint[] = [];
     this.idsByConnection.push(sent);
     if (mode === "range_changed" && index > 0) mode = "serve";
-    const greeting = index === 0 ? hello : (o.helloAfter ?? hello);
+    let greeting = index === 0 ? hello : (o.helloAfter ?? hello);
     let buf = Buffer.alloc(0);
     let greeted = false;
     let k = 0;
@@ -504,6 +519,9 @@ export class FakeNode {
       buf = Buffer.concat([buf, chunk]);
       if (!greeted) {
         if (buf.length < 13) return;
+        // The node speaks 1..=greeting.version: it picks the highest the client offers.
+        const offered = buf.readUInt16BE(11);
+        if (offered < greeting.version) greeting = { ...greeting, version: offered };
         buf = buf.subarray(13);
         greeted = true;
         sock.write(encodeHelloOk(greeting));
