@@ -1,6 +1,6 @@
 //! Named sequences as deployed: three real `idgen serve` nodes on one real etcd, sequences
-//! created with `idgen seq create`, many HTTP clients at once across the nodes, one node
-//! killed with SIGKILL midway. The history each client records (start, end, values, on this
+//! created with `idgen seq create`, many HTTP and ID-protocol clients at once across the
+//! nodes (the protocol's pipelining several calls deep), one node killed with SIGKILL midway. The history each client records (start, end, values, on this
 //! process's clock) is checked by `idgen_core::sequence::check`: no value twice, the strict
 //! mode's real-time order, the dense mode's gap bound. And what the HTTP API answers to
 //! unknown and bad names, bad counts and a used-up sequence.
@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use common::etcd::EtcdCluster;
 use common::node::{idgen_binary, try_http, NodeProc};
 use idgen_core::sequence::check::{self, Call};
+use idgen_protocol::client::Handshake;
+use idgen_protocol::{Request, Response, SeqMode, Status};
+use idgen_testkit::conn::TestConn;
 use serde_json::Value;
 
 const CLIENTS_PER_NODE: usize = 3;
@@ -48,6 +51,82 @@ fn start(url: &str, node_id: &str) -> NodeProc {
     ])
 }
 
+/// How many GET_VALUES a protocol client keeps in flight.
+const DEPTH: usize = 4;
+
+/// One protocol client's calls: rounds of [`DEPTH`] pipelined GET_VALUES (each timed from
+/// the round's send to its own answer), at `addr` until a call fails, then at `fallback` on a
+/// new connection (as a client tries another node).
+fn protocol_client(
+    addr: std::net::SocketAddr,
+    fallback: std::net::SocketAddr,
+    name: &str,
+    c: usize,
+    origin: Instant,
+) -> (Vec<Call>, Vec<String>) {
+    let (mut calls, mut failures) = (Vec::new(), Vec::new());
+    let mut target = addr;
+    let mut conn: Option<TestConn> = None;
+    let mut k = 0;
+    while k < CALLS_PER_CLIENT {
+        let round = DEPTH.min(CALLS_PER_CLIENT - k);
+        let counts: Vec<u32> = (0..round).map(|i| 1 + ((c + k + i) % 3) as u32).collect();
+        let start = origin.elapsed().as_micros() as u64;
+        let sent = match conn.as_mut() {
+            Some(open) => counts
+                .iter()
+                .try_for_each(|&n| open.try_send(&get_values(name, n))),
+            None => match TestConn::try_open(
+                target,
+                Handshake::offering(1, 3),
+                idgen_testkit::conn::Timeouts::default(),
+            ) {
+                Ok(mut open) => {
+                    let sent = counts
+                        .iter()
+                        .try_for_each(|&n| open.try_send(&get_values(name, n)));
+                    conn = Some(open);
+                    sent
+                }
+                Err(e) => Err(e),
+            },
+        };
+        let mut broken = sent.err();
+        for &n in &counts {
+            let got = match (&broken, conn.as_mut()) {
+                (None, Some(open)) => open.try_recv(),
+                (Some(e), _) => Err(e.clone()),
+                (None, None) => Err("no connection".into()),
+            };
+            let end = origin.elapsed().as_micros() as u64;
+            let values = match got {
+                Ok(Response::Values { values, .. }) => {
+                    assert_eq!(values.len(), n as usize);
+                    values
+                }
+                Ok(Response::Error { status, message }) if status.retry_elsewhere() => {
+                    failures.push(format!("{target}: {status} {message}"));
+                    broken.get_or_insert(format!("{status}"));
+                    Vec::new()
+                }
+                Ok(other) => panic!("GET_VALUES {name}: {other:?}"),
+                Err(e) => {
+                    failures.push(format!("{target}: {e}"));
+                    broken.get_or_insert(e);
+                    Vec::new()
+                }
+            };
+            calls.push(Call { start, end, values });
+        }
+        if broken.is_some() {
+            conn = None;
+            target = fallback;
+        }
+        k += round;
+    }
+    (calls, failures)
+}
+
 /// Calls `POST /seq/{name}` (or `/batch` for 2 or 3 values) from every client thread, each
 /// on its own node, until each made its calls; node 2 is killed 800 ms in, and a client whose
 /// call fails goes on at node 0 (as a client tries another node). Returns every call, failed
@@ -56,9 +135,18 @@ fn run(nodes: &mut [NodeProc], name: &str) -> (Vec<Call>, Vec<String>) {
     let origin = Instant::now();
     let addrs: Vec<_> = nodes.iter().map(|n| n.http.expect("HTTP ID API")).collect();
     let mut threads = Vec::new();
-    for &addr in &addrs {
+    let protocol: Vec<_> = nodes.iter().map(|n| n.addr).collect();
+    for (i, &addr) in addrs.iter().enumerate() {
         for c in 0..CLIENTS_PER_NODE {
             let (name, fallback) = (name.to_string(), addrs[0]);
+            if c % 2 == 1 {
+                // Every other client speaks the ID protocol, pipelining.
+                let (paddr, pfallback) = (protocol[i], protocol[0]);
+                threads.push(std::thread::spawn(move || {
+                    protocol_client(paddr, pfallback, &name, c, origin)
+                }));
+                continue;
+            }
             threads.push(std::thread::spawn(move || {
                 let mut calls = Vec::new();
                 let mut failures = Vec::new();
@@ -155,11 +243,14 @@ fn strict_and_dense_sequences_across_three_nodes_on_etcd_hold_their_promises() {
     for (name, strict) in [("orders", false), ("ledger", true)] {
         let mut nodes = vec![start(&url, "a"), start(&url, "b"), start(&url, "c")];
         let (calls, failures) = run(&mut nodes, name);
-        // Only the kill fails a call: a client of node 2 fails once (the call in flight, or
-        // its first after the kill) and moves on to node 0, whose calls do not fail.
+        // Only the kill fails calls: a client of node 2 fails once (an HTTP client its call in
+        // flight or its first after the kill, a protocol client the calls of that round) and
+        // moves on to node 0, whose calls do not fail.
+        let protocol_clients = CLIENTS_PER_NODE / 2;
+        let allowed = CLIENTS_PER_NODE - protocol_clients + protocol_clients * DEPTH;
         assert!(
-            failures.len() <= CLIENTS_PER_NODE,
-            "{name}: {} calls failed, at most the killed node's {CLIENTS_PER_NODE} clients' one each: {failures:?}",
+            failures.len() <= allowed,
+            "{name}: {} calls failed, at most the killed node's clients' {allowed}: {failures:?}",
             failures.len()
         );
         let dup = check::duplicates(&calls);
@@ -285,5 +376,301 @@ fn the_http_api_refuses_unknown_and_bad_names_bad_counts_and_a_used_up_sequence(
         assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// A node's counter `family{sequence="name"}` from its admin `/metrics`.
+fn sequence_metric(node: &NodeProc, family: &str, name: &str) -> f64 {
+    let admin = node.admin.expect("admin address");
+    let (status, text) = try_http(admin, "GET", "/metrics", None, Duration::from_secs(10)).unwrap();
+    assert_eq!(status, 200);
+    let prefix = format!("{family}{{sequence=\"{name}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn values(r: Response) -> (SeqMode, Vec<u64>) {
+    match r {
+        Response::Values { mode, values } => (mode, values),
+        other => panic!("expected VALUES, got {other:?}"),
+    }
+}
+
+fn refused(r: Option<Response>) -> Status {
+    match r {
+        Some(Response::Error { status, .. }) => status,
+        other => panic!("expected ERROR, got {other:?}"),
+    }
+}
+
+fn get_values(name: &str, count: u32) -> Request {
+    Request::GetValues {
+        count,
+        name: name.parse().unwrap(),
+    }
+}
+
+#[test]
+fn the_protocol_hands_out_values_in_order_and_refuses_what_the_spec_refuses() {
+    let cluster = EtcdCluster::start(1);
+    let url = cluster.url("idgen-seq-protocol");
+    seq(&url, &["create", "tiny", "--max", "3"]);
+    seq(
+        &url,
+        &["create", "orders", "--start", "100", "--increment", "10"],
+    );
+    seq(&url, &["create", "ledger", "--mode", "strict"]);
+    let node = NodeProc::start(&[
+        "--store",
+        &url,
+        "--node-id",
+        "a",
+        "--shards",
+        "2",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let mut c = TestConn::open_version(node.addr, 3);
+    assert_eq!(c.hello().version, 3);
+
+    // Answers come in request order, whatever they are.
+    c.send(&get_values("orders", 2));
+    c.send(&Request::GetIds { count: 1 });
+    c.send(&get_values("orders", 1));
+    c.send(&Request::Ping { token: 5 });
+    c.send(&get_values("tiny", 2));
+    c.send(&get_values("tiny", 1));
+    c.send(&get_values("tiny", 1));
+    assert_eq!(values(c.recv().unwrap()), (SeqMode::Dense, vec![100, 110]));
+    assert!(matches!(c.recv(), Some(Response::Ids(ids)) if ids.len() == 1));
+    assert_eq!(values(c.recv().unwrap()), (SeqMode::Dense, vec![120]));
+    assert_eq!(c.recv(), Some(Response::Pong(5)));
+    assert_eq!(values(c.recv().unwrap()).1, [1, 2]);
+    assert_eq!(values(c.recv().unwrap()).1, [3]);
+    // Used up: final, and the connection stays usable.
+    assert_eq!(refused(c.recv()), Status::SEQUENCE_USED_UP);
+
+    c.send(&get_values("nope", 1));
+    assert_eq!(refused(c.recv()), Status::UNKNOWN_SEQUENCE);
+    c.send(&get_values("orders", 0));
+    assert_eq!(refused(c.recv()), Status::INVALID_COUNT);
+    c.send(&get_values("orders", 70_000));
+    assert_eq!(refused(c.recv()), Status::BATCH_TOO_LARGE);
+    let mut bad = vec![0, 0, 0, 8, 0x05, 0, 0, 0, 1];
+    bad.extend_from_slice(b"Bad");
+    c.send_raw(&bad).unwrap();
+    assert_eq!(refused(c.recv()), Status::INVALID_SEQUENCE_NAME);
+    c.send(&get_values("orders", 1));
+    assert_eq!(values(c.recv().unwrap()).1, [130]);
+
+    // Strict: 64 calls pipelined on one connection share commits: far fewer commits than
+    // calls, and the values increase in request order.
+    c.send(&get_values("ledger", 1));
+    let first = values(c.recv().unwrap()).1;
+    let before = sequence_metric(&node, "idgen_named_sequence_commits_total", "ledger");
+    for _ in 0..64 {
+        c.send(&get_values("ledger", 1));
+    }
+    let mut got = Vec::new();
+    for _ in 0..64 {
+        let (mode, v) = values(c.recv().unwrap());
+        assert_eq!(mode, SeqMode::Strict);
+        got.extend(v);
+    }
+    assert!(got[0] > first[0], "{first:?} then {got:?}");
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+    let commits = sequence_metric(&node, "idgen_named_sequence_commits_total", "ledger") - before;
+    assert!(
+        (1.0..=8.0).contains(&commits),
+        "64 pipelined strict calls took {commits} commits"
+    );
+
+    // Version 2 has no GET_VALUES: an unknown opcode, the connection kept.
+    let mut v2 = TestConn::open_version(node.addr, 2);
+    assert_eq!(v2.hello().version, 2);
+    v2.send(&get_values("orders", 1));
+    assert_eq!(refused(v2.recv()), Status::UNKNOWN_OPCODE);
+    v2.send(&Request::Ping { token: 1 });
+    assert_eq!(v2.recv(), Some(Response::Pong(1)));
+    // A frame that is too long for any name closes the connection.
+    let mut long = vec![0, 0, 0, 70, 0x05, 0, 0, 0, 1];
+    long.extend_from_slice(&[b'a'; 65]);
+    c.send_raw(&long).unwrap();
+    assert_eq!(refused(c.recv()), Status::BAD_FRAME);
+    assert_eq!(c.recv(), None);
+}
+
+/// A protocol client of the fault test: rounds of [`DEPTH`] pipelined GET_VALUES until
+/// `until`, each call timed; a call that fails (a refusal that says retry, a timeout, a close)
+/// ends the round, and the client goes on at the next node on a new connection after 50 ms.
+fn roaming_client(
+    addrs: Vec<std::net::SocketAddr>,
+    name: &str,
+    c: usize,
+    origin: Instant,
+    until: Duration,
+) -> Vec<Call> {
+    let timeouts = idgen_testkit::conn::Timeouts {
+        connect: Duration::from_secs(2),
+        io: Duration::from_secs(2),
+    };
+    let mut calls = Vec::new();
+    let mut at = c % addrs.len();
+    let mut conn: Option<TestConn> = None;
+    let mut k = 0usize;
+    while origin.elapsed() < until {
+        let counts: Vec<u32> = (0..DEPTH).map(|i| 1 + ((c + k + i) % 3) as u32).collect();
+        k += DEPTH;
+        let start = origin.elapsed().as_micros() as u64;
+        if conn.is_none() {
+            conn = TestConn::try_open(addrs[at], Handshake::offering(1, 3), timeouts).ok();
+        }
+        let mut broken = match conn.as_mut() {
+            Some(open) => counts
+                .iter()
+                .try_for_each(|&n| open.try_send(&get_values(name, n)))
+                .err(),
+            None => Some("connect".to_string()),
+        };
+        for &n in &counts {
+            let got = match (&broken, conn.as_mut()) {
+                (None, Some(open)) => open.try_recv(),
+                _ => Err("round broken".into()),
+            };
+            let end = origin.elapsed().as_micros() as u64;
+            let values = match got {
+                Ok(Response::Values { values, .. }) => {
+                    assert_eq!(values.len(), n as usize);
+                    values
+                }
+                Ok(Response::Error { status, .. }) if status.retry_elsewhere() => {
+                    broken.get_or_insert(status.to_string());
+                    Vec::new()
+                }
+                Ok(other) => panic!("GET_VALUES {name}: {other:?}"),
+                Err(e) => {
+                    broken.get_or_insert(e);
+                    Vec::new()
+                }
+            };
+            calls.push(Call { start, end, values });
+        }
+        if broken.is_some() {
+            conn = None;
+            at = (at + 1) % addrs.len();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    calls
+}
+
+#[test]
+fn sequences_hold_their_promises_through_a_node_paused_past_its_lease_and_etcd_stopped() {
+    let mut cluster = EtcdCluster::start(1);
+    let url = cluster.url("idgen-seq-faults");
+    seq(&url, &["create", "orders", "--mode", "dense"]);
+    seq(&url, &["create", "ledger", "--mode", "strict"]);
+    let nodes = [start(&url, "a"), start(&url, "b"), start(&url, "c")];
+    let addrs: Vec<_> = nodes.iter().map(|n| n.addr).collect();
+    let origin = Instant::now();
+    // Node b is paused 0.7 s in for 3.5 s (its 2 s lease lapses); etcd is stopped, whole,
+    // from 5 s to 6.5 s; the clients run for 9 s.
+    let until = Duration::from_secs(9);
+    let mut clients = Vec::new();
+    for name in ["orders", "ledger"] {
+        for c in 0..4 {
+            let addrs = addrs.clone();
+            clients.push((
+                name,
+                std::thread::spawn(move || roaming_client(addrs, name, c, origin, until)),
+            ));
+        }
+    }
+    let at = |secs: f64| {
+        let t = Duration::from_secs_f64(secs);
+        if let Some(wait) = t.checked_sub(origin.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    };
+    at(0.7);
+    nodes[1].signal("STOP");
+    at(4.2);
+    nodes[1].signal("CONT");
+    at(5.0);
+    let outage = (origin.elapsed().as_micros() as u64, 0);
+    cluster.stop_all();
+    at(6.5);
+    let outage = (outage.0, origin.elapsed().as_micros() as u64);
+    cluster.start_all();
+    let mut histories: std::collections::BTreeMap<&str, Vec<Call>> = Default::default();
+    for (name, t) in clients {
+        histories
+            .entry(name)
+            .or_default()
+            .extend(t.join().expect("a client thread"));
+    }
+    for (name, calls) in &histories {
+        let ok: Vec<&Call> = calls.iter().filter(|c| !c.values.is_empty()).collect();
+        assert!(ok.len() > 50, "{name}: only {} calls got values", ok.len());
+        let dup = check::duplicates(calls);
+        assert!(
+            dup.is_empty(),
+            "{name}: values twice: {:?}",
+            &dup[..dup.len().min(5)]
+        );
+        if *name == "ledger" {
+            let v = check::real_time_order(calls);
+            assert!(
+                v.is_empty(),
+                "{name}: out of order: {:?}",
+                &v[..v.len().min(5)]
+            );
+            // Strict calls need the store: while it was down they failed (closed), none was
+            // answered from anything held.
+            let answered_inside = ok
+                .iter()
+                .filter(|c| c.start >= outage.0 + 500_000 && c.end <= outage.1)
+                .count();
+            assert_eq!(answered_inside, 0, "strict values while etcd was down");
+            assert!(
+                calls
+                    .iter()
+                    .any(|c| c.values.is_empty() && c.start >= outage.0 && c.start <= outage.1),
+                "no strict call failed while etcd was down: was it?"
+            );
+        } else {
+            // Dense values come from blocks held in memory: they kept flowing while etcd was
+            // down.
+            let during = ok
+                .iter()
+                .filter(|c| c.start >= outage.0 && c.end <= outage.1)
+                .count();
+            assert!(during > 0, "no dense value while etcd was down");
+        }
+    }
+    // Healed without a restart: every node answers both sequences again.
+    for (i, &addr) in addrs.iter().enumerate() {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for name in ["orders", "ledger"] {
+            loop {
+                let got = TestConn::try_open(addr, Handshake::offering(1, 3), Default::default())
+                    .and_then(|mut c| {
+                        c.try_send(&get_values(name, 1))?;
+                        c.try_recv()
+                    });
+                match got {
+                    Ok(Response::Values { .. }) => break,
+                    other => assert!(
+                        Instant::now() < deadline,
+                        "node {i} did not heal for {name}: {other:?}"
+                    ),
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
     }
 }

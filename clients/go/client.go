@@ -43,9 +43,17 @@ type Options struct {
 	// is refilled in the background when it holds fewer than LowWater IDs (default
 	// Prefetch/4).
 	Prefetch, LowWater int
-	// MaxVersion is the highest protocol version offered (1 or 2; default 2). Version 2
-	// answers batches as runs of consecutive IDs, expanded here.
+	// MaxVersion is the highest protocol version offered (1, 2 or 3; default 3). Version 2
+	// answers batches as runs of consecutive IDs, expanded here; version 3 adds named
+	// sequences (NextValue, NextValues).
 	MaxVersion uint16
+	// SequencePrefetch is K, the number of values NextValue/NextValues ask for at once per
+	// dense sequence, keeping the rest in a buffer per sequence name to answer later calls
+	// from (0: off, every call sends a request for exactly what it needs). Strict
+	// sequences are never buffered. Values left in a buffer are lost when the client stops
+	// (gaps, up to K per name), and values handed out by two clients interleave. At most
+	// 1048576.
+	SequencePrefetch int
 }
 
 // Client hands out IDs from a set of idgen nodes. It is safe for use by many goroutines:
@@ -77,6 +85,7 @@ type Client struct {
 	layout   *Layout
 
 	pool *pool
+	seqs *seqBuffers // nil without SequencePrefetch
 	wg   sync.WaitGroup
 }
 
@@ -96,6 +105,7 @@ type node struct {
 type stats struct {
 	connects, requests, ids, pings, nodeFailures, failovers atomic.Int64
 	prefetchRefills, prefetchServed                         atomic.Int64
+	valueRequests, values, valuesBuffered                   atomic.Int64
 }
 
 // Stats are a client's counters.
@@ -108,6 +118,9 @@ type Stats struct {
 	Failovers       int64 // a call moved on to another node
 	PrefetchRefills int64
 	PrefetchServed  int64
+	ValueRequests   int64 // GET_VALUES frames sent
+	Values          int64 // sequence values received in VALUES frames
+	ValuesBuffered  int64 // sequence values handed out from a prefetch buffer, without a request of their call
 }
 
 // NodeState is one node's state, from Client.Nodes.
@@ -168,9 +181,15 @@ func NewClient(opts Options) (*Client, error) {
 	switch opts.MaxVersion {
 	case 0:
 		opts.MaxVersion = MaxProtocolVersion
-	case 1, 2:
+	case 1, 2, 3:
 	default:
-		return nil, fmt.Errorf("idgen: Options.MaxVersion %d: this client speaks versions 1 and 2", opts.MaxVersion)
+		return nil, fmt.Errorf("idgen: Options.MaxVersion %d: this client speaks versions 1 to 3", opts.MaxVersion)
+	}
+	if opts.SequencePrefetch < 0 || opts.SequencePrefetch > MaxValuesPerCall {
+		return nil, fmt.Errorf("idgen: Options.SequencePrefetch %d: must be in 0..=%d", opts.SequencePrefetch, MaxValuesPerCall)
+	}
+	if opts.SequencePrefetch > 0 && opts.MaxVersion < 3 {
+		return nil, fmt.Errorf("idgen: Options.SequencePrefetch needs protocol version 3, Options.MaxVersion is %d", opts.MaxVersion)
 	}
 	if opts.TLS != nil && opts.TLS.InsecureSkipVerify {
 		return nil, errors.New("idgen: TLS without certificate verification is refused; trust the nodes' authority with RootCAs instead")
@@ -197,6 +216,9 @@ func NewClient(opts Options) (*Client, error) {
 		c.nodes = append(c.nodes, n)
 	}
 	c.base, c.cancel = context.WithCancel(context.Background())
+	if opts.SequencePrefetch > 0 {
+		c.seqs = newSeqBuffers(opts.SequencePrefetch)
+	}
 	if opts.Prefetch > 0 {
 		c.pool = newPool(opts.Prefetch, opts.LowWater)
 		c.wg.Add(1)
@@ -313,6 +335,7 @@ func (c *Client) Stats() Stats {
 		Connects: s.connects.Load(), Requests: s.requests.Load(), IDs: s.ids.Load(),
 		Pings: s.pings.Load(), NodeFailures: s.nodeFailures.Load(), Failovers: s.failovers.Load(),
 		PrefetchRefills: s.prefetchRefills.Load(), PrefetchServed: s.prefetchServed.Load(),
+		ValueRequests: s.valueRequests.Load(), Values: s.values.Load(), ValuesBuffered: s.valuesBuffered.Load(),
 	}
 }
 
@@ -355,6 +378,9 @@ func (c *Client) Close() error {
 	}
 	if c.pool != nil {
 		c.pool.close()
+	}
+	if c.seqs != nil {
+		c.seqs.clear()
 	}
 	c.wg.Wait()
 	return nil
@@ -429,6 +455,11 @@ func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error 
 			}
 			if ctx.Err() != nil {
 				return err // the context's error, from the wait or the dial
+			}
+			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrSequencesUnsupported) {
+				// Refused before sending (the call does not fit this node's limits, or the
+				// node is too old for it): nothing to retry, the node is fine.
+				return err
 			}
 			if again == nil {
 				again = make([]bool, count)

@@ -42,9 +42,11 @@ const (
 // slot is one request frame waiting for its answer.
 type slot struct {
 	req   *request
-	op    byte     // opGetIDs, opGetRanges or opPing
-	dst   []uint64 // where the IDs go
+	op    byte     // opGetIDs, opGetRanges, opGetValues or opPing
+	dst   []uint64 // where the IDs (or a sequence's values) go
 	token uint64
+	name  string       // GET_VALUES: the sequence
+	mode  SequenceMode // GET_VALUES: the mode VALUES announced (set by the reader)
 }
 
 // request is one call's frames on one connection; only the reader goroutine changes it
@@ -170,6 +172,8 @@ func (c *conn) submit(r *request) error {
 			c.wbuf = appendGetIDs(c.wbuf, uint32(len(s.dst)))
 		case opGetRanges:
 			c.wbuf = appendGetRanges(c.wbuf, uint32(len(s.dst)))
+		case opGetValues:
+			c.wbuf = appendGetValues(c.wbuf, uint32(len(s.dst)), s.name)
 		case opPing:
 			c.wbuf = appendPing(c.wbuf, s.token)
 		}
@@ -272,12 +276,14 @@ func (c *conn) readLoop(leftover []byte) {
 					return &ProtocolError{Detail: fmt.Sprintf("answer 0x%02x with no request outstanding", buf[off+4])}
 				}
 				s := local[li]
-				local[li] = nil
-				li++
 				closing, err := c.answer(s, buf[off+4], buf[off+5:off+size], &last, &haveLast)
 				if err != nil {
+					// A frame that does not answer its request: s stays pending, so it fails
+					// with the others (not left waiting for an answer that never comes).
 					return err
 				}
+				local[li] = nil
+				li++
 				if closing != nil {
 					return closing
 				}
@@ -390,6 +396,16 @@ func (c *conn) answer(s *slot, op byte, body []byte, last *uint64, haveLast *boo
 		}
 		*haveLast = true
 		c.stats.ids.Add(int64(n))
+	case op == opValues && s.op == opGetValues:
+		mode, n := valuesHeader(body)
+		if n != len(s.dst) {
+			return nil, &ProtocolError{Detail: fmt.Sprintf("VALUES of %d in answer to GET_VALUES of %d", n, len(s.dst))}
+		}
+		if err := parseValues(body, s.dst); err != nil {
+			return nil, err
+		}
+		s.mode = mode
+		c.stats.values.Add(int64(n))
 	case op == opPong && s.op == opPing:
 		if token := beUint64(body); token != s.token {
 			return nil, &ProtocolError{Detail: fmt.Sprintf("PONG %d in answer to PING %d", token, s.token)}
@@ -413,6 +429,8 @@ func opName(op byte) string {
 		return "GET_IDS"
 	case opGetRanges:
 		return "GET_RANGES"
+	case opGetValues:
+		return "GET_VALUES"
 	case opPing:
 		return "PING"
 	case opHelloOK:
@@ -421,6 +439,8 @@ func opName(op byte) string {
 		return "IDS"
 	case opRanges:
 		return "RANGES"
+	case opValues:
+		return "VALUES"
 	case opPong:
 		return "PONG"
 	case opError:
@@ -506,7 +526,7 @@ func dial(ctx context.Context, node string, o dialOptions) (*conn, error) {
 		node:     node,
 		nc:       nc,
 		hello:    hello,
-		maxFrame: responseFrameLimit(hello.MaxBatch),
+		maxFrame: responseFrameLimit(hello.MaxBatch, hello.Version),
 		timeout:  o.timeout,
 		stats:    o.stats,
 		opened:   time.Now(),

@@ -17,7 +17,38 @@ var (
 	ErrUnavailable = errors.New("idgen: unavailable")
 	// ErrProtocol matches every *ProtocolError.
 	ErrProtocol = errors.New("idgen: protocol error")
+	// ErrInvalidArgument: a call's arguments were refused before anything was sent (a
+	// sequence name that is not 1 to 64 bytes of a-z, 0-9, '.', '_' and '-' starting with a
+	// letter or a digit, a count out of range). No node is tried and none is marked down.
+	ErrInvalidArgument = errors.New("idgen: invalid argument")
+	// ErrSequencesUnsupported matches every *VersionError: named sequences need protocol
+	// version 3, and the node (or Options.MaxVersion) speaks an older one.
+	ErrSequencesUnsupported = errors.New("idgen: named sequences need protocol version 3")
 )
+
+// argError is an ErrInvalidArgument with what was wrong.
+func argError(format string, args ...any) error {
+	return fmt.Errorf("idgen: "+format+": %w", append(args, ErrInvalidArgument)...)
+}
+
+// VersionError: a named-sequence call met a node that negotiated protocol version 1 or 2
+// (or the client offers no more than that: Options.MaxVersion). Sequences are not reachable
+// over that version; nothing was sent, no other node was tried and the node is not marked
+// down. It matches ErrSequencesUnsupported.
+type VersionError struct {
+	Node    string // "host:port" of the node; "" when Options.MaxVersion is the limit
+	Version uint16 // the version the node negotiated (or Options.MaxVersion)
+}
+
+func (e *VersionError) Error() string {
+	if e.Node == "" {
+		return fmt.Sprintf("idgen: the client offers protocol versions up to %d (Options.MaxVersion); named sequences need version 3", e.Version)
+	}
+	return fmt.Sprintf("idgen: %s: the node speaks protocol version %d; named sequences need version 3", e.Node, e.Version)
+}
+
+// Is matches ErrSequencesUnsupported.
+func (e *VersionError) Is(target error) bool { return target == ErrSequencesUnsupported }
 
 // Retrying a failed call on another node is always safe: a server never sends an ID twice,
 // so a request that failed (or was abandoned) leaves at most a gap, never a duplicate.

@@ -13,7 +13,7 @@ import (
 // Failover, statuses, deadlines and bad servers, against fake nodes.
 
 func TestServesFromAFakeNodeWithRangesAndFallsBackToVersion1(t *testing.T) {
-	for _, version := range []uint16{2, 1} {
+	for _, version := range []uint16{3, 2, 1} {
 		h := defaultHello()
 		h.Version = version
 		f := newFake(t, h, "serve")
@@ -504,7 +504,10 @@ func TestClosedClientAndBadOptions(t *testing.T) {
 		{Nodes: []string{"a:1"}, BackoffMin: 2 * time.Second, BackoffMax: time.Second},
 		{Nodes: []string{"a:1"}, Prefetch: -1},
 		{Nodes: []string{"a:1"}, Prefetch: 10, LowWater: 10},
-		{Nodes: []string{"a:1"}, MaxVersion: 3},
+		{Nodes: []string{"a:1"}, MaxVersion: 4},
+		{Nodes: []string{"a:1"}, SequencePrefetch: -1},
+		{Nodes: []string{"a:1"}, SequencePrefetch: MaxValuesPerCall + 1},
+		{Nodes: []string{"a:1"}, SequencePrefetch: 10, MaxVersion: 2},
 	} {
 		if _, err := NewClient(o); err == nil {
 			t.Errorf("accepted %+v", o)

@@ -11,18 +11,20 @@ import (
 
 const (
 	// MinProtocolVersion and MaxProtocolVersion bound the versions this client speaks.
-	// Version 2 adds GET_RANGES/RANGES.
+	// Version 2 adds GET_RANGES/RANGES, version 3 GET_VALUES/VALUES (named sequences).
 	MinProtocolVersion = 1
-	MaxProtocolVersion = 2
+	MaxProtocolVersion = 3
 
 	opHello     = 0x01
 	opGetIDs    = 0x02
 	opPing      = 0x03
 	opGetRanges = 0x04
+	opGetValues = 0x05
 	opHelloOK   = 0x81
 	opIDs       = 0x82
 	opPong      = 0x83
 	opRanges    = 0x84
+	opValues    = 0x85
 	opError     = 0xFF
 
 	helloOKLength  = 33
@@ -35,7 +37,36 @@ const (
 	// defaultMaxResponseFrame is the response limit before HELLO_OK: 5 + 8 * 65536.
 	defaultMaxResponseFrame = 5 + 8*DefaultMaxBatch
 	topBit                  = uint64(1) << 63
+
+	// MaxSequenceName is the longest sequence name, in bytes.
+	MaxSequenceName = 64
+	// MaxValuesPerCall is the most values one GET_VALUES may ask for (2^20), whatever the
+	// node's max_batch.
+	MaxValuesPerCall = 1 << 20
 )
+
+// SequenceMode is a named sequence's mode, as VALUES says it (docs/ARCHITECTURE.md §6).
+type SequenceMode uint8
+
+const (
+	// SequenceDense: values come from blocks a node reserved ahead; unique, increasing per
+	// connection, gaps when a node stops. A client may keep them (prefetch).
+	SequenceDense SequenceMode = 0
+	// SequenceStrict: each value is reserved by a store commit made after its request
+	// arrived (real-time order across nodes). A client never keeps them.
+	SequenceStrict SequenceMode = 1
+)
+
+// String is "dense" or "strict".
+func (m SequenceMode) String() string {
+	switch m {
+	case SequenceDense:
+		return "dense"
+	case SequenceStrict:
+		return "strict"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
 
 var magic = [4]byte{'I', 'D', 'G', 'N'}
 
@@ -80,15 +111,29 @@ func appendGetRanges(b []byte, count uint32) []byte {
 	return binary.BigEndian.AppendUint32(b, count)
 }
 
+// appendGetValues appends GET_VALUES of count values of the sequence name (version 3). The
+// caller has checked the name (checkSequenceName): 1..=64 bytes.
+func appendGetValues(b []byte, count uint32, name string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(5+len(name)))
+	b = append(b, opGetValues)
+	b = binary.BigEndian.AppendUint32(b, count)
+	return append(b, name...)
+}
+
 // appendPing appends PING with token.
 func appendPing(b []byte, token uint64) []byte {
 	b = append(b, 0, 0, 0, 9, opPing)
 	return binary.BigEndian.AppendUint64(b, token)
 }
 
-// responseFrameLimit is the client's response limit once max_batch is known.
-func responseFrameLimit(maxBatch uint32) uint32 {
+// responseFrameLimit is the client's response limit once max_batch and the version are
+// known: max(5 + 8 * max_batch, 258) (PROTOCOL.md section 7), and from version 3 one byte
+// more, since a VALUES of max_batch values (its mode byte) is 6 + 8 * max_batch long.
+func responseFrameLimit(maxBatch uint32, version uint16) uint32 {
 	l := uint64(5) + 8*uint64(maxBatch)
+	if version >= 3 {
+		l++
+	}
 	if l < errorMaxLength {
 		l = errorMaxLength
 	}
@@ -106,7 +151,8 @@ func badFrame(format string, args ...any) *ProtocolError {
 // oversized length from the 4 length bytes alone, a wrong length for the opcode from the
 // opcode byte. It returns the frame's total size on the wire (4 + length) once the opcode
 // is there, 0 while more bytes are needed. version is the negotiated version (0 before
-// HELLO_OK): RANGES exists from version 2.
+// HELLO_OK): RANGES exists from version 2, VALUES from version 3. VALUES' mode and count are
+// checked as soon as they have arrived, before the values.
 func frameHeader(buf []byte, maxFrame uint32, version uint16) (int, error) {
 	if len(buf) < 4 {
 		return 0, nil
@@ -141,6 +187,21 @@ func frameHeader(buf []byte, maxFrame uint32, version uint16) (int, error) {
 		}
 		if length < 9+12 || (length-9)%12 != 0 {
 			return 0, badFrame("RANGES length %d is not 9 + 12 * runs with runs >= 1", length)
+		}
+	case opValues:
+		if version < 3 {
+			return 0, badFrame("VALUES (0x85) on a version %d connection", version)
+		}
+		if length < 6+8 || (length-6)%8 != 0 {
+			return 0, badFrame("VALUES length %d is not 6 + 8 * count with count >= 1", length)
+		}
+		if len(buf) >= 6 && buf[5] > uint8(SequenceStrict) {
+			return 0, badFrame("VALUES with unknown sequence mode %d", buf[5])
+		}
+		if len(buf) >= 10 {
+			if count := binary.BigEndian.Uint32(buf[6:]); count != (length-6)/8 {
+				return 0, badFrame("VALUES count %d disagrees with frame length %d", count, length)
+			}
 		}
 	case opError:
 		if length < errorMinLength || length > errorMaxLength {
@@ -265,6 +326,30 @@ func expandRanges(body []byte, dst []uint64, last uint64, any bool) (uint64, err
 	return last, nil
 }
 
+// valuesHeader is the mode and count of a VALUES body (already checked by frameHeader).
+func valuesHeader(body []byte) (SequenceMode, int) {
+	return SequenceMode(body[0]), int(binary.BigEndian.Uint32(body[1:]))
+}
+
+// parseValues decodes a VALUES body's values into dst (len(dst) == its count): each in
+// 1 ..= 2^63 - 1, strictly increasing.
+func parseValues(body []byte, dst []uint64) error {
+	p := body[5:]
+	var prev uint64
+	for i := range dst {
+		v := binary.BigEndian.Uint64(p[8*i:])
+		if v == 0 || v&topBit != 0 {
+			return badFrame("VALUES holds a value outside 1 ..= 2^63 - 1")
+		}
+		if v <= prev {
+			return badFrame("VALUES: value %d does not increase on %d", v, prev)
+		}
+		dst[i] = v
+		prev = v
+	}
+	return nil
+}
+
 // parseError parses an ERROR body.
 func parseError(body []byte) (Status, string, error) {
 	status := Status(binary.BigEndian.Uint16(body))
@@ -281,6 +366,8 @@ type response struct {
 	op      byte
 	hello   ServerHello
 	ids     []uint64
+	mode    SequenceMode // VALUES
+	values  []uint64     // VALUES
 	token   uint64
 	status  Status
 	message string
@@ -310,6 +397,11 @@ func decodeResponse(buf []byte, maxFrame uint32, version uint16) (response, int,
 			r.ids = make([]uint64, n)
 			_, err = expandRanges(body, r.ids, 0, false)
 		}
+	case opValues:
+		var n int
+		r.mode, n = valuesHeader(body)
+		r.values = make([]uint64, n)
+		err = parseValues(body, r.values)
 	case opPong:
 		r.token = binary.BigEndian.Uint64(body)
 	case opError:

@@ -18,7 +18,7 @@ import (
 
 func TestRealNodeManyGoroutinesGetUniqueIDsIncreasingPerGoroutine(t *testing.T) {
 	n := startNode(t)
-	for _, version := range []uint16{2, 1} {
+	for _, version := range []uint16{3, 2, 1} {
 		c := newClient(t, Options{Nodes: []string{n.addr}, MaxVersion: version})
 		results := runGoroutines(t, 8, 60*time.Second, func(int) ([]uint64, error) {
 			var all []uint64

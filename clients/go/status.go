@@ -13,21 +13,25 @@ type Status uint16
 
 // The status codes of the protocol's table.
 const (
-	StatusBadFrame           Status = 100
-	StatusFrameTooLarge      Status = 101
-	StatusHandshakeRequired  Status = 102
-	StatusUnsupportedVersion Status = 103
-	StatusInvalidCount       Status = 200
-	StatusBatchTooLarge      Status = 201
-	StatusUnknownOpcode      Status = 202
-	StatusUnavailableLease   Status = 300
-	StatusUnavailableClock   Status = 301
-	StatusShuttingDown       Status = 302
-	StatusOverloaded         Status = 303
-	StatusExhausted          Status = 304
-	StatusRangeChanged       Status = 305
-	StatusBusy               Status = 306
-	StatusInternal           Status = 500
+	StatusBadFrame            Status = 100
+	StatusFrameTooLarge       Status = 101
+	StatusHandshakeRequired   Status = 102
+	StatusUnsupportedVersion  Status = 103
+	StatusInvalidCount        Status = 200
+	StatusBatchTooLarge       Status = 201
+	StatusUnknownOpcode       Status = 202
+	StatusUnknownSequence     Status = 203 // version 3
+	StatusInvalidSequenceName Status = 204 // version 3
+	StatusUnavailableLease    Status = 300
+	StatusUnavailableClock    Status = 301
+	StatusShuttingDown        Status = 302
+	StatusOverloaded          Status = 303
+	StatusExhausted           Status = 304
+	StatusRangeChanged        Status = 305
+	StatusBusy                Status = 306
+	StatusSequenceUsedUp      Status = 307 // version 3
+	StatusSequenceUnavailable Status = 308 // version 3
+	StatusInternal            Status = 500
 )
 
 // StatusInfo is one row of the protocol's status table.
@@ -49,6 +53,8 @@ var Statuses = []StatusInfo{
 	{StatusInvalidCount, "INVALID_COUNT", false, false},
 	{StatusBatchTooLarge, "BATCH_TOO_LARGE", false, false},
 	{StatusUnknownOpcode, "UNKNOWN_OPCODE", false, false},
+	{StatusUnknownSequence, "UNKNOWN_SEQUENCE", false, false},
+	{StatusInvalidSequenceName, "INVALID_SEQUENCE_NAME", false, false},
 	{StatusUnavailableLease, "UNAVAILABLE_LEASE", false, true},
 	{StatusUnavailableClock, "UNAVAILABLE_CLOCK", false, true},
 	{StatusShuttingDown, "SHUTTING_DOWN", true, true},
@@ -56,6 +62,8 @@ var Statuses = []StatusInfo{
 	{StatusExhausted, "EXHAUSTED", false, false},
 	{StatusRangeChanged, "RANGE_CHANGED", true, true},
 	{StatusBusy, "BUSY", false, true},
+	{StatusSequenceUsedUp, "SEQUENCE_USED_UP", false, false},
+	{StatusSequenceUnavailable, "SEQUENCE_UNAVAILABLE", false, true},
 	{StatusInternal, "INTERNAL", true, false},
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,11 +49,37 @@ type realNode struct {
 }
 
 // startNode starts `idgen serve` on 127.0.0.1:0 (unless args give --listen) with the admin
-// and HTTP ports off, the memory store unless args give one, and 2 shards.
+// and HTTP ports off, a data directory of its own, the memory store unless args give one,
+// and 2 shards.
 func startNode(t testing.TB, args ...string) *realNode {
 	t.Helper()
+	return startNodeWith(t, t.TempDir(), true, args...)
+}
+
+// startNodeIn is startNode on the data directory dir with the node's default store (the
+// embedded one, in dir), so that what `idgen seq create --data-dir dir` wrote beforehand is
+// served.
+func startNodeIn(t testing.TB, dir string, args ...string) *realNode {
+	t.Helper()
+	return startNodeWith(t, dir, false, args...)
+}
+
+// createSequence runs `idgen seq create NAME ARGS... --data-dir DIR` (before the node on DIR
+// starts), failing the test with its output when it fails.
+func createSequence(t testing.TB, dir, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	full := append(append([]string{"seq", "create", name}, args...), "--data-dir", dir)
+	out, err := exec.CommandContext(ctx, idgenBin(t), full...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("idgen %s: %v\n%s", strings.Join(full, " "), err, out)
+	}
+}
+
+func startNodeWith(t testing.TB, dir string, memory bool, args ...string) *realNode {
+	t.Helper()
 	idgenBin(t) // fail loudly before anything else when it is missing
-	dir := t.TempDir()
 	has := func(flag string) bool {
 		for _, a := range args {
 			if a == flag {
@@ -65,7 +92,7 @@ func startNode(t testing.TB, args ...string) *realNode {
 	if !has("--listen") {
 		full = append(full, "--listen", "127.0.0.1:0")
 	}
-	if !has("--store") {
+	if memory && !has("--store") {
 		full = append(full, "--store", "memory")
 	}
 	if !has("--shards") {
@@ -318,7 +345,8 @@ func defaultHello() ServerHello {
 // highest version it speaks), then answers every request as mode says:
 //
 //   - "serve": GET_IDS with IDS, GET_RANGES with RANGES (one run), PING with PONG, from one
-//     counter shared by every connection, so IDs never repeat;
+//     counter shared by every connection, so IDs never repeat; GET_VALUES (version 3) with
+//     VALUES of the sequences in seqs (see fakeSeq);
 //   - "unavailable": ERROR status to every request (closing when the status closes);
 //   - "garbage": bytes that are not a valid response;
 //   - "silent": nothing at all;
@@ -342,6 +370,8 @@ type fakeNode struct {
 	killed      chan struct{}
 
 	mu          sync.Mutex
+	seqs        map[string]*fakeSeq // GET_VALUES answers, by name
+	valueReqs   []fakeValueReq      // every GET_VALUES received, in order
 	nextID      uint64
 	requests    int
 	connections int
@@ -486,7 +516,11 @@ func (f *fakeNode) serve(raw net.Conn) {
 			c.Write(errorBytes(StatusRangeChanged, "worker range changed"))
 			return
 		case mode == "serve" || mode == "range_changed" || mode == "slow_reader":
-			c.Write(f.answer(body, index, h))
+			out := f.answer(body, index, h)
+			c.Write(out)
+			if out[4] == opError && Status(binary.BigEndian.Uint16(out[5:])).Closes() {
+				return
+			}
 		}
 		// "silent": nothing
 	}
@@ -535,8 +569,124 @@ func (f *fakeNode) answer(body []byte, index int, h ServerHello) []byte {
 			b = binary.BigEndian.AppendUint64(b, first+i)
 		}
 		return b
+	case opGetValues:
+		if h.Version < 3 {
+			return errorBytes(StatusUnknownOpcode, "unknown opcode")
+		}
+		return f.answerValues(body, h)
 	}
 	return errorBytes(StatusUnknownOpcode, "unknown opcode")
+}
+
+// fakeSeq is a named sequence of a fake node: values next, next+step, ... up to max, in
+// mode. With status set, every GET_VALUES of it is answered ERROR status (closing the
+// connection when the status closes); with raw set, with those bytes instead; with delay
+// set, the answer waits that long first.
+type fakeSeq struct {
+	mode      SequenceMode
+	next, max uint64
+	step      uint64
+	status    Status
+	raw       []byte
+	delay     time.Duration
+}
+
+// fakeValueReq is one GET_VALUES a fake node received.
+type fakeValueReq struct {
+	name  string
+	count uint32
+}
+
+var fakeSeqName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+// addSeq creates (or replaces) a sequence of the fake: values from 1 (or start), step 1,
+// no maximum below 2^63.
+func (f *fakeNode) addSeq(name string, mode SequenceMode, start uint64) *fakeSeq {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seqs == nil {
+		f.seqs = make(map[string]*fakeSeq)
+	}
+	s := &fakeSeq{mode: mode, next: start, max: 1<<63 - 1, step: 1}
+	f.seqs[name] = s
+	return s
+}
+
+// setSeq changes a sequence under the fake's lock.
+func (f *fakeNode) setSeq(name string, change func(*fakeSeq)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f.seqs[name])
+}
+
+// dropSeq removes a sequence: later GET_VALUES of it are UNKNOWN_SEQUENCE.
+func (f *fakeNode) dropSeq(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.seqs, name)
+}
+
+// valueRequests is a copy of the GET_VALUES received so far.
+func (f *fakeNode) valueRequests() []fakeValueReq {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]fakeValueReq(nil), f.valueReqs...)
+}
+
+func (f *fakeNode) answerValues(body []byte, h ServerHello) []byte {
+	if len(body) < 6 || len(body) > 69 {
+		return errorBytes(StatusBadFrame, "GET_VALUES length")
+	}
+	count := binary.BigEndian.Uint32(body[1:])
+	name := string(body[5:])
+	f.mu.Lock()
+	f.valueReqs = append(f.valueReqs, fakeValueReq{name, count})
+	f.mu.Unlock()
+	switch {
+	case count == 0:
+		return errorBytes(StatusInvalidCount, "count 0")
+	case count > h.MaxBatch || count > MaxValuesPerCall:
+		return errorBytes(StatusBatchTooLarge, "batch too large")
+	case !fakeSeqName.MatchString(name):
+		return errorBytes(StatusInvalidSequenceName, "bad sequence name")
+	}
+	f.mu.Lock()
+	s, ok := f.seqs[name]
+	var delay time.Duration
+	if ok {
+		delay = s.delay
+	}
+	f.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case !ok:
+		return errorBytes(StatusUnknownSequence, "no sequence "+name+" in this namespace")
+	case s.status != 0:
+		return errorBytes(s.status, "fake sequence says no")
+	case s.raw != nil:
+		return s.raw
+	case s.next > s.max || (s.max-s.next)/s.step+1 < uint64(count):
+		return errorBytes(StatusSequenceUsedUp, "sequence "+name+" reached its maximum")
+	}
+	b := binary.BigEndian.AppendUint32(nil, 6+8*count)
+	b = append(b, opValues, byte(s.mode))
+	b = binary.BigEndian.AppendUint32(b, count)
+	for i := uint32(0); i < count; i++ {
+		b = binary.BigEndian.AppendUint64(b, s.next)
+		s.next += s.step
+	}
+	return b
+}
+
+// seqHello is a version 3 node's HELLO_OK (the default request frame limit of 128).
+func seqHello() ServerHello {
+	h := defaultHello()
+	h.Version, h.MaxRequestFrame = 3, 128
+	return h
 }
 
 func (f *fakeNode) counts() (connections, requests int) {

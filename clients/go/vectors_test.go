@@ -1,8 +1,10 @@
 package idgen
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,6 +42,12 @@ type vector struct {
 	Incomplete bool           `json:"incomplete"`
 	Consumed   *int           `json:"consumed"`
 	MaxFrame   uint32         `json:"max_frame"`
+	Connection string         `json:"connection"`
+	Version    *uint16        `json:"version"` // established connections: the negotiated version (absent: 1)
+	Limits     struct {
+		MaxRequestFrame uint32 `json:"max_request_frame"`
+		MaxBatch        uint32 `json:"max_batch"`
+	} `json:"limits"`
 }
 
 type vectorError struct {
@@ -91,6 +99,12 @@ func encodeRequest(t *testing.T, d map[string]any) []byte {
 		return appendGetRanges(nil, uint32(num(t, d["count"])))
 	case "PING":
 		return appendPing(nil, num(t, d["token"]))
+	case "GET_VALUES":
+		name, ok := d["name"].(string)
+		if !ok {
+			t.Fatalf("GET_VALUES without a name: %v", d)
+		}
+		return appendGetValues(nil, uint32(num(t, d["count"])), name)
 	}
 	t.Fatalf("unknown request op %v", d["op"])
 	return nil
@@ -118,6 +132,12 @@ func asDecoded(r response) map[string]any {
 		return map[string]any{"op": "IDS", "ids": ids()}
 	case opRanges:
 		return map[string]any{"op": "RANGES", "ids": ids()}
+	case opValues:
+		values := make([]any, len(r.values))
+		for i, v := range r.values {
+			values[i] = strconv.FormatUint(v, 10)
+		}
+		return map[string]any{"op": "VALUES", "mode": r.mode.String(), "values": values}
 	case opPong:
 		return map[string]any{"op": "PONG", "token": strconv.FormatUint(r.token, 10)}
 	case opError:
@@ -160,11 +180,18 @@ func TestResponseVectors(t *testing.T) {
 			continue
 		}
 		raw := v.bytes(t)
-		// Every vector holds for both versions the client speaks.
-		for _, version := range []uint16{1, 2} {
+		// Every vector holds for every version the client speaks, but VALUES (0x85), which
+		// exists from version 3 only: before it, it is an unknown response opcode.
+		isValues := len(raw) > 4 && raw[4] == opValues
+		for _, version := range []uint16{1, 2, 3} {
 			t.Run(v.Name+"/v"+strconv.Itoa(int(version)), func(t *testing.T) {
 				r, used, err := decodeResponse(raw, v.MaxFrame, version)
 				switch {
+				case isValues && version < 3:
+					counts["values before v3"]++
+					if pe, ok := err.(*ProtocolError); !ok || pe.Status != StatusBadFrame {
+						t.Fatalf("VALUES on a version %d connection: used %d, err %v, want BAD_FRAME", version, used, err)
+					}
 				case v.Decoded != nil:
 					counts["decoded"]++
 					if err != nil || used == 0 {
@@ -208,7 +235,7 @@ func TestResponseVectors(t *testing.T) {
 			})
 		}
 	}
-	if counts["decoded"] < 30 || counts["error"] < 20 || counts["incomplete"] < 4 {
+	if counts["decoded"] < 30 || counts["error"] < 20 || counts["incomplete"] < 4 || counts["values before v3"] < 20 {
 		t.Fatalf("too few response vectors: %v", counts)
 	}
 }
@@ -311,5 +338,114 @@ func TestUnknownStatusesFollowTheirClass(t *testing.T) {
 	}
 	if StatusExhausted.RetryElsewhere() {
 		t.Fatal("304 must not fail over")
+	}
+}
+
+// The request vectors of GET_VALUES (version 3) on an established connection: the client
+// never sends one that a server would refuse. The frames a vector decodes pass the client's
+// checks (name, count, the connection's version, max_batch and max_request_frame, from the
+// vector's version and limits) and encode byte-exact (above); for every frame a server
+// refuses, the client's checks refuse the count and name the frame carries, before sending.
+func TestGetValuesRequestVectorsPassOrFailTheClientsChecks(t *testing.T) {
+	counts := map[string]int{}
+	for _, v := range loadVectors(t) {
+		raw := v.bytes(t)
+		if v.Direction != "request" || v.Connection != "established" || len(raw) < 5 || raw[4] != opGetValues || v.Incomplete {
+			continue
+		}
+		t.Run(v.Name, func(t *testing.T) {
+			h := seqHello()
+			h.Version = 1
+			if v.Version != nil {
+				h.Version = *v.Version
+			}
+			h.MaxBatch, h.MaxRequestFrame = v.Limits.MaxBatch, v.Limits.MaxRequestFrame
+			// The count and name the frame carries (what is there of them).
+			length := int(binary.BigEndian.Uint32(raw))
+			var count uint32
+			if len(raw) >= 9 {
+				count = binary.BigEndian.Uint32(raw[5:])
+			}
+			end := 4 + length
+			if end > len(raw) {
+				end = len(raw)
+			}
+			name := ""
+			if end > 9 {
+				name = string(raw[9:end])
+			}
+			err := checkSequenceName(name)
+			if err == nil {
+				err = checkValuesCount(int(count))
+			}
+			if err == nil {
+				err = checkValuesRequest(h, "vector", name, int(count))
+			}
+			switch {
+			case v.Decoded != nil:
+				counts["sent"]++
+				if err != nil {
+					t.Fatalf("the client refuses %q x %d: %v", name, count, err)
+				}
+				if v.Decoded["name"] != name || num(t, v.Decoded["count"]) != uint64(count) {
+					t.Fatalf("decoded %v, the frame holds %q x %d", v.Decoded, name, count)
+				}
+			case v.Error != nil:
+				counts["refused"]++
+				want := ErrInvalidArgument
+				if v.Error.Status == int(StatusUnknownOpcode) {
+					want = ErrSequencesUnsupported // GET_VALUES on a version 1 or 2 connection
+				}
+				if !errors.Is(err, want) {
+					t.Fatalf("server answers %d %s; the client's checks of %q x %d gave %v, want %v",
+						v.Error.Status, v.Error.Name, name, count, err, want)
+				}
+			default:
+				t.Fatal("vector has neither decoded nor error")
+			}
+		})
+	}
+	if counts["sent"] < 4 || counts["refused"] < 12 {
+		t.Fatalf("too few GET_VALUES request vectors: %v", counts)
+	}
+}
+
+// VALUES (version 3): the example of PROTOCOL.md section 11.5, and GET_VALUES' encoding.
+func TestValuesFrames(t *testing.T) {
+	hexOf := func(s string) []byte {
+		b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if got := hex.EncodeToString(appendGetValues(nil, 2, "orders")); got != "0000000b05000000026f7264657273" {
+		t.Fatalf("GET_VALUES encoded %s", got)
+	}
+	example := hexOf("00000016 85 00 00000002 000000000000002A 000000000000002B")
+	r, used, err := decodeResponse(example, defaultMaxResponseFrame, 3)
+	if err != nil || used != len(example) || r.op != opValues || r.mode != SequenceDense ||
+		len(r.values) != 2 || r.values[0] != 42 || r.values[1] != 43 {
+		t.Fatalf("example: %v used %d %+v", err, used, r)
+	}
+	// The mode is checked as soon as it arrives, the count as soon as it arrives.
+	for _, b := range []struct{ name, hex string }{
+		{"mode 2 before the count", "00000016 85 02"},
+		{"count before the values", "00000016 85 01 00000001"},
+		{"length below one value", "0000000d 85 00 00000001"},
+		{"length not 6 + 8k", "00000017 85 00 00000002"},
+	} {
+		_, _, err := decodeResponse(hexOf(b.hex), defaultMaxResponseFrame, 3)
+		if pe, ok := err.(*ProtocolError); !ok || pe.Status != StatusBadFrame {
+			t.Errorf("%s: got %v, want BAD_FRAME", b.name, err)
+		}
+	}
+	// From version 3 the response limit takes a VALUES of max_batch values (one byte more
+	// than an IDS of max_batch IDs).
+	if l3, l2 := responseFrameLimit(1000, 3), responseFrameLimit(1000, 2); l3 != 6+8*1000 || l2 != 5+8*1000 {
+		t.Fatalf("limits %d %d", l3, l2)
+	}
+	if responseFrameLimit(1<<31, 3) != 1<<32-1 || responseFrameLimit(0, 3) != errorMaxLength {
+		t.Fatal("limit bounds")
 	}
 }

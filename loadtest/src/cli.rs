@@ -128,8 +128,9 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = Target::Idgen)]
     pub target: Target,
 
-    /// With --target http: take a named sequence's values (`POST /seq/NAME`, or
-    /// `/seq/NAME/batch` with --batch above 1) instead of IDs; --verify checks them as IDs.
+    /// Take a named sequence's values instead of IDs: GET_VALUES of --batch values (protocol
+    /// version 3) with --target idgen, `POST /seq/NAME` (or `/seq/NAME/batch` with --batch
+    /// above 1) with --target http; --verify checks them as IDs.
     #[arg(long, value_name = "NAME")]
     pub sequence: Option<String>,
 

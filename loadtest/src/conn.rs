@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use hdrhistogram::Histogram;
 use idgen_protocol::client::{Answer, Awaits, ClientConn, ClientError, Handshake, HandshakeError};
-use idgen_protocol::{encode_request, FrameError, Request};
+use idgen_protocol::{encode_request, FrameError, Request, SeqName};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -101,10 +101,14 @@ impl Config {
         interval: Option<Duration>,
         redis_key: &str,
         hosts: &[String],
+        sequence: Option<SeqName>,
         progress: Option<UnboundedSender<Interval>>,
         tls: Option<(Tls, Vec<ServerName<'static>>)>,
     ) -> Config {
         let idgen_request = match target {
+            Target::Idgen if sequence.is_some() => {
+                sequence.map(|name| Request::GetValues { count: batch, name })
+            }
             Target::Idgen if ranges => Some(Request::GetRanges { count: batch }),
             Target::Idgen => Some(Request::GetIds { count: batch }),
             Target::Redis | Target::Http => None,
@@ -663,6 +667,9 @@ impl State<'_> {
             };
             match answer {
                 Answer::Ids(ids) => self.answer_ids(sent, measured, now, ids.len(), ids.iter()),
+                Answer::Values(values) => {
+                    self.answer_ids(sent, measured, now, values.len(), values.iter())
+                }
                 Answer::Ranges(runs) => self.answer_ids(
                     sent,
                     measured,

@@ -157,9 +157,21 @@ async fn run(cli: Cli) -> Result<bool, String> {
     if cli.ranges && cli.target != Target::Idgen {
         return Err("--ranges is for the idgen target (GET_RANGES) only".into());
     }
-    if cli.sequence.is_some() && cli.target != Target::Http {
-        return Err("--sequence is for the http target (POST /seq/NAME) only".into());
+    if cli.sequence.is_some() && cli.target == Target::Redis {
+        return Err(
+            "--sequence is for the idgen (GET_VALUES) and http (POST /seq/NAME) targets".into(),
+        );
     }
+    if cli.sequence.is_some() && cli.ranges {
+        return Err("--sequence and --ranges exclude each other".into());
+    }
+    let sequence = match (&cli.sequence, cli.target) {
+        (Some(name), Target::Idgen) => Some(
+            name.parse::<idgen_protocol::SeqName>()
+                .map_err(|e| format!("--sequence {name}: {e}"))?,
+        ),
+        _ => None,
+    };
     let outputs = Outputs {
         progress: !cli.quiet,
         interval_json: cli
@@ -210,11 +222,12 @@ async fn run(cli: Cli) -> Result<bool, String> {
         interval,
         &cli.redis_key,
         &cli.addrs,
+        sequence,
         outputs.any().then_some(tx),
         tls,
     );
     cfg.window = cli.write_pattern == WritePattern::Window;
-    if let Some(name) = &cli.sequence {
+    if let (Some(name), Target::Http) = (&cli.sequence, cli.target) {
         let path = format!("/seq/{name}");
         for (request, host) in cfg.requests.iter_mut().zip(&cli.addrs) {
             request.clear();

@@ -254,7 +254,7 @@ mod tests {
         while let Some(r) = client.decode(&mut out).unwrap() {
             responses.push(r);
         }
-        assert_eq!(client.max_frame(), 258); // max(5 + 8 * 4, 258)
+        assert_eq!(client.max_frame(), 258); // max(6 + 8 * 4, 258)
         assert_eq!(
             responses,
             [

@@ -220,7 +220,7 @@ mod tests {
         assert_eq!(l.max_request_frame, 128);
         assert!(l.max_request_frame >= GET_VALUES_MAX_LEN);
         assert_eq!(l.max_batch, 65536);
-        assert_eq!(l.max_response_frame(), 5 + 8 * 65536);
+        assert_eq!(l.max_response_frame(), 6 + 8 * 65536);
     }
 }
 

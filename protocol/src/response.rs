@@ -21,12 +21,13 @@ pub const MAX_ERROR_LEN: u32 = 3 + MAX_ERROR_MESSAGE as u32;
 pub const MAX_IDS_PER_FRAME: u32 = (u32::MAX - 5) / 8;
 
 /// Largest response frame length a client must accept from a server whose HELLO_OK
-/// announced `max_batch`: `max(5 + 8 * max_batch, 258)` (saturating), so that an IDS
-/// frame of `max_batch` IDs and any ERROR frame both fit. Before HELLO_OK arrives a client
+/// announced `max_batch`: `max(6 + 8 * max_batch, 258)` (saturating), so that an IDS frame
+/// of `max_batch` IDs, a VALUES frame of `max_batch` values (one byte longer: its mode) and
+/// any ERROR frame all fit. Before HELLO_OK arrives a client
 /// may use `max_response_frame(0)` (= 258, enough for HELLO_OK and ERROR) or the
 /// default `max_batch`.
 pub const fn max_response_frame(max_batch: u32) -> u32 {
-    let ids = 5u64 + 8 * max_batch as u64;
+    let ids = 6u64 + 8 * max_batch as u64;
     let frame = if ids > MAX_ERROR_LEN as u64 {
         ids
     } else {
@@ -707,7 +708,7 @@ pub fn decode_response(
 mod tests {
     use super::*;
 
-    const MAX: u32 = 5 + 8 * 65536;
+    const MAX: u32 = 6 + 8 * 65536;
 
     fn hello() -> ServerHello {
         ServerHello {

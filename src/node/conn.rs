@@ -30,6 +30,8 @@ use super::issuer::{wait_until, Issuer};
 use super::responder::{Next, Responder, OUTPUT_HIGH_WATER};
 use super::telemetry::{bump, drop_one, ShardStats};
 use crate::config::ListenSection;
+use idgen_core::sequence::holder::{HoldError, Holder};
+use idgen_core::sequence::SequenceName;
 use idgen_id::Layout;
 
 /// First capacity of a connection's input buffer. Idle connections keep this little (10,000
@@ -49,6 +51,8 @@ pub(crate) struct ConnCtx {
     pub gen: Rc<RefCell<Issuer>>,
     pub stats: Arc<ShardStats>,
     pub shutdown: watch::Receiver<bool>,
+    /// The node's named sequences (GET_VALUES; their reservations run on the control thread).
+    pub sequences: Arc<Holder>,
 }
 
 /// Answers a connection over the limit with OVERLOADED, then closes it.
@@ -143,6 +147,17 @@ impl Conn {
                 wait_until(&self.ctx.gen, at).await;
                 continue;
             }
+            if next == Next::Values {
+                // What was answered before them goes out first; then their values.
+                if self.responder.answered() > before {
+                    last_request = read_at;
+                }
+                if !self.flush(stream, read_at).await {
+                    return;
+                }
+                self.values().await;
+                continue;
+            }
             if self.responder.answered() > before {
                 // The requests arrived with the last read: no extra clock read.
                 last_request = read_at;
@@ -156,7 +171,7 @@ impl Conn {
                     return;
                 }
                 Next::More => continue,
-                Next::Read | Next::Wait(_) => {}
+                Next::Read | Next::Wait(_) | Next::Values => {}
             }
             if draining {
                 self.finish_draining(stream).await;
@@ -195,6 +210,29 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Asks the node's holder for the values of the GET_VALUES requests waiting, within the
+    /// request timeout, and answers them.
+    async fn values(&mut self) {
+        let Some(call) = self.responder.values_call() else {
+            return;
+        };
+        let counts = call.counts.clone();
+        // The wire's name rule is the store's: this parse cannot fail on a decoded name.
+        let got = match call.name.as_str().parse::<SequenceName>() {
+            Ok(name) => {
+                self.ctx
+                    .sequences
+                    .next_values_each(&name, &counts, self.ctx.listen.http_request_timeout)
+                    .await
+            }
+            Err(e) => counts
+                .iter()
+                .map(|_| Err(HoldError::Sequence(e.clone())))
+                .collect(),
+        };
+        self.responder.values_answered(got, &mut self.out);
     }
 
     /// On shutdown: everything already read has been answered; answer the next request, if one

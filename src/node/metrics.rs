@@ -581,7 +581,7 @@ pub const FAMILIES: &[Family] = &[
         Counter,
         &["sequence"],
         "values",
-        "Values of named sequences answered by this node (HTTP ID API), by sequence",
+        "Values of named sequences answered by this node (ID protocol and HTTP ID API), by sequence",
         |s, out| per_sequence(s, out, |st| load(&st.values)),
     ),
     family(

@@ -14,10 +14,12 @@ use std::mem::MaybeUninit;
 use std::rc::Rc;
 
 use bytes::{Buf, BytesMut};
+use idgen_core::sequence::holder::HoldError;
+use idgen_core::sequence::{Mode, SequenceError};
 use idgen_protocol::{
     decode_request, decode_request_for, encode_error, encode_hello_ok, encode_ids_header,
-    encode_pong, encode_ranges, Decoded, Limits, Request, ServerConnState, ServerHello, Status,
-    DEFAULT_MAX_REQUEST_FRAME,
+    encode_pong, encode_ranges, encode_values_header, Decoded, Limits, Request, SeqMode, SeqName,
+    ServerConnState, ServerHello, Status, DEFAULT_MAX_REQUEST_FRAME, MAX_VALUES_PER_CALL,
 };
 use idgen_protocol::{SINGLE_ID_HEADER, SINGLE_ID_REQUEST};
 
@@ -32,6 +34,9 @@ use idgen_id::WorkerRange;
 const SINGLE_ID_ANSWER_LEN: usize = SINGLE_ID_HEADER.len() + 8;
 /// The most one-ID requests answered by one draw.
 const MAX_SINGLE_ID_RUN: usize = 4096;
+
+/// The most GET_VALUES frames of one sequence answered by one call to the holder.
+const MAX_VALUES_RUN: usize = 4096;
 
 /// Stop decoding requests once this much output is waiting to be written: what bounds the
 /// memory of a client that does not read (the loop reads nothing more until it is written).
@@ -48,6 +53,21 @@ pub(super) enum Next {
     Close,
     /// A request waits for the clock: resume it at this monotonic time, then go on.
     Wait(u64),
+    /// GET_VALUES requests wait for their sequence's values: write what is answered, ask the
+    /// holder for [`Responder::values_call`]'s values, answer them with
+    /// [`Responder::values_answered`], then go on.
+    Values,
+}
+
+/// Consecutive GET_VALUES requests of one sequence, read together: handed to the node's
+/// holder at once, which answers each on its own and in order (pipelined calls of a strict
+/// sequence share one commit).
+pub(super) struct ValuesCall {
+    pub name: SeqName,
+    /// Each request's count, in order.
+    pub counts: Vec<u64>,
+    /// Their sum (at most [`MAX_VALUES_PER_CALL`]).
+    total: u64,
 }
 
 /// What a waiting request answers with.
@@ -95,6 +115,8 @@ pub(super) struct Responder {
     closing: bool,
     /// The request in progress, waiting for the clock (nothing after it is decoded meanwhile).
     pending: Option<Pending>,
+    /// GET_VALUES requests waiting for their values (nothing after them is decoded meanwhile).
+    values: Option<ValuesCall>,
     /// What was answered, not yet added to the shard's counters.
     tally: Tally,
 }
@@ -196,6 +218,7 @@ impl Responder {
             announced: WorkerRange::default(),
             closing: false,
             pending: None,
+            values: None,
             tally: Tally::default(),
         }
     }
@@ -282,6 +305,7 @@ impl Responder {
                 Decoded::Request(Request::GetRanges { .. }) => Some(Op::GetRanges),
                 Decoded::Request(Request::Hello { .. }) => Some(Op::Hello),
                 Decoded::Request(Request::Ping { .. }) => Some(Op::Ping),
+                Decoded::Request(Request::GetValues { .. }) => Some(Op::GetValues),
                 // A refused frame (a count out of bounds) counts under its opcode.
                 Decoded::Reject { .. } => input.get(4).copied().and_then(Op::of_opcode),
             };
@@ -322,6 +346,10 @@ impl Responder {
                     }
                 }
                 Decoded::Request(Request::Ping { token }) => encode_pong(token, out),
+                Decoded::Request(Request::GetValues { count, name }) => {
+                    self.gather_values(name, count, input, version);
+                    return Next::Values;
+                }
                 Decoded::Reject { status, message } => {
                     encode_error(status, message, out);
                     stats.error(status);
@@ -330,6 +358,82 @@ impl Responder {
             if self.closing {
                 // Nothing is answered after a closing status (PROTOCOL.md §8).
                 return Next::Close;
+            }
+        }
+    }
+
+    /// Starts a [`ValuesCall`] with a GET_VALUES just decoded, and adds the GET_VALUES frames
+    /// of the same sequence that follow it in the input (until another request, another
+    /// sequence, [`MAX_VALUES_RUN`] requests or [`MAX_VALUES_PER_CALL`] values).
+    fn gather_values(&mut self, name: SeqName, count: u32, input: &mut BytesMut, version: u16) {
+        let mut call = ValuesCall {
+            name,
+            counts: vec![u64::from(count)],
+            total: u64::from(count),
+        };
+        while call.counts.len() < MAX_VALUES_RUN {
+            let Ok(Some((Decoded::Request(Request::GetValues { count, name: next }), used))) =
+                decode_request_for(input, &self.limits, version)
+            else {
+                break;
+            };
+            if next != name || call.total + u64::from(count) > u64::from(MAX_VALUES_PER_CALL) {
+                break;
+            }
+            input.advance(used);
+            self.tally.answered(Some(Op::GetValues), 1);
+            call.counts.push(u64::from(count));
+            call.total += u64::from(count);
+        }
+        self.values = Some(call);
+    }
+
+    /// The GET_VALUES requests waiting for values ([`Next::Values`]).
+    pub(super) fn values_call(&self) -> Option<&ValuesCall> {
+        self.values.as_ref()
+    }
+
+    /// Answers the waiting GET_VALUES requests with what the holder said for each, in order:
+    /// a VALUES frame, or the ERROR of its refusal.
+    pub(super) fn values_answered(
+        &mut self,
+        got: Vec<Result<(Mode, Vec<u64>), HoldError>>,
+        out: &mut BytesMut,
+    ) {
+        let Some(call) = self.values.take() else {
+            return;
+        };
+        debug_assert_eq!(got.len(), call.counts.len());
+        out.reserve(call.counts.len() * 10 + call.total as usize * 8);
+        for (&count, answer) in call.counts.iter().zip(got) {
+            match answer {
+                // `count <= MAX_VALUES_PER_CALL`: fits a u32.
+                Ok((mode, values)) if values.len() as u64 == count => {
+                    let mode = match mode {
+                        Mode::Dense => SeqMode::Dense,
+                        Mode::Strict => SeqMode::Strict,
+                    };
+                    encode_values_header(mode, count as u32, out);
+                    for v in &values {
+                        out.extend_from_slice(&v.to_be_bytes());
+                    }
+                }
+                Ok((_, values)) => {
+                    // Never: the holder answers exactly what was asked. Refused, not sent.
+                    let message = format!(
+                        "the node's sequence holder answered {} values for {count}",
+                        values.len()
+                    );
+                    encode_error(Status::INTERNAL, &message, out);
+                    self.ctx.stats.error(Status::INTERNAL);
+                    self.closing = true;
+                    return;
+                }
+                Err(e) => {
+                    let status = values_refusal(&e);
+                    encode_error(status, &e.to_string(), out);
+                    self.ctx.stats.error(status);
+                }
             }
         }
     }
@@ -504,6 +608,21 @@ impl Responder {
         if status.closes_connection() {
             self.closing = true;
         }
+    }
+}
+
+/// The status that answers a GET_VALUES which got no values (PROTOCOL.md §3.5): the
+/// sequence's own refusals are final (no node would answer otherwise); a store that did not
+/// answer in time, contention, or a record this node cannot read are "retry later or
+/// elsewhere"; too many calls waiting here is BUSY.
+pub(super) fn values_refusal(e: &HoldError) -> Status {
+    match e {
+        HoldError::Sequence(SequenceError::NotFound(_)) => Status::UNKNOWN_SEQUENCE,
+        HoldError::Sequence(SequenceError::BadName { .. }) => Status::INVALID_SEQUENCE_NAME,
+        HoldError::Sequence(SequenceError::Exhausted { .. }) => Status::SEQUENCE_USED_UP,
+        HoldError::Sequence(SequenceError::BadSpec(_)) => Status::BATCH_TOO_LARGE,
+        HoldError::Busy => Status::BUSY,
+        HoldError::Sequence(_) | HoldError::Timeout(_) => Status::SEQUENCE_UNAVAILABLE,
     }
 }
 

@@ -235,6 +235,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
             gen: Rc::clone(&gen),
             stats: Arc::clone(&stats),
             shutdown: shutdown.clone(),
+            sequences: Arc::clone(&sequences),
         }),
         http: Rc::new(http::HttpCtx {
             gen: Rc::clone(&gen),

@@ -33,6 +33,8 @@ pub enum Op {
     Hello,
     /// ID protocol `PING`.
     Ping,
+    /// ID protocol `GET_VALUES` (a named sequence's values).
+    GetValues,
     /// HTTP `POST /ids`.
     HttpIds,
     /// HTTP `POST /ids/batch`.
@@ -41,22 +43,23 @@ pub enum Op {
 
 impl Op {
     /// Every kind, in the order of [`ShardStats::request_duration`].
-    pub const ALL: [Op; 6] = [
+    pub const ALL: [Op; 7] = [
         Op::GetIds,
         Op::GetRanges,
         Op::Hello,
         Op::Ping,
+        Op::GetValues,
         Op::HttpIds,
         Op::HttpBatch,
     ];
 
-    /// The ID protocol's kinds: the first four of [`Op::ALL`].
-    pub const PROTOCOL: usize = 4;
+    /// The ID protocol's kinds: the first five of [`Op::ALL`].
+    pub const PROTOCOL: usize = 5;
 
     /// `protocol` or `http`.
     pub const fn front(self) -> &'static str {
         match self {
-            Op::GetIds | Op::GetRanges | Op::Hello | Op::Ping => "protocol",
+            Op::GetIds | Op::GetRanges | Op::Hello | Op::Ping | Op::GetValues => "protocol",
             Op::HttpIds | Op::HttpBatch => "http",
         }
     }
@@ -68,6 +71,7 @@ impl Op {
             Op::GetRanges => "get_ranges",
             Op::Hello => "hello",
             Op::Ping => "ping",
+            Op::GetValues => "get_values",
             Op::HttpIds => "ids",
             Op::HttpBatch => "batch",
         }
@@ -81,6 +85,7 @@ impl Op {
             idgen_protocol::OP_GET_RANGES => Some(Op::GetRanges),
             idgen_protocol::OP_HELLO => Some(Op::Hello),
             idgen_protocol::OP_PING => Some(Op::Ping),
+            idgen_protocol::OP_GET_VALUES => Some(Op::GetValues),
             _ => None,
         }
     }

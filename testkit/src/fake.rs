@@ -490,8 +490,10 @@ where
                         encode_pong(token, &mut out);
                     }
                     // The fake speaks version 1 (its HELLO_OK says so): version-1 decoding
-                    // never yields GET_RANGES, and HELLO was answered above.
-                    Request::Hello { .. } | Request::GetRanges { .. } => unreachable!(),
+                    // never yields GET_RANGES or GET_VALUES, and HELLO was answered above.
+                    Request::Hello { .. }
+                    | Request::GetRanges { .. }
+                    | Request::GetValues { .. } => unreachable!(),
                 },
                 (Some(Action::Error(status, message)), _) => {
                     encode_error(status, message, &mut out);

@@ -9,6 +9,11 @@ Standard library only. Quick start::
         many = client.next_ids(10_000)        # increasing, from one node, all or nothing
         parts = client.decode(one)            # IdParts(unix_ms, timestamp, worker, region, sequence)
 
+    # Named sequences (protocol version 3; created with `idgen seq create NAME`):
+    with Client(["10.0.0.1:7420"], sequence_prefetch=100) as client:
+        order_no = client.next_value("orders")          # dense: answered from a buffer
+        invoices = client.next_values("invoices", 3)    # strict: one request per call
+
 String forms and masking live in :mod:`idgen_client.forms`; the frame codec in
 :mod:`idgen_client.protocol`.
 """
@@ -20,6 +25,7 @@ from .errors import (
     IdgenError,
     NoNodeAvailable,
     ProtocolError,
+    SequencesUnsupportedError,
     ServerError,
     TLSError,
     UnavailableError,
@@ -40,6 +46,7 @@ __all__ = [
     "TLSError",
     "ProtocolError",
     "ClientClosedError",
+    "SequencesUnsupportedError",
     "forms",
     "protocol",
 ]

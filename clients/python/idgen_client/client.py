@@ -51,6 +51,12 @@ OpenSSL connection must not be used by two threads at once. The socket I/O stays
 that lock, so a blocked read never holds up a write. A failed handshake is a
 :class:`TLSError`, an ``UnavailableError``: the node is marked down and the call fails over.
 
+Named sequences: ``next_value``/``next_values`` send one GET_VALUES (version 3) through the
+same FIFO and failover as GET_IDS, after checking the name, ``n`` and the node's version
+(``protocol.check_get_values``). ``sequence_prefetch=K`` keeps, per name, values of a dense
+sequence only, under a per-name lock so that they leave the buffer in order, each to one
+call; the refill runs in the calling thread (clients/vectors/SEQUENCES.md).
+
 Errors: when a call tried exactly one node (the only one not backing off), that node's error
 is raised as it is (``UnavailableError``, ``ProtocolError`` or ``ServerError``); when it tried
 several, or none could be tried, it raises ``NoNodeAvailable`` listing each node's last error.
@@ -74,15 +80,18 @@ from .errors import (
     IdgenError,
     NoNodeAvailable,
     ProtocolError,
+    SequencesUnsupportedError,
     ServerError,
     UnavailableError,
 )
-from .protocol import ErrorFrame, HelloOk, Ids, Pong
+from .protocol import ErrorFrame, HelloOk, Ids, Pong, Values
 
 __all__ = ["Client", "Layout", "IdParts"]
 
 _RECV_CHUNK = 256 * 1024
 _MAX_IDS_PER_CALL = 1 << 24  # a guard against accidental huge requests (16 Mi IDs)
+#: Sequence buffers kept at most (a namespace holds at most 1024 sequences).
+MAX_PREFETCHED_SEQUENCES = 1024
 
 
 class IdParts(NamedTuple):
@@ -162,7 +171,7 @@ class _Slot:
 
     def __init__(self, kind: int, expect: int):
         self.event = threading.Event()
-        self.kind = kind  # protocol.OP_GET_IDS or protocol.OP_PING
+        self.kind = kind  # protocol.OP_GET_IDS, OP_GET_VALUES or OP_PING
         self.expect = expect  # the count asked for, or the PING token
         self.result: Any = None
         self.error: Optional[BaseException] = None
@@ -189,6 +198,7 @@ class _Stats:
         keys = (
             "connects", "requests", "ids", "pings", "node_failures", "failovers",
             "prefetch_refills", "prefetch_served",
+            "value_requests", "values", "value_prefetch_served",
         )  # fmt: skip
         with self._lock:
             return {k: self._c.get(k, 0) for k in keys}
@@ -265,7 +275,7 @@ class _Connection:
             sock.close()
             raise
         sock = self._sock
-        self.max_frame = protocol.response_frame_limit(self.hello.max_batch)
+        self.max_frame = protocol.response_frame_limit(self.hello.max_batch, self.hello.version)
         # Sends wait at most `timeout`; the reader wakes up that often to notice a close.
         sock.settimeout(max(timeout, 0.05))
         stats.add("connects")
@@ -337,9 +347,10 @@ class _Connection:
             raise ProtocolError(
                 f"expected HELLO_OK, got {type(frame).__name__}", node=self.node
             )
-        if frame.version != protocol.PROTOCOL_VERSION:
+        if not protocol.MIN_PROTOCOL_VERSION <= frame.version <= protocol.PROTOCOL_VERSION:
             raise ProtocolError(
-                f"server picked version {frame.version}, only version 1 was offered",
+                f"server picked version {frame.version}, only versions "
+                f"{protocol.MIN_PROTOCOL_VERSION}..={protocol.PROTOCOL_VERSION} were offered",
                 node=self.node,
             )
         return frame, buf
@@ -387,14 +398,19 @@ class _Connection:
 
     # -- requests -------------------------------------------------------------------------
 
-    def submit(self, requests: Sequence[Tuple[int, int]]) -> List[_Slot]:
+    def submit(self, requests: Sequence[Tuple[int, Any]]) -> List[_Slot]:
         """Send request frames ``(opcode, count-or-token)`` pipelined, in order, as one
-        write. Returns their slots; answers are collected with :meth:`wait`."""
+        write; GET_VALUES as ``(OP_GET_VALUES, (count, frame))`` with the frame already
+        checked and encoded (:func:`protocol.check_get_values`). Returns their slots;
+        answers are collected with :meth:`wait`."""
         slots = []
         frames = []
         for op, arg in requests:
             if op == protocol.OP_GET_IDS:
                 frames.append(protocol.encode_get_ids(arg))
+            elif op == protocol.OP_GET_VALUES:
+                arg, frame = arg
+                frames.append(frame)
             else:
                 frames.append(protocol.encode_ping(arg))
             slots.append(_Slot(op, arg))
@@ -422,7 +438,8 @@ class _Connection:
         return slots
 
     def wait(self, slot: _Slot, timeout: float) -> Any:
-        """The answer of one slot (IDs, or the PONG's arrival), or raise its error. No
+        """The answer of one slot (IDs, a VALUES frame, or the PONG's arrival), or raise its
+        error. No
         answer within ``timeout`` breaks the connection (the node is stuck or gone)."""
         if not slot.event.wait(timeout):
             err = UnavailableError(f"no answer within {timeout}s", self.node)
@@ -508,6 +525,14 @@ class _Connection:
                 self._last_id = frame.ids[-1]
                 slot.set(frame.ids)
                 return
+        elif slot.kind == protocol.OP_GET_VALUES:
+            if not isinstance(frame, Values):
+                err = ProtocolError(f"GET_VALUES answered with {type(frame).__name__}")
+            elif len(frame.values) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} values, got {len(frame.values)}")
+            else:
+                slot.set(frame)
+                return
         else:
             if isinstance(frame, Pong) and frame.token == slot.expect:
                 slot.set(True)
@@ -575,6 +600,20 @@ class _Node:
         self.last_error: Optional[BaseException] = None
 
 
+class _SeqState:
+    """What the client knows of one named sequence with ``sequence_prefetch`` on: its mode
+    as the last VALUES said (``None`` before the first), and, for a dense one, the values
+    kept for later calls. ``lock`` serialises taking from and refilling the buffer, so that
+    values leave it in increasing order, each to exactly one call."""
+
+    __slots__ = ("mode", "buffer", "lock")
+
+    def __init__(self) -> None:
+        self.mode: Optional[int] = None
+        self.buffer: Deque[int] = collections.deque()
+        self.lock = threading.Lock()
+
+
 class Client:
     """A thread-safe client for a cluster of idgen nodes.
 
@@ -597,6 +636,11 @@ class Client:
     still in the pool when the process ends or :meth:`close` is called are never used (a
     gap). It can never produce a duplicate: the server hands every ID out once.
 
+    Named sequences (protocol version 3): :meth:`next_value` and :meth:`next_values`.
+    ``sequence_prefetch=K`` (default 0, off) keeps up to about ``K`` values per **dense**
+    sequence to answer later calls from; a strict sequence's values are never kept (see
+    :meth:`next_values`).
+
     See the module docstring for the pipelining and failover design.
     """
 
@@ -615,6 +659,7 @@ class Client:
         tls_cert: Optional[_tls.PathLike] = None,
         tls_key: Optional[_tls.PathLike] = None,
         server_hostname: Optional[str] = None,
+        sequence_prefetch: int = 0,
     ):
         if isinstance(nodes, str):
             nodes = [nodes]
@@ -632,6 +677,14 @@ class Client:
             low_water = prefetch // 4
         if prefetch and not 0 <= low_water < prefetch:
             raise ValueError("low_water must be in 0 .. prefetch - 1")
+        if isinstance(sequence_prefetch, bool) or not isinstance(sequence_prefetch, int):
+            raise TypeError(
+                f"sequence_prefetch must be an int, not {type(sequence_prefetch).__name__}"
+            )
+        if not 0 <= sequence_prefetch <= protocol.MAX_VALUES_PER_CALL:
+            raise ValueError(
+                f"sequence_prefetch must be in 0 ..= {protocol.MAX_VALUES_PER_CALL}"
+            )
         self._tls = _tls_settings(ssl_context, tls_ca, tls_cert, tls_key, server_hostname)
         self._pid = os.getpid()  # a different pid at a public call: we are a forked child
         self._nodes = [_Node(n) for n in nodes]
@@ -654,6 +707,10 @@ class Client:
         self._refill_gen = 0
         self._refill_error: Optional[BaseException] = None
         self._refiller: Optional[threading.Thread] = None
+        # Named sequences: per-name mode and buffer (dense only), least recently used first.
+        self._seq_prefetch = sequence_prefetch
+        self._seqs: "collections.OrderedDict[str, _SeqState]" = collections.OrderedDict()
+        self._seqs_lock = threading.Lock()
         if self._prefetch:
             self._refill_wanted = True
             self._start_refiller()
@@ -694,6 +751,45 @@ class Client:
 
         return self._with_failover(run)
 
+    def next_value(self, name: str) -> int:
+        """One value of the named sequence ``name`` (see :meth:`next_values`)."""
+        return self.next_values(name, 1)[0]
+
+    def next_values(self, name: str, n: int) -> List[int]:
+        """``n`` values of the named sequence ``name``, strictly increasing, each in
+        ``1 ..= 2^63 - 1`` (protocol version 3, GET_VALUES).
+
+        Checked before anything is sent: ``name`` must be 1 to 64 bytes of ``a-z``,
+        ``0-9``, ``.``, ``_``, ``-`` starting with a letter or a digit, and ``n`` an int in
+        ``1 ..= min(max_batch, 1048576)`` (``ValueError``, ``TypeError``), and the node must
+        have negotiated version 3 (else :class:`SequencesUnsupportedError`, no other node
+        tried). The server's ``203 UNKNOWN_SEQUENCE``, ``204 INVALID_SEQUENCE_NAME``, ``307
+        SEQUENCE_USED_UP`` (and ``200``/``201``) raise :class:`ServerError` at once; ``308
+        SEQUENCE_UNAVAILABLE``, ``306 BUSY``, the other retry-elsewhere statuses, closed
+        connections and timeouts fail over like :meth:`next_ids`. A retry asks again: a
+        value is never handed out twice (a lost answer is a gap).
+
+        With ``sequence_prefetch=K`` a **dense** sequence's call is answered from a
+        per-name buffer while it holds ``n`` values; otherwise the client asks for
+        ``max(K, n)`` (at most the node's ``max_batch``), answers with what the buffer held
+        and the first new values, and keeps the rest. The mode is learned from the first
+        answer for a name, which asks for exactly ``n``; a strict sequence's calls always
+        ask for exactly ``n`` and nothing is kept. ``UNKNOWN_SEQUENCE`` empties the name's
+        buffer and forgets its mode.
+        """
+        self._check_fork()
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, not {type(n).__name__}")
+        if not 1 <= n <= protocol.MAX_VALUES_PER_CALL:
+            raise ValueError(f"n must be 1 to {protocol.MAX_VALUES_PER_CALL}, not {n}")
+        raw = protocol.check_sequence_name(name)
+        layout = self._layout
+        if layout is not None and n > layout.max_batch:
+            raise ValueError(f"n must be 1 to {layout.max_batch} (the node's max_batch), not {n}")
+        if not self._seq_prefetch:
+            return self._get_values(raw, n, n).values
+        return self._prefetched_values(raw.decode("ascii"), raw, n)
+
     @property
     def layout(self) -> Layout:
         """The cluster's ID layout (from the first HELLO_OK; connects if needed)."""
@@ -710,8 +806,10 @@ class Client:
     def stats(self) -> Dict[str, int]:
         """Counters: ``connects``, ``requests`` (GET_IDS frames sent), ``ids`` (IDs
         received), ``pings``, ``node_failures`` (a node marked down), ``failovers`` (a call
-        moved on to another node), ``prefetch_refills``, ``prefetch_served``. A forked
-        child starts from zero."""
+        moved on to another node), ``prefetch_refills``, ``prefetch_served``,
+        ``value_requests`` (GET_VALUES frames sent), ``values`` (values received),
+        ``value_prefetch_served`` (values handed out from sequence buffers). A forked child
+        starts from zero."""
         self._check_fork()
         return self._stats.snapshot()
 
@@ -748,6 +846,8 @@ class Client:
         with self._pool_cond:
             self._pool.clear()
             self._pool_cond.notify_all()
+        with self._seqs_lock:
+            self._seqs.clear()
         for node in self._nodes:
             with node.lock:
                 conn, node.conn = node.conn, None
@@ -797,6 +897,9 @@ class Client:
         self._refill_gen = 0
         self._refill_error = None
         self._refiller = None
+        # The sequence buffers hold the parent's values too: never hand them out here.
+        self._seqs = collections.OrderedDict()
+        self._seqs_lock = threading.Lock()
         self._pid = os.getpid()  # last: a reset cut short is redone by the pid check
 
     # -- requests ---------------------------------------------------------------------------
@@ -819,6 +922,99 @@ class Client:
                 ids.extend(conn.wait(slot, self._timeout))
         self._stats.add("ids", len(ids))
         return ids
+
+    # -- named sequences ----------------------------------------------------------------------
+
+    def _get_values(self, raw: bytes, n: int, want: int) -> Values:
+        """One GET_VALUES (with failover) for ``n`` values, or up to ``want`` (>= ``n``) when
+        the node's limits allow: the VALUES frame, its count checked."""
+
+        def run(conn: _Connection) -> Values:
+            hello = conn.hello
+            limit = min(hello.max_batch, protocol.MAX_VALUES_PER_CALL)
+            count = max(n, min(want, limit))
+            try:
+                frame = protocol.check_get_values(
+                    raw,
+                    count,
+                    version=hello.version,
+                    max_batch=hello.max_batch,
+                    max_request_frame=hello.max_request_frame,
+                )
+            except protocol.SequencesUnsupported as e:
+                raise SequencesUnsupportedError(e.version, conn.node) from None
+            (slot,) = conn.submit([(protocol.OP_GET_VALUES, (count, frame))])
+            self._stats.add("value_requests")
+            answer: Values = conn.wait(slot, self._timeout)
+            self._stats.add("values", len(answer.values))
+            return answer
+
+        return self._with_failover(run)
+
+    def _seq_state(self, key: str) -> _SeqState:
+        """The name's state, made if new; the least recently used beyond 1024 is forgotten
+        (its buffered values are a gap)."""
+        with self._seqs_lock:
+            state = self._seqs.get(key)
+            if state is None:
+                state = self._seqs[key] = _SeqState()
+                while len(self._seqs) > MAX_PREFETCHED_SEQUENCES:
+                    self._seqs.popitem(last=False)
+            else:
+                self._seqs.move_to_end(key)
+            return state
+
+    def _forget_seq(self, key: str, state: _SeqState) -> None:
+        """After UNKNOWN_SEQUENCE: empty the name's buffer and forget its mode."""
+        with self._seqs_lock:
+            if self._seqs.get(key) is state:
+                del self._seqs[key]
+        state.mode = None
+        state.buffer.clear()
+
+    def _ask(self, key: str, state: _SeqState, raw: bytes, n: int, want: int) -> Values:
+        try:
+            answer = self._get_values(raw, n, want)
+        except ServerError as e:
+            if e.status == _status.UNKNOWN_SEQUENCE:
+                self._forget_seq(key, state)
+            raise
+        state.mode = answer.mode
+        return answer
+
+    def _prefetched_values(self, key: str, raw: bytes, n: int) -> List[int]:
+        state = self._seq_state(key)
+        if state.mode != protocol.MODE_DENSE:
+            # Not known to be dense (the first call for the name, or strict): exactly n,
+            # nothing kept; the answer says the mode.
+            answer = self._ask(key, state, raw, n, n)
+            if answer.mode == protocol.MODE_STRICT and state.buffer:
+                with state.lock:  # the sequence was dense once: its old values go
+                    state.buffer.clear()
+            return answer.values
+        with state.lock:
+            buf = state.buffer
+            if len(buf) >= n:
+                out = [buf.popleft() for _ in range(n)]
+                self._stats.add("value_prefetch_served", n)
+                return out
+            answer = self._ask(key, state, raw, n, max(self._seq_prefetch, n))
+            fresh = answer.values
+            if answer.mode != protocol.MODE_DENSE:
+                # Strict now (dropped and created again): these values answer this call only.
+                buf.clear()
+                return fresh[:n]
+            old = list(buf)
+            buf.clear()
+            if old and fresh[0] <= old[-1]:
+                # Another node answered, its values below the kept ones: handing the kept ones
+                # out later would go backwards, so they are dropped (a gap, never a repeat).
+                old = []
+            take = n - len(old)
+            buf.extend(fresh[take:])
+            if old:
+                self._stats.add("value_prefetch_served", len(old))
+            return old + fresh[:take]
 
     # -- failover -----------------------------------------------------------------------------
 

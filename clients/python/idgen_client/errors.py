@@ -5,6 +5,7 @@ Hierarchy::
     IdgenError
      +-- ProtocolError        the server sent something that breaks the protocol
      +-- ServerError          the server answered with an ERROR frame
+     +-- SequencesUnsupportedError  a named-sequence call on a node below protocol version 3
      +-- UnavailableError     transport failure: refused, reset, closed, timed out
      |    +-- NoNodeAvailable every node failed or is backing off
      |    +-- TLSError        the TLS handshake failed (certificate, name, client certificate)
@@ -26,6 +27,7 @@ __all__ = [
     "NoNodeAvailable",
     "TLSError",
     "ClientClosedError",
+    "SequencesUnsupportedError",
 ]
 
 
@@ -55,8 +57,12 @@ class ServerError(IdgenError):
 
     Act on ``status`` only; ``message`` is for humans. ``name`` is the status name
     (``None`` for a code this client does not know). ``retry_elsewhere`` is true for
-    ``3xx`` except ``304 EXHAUSTED``; ``closes_connection`` says whether the server closes
-    the connection after it (PROTOCOL.md section 5).
+    ``3xx`` except ``304 EXHAUSTED`` and ``307 SEQUENCE_USED_UP``; ``closes_connection`` says
+    whether the server closes the connection after it (PROTOCOL.md section 5).
+
+    Named sequences raise it with ``203 UNKNOWN_SEQUENCE``, ``204 INVALID_SEQUENCE_NAME``,
+    ``307 SEQUENCE_USED_UP`` (at once, no other node tried), and ``308
+    SEQUENCE_UNAVAILABLE`` once failover has found no node that could reserve values.
     """
 
     def __init__(self, status: int, name: Optional[str], message: str, node: Optional[str] = None):
@@ -130,6 +136,22 @@ class TLSError(UnavailableError):
         self.verify_code = verify_code
         self.detail = message
         super().__init__(f"TLS: {message}", node)
+
+
+class SequencesUnsupportedError(IdgenError):
+    """A named-sequence call (``next_value``/``next_values``) on a node that negotiated
+    protocol version 1 or 2, which has no GET_VALUES. Raised before anything is sent, and no
+    other node is tried for the call. ``version`` is the node's version, ``required`` 3."""
+
+    def __init__(self, version: int, node: Optional[str] = None, required: int = 3):
+        self.version = version
+        self.required = required
+        self.node = node
+        prefix = f"{node}: " if node else ""
+        super().__init__(
+            f"{prefix}the node speaks protocol version {version}; named sequences need "
+            f"version {required} (upgrade the node)"
+        )
 
 
 class ClientClosedError(IdgenError):

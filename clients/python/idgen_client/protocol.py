@@ -1,4 +1,7 @@
-"""Frame encoder and decoder for the idgen wire protocol, version 1 (protocol/PROTOCOL.md).
+"""Frame encoder and decoder for the idgen wire protocol, versions 1 to 3 (protocol/PROTOCOL.md).
+
+The client offers versions 1..=3 and uses GET_IDS and PING (version 1) on every connection,
+GET_VALUES (version 3) for named sequences on a connection that negotiated version 3.
 
 Pure functions, no I/O: the client feeds received bytes to :func:`decode_response` and
 writes what the ``encode_*`` functions return. Framing faults raise
@@ -14,30 +17,58 @@ from .errors import ProtocolError
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "MIN_PROTOCOL_VERSION",
+    "SEQUENCES_VERSION",
     "MAGIC",
     "DEFAULT_MAX_BATCH",
     "DEFAULT_MAX_RESPONSE_FRAME",
+    "MAX_VALUES_PER_CALL",
+    "MAX_SEQUENCE_NAME",
+    "MODE_DENSE",
+    "MODE_STRICT",
     "HelloOk",
     "Ids",
     "Pong",
+    "Values",
     "ErrorFrame",
     "encode_hello",
     "encode_get_ids",
     "encode_ping",
+    "encode_get_values",
+    "check_sequence_name",
+    "check_get_values",
     "response_frame_limit",
     "decode_response",
 ]
 
-PROTOCOL_VERSION = 1
+#: The highest protocol version this client speaks (and offers in HELLO).
+PROTOCOL_VERSION = 3
+#: The lowest version it offers (and accepts in HELLO_OK).
+MIN_PROTOCOL_VERSION = 1
+#: The first version with GET_VALUES/VALUES (named sequences).
+SEQUENCES_VERSION = 3
 MAGIC = b"IDGN"
 
 OP_HELLO = 0x01
 OP_GET_IDS = 0x02
 OP_PING = 0x03
+OP_GET_VALUES = 0x05
 OP_HELLO_OK = 0x81
 OP_IDS = 0x82
 OP_PONG = 0x83
+OP_VALUES = 0x85
 OP_ERROR = 0xFF
+
+#: VALUES' ``mode`` byte.
+MODE_DENSE = 0
+MODE_STRICT = 1
+_MODE_NAMES = {MODE_DENSE: "dense", MODE_STRICT: "strict"}
+
+#: GET_VALUES' ``count`` is at most this (2^20), whatever the node's max_batch.
+MAX_VALUES_PER_CALL = 1 << 20
+#: The longest sequence name, in bytes.
+MAX_SEQUENCE_NAME = 64
+MAX_VALUE = (1 << 63) - 1
 
 HELLO_OK_LENGTH = 33
 PONG_LENGTH = 9
@@ -83,6 +114,20 @@ class Pong(NamedTuple):
     token: int
 
 
+class Values(NamedTuple):
+    """VALUES (0x85, version 3): the values of one GET_VALUES, strictly increasing, each in
+    ``1 ..= 2^63 - 1``, and the sequence's ``mode`` (:data:`MODE_DENSE` or
+    :data:`MODE_STRICT`)."""
+
+    mode: int
+    values: List[int]
+
+    @property
+    def mode_name(self) -> str:
+        """``"dense"`` or ``"strict"``."""
+        return _MODE_NAMES[self.mode]
+
+
 class ErrorFrame(NamedTuple):
     """ERROR (0xFF): a status and a human-readable message."""
 
@@ -102,15 +147,20 @@ class ErrorFrame(NamedTuple):
         return _status.retry_elsewhere(self.status)
 
 
-Response = Union[HelloOk, Ids, Pong, ErrorFrame]
+Response = Union[HelloOk, Ids, Pong, Values, ErrorFrame]
 
 
 # ---------------------------------------------------------------------------------------
 # Requests
 
 
-def encode_hello(min_version: int = PROTOCOL_VERSION, max_version: int = PROTOCOL_VERSION) -> bytes:
-    """HELLO (0x01): magic ``IDGN`` and the inclusive range of versions offered."""
+def encode_hello(
+    min_version: int = MIN_PROTOCOL_VERSION, max_version: int = PROTOCOL_VERSION
+) -> bytes:
+    """HELLO (0x01): magic ``IDGN`` and the inclusive range of versions offered (by default
+    what this client speaks, 1..=3)."""
+    if not (0 <= min_version <= 0xFFFF and 0 <= max_version <= 0xFFFF):
+        raise ValueError(f"HELLO versions {min_version}..={max_version} do not fit in a u16")
     return struct.pack(">IB4sHH", 9, OP_HELLO, MAGIC, min_version, max_version)
 
 
@@ -129,12 +179,120 @@ def encode_ping(token: int) -> bytes:
     return struct.pack(">IBQ", 9, OP_PING, token)
 
 
+_NAME_FIRST = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789")
+_NAME_REST = _NAME_FIRST | frozenset(b"._-")
+
+
+def check_sequence_name(name: Union[str, bytes]) -> bytes:
+    """A sequence name as the bytes GET_VALUES carries, after checking it: 1 to 64 bytes of
+    ``a-z``, ``0-9``, ``.``, ``_`` and ``-``, the first a letter or a digit. Raises
+    ``TypeError`` for something that is not a ``str`` (or ``bytes``), ``ValueError`` for a
+    name the server would refuse with ``204 INVALID_SEQUENCE_NAME``."""
+    if isinstance(name, str):
+        try:
+            raw = name.encode("ascii")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"sequence name {name!r} has a character outside a-z, 0-9, '.', '_', '-'"
+            ) from None
+    elif isinstance(name, (bytes, bytearray)):
+        raw = bytes(name)
+    else:
+        raise TypeError(f"a sequence name is a str, not {type(name).__name__}")
+    if not 1 <= len(raw) <= MAX_SEQUENCE_NAME:
+        raise ValueError(
+            f"sequence name {name!r} is {len(raw)} bytes long, not 1 to {MAX_SEQUENCE_NAME}"
+        )
+    if raw[0] not in _NAME_FIRST:
+        raise ValueError(f"sequence name {name!r} must start with a-z or 0-9")
+    bad = [chr(b) if b < 0x80 else f"\\x{b:02x}" for b in raw if b not in _NAME_REST]
+    if bad:
+        raise ValueError(
+            f"sequence name {name!r} has {bad[0]!r}: only a-z, 0-9, '.', '_' and '-' are allowed"
+        )
+    return raw
+
+
+def encode_get_values(name: Union[str, bytes], count: int) -> bytes:
+    """GET_VALUES (0x05, version 3) for ``count`` values of sequence ``name``.
+
+    Like :func:`encode_get_ids`, the encoder checks only what the frame can carry (a u32
+    count, a name of 1 to 64 bytes); :func:`check_sequence_name` and
+    :func:`check_get_values` check what the server would refuse."""
+    if not 0 <= count <= MAX_U32:
+        raise ValueError(f"GET_VALUES count {count} does not fit in a u32")
+    if isinstance(name, str):
+        raw = name.encode("utf-8")
+    elif isinstance(name, (bytes, bytearray)):
+        raw = bytes(name)
+    else:
+        raise TypeError(f"a sequence name is a str, not {type(name).__name__}")
+    if not 1 <= len(raw) <= MAX_SEQUENCE_NAME:
+        raise ValueError(
+            f"a GET_VALUES name is 1 to {MAX_SEQUENCE_NAME} bytes, not {len(raw)}"
+        )
+    return struct.pack(">IBI", 5 + len(raw), OP_GET_VALUES, count) + raw
+
+
+class SequencesUnsupported(ValueError):
+    """Raised by :func:`check_get_values` for a connection below version 3 (the client turns
+    it into :class:`~idgen_client.errors.SequencesUnsupportedError`)."""
+
+    def __init__(self, version: int):
+        self.version = version
+        super().__init__(
+            f"the node speaks protocol version {version}; named sequences need version "
+            f"{SEQUENCES_VERSION}"
+        )
+
+
+def check_get_values(
+    name: Union[str, bytes],
+    count: int,
+    *,
+    version: int,
+    max_batch: int,
+    max_request_frame: int,
+) -> bytes:
+    """Everything a client checks before it sends GET_VALUES on a connection that negotiated
+    ``version`` and announced ``max_batch`` and ``max_request_frame``; returns the frame.
+
+    Raises :class:`SequencesUnsupported` below version 3 (the node would answer
+    ``202 UNKNOWN_OPCODE``); ``ValueError`` for a count outside ``1 ..= min(max_batch,
+    2^20)`` (``200``/``201``), a bad name (``204``), or a frame longer than the node's
+    ``max_request_frame`` (``101 FRAME_TOO_LARGE``, which would close the connection);
+    ``TypeError`` for arguments of the wrong type. Nothing that fails here is sent."""
+    # In the server's order (PROTOCOL.md 3.5): the count, then the name.
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError(f"n must be an int, not {type(count).__name__}")
+    limit = min(max_batch, MAX_VALUES_PER_CALL)
+    if not 1 <= count <= limit:
+        raise ValueError(
+            f"n must be 1 to {limit} (the node's max_batch {max_batch}, at most "
+            f"{MAX_VALUES_PER_CALL}), not {count}"
+        )
+    raw = check_sequence_name(name)
+    if version < SEQUENCES_VERSION:
+        raise SequencesUnsupported(version)
+    frame = encode_get_values(raw, count)
+    if len(frame) - 4 > max_request_frame:
+        raise ValueError(
+            f"GET_VALUES for {name!r} is a {len(frame) - 4}-byte frame; the node accepts "
+            f"request frames of at most {max_request_frame} bytes"
+        )
+    return frame
+
+
 # ---------------------------------------------------------------------------------------
 # Responses
 
 
-def response_frame_limit(max_batch: int) -> int:
-    """The client's response frame limit once max_batch is known: max(5 + 8 * max_batch, 258)."""
+def response_frame_limit(max_batch: int, version: int = 1) -> int:
+    """The client's response frame limit once max_batch is known: max(5 + 8 * max_batch, 258)
+    (PROTOCOL.md section 7). From version 3 one byte more, ``6 + 8 * max_batch``: a VALUES
+    frame of ``max_batch`` values (its ``mode`` byte) must fit too."""
+    if version >= SEQUENCES_VERSION:
+        return max(6 + 8 * min(max_batch, MAX_VALUES_PER_CALL), 5 + 8 * max_batch, ERROR_MAX_LENGTH)
     return max(5 + 8 * max_batch, ERROR_MAX_LENGTH)
 
 
@@ -142,8 +300,11 @@ def _bad(message: str) -> ProtocolError:
     return ProtocolError(message, status=_status.BAD_FRAME)
 
 
-def _check_header(length: int, opcode: Optional[int], max_frame: int) -> None:
-    """Reject a frame as early as its length prefix (and then its opcode) allows."""
+def _check_header(
+    length: int, opcode: Optional[int], max_frame: int, buf: Union[bytes, bytearray, memoryview] = b""
+) -> None:
+    """Reject a frame as early as its length prefix (and then its opcode, and a VALUES
+    frame's mode and count) allows."""
     if length == 0:
         raise _bad("frame length 0")
     if length > max_frame:
@@ -161,6 +322,16 @@ def _check_header(length: int, opcode: Optional[int], max_frame: int) -> None:
     elif opcode == OP_IDS:
         if length < 5 + 8 or (length - 5) % 8 != 0:
             raise _bad(f"IDS length {length} is not 5 + 8 * count with count >= 1")
+    elif opcode == OP_VALUES:
+        if length < 6 + 8 or (length - 6) % 8 != 0:
+            raise _bad(f"VALUES length {length} is not 6 + 8 * count with count >= 1")
+        # The mode and the count as soon as they have arrived, before the body.
+        if len(buf) > 5 and buf[5] not in _MODE_NAMES:
+            raise _bad(f"VALUES with unknown sequence mode {buf[5]}")
+        if len(buf) >= 10:
+            (count,) = _U32.unpack_from(buf, 6)
+            if count != (length - 6) // 8:
+                raise _bad(f"VALUES count {count} disagrees with frame length {length}")
     elif opcode == OP_ERROR:
         if not ERROR_MIN_LENGTH <= length <= ERROR_MAX_LENGTH:
             raise _bad(f"ERROR length {length} outside {ERROR_MIN_LENGTH}..={ERROR_MAX_LENGTH}")
@@ -180,6 +351,22 @@ def _parse_body(opcode: int, body: bytes) -> Response:
         if max(body[4::8]) >= 0x80:
             raise _bad("IDS holds an ID with the top bit set")
         return Ids(list(struct.unpack_from(f">{count}Q", body, 4)))
+    if opcode == OP_VALUES:
+        mode = body[0]
+        (count,) = _U32.unpack_from(body, 1)
+        if count == 0:  # unreachable after _check_header (length >= 14), kept as a guard
+            raise _bad("VALUES with count 0")
+        if 5 + 8 * count != len(body):
+            raise _bad(f"VALUES count {count} disagrees with frame length {len(body) + 1}")
+        values = list(struct.unpack_from(f">{count}Q", body, 5))
+        previous = 0
+        for v in values:
+            if v == 0 or v > MAX_VALUE:
+                raise _bad(f"VALUES holds {v}, outside 1 ..= 2^63 - 1")
+            if v <= previous:
+                raise _bad(f"VALUES not strictly increasing ({previous} then {v})")
+            previous = v
+        return Values(mode, values)
     if opcode == OP_PONG:
         return Pong(_U64.unpack(body)[0])
     if opcode == OP_ERROR:
@@ -221,7 +408,7 @@ def decode_response(
         _check_header(length, None, max_frame)
         return None
     opcode = buf[4]
-    _check_header(length, opcode, max_frame)
+    _check_header(length, opcode, max_frame, buf)
     end = 4 + length
     if len(buf) < end:
         return None

@@ -23,6 +23,8 @@ STATUSES: Dict[int, StatusInfo] = {
         StatusInfo(200, "INVALID_COUNT", False, False),
         StatusInfo(201, "BATCH_TOO_LARGE", False, False),
         StatusInfo(202, "UNKNOWN_OPCODE", False, False),
+        StatusInfo(203, "UNKNOWN_SEQUENCE", False, False),
+        StatusInfo(204, "INVALID_SEQUENCE_NAME", False, False),
         StatusInfo(300, "UNAVAILABLE_LEASE", False, True),
         StatusInfo(301, "UNAVAILABLE_CLOCK", False, True),
         StatusInfo(302, "SHUTTING_DOWN", True, True),
@@ -30,13 +32,23 @@ STATUSES: Dict[int, StatusInfo] = {
         StatusInfo(304, "EXHAUSTED", False, False),
         StatusInfo(305, "RANGE_CHANGED", True, True),
         StatusInfo(306, "BUSY", False, True),
+        StatusInfo(307, "SEQUENCE_USED_UP", False, False),
+        StatusInfo(308, "SEQUENCE_UNAVAILABLE", False, True),
         StatusInfo(500, "INTERNAL", True, False),
     )
 }
 
 BAD_FRAME = 100
 FRAME_TOO_LARGE = 101
+INVALID_COUNT = 200
+BATCH_TOO_LARGE = 201
+UNKNOWN_SEQUENCE = 203
+INVALID_SEQUENCE_NAME = 204
+EXHAUSTED = 304
 RANGE_CHANGED = 305
+BUSY = 306
+SEQUENCE_USED_UP = 307
+SEQUENCE_UNAVAILABLE = 308
 
 
 def name(code: int) -> Optional[str]:
@@ -55,7 +67,8 @@ def closes_connection(code: int) -> bool:
 
 
 def retry_elsewhere(code: int) -> bool:
-    """Known codes per the table; unknown codes: 3xx means try another node."""
+    """Known codes per the table; unknown codes: 3xx means try another node (``304
+    EXHAUSTED`` and ``307 SEQUENCE_USED_UP`` are 3xx codes where no node can help)."""
     info = STATUSES.get(code)
     if info is not None:
         return info.retry_elsewhere

@@ -52,21 +52,32 @@ def require_idgen_bin(test):
     return path
 
 
+SEQ_CREATE_TIMEOUT = 60.0
+
+
 class Server:
     """A real `idgen serve` on 127.0.0.1:0 (unless ``extra_args`` give ``--listen``) with the
-    memory store, stopped by PID."""
+    memory store, stopped by PID.
 
-    def __init__(self, test, *extra_args):
+    With ``sequences`` (a list of argument lists, e.g. ``[["orders"], ["ledger", "--mode",
+    "strict"]]``) it first runs ``idgen seq create ARGS --data-dir DIR`` for each, then serves
+    the embedded store (the default) in that DIR: the memory store cannot be seeded before
+    the node starts. A failing ``seq create`` fails the test (with its output)."""
+
+    def __init__(self, test, *extra_args, sequences=None):
         path = require_idgen_bin(test)
         self.dir = tempfile.TemporaryDirectory(prefix="idgen-pytest-")
         self.log_path = os.path.join(self.dir.name, "server.log")
+        for spec in sequences or []:
+            self._seq_create(test, path, spec)
         self._log = open(self.log_path, "wb")
+        store = [] if sequences else ["--store", "memory"]
         args = [
             path, "serve",
             *([] if "--listen" in extra_args else ["--listen", "127.0.0.1:0"]),
             "--admin-listen", "off",
             "--http-listen", "off",
-            "--store", "memory",
+            *store,
             "--shards", "2",
             "--data-dir", self.dir.name,
             *extra_args,
@@ -78,6 +89,23 @@ class Server:
         self.addr = self._wait_listening(test, "--tls-listen" in extra_args)
         # Keep draining stdout so the server never blocks on a full pipe.
         threading.Thread(target=self._drain, daemon=True).start()
+
+    def _seq_create(self, test, path, spec):
+        cmd = [path, "seq", "create", *spec, "--data-dir", self.dir.name]
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, stdin=subprocess.DEVNULL, timeout=SEQ_CREATE_TIMEOUT
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.dir.cleanup()
+            test.fail(f"{' '.join(cmd)} did not run: {e}")
+        if done.returncode != 0:
+            self.dir.cleanup()
+            test.fail(
+                f"{' '.join(cmd)} failed ({done.returncode}):\n"
+                + done.stdout.decode("utf-8", "replace")
+                + done.stderr.decode("utf-8", "replace")
+            )
 
     def _wait_listening(self, test, tls):
         """The plaintext address; with ``tls``, wait for the TLS one too (``self.tls_addr``)."""
@@ -169,6 +197,27 @@ def pong_bytes(token):
     return struct.pack(">IBQ", 9, 0x83, token)
 
 
+def values_bytes(mode, values):
+    """A VALUES frame (0x85): ``mode`` 0 dense, 1 strict."""
+    return struct.pack(
+        f">IBBI{len(values)}Q", 6 + 8 * len(values), 0x85, mode, len(values), *values
+    )
+
+
+class FakeSequence:
+    """A sequence a :class:`FakeNode` serves: ``mode`` 0 (dense) or 1 (strict), values from
+    ``start`` by ``step`` up to ``max``; ``status`` (an int) answers every GET_VALUES for it
+    with that ERROR instead, and ``answer`` (``count -> bytes``) with those bytes."""
+
+    def __init__(self, mode=0, start=1, step=1, max=(1 << 63) - 1, status=None, answer=None):
+        self.answer = answer
+        self.mode = mode
+        self.next = start
+        self.step = step
+        self.max = max
+        self.status = status
+
+
 class FakeNode:
     """A tiny idgen node: completes the handshake with ``hello`` (a HelloOk), then answers
     every request according to ``mode``:
@@ -184,6 +233,13 @@ class FakeNode:
     Serving answers GET_IDS with IDS (from one counter shared by all connections, so IDs
     never repeat) and PING with PONG. ``requests`` counts the request frames received after
     the handshake; ``ids_by_connection[i]`` lists the IDs sent on the ``i``-th connection.
+    ``hellos`` holds each connection's HELLO frame.
+
+    GET_VALUES (0x05) is answered as a version 3 node does when ``hello.version >= 3``
+    (else ``202 UNKNOWN_OPCODE``): ``sequences`` maps names to :class:`FakeSequence`; an
+    unknown name is ``203``, count 0 ``200``, above max_batch ``201``, past the maximum
+    ``307``. ``value_requests`` lists ``(name, count)`` of every GET_VALUES received (in
+    every mode).
 
     With ``tls`` (a server-side ``ssl.SSLContext``, see :func:`server_tls`) every connection
     speaks TLS from the first byte; ``tls_sessions`` lists ``(alpn, has_client_cert)`` of
@@ -192,9 +248,13 @@ class FakeNode:
     """
 
     def __init__(
-        self, hello, mode, status=300, serve_before=0, hello_after=None, tls=None, first_id=1 << 40
-    ):
+        self, hello, mode, status=300, serve_before=0, hello_after=None, tls=None, first_id=1 << 40,
+        sequences=None,
+    ):  # fmt: skip
         self.hello = hello
+        self.sequences = dict(sequences or {})
+        self.value_requests = []
+        self.hellos = []
         self.hello_after = hello_after or hello
         self.mode = mode
         self.status = status
@@ -237,8 +297,11 @@ class FakeNode:
                 if mode == "range_changed" and index > 0:
                     mode = "serve"
                 try:
-                    if read_exact(sock, 13) is None:
+                    hello_frame = read_exact(sock, 13)
+                    if hello_frame is None:
                         return
+                    with fake._lock:
+                        fake.hellos.append(hello_frame)
                     sock.sendall(hello_ok_bytes(fake.hello if index == 0 else fake.hello_after))
                     for k in range(100000):  # bounded
                         header = read_exact(sock, 4)
@@ -250,6 +313,11 @@ class FakeNode:
                             return
                         with fake._lock:
                             fake.requests += 1
+                            if body[:1] == b"\x05" and len(body) >= 5:
+                                fake.value_requests.append(
+                                    (body[5:].decode("ascii", "replace"),
+                                     struct.unpack(">I", body[1:5])[0])
+                                )  # fmt: skip
                         if mode == "unavailable":
                             sock.sendall(error_bytes(fake.status, "fake node says no"))
                             if protocol.ErrorFrame(fake.status, "").closes:
@@ -281,6 +349,8 @@ class FakeNode:
     def _answer(self, body, sent):
         if body[0] == protocol.OP_PING:
             return pong_bytes(struct.unpack(">Q", body[1:9])[0])
+        if body[0] == 0x05:
+            return self._answer_values(body)
         (count,) = struct.unpack(">I", body[1:5])
         if count == 0:
             return error_bytes(200, "count 0")
@@ -291,6 +361,30 @@ class FakeNode:
             self._next_id += count
         sent.extend(ids)
         return ids_bytes(ids)
+
+    def _answer_values(self, body):
+        if self.hello.version < 3:
+            return error_bytes(202, "unknown opcode 0x05")
+        (count,) = struct.unpack(">I", body[1:5])
+        name = body[5:].decode("ascii", "replace")
+        if count == 0:
+            return error_bytes(200, "count 0")
+        if count > self.hello.max_batch:
+            return error_bytes(201, "batch too large")
+        with self._lock:
+            seq = self.sequences.get(name)
+            if seq is None:
+                return error_bytes(203, f"no sequence {name}")
+            if seq.status is not None:
+                return error_bytes(seq.status, "fake sequence says no")
+            if seq.answer is not None:
+                return seq.answer(count)
+            last = seq.next + (count - 1) * seq.step
+            if last > seq.max:
+                return error_bytes(307, f"sequence {name} is used up")
+            values = list(range(seq.next, last + 1, seq.step))
+            seq.next = last + seq.step
+        return values_bytes(seq.mode, values)
 
     def close(self):
         self._server.shutdown()

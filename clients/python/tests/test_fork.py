@@ -247,6 +247,33 @@ class Fork(unittest.TestCase):
         stats = client.stats()
         self.assertEqual((stats["connects"], stats["node_failures"]), (1, 0), stats)
 
+    def test_sequence_buffers_are_not_shared_with_a_forked_child(self):
+        # A fake version 3 node: the values it sent are known, so the test can tell that the
+        # child asked for its own rather than answer from the parent's buffer.
+        fake = _support.FakeNode(
+            _support.default_hello(version=3, max_request_frame=128), "serve",
+            sequences={"orders": _support.FakeSequence()},
+        )  # fmt: skip
+        self.addCleanup(fake.close)
+        client = Client([fake.addr], timeout=5.0, sequence_prefetch=500)
+        self.addCleanup(client.close)
+        before = [client.next_value("orders") for _ in range(10)]  # a buffer of 491 kept
+        self.assertEqual(len(client._seqs["orders"].buffer), 491)
+
+        def body(values):
+            for _ in range(300):
+                values.append(client.next_value("orders"))
+
+        child = _Child(self, body)
+        parent = [client.next_value("orders") for _ in range(300)]  # from its buffer
+        child_values, error = child.result()
+        self.assertIsNone(error, "the child's next_value() failed")
+        self.assertEqual(len(child_values), 300)
+        self.assert_distinct(before, parent, child_values)
+        self.assertEqual(parent, list(range(11, 311)))
+        self.assertGreater(min(child_values), 501, "the child answered from the parent's buffer")
+        self.assertEqual(fake.connections, 2, "the child made its own connection")
+
     def test_pid_check_alone_resets_a_child(self):
         # As on a platform without os.register_at_fork: the at-fork hook does not know
         # this client, so only the pid check on the child's first call can catch the fork.

@@ -89,7 +89,29 @@ impl Blocks {
     /// Fewer (possibly none) when the blocks run out: the caller fetches (see
     /// [`start_fetch`](Self::start_fetch)) and takes the rest once a block arrived.
     pub fn take(&mut self, want: u64, now_ms: u64, out: &mut Vec<u64>) -> u64 {
-        // Demand above what is held: the next block is sized for it.
+        self.size_for(want);
+        self.take_held(want, now_ms, out)
+    }
+
+    /// [`take`](Self::take) of all `want` values or none: none while fewer are held (the
+    /// next block is sized for them). For a call that fits one block (`want <= max_block`),
+    /// so that a call refused at the sequence's maximum has taken nothing, and the values
+    /// left go to smaller calls.
+    pub fn take_whole(&mut self, want: u64, now_ms: u64, out: &mut Vec<u64>) -> bool {
+        self.size_for(want);
+        if self.remaining() < want {
+            return false;
+        }
+        self.take_held(want, now_ms, out) == want
+    }
+
+    /// The sequence's `max_block` as this holder last read it.
+    pub fn max_block(&self) -> u64 {
+        self.max_block
+    }
+
+    /// Demand above what is held: the next block is sized for it.
+    fn size_for(&mut self, want: u64) {
         if want > self.remaining() {
             self.size = self.size.max(
                 want.min(self.max_block)
@@ -97,6 +119,9 @@ impl Blocks {
                     .min(self.max_block),
             );
         }
+    }
+
+    fn take_held(&mut self, want: u64, now_ms: u64, out: &mut Vec<u64>) -> u64 {
         let mut taken = 0;
         while taken < want {
             let cur = match &mut self.current {

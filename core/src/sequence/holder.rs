@@ -193,29 +193,74 @@ impl Holder {
         n: u64,
         deadline: Duration,
     ) -> Result<Vec<u64>, HoldError> {
-        if n == 0 || n > MAX_BLOCK {
-            return Err(SequenceError::BadSpec(format!(
+        self.next_values_of(name, n, deadline)
+            .await
+            .map(|(_, values)| values)
+    }
+
+    /// [`next_values`](Self::next_values), with the mode of the sequence that answered (the
+    /// ID protocol's VALUES says it, so a client knows whether it may prefetch).
+    pub async fn next_values_of(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        n: u64,
+        deadline: Duration,
+    ) -> Result<(Mode, Vec<u64>), HoldError> {
+        let mut each = self.next_values_each(name, &[n], deadline).await;
+        each.pop().unwrap_or(Err(HoldError::Timeout(deadline)))
+    }
+
+    /// Several calls of one sequence that arrived together (pipelined requests of one
+    /// connection), each answered on its own, in order: dense ones one after another from the
+    /// blocks; strict ones all waiting for the same commit (each gets its values, or is refused
+    /// on its own if the maximum comes between them). Every call's values are above the
+    /// previous call's.
+    pub async fn next_values_each(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        counts: &[u64],
+        deadline: Duration,
+    ) -> Vec<Result<(Mode, Vec<u64>), HoldError>> {
+        let all = |e: HoldError| counts.iter().map(|_| Err(e.clone())).collect::<Vec<_>>();
+        if let Some(&n) = counts.iter().find(|&&n| n == 0 || n > MAX_BLOCK) {
+            return all(SequenceError::BadSpec(format!(
                 "a call takes 1 ..= {MAX_BLOCK} values, not {n}"
             ))
             .into());
         }
         let until = tokio::time::Instant::now() + deadline;
-        let seq = self.seq(name)?;
+        let seq = match self.seq(name) {
+            Ok(s) => s,
+            Err(e) => return all(e),
+        };
         let mode = lock(&seq.state).as_ref().map(Held::mode);
         let mode = match mode {
             Some(m) => m,
-            None => self.learn(name, &seq, until, deadline).await?,
+            None => match self.learn(name, &seq, until, deadline).await {
+                Ok(m) => m,
+                Err(e) => return all(e),
+            },
         };
         let got = match mode {
-            Mode::Dense => self.dense(name, &seq, n, until, deadline).await,
-            Mode::Strict => self.strict(name, &seq, n, until, deadline).await,
+            Mode::Dense => {
+                let mut got = Vec::with_capacity(counts.len());
+                for &n in counts {
+                    got.push(self.dense(name, &seq, n, until, deadline).await);
+                }
+                got
+            }
+            Mode::Strict => self.strict(name, &seq, counts, until, deadline).await,
         };
-        if let Ok(v) = &got {
-            seq.stats
-                .values
-                .fetch_add(v.len() as u64, Ordering::Relaxed);
-        }
-        got
+        got.into_iter()
+            .map(|r| {
+                r.map(|v| {
+                    seq.stats
+                        .values
+                        .fetch_add(v.len() as u64, Ordering::Relaxed);
+                    (mode, v)
+                })
+            })
+            .collect()
     }
 
     /// Every sequence this holder has been asked for, in name order, with what it counted.
@@ -306,7 +351,13 @@ impl Holder {
                 };
                 let want = n - out.len() as u64;
                 let now = self.now_ms();
-                blocks.take(want, now, &mut out);
+                if out.is_empty() && want <= blocks.max_block() {
+                    // All or nothing: a call refused at the maximum takes no value (no gap),
+                    // and what is left goes to smaller calls.
+                    blocks.take_whole(want, now, &mut out);
+                } else {
+                    blocks.take(want, now, &mut out);
+                }
                 if out.len() as u64 != n && !blocks.is_fetching() {
                     let recent = failed
                         .take()
@@ -379,91 +430,143 @@ impl Holder {
         });
     }
 
+    /// Strict calls of `counts` values each, queued together for the next commit (their
+    /// order is their values' order), each answered on its own.
     async fn strict(
         self: &Arc<Self>,
         name: &SequenceName,
         seq: &Arc<Seq>,
-        n: u64,
+        counts: &[u64],
         until: tokio::time::Instant,
         deadline: Duration,
-    ) -> Result<Vec<u64>, HoldError> {
-        let (tx, rx) = oneshot::channel();
+    ) -> Vec<Result<Vec<u64>, HoldError>> {
+        let mut answers = Vec::with_capacity(counts.len());
         {
             let mut st = lock(&seq.state);
             let Some(Held::Strict(q)) = st.as_mut() else {
-                return Err(SequenceError::NotFound(name.clone()).into());
+                let gone = HoldError::from(SequenceError::NotFound(name.clone()));
+                return counts.iter().map(|_| Err(gone.clone())).collect();
             };
-            if q.waiting() >= MAX_WAITING {
-                return Err(HoldError::Busy);
+            if q.waiting() + counts.len() > MAX_WAITING {
+                return counts.iter().map(|_| Err(HoldError::Busy)).collect();
             }
-            q.push(tx, n);
-            if let Some(total) = q.start_commit() {
-                self.commit(name.clone(), Arc::clone(seq), total);
+            for &n in counts {
+                let (tx, rx) = oneshot::channel();
+                q.push(tx, n);
+                answers.push(rx);
+            }
+            if q.start_commit().is_some() {
+                self.commit(name.clone(), Arc::clone(seq), q.in_flight_sizes());
             }
         }
-        match tokio::time::timeout_at(until, rx).await {
-            Err(_) => Err(HoldError::Timeout(deadline)),
-            // The holder let the call go without an answer (the sequence was forgotten).
-            Ok(Err(_)) => Err(SequenceError::NotFound(name.clone()).into()),
-            Ok(Ok(r)) => Ok(r?.iter().collect()),
+        let mut got = Vec::with_capacity(counts.len());
+        for rx in answers {
+            got.push(match tokio::time::timeout_at(until, rx).await {
+                Err(_) => Err(HoldError::Timeout(deadline)),
+                // The holder let the call go without an answer (the sequence was forgotten).
+                Ok(Err(_)) => Err(SequenceError::NotFound(name.clone()).into()),
+                Ok(Ok(r)) => r.map(|v| v.iter().collect()).map_err(HoldError::from),
+            });
         }
+        got
     }
 
-    /// Runs strict commits on the holder's runtime, one after another while calls wait.
-    fn commit(self: &Arc<Self>, name: SequenceName, seq: Arc<Seq>, total: u64) {
+    /// Runs strict commits on the holder's runtime, one after another while calls wait. An
+    /// attempt that loses the record to another holder is tried again at once, with the calls
+    /// that arrived meanwhile (so contention grows the commits instead of queueing calls
+    /// behind them); after a few losses in a row, after a short random backoff.
+    fn commit(self: &Arc<Self>, name: SequenceName, seq: Arc<Seq>, sizes: Vec<u64>) {
         let me = Arc::clone(self);
         self.rt.spawn(async move {
-            let mut total = total;
+            let mut sizes = sizes;
             let mut contended_since: Option<Instant> = None;
+            let mut lost = 0u32;
+            // The record as the last attempt left it: the next attempt reads nothing.
+            let mut seen = None;
             loop {
                 let started = Instant::now();
-                let got = Sequences::new(me.store.as_ref(), &me.namespace)
-                    .reserve(&name, total)
-                    .await;
-                seq.stats.reserved(started, &got);
-                let mut st = lock(&seq.state);
-                let Some(Held::Strict(q)) = st.as_mut() else {
-                    return;
+                let got = match Sequences::new(me.store.as_ref(), &me.namespace)
+                    .reserve_once_fitting(&name, &sizes, &mut seen)
+                    .await
+                {
+                    Ok(Some(block)) => Ok(block),
+                    Ok(None) => Err(SequenceError::Contention {
+                        attempts: lost.saturating_add(1),
+                    }),
+                    Err(e) => Err(e),
                 };
-                match got {
-                    Ok(b) if b.mode == Mode::Strict => answer(q.committed(b), &name, &b),
-                    Ok(_) => {
-                        // Recreated as dense: these values are not strict ones. Forget.
-                        for tx in q.drain_all() {
-                            let _ = tx.send(Err(SequenceError::NotFound(name.clone())));
-                        }
-                        *st = None;
+                seq.stats.reserved(started, &got);
+                // What next, decided under the lock; any pause comes after it is let go.
+                let next = {
+                    let mut st = lock(&seq.state);
+                    let Some(Held::Strict(q)) = st.as_mut() else {
                         return;
-                    }
-                    // Other holders won the record this time: the calls wait on (within their
-                    // deadlines) for the same commit, tried again.
-                    Err(SequenceError::Contention { .. })
-                        if contended_since.get_or_insert(started).elapsed()
-                            < CONTENTION_RETRY_FOR =>
-                    {
-                        continue;
-                    }
-                    Err(e) => {
-                        let gone = matches!(e, SequenceError::NotFound(_));
-                        for tx in q.failed() {
-                            let _ = tx.send(Err(e.clone()));
+                    };
+                    match got {
+                        Ok(b) if b.mode == Mode::Strict => {
+                            answer(q.committed(b), &name, &b);
+                            Some(q.start_commit().map(|_| q.in_flight_sizes()))
                         }
-                        if gone {
+                        Ok(_) => {
+                            // Recreated as dense: these values are not strict ones. Forget.
                             for tx in q.drain_all() {
-                                let _ = tx.send(Err(e.clone()));
+                                let _ = tx.send(Err(SequenceError::NotFound(name.clone())));
                             }
                             *st = None;
                             return;
                         }
+                        // Other holders won the record this time: the calls wait on (within
+                        // their deadlines) for the same commit, tried again with the calls
+                        // that came meanwhile.
+                        Err(SequenceError::Contention { .. })
+                            if contended_since.get_or_insert(started).elapsed()
+                                < CONTENTION_RETRY_FOR =>
+                        {
+                            if q.retry_commit().is_some() {
+                                sizes = q.in_flight_sizes();
+                            }
+                            lost = lost.saturating_add(1);
+                            None
+                        }
+                        Err(e) => {
+                            let gone = matches!(e, SequenceError::NotFound(_));
+                            for tx in q.failed() {
+                                let _ = tx.send(Err(e.clone()));
+                            }
+                            if gone {
+                                for tx in q.drain_all() {
+                                    let _ = tx.send(Err(e.clone()));
+                                }
+                                *st = None;
+                                return;
+                            }
+                            Some(q.start_commit().map(|_| q.in_flight_sizes()))
+                        }
                     }
-                }
+                };
+                // `None`: the same commit, tried again (at once for the first losses in a row,
+                // then after a backoff); `Some(next)`: this commit is over, and the next one.
+                let Some(next) = next else {
+                    if lost > 2 {
+                        Self::lost_again(lost).await;
+                    }
+                    continue;
+                };
                 contended_since = None;
-                match q.start_commit() {
-                    Some(t) => total = t,
+                lost = 0;
+                match next {
+                    Some(next) => sizes = next,
                     None => return,
                 }
             }
         });
+    }
+}
+
+impl Holder {
+    /// The pause before a strict commit's next attempt after `lost` lost in a row.
+    fn lost_again(lost: u32) -> tokio::time::Sleep {
+        tokio::time::sleep(super::backoff(lost.saturating_sub(3)))
     }
 }
 

@@ -47,7 +47,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{Commit, KvStore, StoreError, Txn};
+use crate::store::{Check, Commit, CommitOrGet, Entry, KvStore, StoreError, Txn, Write};
 
 pub mod check;
 pub mod dense;
@@ -251,7 +251,7 @@ impl fmt::Display for SequenceState {
 
 /// How long to wait after conflict number `attempt` (from 0): a random time below
 /// `min(2^attempt, 64)` ms, so that writers of one record fall out of step.
-fn backoff(attempt: u32) -> std::time::Duration {
+pub(super) fn backoff(attempt: u32) -> std::time::Duration {
     use std::hash::{BuildHasher, Hasher};
     let cap_us = 1_000u64 << attempt.min(6);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -644,46 +644,132 @@ impl<'s> Sequences<'s> {
     /// Reserves the next block of at most `want` values (1 ..= [`MAX_BLOCK`]) in one store
     /// commit: fewer when the maximum is nearer, [`SequenceError::Exhausted`] when no value is
     /// left. A commit whose outcome is unknown is an error: its values are never handed out.
+    /// A conflict (another holder moved the record first) is tried again after a random
+    /// backoff, up to [`MAX_ATTEMPTS`] times.
     pub async fn reserve(&self, name: &SequenceName, want: u64) -> Result<Block, SequenceError> {
+        for attempt in 0..MAX_ATTEMPTS {
+            match self.reserve_once(name, want).await? {
+                Some(block) => return Ok(block),
+                None => tokio::time::sleep(backoff(attempt)).await,
+            }
+        }
+        Err(SequenceError::Contention {
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// One attempt of [`reserve`](Self::reserve): read the record, reserve, commit if the
+    /// record did not change in between. `None`: it did (another holder reserved first);
+    /// nothing was written, and the caller may try again at once with what it wants by then
+    /// (the strict mode does: calls that arrived meanwhile join the next attempt).
+    pub async fn reserve_once(
+        &self,
+        name: &SequenceName,
+        want: u64,
+    ) -> Result<Option<Block>, SequenceError> {
+        self.reserve_once_for(name, want, |left| want.min(left), &mut None)
+            .await
+    }
+
+    /// [`reserve_once`](Self::reserve_once) for calls of `sizes` values each (a strict
+    /// commit): near the maximum it reserves only what whole calls take
+    /// ([`strict::fitting`]), so no value is reserved that no call is answered with.
+    ///
+    /// `seen` is the record as the caller's last attempt left it: with it, the attempt reads
+    /// nothing and is one store round trip (its commit is checked against that version, so a
+    /// record changed since is a conflict, never a value twice); the attempt leaves in it
+    /// what it learnt (the record it wrote, at the version the store gave it, or the record
+    /// another holder wrote first, which the store returned with the conflict).
+    pub async fn reserve_once_fitting(
+        &self,
+        name: &SequenceName,
+        sizes: &[u64],
+        seen: &mut Option<Entry>,
+    ) -> Result<Option<Block>, SequenceError> {
+        let want: u64 = sizes.iter().sum();
+        self.reserve_once_for(name, want, |left| strict::fitting(sizes, left), seen)
+            .await
+    }
+
+    async fn reserve_once_for(
+        &self,
+        name: &SequenceName,
+        want: u64,
+        count_of: impl FnOnce(u64) -> u64,
+        seen: &mut Option<Entry>,
+    ) -> Result<Option<Block>, SequenceError> {
         if want == 0 || want > MAX_BLOCK {
             return Err(SequenceError::BadSpec(format!(
                 "a block holds 1 ..= {MAX_BLOCK} values, not {want}"
             )));
         }
-        self.transact(|mut txn| {
-            async move {
-                let mut rec = self.live(&mut txn, name).await?;
-                let count = want.min(rec.remaining());
-                if count == 0 {
-                    return Err(SequenceError::Exhausted {
-                        name: name.clone(),
-                        max: rec.spec.max,
-                    });
-                }
-                let block = Block {
-                    first: rec.next,
-                    count,
-                    step: rec.spec.increment,
-                    revision: rec.revision,
-                    mode: rec.spec.mode,
-                    max_block: rec.spec.max_block,
-                    max: rec.spec.max,
-                    // count <= what was left, and the block takes exactly count of it.
-                    remaining: rec.remaining() - count,
-                };
-                // At most max + increment (the remaining count keeps the last value <= max),
-                // and max + increment <= 2 × MAX_VALUE < u64::MAX.
-                rec.next = block.last() + block.step;
-                rec.blocks += 1;
-                debug_assert_eq!(block.remaining, rec.remaining());
-                assert!(
-                    block.first >= 1 && block.last() <= rec.spec.max,
-                    "a block stays within 1 ..= max"
-                );
-                txn.put(self.key(name), Self::encode(&rec));
-                Ok((txn, block))
+        let key = self.key(name);
+        let entry = match seen.take().filter(|e| e.key == key) {
+            Some(e) => Some(e),
+            None => self.store.get(&key).await?,
+        };
+        let Some(entry) = entry else {
+            return Err(SequenceError::NotFound(name.clone()));
+        };
+        let mut rec = Self::parse(&key, &entry.value)?;
+        if rec.name != *name {
+            return Err(SequenceError::Corrupt {
+                key: String::from_utf8_lossy(&key).into_owned(),
+                detail: format!("the record names {}", rec.name),
+            });
+        }
+        if rec.state != SequenceState::Live {
+            return Err(SequenceError::NotFound(name.clone()));
+        }
+        let count = count_of(rec.remaining()).min(want);
+        if count == 0 {
+            return Err(SequenceError::Exhausted {
+                name: name.clone(),
+                max: rec.spec.max,
+            });
+        }
+        let block = Block {
+            first: rec.next,
+            count,
+            step: rec.spec.increment,
+            revision: rec.revision,
+            mode: rec.spec.mode,
+            max_block: rec.spec.max_block,
+            max: rec.spec.max,
+            // count <= what was left, and the block takes exactly count of it.
+            remaining: rec.remaining() - count,
+        };
+        // At most max + increment (the remaining count keeps the last value <= max), and
+        // max + increment <= 2 × MAX_VALUE < u64::MAX.
+        rec.next = block.last() + block.step;
+        rec.blocks += 1;
+        debug_assert_eq!(block.remaining, rec.remaining());
+        assert!(
+            block.first >= 1 && block.last() <= rec.spec.max,
+            "a block stays within 1 ..= max"
+        );
+        let value = Self::encode(&rec);
+        let checks = [Check {
+            key: key.clone(),
+            version: entry.version,
+        }];
+        let writes = [Write::Put {
+            key: key.clone(),
+            value: value.clone(),
+        }];
+        match self.store.commit_or_get(&checks, &writes, &key).await? {
+            CommitOrGet::Applied(version) => {
+                *seen = version.map(|version| Entry {
+                    key,
+                    value,
+                    version,
+                });
+                Ok(Some(block))
             }
-        })
-        .await
+            CommitOrGet::Conflict(now) => {
+                *seen = now;
+                Ok(None)
+            }
+        }
     }
 }

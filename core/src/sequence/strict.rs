@@ -31,6 +31,19 @@ impl Values {
     }
 }
 
+/// How many of `left` values calls of `sizes` values take, in order, each whole or not at
+/// all: what a strict commit reserves, so that no value it reserves goes unanswered (and
+/// [`Batches::committed`] answers exactly the calls this counted).
+pub fn fitting(sizes: &[u64], left: u64) -> u64 {
+    let mut taken = 0u64;
+    for &n in sizes {
+        if taken + n <= left {
+            taken += n;
+        }
+    }
+    taken
+}
+
 /// The calls of one strict sequence on one holder, each a `T` (whatever answers the caller)
 /// asking for `n` values.
 #[derive(Debug)]
@@ -79,7 +92,25 @@ impl<T> Batches<T> {
         if self.committing || self.waiting.is_empty() {
             return None;
         }
-        let mut total = 0u64;
+        self.committing = true;
+        Some(self.take_waiting(0))
+    }
+
+    /// The commit in flight is tried again (its last attempt lost the record to another
+    /// holder and wrote nothing): the calls that arrived meanwhile join it, as they would
+    /// join the next commit (the new attempt begins after each of them did). The values to
+    /// reserve now. `None` when no commit is in flight.
+    pub fn retry_commit(&mut self) -> Option<u64> {
+        if !self.committing {
+            return None;
+        }
+        let had: u64 = self.in_flight.iter().map(|(_, n)| n).sum();
+        Some(self.take_waiting(had))
+    }
+
+    /// Moves waiting calls, in arrival order, into the commit in flight while they fit
+    /// [`MAX_BLOCK`] beside `total` (at least one when `total` is 0): the new total.
+    fn take_waiting(&mut self, mut total: u64) -> u64 {
         while let Some(&(_, n)) = self.waiting.front() {
             if total > 0 && total + n > MAX_BLOCK {
                 break;
@@ -88,13 +119,18 @@ impl<T> Batches<T> {
             let call = self.waiting.pop_front().expect("a front");
             self.in_flight.push(call);
         }
-        self.committing = true;
-        Some(total)
+        total
+    }
+
+    /// The values each call of the commit in flight asks for, in arrival order.
+    pub fn in_flight_sizes(&self) -> Vec<u64> {
+        self.in_flight.iter().map(|&(_, n)| n).collect()
     }
 
     /// The commit reserved `block`: each covered call gets its values, in arrival order. A
-    /// block shorter than asked (the sequence reached its maximum) answers the calls it holds
-    /// whole; the rest get `None` (used up), and the values left over are never handed out.
+    /// block shorter than asked (the sequence near its maximum, reserved as
+    /// [`fitting`] chose) answers, in order, each call that still fits whole; a call that
+    /// does not gets `None` (used up) and takes nothing, so the calls after it may fit.
     pub fn committed(&mut self, block: Block) -> Vec<(T, Option<Values>)> {
         self.committing = false;
         let mut at = 0u64;
@@ -110,7 +146,6 @@ impl<T> Batches<T> {
                     at += n;
                     (call, Some(v))
                 } else {
-                    at = block.count;
                     (call, None)
                 }
             })

@@ -286,6 +286,59 @@ fn strict_calls_share_a_commit_and_later_calls_wait_for_the_next() {
 }
 
 #[test]
+fn a_commit_tried_again_takes_the_calls_that_arrived_meanwhile() {
+    let mut q: Batches<&str> = Batches::new();
+    assert_eq!(q.retry_commit(), None, "no commit in flight");
+    q.push("a", 2);
+    assert_eq!(q.start_commit(), Some(2));
+    // The attempt lost the record; b and c arrived while it was out.
+    q.push("b", 1);
+    q.push("c", 3);
+    assert_eq!(q.retry_commit(), Some(6));
+    assert_eq!(q.waiting(), 0);
+    q.push("d", 1); // during the second attempt: the next commit's
+    let got: Vec<_> = q
+        .committed(block(10, 6))
+        .into_iter()
+        .map(|(c, v)| (c, v.map(|v| v.first)))
+        .collect();
+    assert_eq!(got, [("a", Some(10)), ("b", Some(12)), ("c", Some(13))]);
+    assert_eq!(q.start_commit(), Some(1));
+    // A retry stays within one block.
+    q.push("e", MAX_BLOCK);
+    assert_eq!(q.retry_commit(), Some(1));
+    assert_eq!(q.waiting(), 1);
+}
+
+#[test]
+fn near_the_maximum_a_commit_reserves_only_what_whole_calls_take() {
+    use super::strict::fitting;
+    assert_eq!(fitting(&[3, 2, 1], 10), 6);
+    assert_eq!(fitting(&[3, 2, 1], 4), 4, "3 and 1; 2 does not fit after 3");
+    assert_eq!(fitting(&[5], 4), 0);
+    let mut q: Batches<&str> = Batches::new();
+    for (c, n) in [("a", 3), ("b", 2), ("c", 1)] {
+        q.push(c, n);
+    }
+    q.start_commit();
+    assert_eq!(q.in_flight_sizes(), [3, 2, 1]);
+    let got: Vec<_> = q
+        .committed(block(7, fitting(&[3, 2, 1], 4)))
+        .into_iter()
+        .map(|(c, v)| (c, v.map(|v| v.iter().collect::<Vec<_>>())))
+        .collect();
+    // b is refused and takes nothing: c gets the value after a's.
+    assert_eq!(
+        got,
+        [
+            ("a", Some(vec![7, 8, 9])),
+            ("b", None),
+            ("c", Some(vec![10]))
+        ]
+    );
+}
+
+#[test]
 fn a_commit_covers_at_most_one_block_of_values() {
     let mut q: Batches<u32> = Batches::new();
     q.push(0, MAX_BLOCK - 1);
@@ -552,6 +605,40 @@ mod holder {
                 assert!(
                     after[0] > got.last().copied().unwrap_or(1),
                     "{mode}: healed, above what came before"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn a_call_refused_at_the_maximum_takes_no_value_from_smaller_calls() {
+        runtime().block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let seqs = Sequences::new(store.as_ref(), "h");
+            for (n, mode) in [("d", Mode::Dense), ("s", Mode::Strict)] {
+                let mut spec = SequenceSpec::new(mode);
+                spec.max = 5;
+                seqs.create(&name(n), spec, NOW).await.unwrap();
+            }
+            let holder = Holder::new(store.clone(), "h", tokio::runtime::Handle::current());
+            for n in ["d", "s"] {
+                assert_eq!(holder.next_values(&name(n), 1, DEADLINE).await, Ok(vec![1]));
+                let e = holder.next_values(&name(n), 100, DEADLINE).await;
+                assert!(
+                    matches!(e, Err(HoldError::Sequence(SequenceError::Exhausted { .. }))),
+                    "{n}: {e:?}"
+                );
+                // The four values left are still there for calls that fit.
+                assert_eq!(
+                    holder.next_values(&name(n), 3, DEADLINE).await,
+                    Ok(vec![2, 3, 4]),
+                    "{n}"
+                );
+                assert_eq!(holder.next_values(&name(n), 1, DEADLINE).await, Ok(vec![5]));
+                let e = holder.next_values(&name(n), 1, DEADLINE).await;
+                assert!(
+                    matches!(e, Err(HoldError::Sequence(SequenceError::Exhausted { .. }))),
+                    "{n}: {e:?}"
                 );
             }
         });

@@ -5,7 +5,7 @@
 //! For tests only: built for this crate's unit tests and, for the integration tests, with the
 //! `conformance` cargo feature; it is not part of the supported API.
 
-use super::{Check, Commit, KvStore, StoreError, Txn, Write};
+use super::{Check, Commit, CommitOrGet, KvStore, StoreError, Txn, Write};
 
 fn k(prefix: &str, s: &str) -> Vec<u8> {
     format!("{prefix}{s}").into_bytes()
@@ -78,6 +78,57 @@ pub async fn run(store: &dyn KvStore, prefix: &str) -> Result<(), StoreError> {
     );
     drop(late);
     assert_eq!(store.get(&k(prefix, "a")).await?.unwrap().value, b"2");
+
+    // commit_or_get: a conflict comes with the key as it is now; a commit that applies says
+    // the version the key has now, if it says one at all (and then it is the real one).
+    let put = |v: &[u8]| {
+        [Write::Put {
+            key: k(prefix, "a"),
+            value: v.to_vec(),
+        }]
+    };
+    match store
+        .commit_or_get(&old, &put(b"4"), &k(prefix, "a"))
+        .await?
+    {
+        CommitOrGet::Conflict(Some(now)) => assert_eq!(now, e2),
+        other => panic!("commit_or_get on an old version: {other:?}"),
+    }
+    let fresh = [Check {
+        key: k(prefix, "a"),
+        version: e2.version,
+    }];
+    match store
+        .commit_or_get(&fresh, &put(b"5"), &k(prefix, "a"))
+        .await?
+    {
+        CommitOrGet::Applied(version) => {
+            let now = store.get(&k(prefix, "a")).await?.expect("present");
+            assert_eq!(now.value, b"5");
+            if let Some(v) = version {
+                assert_eq!(v, now.version, "the version commit_or_get says");
+            }
+            // Restore what the rest of the suite expects, checked against that version.
+            let back = [Check {
+                key: k(prefix, "a"),
+                version: now.version,
+            }];
+            assert_eq!(store.commit(&back, &put(b"2")).await?, Commit::Applied);
+        }
+        other => panic!("commit_or_get on the current version: {other:?}"),
+    }
+    let gone = [Check {
+        key: k(prefix, "nothing"),
+        version: 7,
+    }];
+    assert_eq!(
+        store
+            .commit_or_get(&gone, &put(b"6"), &k(prefix, "nothing"))
+            .await?,
+        CommitOrGet::Conflict(None)
+    );
+    let e2 = store.get(&k(prefix, "a")).await?.expect("present");
+    assert_eq!(e2.value, b"2");
 
     // A failed check writes nothing, not even the writes to other keys.
     let checks = [Check {

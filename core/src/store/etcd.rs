@@ -53,7 +53,7 @@ use etcd_client::{
 };
 use tonic::Code;
 
-use super::{BoxFuture, Check, Commit, Entry, EtcdAccess, KvStore, StoreError, Write};
+use super::{BoxFuture, Check, Commit, CommitOrGet, Entry, EtcdAccess, KvStore, StoreError, Write};
 
 /// How long establishing a connection to one endpoint may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -567,55 +567,20 @@ impl KvStore for EtcdStore {
         writes: &'a [Write],
     ) -> BoxFuture<'a, Result<Commit, StoreError>> {
         Box::pin(async move {
-            let compares: Vec<Compare> = checks
-                .iter()
-                .map(|c| {
-                    let key = self.full_key(&c.key);
-                    if c.version == 0 {
-                        Ok(Compare::version(key, CompareOp::Equal, 0))
-                    } else {
-                        let rev = i64::try_from(c.version).map_err(|_| {
-                            StoreError::Invalid(format!("etcd: version {} out of range", c.version))
-                        })?;
-                        Ok(Compare::mod_revision(key, CompareOp::Equal, rev))
-                    }
-                })
-                .collect::<Result<_, StoreError>>()?;
-            let ops: Vec<TxnOp> = writes
-                .iter()
-                .map(|w| match w {
-                    Write::Put { key, value } => {
-                        TxnOp::put(self.full_key(key), value.clone(), None)
-                    }
-                    Write::Delete { key } => TxnOp::delete(self.full_key(key), None),
-                })
-                .collect();
-            let txn = Txn::new().when(compares).and_then(ops);
-            let what = self.describe();
-            let result = self
-                .call(|mut c| {
-                    let txn = txn.clone();
-                    async move { c.txn(txn).await }
-                })
-                .await;
-            // A timeout may have cut off a retry that followed an unsent attempt, but it may
-            // equally have cut off a sent one: unknown.
-            match result {
-                Some(Ok(resp)) if resp.succeeded() => Ok(Commit::Applied),
-                Some(Ok(_)) => Ok(Commit::Conflict),
-                Some(Err(e)) if is_invalid(&e) => {
-                    Err(StoreError::Invalid(format!("{what} commit: {}", plain(&e))))
-                }
-                Some(Err(e)) if not_sent(&e) => Err(StoreError::Unavailable(format!(
-                    "{what} commit: {}",
-                    plain(&e)
-                ))),
-                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {}", plain(&e)))),
-                None => Err(StoreError::Unknown(format!(
-                    "{what} commit: timed out after {CALL_TIMEOUT:?}"
-                ))),
-            }
+            Ok(match self.txn(checks, writes, None).await? {
+                CommitOrGet::Applied(_) => Commit::Applied,
+                CommitOrGet::Conflict(_) => Commit::Conflict,
+            })
         })
+    }
+
+    fn commit_or_get<'a>(
+        &'a self,
+        checks: &'a [Check],
+        writes: &'a [Write],
+        read: &'a [u8],
+    ) -> BoxFuture<'a, Result<CommitOrGet, StoreError>> {
+        Box::pin(self.txn(checks, writes, Some(read)))
     }
 
     fn describe(&self) -> String {
@@ -692,6 +657,82 @@ impl KvStore for EtcdStore {
                 ))),
             }
         })
+    }
+}
+
+impl EtcdStore {
+    /// One transaction: the checks as compares, the writes as its success branch, and (with
+    /// `read`) a range read of that key as its failure branch.
+    async fn txn(
+        &self,
+        checks: &[Check],
+        writes: &[Write],
+        read: Option<&[u8]>,
+    ) -> Result<CommitOrGet, StoreError> {
+        {
+            let compares: Vec<Compare> = checks
+                .iter()
+                .map(|c| {
+                    let key = self.full_key(&c.key);
+                    if c.version == 0 {
+                        Ok(Compare::version(key, CompareOp::Equal, 0))
+                    } else {
+                        let rev = i64::try_from(c.version).map_err(|_| {
+                            StoreError::Invalid(format!("etcd: version {} out of range", c.version))
+                        })?;
+                        Ok(Compare::mod_revision(key, CompareOp::Equal, rev))
+                    }
+                })
+                .collect::<Result<_, StoreError>>()?;
+            let ops: Vec<TxnOp> = writes
+                .iter()
+                .map(|w| match w {
+                    Write::Put { key, value } => {
+                        TxnOp::put(self.full_key(key), value.clone(), None)
+                    }
+                    Write::Delete { key } => TxnOp::delete(self.full_key(key), None),
+                })
+                .collect();
+            let mut txn = Txn::new().when(compares).and_then(ops);
+            if let Some(key) = read {
+                txn = txn.or_else(vec![TxnOp::get(self.full_key(key), None)]);
+            }
+            let what = self.describe();
+            let result = self
+                .call(|mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                })
+                .await;
+            // A timeout may have cut off a retry that followed an unsent attempt, but it may
+            // equally have cut off a sent one: unknown.
+            match result {
+                Some(Ok(resp)) if resp.succeeded() => Ok(CommitOrGet::Applied(
+                    read.and_then(|_| resp.header())
+                        .and_then(|h| u64::try_from(h.revision()).ok()),
+                )),
+                Some(Ok(resp)) => {
+                    let mut now = None;
+                    for op in resp.op_responses() {
+                        if let etcd_client::TxnOpResponse::Get(get) = op {
+                            now = get.kvs().first().map(|kv| self.entry(kv)).transpose()?;
+                        }
+                    }
+                    Ok(CommitOrGet::Conflict(now))
+                }
+                Some(Err(e)) if is_invalid(&e) => {
+                    Err(StoreError::Invalid(format!("{what} commit: {}", plain(&e))))
+                }
+                Some(Err(e)) if not_sent(&e) => Err(StoreError::Unavailable(format!(
+                    "{what} commit: {}",
+                    plain(&e)
+                ))),
+                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {}", plain(&e)))),
+                None => Err(StoreError::Unknown(format!(
+                    "{what} commit: timed out after {CALL_TIMEOUT:?}"
+                ))),
+            }
+        }
     }
 }
 

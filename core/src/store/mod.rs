@@ -101,6 +101,16 @@ pub enum Commit {
     Conflict,
 }
 
+/// What [`KvStore::commit_or_get`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitOrGet {
+    /// Every check held, every write was applied; the version the read key has now, where
+    /// the store knows it without another read (etcd: the transaction's revision).
+    Applied(Option<Version>),
+    /// A check failed, nothing was written; the read key as it is now (`None`: absent).
+    Conflict(Option<Entry>),
+}
+
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -127,6 +137,23 @@ pub trait KvStore: Send + Sync + 'static {
         checks: &'a [Check],
         writes: &'a [Write],
     ) -> BoxFuture<'a, Result<Commit, StoreError>>;
+    /// [`commit`](Self::commit), and on a conflict the key `read` as it is now, so that a
+    /// read-modify-write of one record tries again without a read of its own. The default
+    /// reads after a conflict (two round trips); a store that does both in one (etcd: a
+    /// transaction's failure branch) overrides it.
+    fn commit_or_get<'a>(
+        &'a self,
+        checks: &'a [Check],
+        writes: &'a [Write],
+        read: &'a [u8],
+    ) -> BoxFuture<'a, Result<CommitOrGet, StoreError>> {
+        Box::pin(async move {
+            match self.commit(checks, writes).await? {
+                Commit::Applied => Ok(CommitOrGet::Applied(None)),
+                Commit::Conflict => Ok(CommitOrGet::Conflict(self.get(read).await?)),
+            }
+        })
+    }
     /// A short description for logs ("etcd 127.0.0.1:2379", "embedded /var/lib/idgen").
     fn describe(&self) -> String;
     /// Whether [`put_expiring`](Self::put_expiring) really expires keys. The default, for

@@ -1,7 +1,8 @@
 //! The floor beneath idgen's request path, for `scripts/bench`: a bare responder of the same
 //! frames on the same I/O as one shard of a node (a current-thread tokio runtime, a task per
 //! connection, each read's answers written in one write), with no generator, clock, lease or
-//! accounting: GET_IDS and GET_RANGES are answered from a counter, HELLO with a fixed layout.
+//! accounting: GET_IDS, GET_RANGES and GET_VALUES (any name, as one dense sequence) are answered
+//! from a counter, HELLO with a fixed layout.
 //! What idgen costs above it is idgen's; what it costs itself is the kernel's and tokio's.
 //!
 //! ```text
@@ -15,7 +16,8 @@ use std::rc::Rc;
 use bytes::{Buf, BytesMut};
 use idgen_protocol::{
     decode_request_for, encode_error, encode_hello_ok, encode_ids_header, encode_pong,
-    encode_ranges, negotiate_version, Decoded, Limits, Request, ServerHello, Status,
+    encode_ranges, encode_values_header, negotiate_version, Decoded, Limits, Request, SeqMode,
+    ServerHello, Status,
 };
 use idgen_protocol::{Layout, WorkerRange};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,7 +50,7 @@ async fn serve(mut stream: TcpStream, next: Rc<Cell<u64>>) {
     let layout = Layout::default();
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut wbuf = BytesMut::with_capacity(64 * 1024);
-    // The negotiated version (1 until HELLO): version 2 adds GET_RANGES.
+    // The negotiated version (1 until HELLO): version 2 adds GET_RANGES, 3 GET_VALUES.
     let mut negotiated = 1;
     loop {
         match stream.read_buf(&mut rbuf).await {
@@ -106,6 +108,15 @@ async fn serve(mut stream: TcpStream, next: Rc<Cell<u64>>) {
                     encode_ranges(&[(first, count)], &mut wbuf);
                 }
                 Decoded::Request(Request::Ping { token }) => encode_pong(token, &mut wbuf),
+                // Any name: one counter, from 1, as a dense sequence (the floor of GET_VALUES).
+                Decoded::Request(Request::GetValues { count, .. }) => {
+                    let first = next.get().max(1);
+                    next.set(first + u64::from(count));
+                    encode_values_header(SeqMode::Dense, count, &mut wbuf);
+                    for v in first..first + u64::from(count) {
+                        wbuf.extend_from_slice(&v.to_be_bytes());
+                    }
+                }
                 Decoded::Reject { status, message } => encode_error(status, message, &mut wbuf),
             }
         }

@@ -12,6 +12,9 @@ package dev.idgen.client;
  * @param rangeChanges RANGE_CHANGED answers followed by a reconnect to the same node
  * @param prefetchRefills refills of the prefetch pool
  * @param prefetchServed IDs handed out from the prefetch pool
+ * @param valueRequests GET_VALUES frames sent (named sequences; prefetch included)
+ * @param values values of named sequences received
  */
 public record ClientStats(long connects, long requests, long ids, long pings, long nodeFailures,
-        long failovers, long rangeChanges, long prefetchRefills, long prefetchServed) {}
+        long failovers, long rangeChanges, long prefetchRefills, long prefetchServed, long valueRequests,
+        long values) {}

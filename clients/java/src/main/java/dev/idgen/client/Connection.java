@@ -7,6 +7,7 @@ import dev.idgen.client.Frames.HelloOk;
 import dev.idgen.client.Frames.Ids;
 import dev.idgen.client.Frames.Pong;
 import dev.idgen.client.Frames.Ranges;
+import dev.idgen.client.Frames.Values;
 import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
@@ -42,11 +43,22 @@ final class Connection {
     private static final class Pending {
         final int op;
         final long arg; // count, or PING token
+        final byte[] name; // GET_VALUES: the sequence name (checked), else null
         final CompletableFuture<Object> future = new CompletableFuture<>();
 
         Pending(int op, long arg) {
+            this(op, arg, null);
+        }
+
+        Pending(int op, long arg, byte[] name) {
             this.op = op;
             this.arg = arg;
+            this.name = name;
+        }
+
+        /** The request frame's size on the wire, length prefix included. */
+        int wireSize() {
+            return name == null ? 13 : 9 + name.length;
         }
     }
 
@@ -78,7 +90,7 @@ final class Connection {
         this.node = node;
         this.socket = socket;
         this.hello = hello;
-        this.ranges = useRanges && hello.version() >= 2;
+        this.ranges = useRanges && hello.version() >= Frames.RANGES_VERSION;
         this.maxFrame = Frames.responseFrameLimit(hello.maxBatch());
         this.in = socket.getInputStream();
         this.out = socket.getOutputStream();
@@ -97,7 +109,7 @@ final class Connection {
     }
 
     /**
-     * Connects, runs the TLS handshake when {@code tls} is given, sends HELLO (versions 1..2)
+     * Connects, runs the TLS handshake when {@code tls} is given, sends HELLO (versions 1..3)
      * and waits for HELLO_OK, all within {@code timeoutMillis}.
      */
     static Connection open(String node, String host, int port, TlsConfig tls, long timeoutMillis,
@@ -348,6 +360,26 @@ final class Connection {
         return all;
     }
 
+    /**
+     * One GET_VALUES of at least {@code n} and at most {@code want} values of the sequence
+     * {@code name} (bytes already checked against the name rule): {@code max(n, min(want,
+     * max_batch))}, so a prefetch never asks above the node's limit. Completes with the VALUES
+     * answer, whose count was checked.
+     *
+     * @throws SequencesUnsupportedException when the connection negotiated a version below 3
+     * @throws IllegalArgumentException when {@code n} is above the node's max_batch or the
+     *     frame above its max_request_frame
+     */
+    CompletableFuture<Values> getValues(byte[] name, int n, int want) {
+        Frames.checkGetValues(hello.version(), hello.maxBatch(), hello.maxRequestFrame(), n, name, node);
+        long cap = Math.min(hello.maxBatch(), Frames.MAX_VALUES_PER_CALL);
+        long count = Math.max(n, Math.min(want, cap));
+        Pending p = new Pending(Frames.OP_GET_VALUES, count, name);
+        submit(new Pending[] {p});
+        stats.valueRequests.increment();
+        return p.future.thenApply(o -> (Values) o);
+    }
+
     /** PING; completes with the token echoed. */
     CompletableFuture<Object> ping(long token) {
         Pending p = new Pending(Frames.OP_PING, token);
@@ -362,7 +394,10 @@ final class Connection {
             if (e != null) {
                 throw e;
             }
-            int need = ps.length * 13;
+            int need = 0;
+            for (Pending p : ps) {
+                need += p.wireSize();
+            }
             if (outBuf.remaining() < need) {
                 ByteBuffer b = ByteBuffer.allocate(Math.max(outBuf.capacity() * 2, outBuf.position() + need));
                 outBuf.flip();
@@ -373,6 +408,8 @@ final class Connection {
                 pending.addLast(p);
                 if (p.op == Frames.OP_PING) {
                     outBuf.putInt(9).put((byte) Frames.OP_PING).putLong(p.arg);
+                } else if (p.op == Frames.OP_GET_VALUES) {
+                    Frames.putGetValues(outBuf, p.arg, p.name);
                 } else {
                     Frames.putCountFrame(outBuf, p.op, p.arg);
                 }
@@ -576,6 +613,16 @@ final class Connection {
                 lastId = ids[ids.length - 1];
                 stats.ids.add(ids.length);
                 p.future.complete(ids);
+            }
+            case Frames.OP_GET_VALUES -> {
+                if (!(frame instanceof Values v)) {
+                    throw complain(p, "GET_VALUES answered with " + frame.getClass().getSimpleName());
+                }
+                if (v.values().length != p.arg) {
+                    throw complain(p, "asked for " + p.arg + " values, got VALUES of " + v.values().length);
+                }
+                stats.values.add(v.values().length);
+                p.future.complete(v);
             }
             default -> {
                 if (frame instanceof Pong pong && pong.token() == p.arg) {

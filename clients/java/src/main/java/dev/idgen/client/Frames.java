@@ -14,17 +14,26 @@ import java.nio.charset.StandardCharsets;
 public final class Frames {
     public static final byte[] MAGIC = {'I', 'D', 'G', 'N'};
     public static final int MIN_VERSION = 1;
-    /** The newest protocol version this client speaks (version 2 adds GET_RANGES). */
-    public static final int MAX_VERSION = 2;
+    /**
+     * The newest protocol version this client speaks (version 2 adds GET_RANGES, version 3
+     * GET_VALUES for named sequences).
+     */
+    public static final int MAX_VERSION = 3;
+    /** The first protocol version with GET_RANGES/RANGES. */
+    public static final int RANGES_VERSION = 2;
+    /** The first protocol version with named sequences (GET_VALUES/VALUES). */
+    public static final int SEQUENCES_VERSION = 3;
 
     public static final int OP_HELLO = 0x01;
     public static final int OP_GET_IDS = 0x02;
     public static final int OP_PING = 0x03;
     public static final int OP_GET_RANGES = 0x04;
+    public static final int OP_GET_VALUES = 0x05;
     public static final int OP_HELLO_OK = 0x81;
     public static final int OP_IDS = 0x82;
     public static final int OP_PONG = 0x83;
     public static final int OP_RANGES = 0x84;
+    public static final int OP_VALUES = 0x85;
     public static final int OP_ERROR = 0xFF;
 
     static final int HELLO_OK_LENGTH = 33;
@@ -33,13 +42,22 @@ public final class Frames {
     static final int ERROR_MAX_LENGTH = 258;
 
     public static final int DEFAULT_MAX_BATCH = 65536;
-    /** The response frame limit before HELLO_OK has arrived: 5 + 8 * 65536. */
-    public static final long DEFAULT_MAX_RESPONSE_FRAME = 5L + 8L * DEFAULT_MAX_BATCH;
+    /** The longest sequence name, in bytes. */
+    public static final int MAX_SEQUENCE_NAME = 64;
+    /** The most values one GET_VALUES may ask for, whatever the node's {@code max_batch}: 2^20. */
+    public static final int MAX_VALUES_PER_CALL = 1 << 20;
+    /** The frame length of a VALUES frame without values (opcode, mode, count). */
+    static final int VALUES_HEAD_LENGTH = 6;
+    /**
+     * The response frame limit before HELLO_OK has arrived: 6 + 8 * 65536 (a VALUES frame of
+     * 65536 values; an IDS frame is one byte shorter).
+     */
+    public static final long DEFAULT_MAX_RESPONSE_FRAME = 6L + 8L * DEFAULT_MAX_BATCH;
 
     private Frames() {}
 
     /** A decoded response frame. */
-    public sealed interface Frame permits HelloOk, Ids, Ranges, Pong, ErrorFrame {}
+    public sealed interface Frame permits HelloOk, Ids, Ranges, Values, Pong, ErrorFrame {}
 
     /** HELLO_OK (0x81): the negotiated version, the ID layout and the connection's limits. */
     public record HelloOk(
@@ -86,6 +104,12 @@ public final class Frames {
         }
     }
 
+    /**
+     * VALUES (0x85, version 3): the values of one GET_VALUES, each in {@code 1 ..= 2^63 - 1},
+     * strictly increasing, and the sequence's mode.
+     */
+    public record Values(SequenceMode mode, long[] values) implements Frame {}
+
     /** PONG (0x83): the token of the PING it answers. */
     public record Pong(long token) implements Frame {}
 
@@ -131,6 +155,105 @@ public final class Frames {
         return countFrame(OP_GET_RANGES, count);
     }
 
+    /**
+     * GET_VALUES (0x05, version 3) of {@code count} values (any u32; the server refuses 0 and
+     * counts above max_batch) of the sequence {@code name}.
+     *
+     * @throws IllegalArgumentException for a name that breaks the name rule ({@link
+     *     #sequenceName(String)}) or a count that does not fit a u32
+     */
+    public static byte[] getValues(long count, String name) {
+        byte[] n = sequenceName(name);
+        ByteBuffer b = ByteBuffer.allocate(9 + n.length);
+        putGetValues(b, count, n);
+        return b.array();
+    }
+
+    /** Appends GET_VALUES of {@code count} values of {@code name} (bytes already checked). */
+    static void putGetValues(ByteBuffer out, long count, byte[] name) {
+        out.putInt(5 + name.length).put((byte) OP_GET_VALUES).putInt((int) checkU32(count)).put(name);
+    }
+
+    /**
+     * The bytes of a sequence name: 1 to 64 bytes of {@code a-z}, {@code 0-9}, {@code .},
+     * {@code _} and {@code -}, the first a letter or a digit.
+     *
+     * @throws IllegalArgumentException naming the rule the name breaks
+     */
+    public static byte[] sequenceName(String name) {
+        if (name == null) {
+            throw new IllegalArgumentException("the sequence name must not be null");
+        }
+        byte[] b = name.getBytes(StandardCharsets.UTF_8);
+        checkSequenceName(b);
+        return b;
+    }
+
+    /** {@link #sequenceName(String)} on raw bytes (checked as the server checks them). */
+    static void checkSequenceName(byte[] b) {
+        if (b.length == 0) {
+            throw new IllegalArgumentException("a sequence name is 1 to 64 bytes, not empty");
+        }
+        if (b.length > MAX_SEQUENCE_NAME) {
+            throw new IllegalArgumentException("a sequence name is at most 64 bytes, not " + b.length);
+        }
+        for (int i = 0; i < b.length; i++) {
+            int c = b[i] & 0xFF;
+            boolean alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+            if (!(alnum || (i > 0 && (c == '.' || c == '_' || c == '-')))) {
+                throw new IllegalArgumentException("sequence name " + quote(b) + ": a name is a-z, 0-9, '.', '_' and '-',"
+                        + " starting with a letter or a digit (byte " + i + " is " + describe(c) + ")");
+            }
+        }
+    }
+
+    private static String quote(byte[] b) {
+        return '"' + new String(b, StandardCharsets.UTF_8) + '"';
+    }
+
+    private static String describe(int c) {
+        return c >= 0x21 && c < 0x7F ? "'" + (char) c + "'" : String.format("0x%02x", c);
+    }
+
+    /**
+     * What a client checks before it sends GET_VALUES of {@code count} values of {@code name}
+     * on a connection that negotiated {@code version} with these HELLO_OK limits.
+     *
+     * @throws IllegalArgumentException for a count outside {@code 1 ..= min(maxBatch, 2^20)},
+     *     a bad name, or a frame longer than the node's {@code max_request_frame}
+     * @throws SequencesUnsupportedException for a version below 3
+     */
+    static void checkGetValues(int version, long maxBatch, long maxRequestFrame, long count, byte[] name, String node) {
+        checkValuesCount(count);
+        checkSequenceName(name);
+        if (version < SEQUENCES_VERSION) {
+            throw new SequencesUnsupportedException(version, node);
+        }
+        if (count > maxBatch) {
+            throw new IllegalArgumentException("n " + count + " is above the node's max_batch " + maxBatch);
+        }
+        if (5L + name.length > maxRequestFrame) {
+            throw new IllegalArgumentException("a GET_VALUES for a " + name.length + "-byte sequence name is "
+                    + (5 + name.length) + " bytes long, above the node's max_request_frame " + maxRequestFrame);
+        }
+    }
+
+    /** @throws IllegalArgumentException for a count outside {@code 1 ..= 2^20} */
+    static void checkValuesCount(long count) {
+        if (count < 1 || count > MAX_VALUES_PER_CALL) {
+            throw new IllegalArgumentException("n must be in 1 .. " + MAX_VALUES_PER_CALL + ", not " + count);
+        }
+    }
+
+    /** The protocol version that defines request {@code opcode} (1 for HELLO, GET_IDS, PING). */
+    static int requestVersion(int opcode) {
+        return switch (opcode) {
+            case OP_GET_RANGES -> RANGES_VERSION;
+            case OP_GET_VALUES -> SEQUENCES_VERSION;
+            default -> 1;
+        };
+    }
+
     /** PING (0x03) with a u64 token (a Java long, its bits taken as unsigned). */
     public static byte[] ping(long token) {
         return ByteBuffer.allocate(13).putInt(9).put((byte) OP_PING).putLong(token).array();
@@ -163,9 +286,13 @@ public final class Frames {
     // ---------------------------------------------------------------------------------
     // Responses
 
-    /** The response frame limit once {@code max_batch} is known: max(5 + 8 * max_batch, 258). */
+    /**
+     * The response frame limit once {@code max_batch} is known (PROTOCOL.md section 7):
+     * max(6 + 8 * max_batch, 258), so that an IDS of max_batch IDs, a VALUES of max_batch
+     * values (one byte longer: its mode) and any ERROR fit.
+     */
     public static long responseFrameLimit(long maxBatch) {
-        return Math.max(5 + 8 * maxBatch, ERROR_MAX_LENGTH);
+        return Math.max(VALUES_HEAD_LENGTH + 8 * maxBatch, ERROR_MAX_LENGTH);
     }
 
     private static ProtocolException bad(String message) {
@@ -219,6 +346,11 @@ public final class Frames {
                     throw bad("RANGES length " + length + " is not 9 + 12 * runs with runs >= 1");
                 }
             }
+            case OP_VALUES -> {
+                if (length < VALUES_HEAD_LENGTH + 8 || (length - VALUES_HEAD_LENGTH) % 8 != 0) {
+                    throw bad("VALUES length " + length + " is not 6 + 8 * count with count >= 1");
+                }
+            }
             case OP_ERROR -> {
                 if (length < ERROR_MIN_LENGTH || length > ERROR_MAX_LENGTH) {
                     throw bad("ERROR length " + length + " outside 3..=258");
@@ -245,6 +377,15 @@ public final class Frames {
         }
         int opcode = buf[off + 4] & 0xFF;
         checkHeader(length, opcode, maxFrame);
+        if (opcode == OP_VALUES) {
+            // The mode and the count as soon as they have arrived, before the values.
+            if (len >= 6 && SequenceMode.ofByte(buf[off + 5] & 0xFF) == null) {
+                throw bad("VALUES with unknown sequence mode " + (buf[off + 5] & 0xFF));
+            }
+            if (len >= 10 && u32(buf, off + 6) != (length - VALUES_HEAD_LENGTH) / 8) {
+                throw bad("VALUES count " + u32(buf, off + 6) + " disagrees with frame length " + length);
+            }
+        }
         if (len - 4 < length) {
             return null;
         }
@@ -311,6 +452,31 @@ public final class Frames {
                     throw bad("RANGES counts sum to " + sum + ", total says " + total);
                 }
                 return new Ranges(total, firsts, counts);
+            }
+            case OP_VALUES: {
+                SequenceMode mode = SequenceMode.ofByte(b[off] & 0xFF);
+                long count = u32(b, off + 1);
+                if (mode == null) {
+                    throw bad("VALUES with unknown sequence mode " + (b[off] & 0xFF));
+                }
+                if (count == 0 || 5 + 8 * count != len) {
+                    throw bad("VALUES count " + count + " disagrees with frame length " + (len + 1));
+                }
+                long[] values = new long[(int) count];
+                long previous = 0;
+                int p = off + 5;
+                for (int i = 0; i < values.length; i++, p += 8) {
+                    long v = u64(b, p);
+                    if (v <= 0) {
+                        throw bad("VALUES holds a value outside 1 ..= 2^63 - 1 (" + Long.toUnsignedString(v) + ")");
+                    }
+                    if (v <= previous) {
+                        throw bad("VALUES are not strictly increasing (" + v + " after " + previous + ")");
+                    }
+                    values[i] = v;
+                    previous = v;
+                }
+                return new Values(mode, values);
             }
             case OP_PONG:
                 return new Pong(u64(b, off));

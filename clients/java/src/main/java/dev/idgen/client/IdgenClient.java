@@ -47,14 +47,16 @@ import java.util.function.Function;
  *
  * <h2>Failover</h2>
  * Calls go to the node that answered the last call (sticky). A node that answers "try another
- * node" ({@code 3xx} except {@code EXHAUSTED}), does not answer within the request timeout,
+ * node" ({@code 3xx} except {@code EXHAUSTED} and {@code SEQUENCE_USED_UP}), does not answer
+ * within the request timeout,
  * refuses, drops or breaks the connection, sends a bad frame, or fails the TLS handshake is
  * marked down for a backoff (from {@code backoffMin}, doubling per consecutive failure, up to
  * {@code backoffMax}) and the whole call is retried on the next node; healthy nodes first, then
  * those backing off, soonest first; each node at most once per call, all within the call's
  * deadline. {@code RANGE_CHANGED} (305) is not a node failure: the client reconnects to the
  * same node at once (its new HELLO_OK announces the new range) and retries the call there,
- * once per call. Statuses another node would repeat ({@code 2xx}, {@code EXHAUSTED}) and the
+ * once per call. Statuses another node would repeat ({@code 2xx}, {@code EXHAUSTED}, {@code
+ * SEQUENCE_USED_UP}) and the
  * other statuses whose "retry elsewhere" is no ({@code 1xx}, {@code 5xx}) fail the call at once.
  * Failover leaves gaps in the ID space, never duplicates: a node never sends an ID twice.
  *
@@ -68,6 +70,17 @@ import java.util.function.Function;
  * out once (never twice, whatever the number of threads); IDs still in it at {@link #close()}
  * are dropped (a gap). IDs age in the pool: an ID's timestamp may be older than the moment it
  * is handed out.
+ *
+ * <h2>Named sequences</h2>
+ * {@link #nextValue(String)} and {@link #nextValues(String, int)} take values of a sequence an
+ * operator created ({@code idgen seq create}), over protocol version 3 (GET_VALUES), with the
+ * same deadlines and failover as IDs (clients/vectors/SEQUENCES.md). A bad name or count is an
+ * {@link IllegalArgumentException} before anything is sent; {@code UNKNOWN_SEQUENCE}, {@code
+ * INVALID_SEQUENCE_NAME} and {@code SEQUENCE_USED_UP} fail the call at once with a {@link
+ * ServerException}; {@code SEQUENCE_UNAVAILABLE} and {@code BUSY} try another node. A node
+ * that negotiated version 1 or 2 fails the call with {@link SequencesUnsupportedException}.
+ * With {@link Builder#sequencePrefetch(int)}, values of dense sequences are fetched ahead and
+ * kept per name; strict sequences' values never are.
  */
 public final class IdgenClient implements AutoCloseable {
     /** The default ID port of {@code idgen serve}. */
@@ -86,6 +99,7 @@ public final class IdgenClient implements AutoCloseable {
     private final ScheduledThreadPoolExecutor timers;
     private final ExecutorService workers;
     private final PrefetchPool prefetch;
+    private final SequencePrefetch sequencePrefetch;
     private final AtomicLong tokens = new AtomicLong(1);
     private volatile int preferred;
     private volatile Layout layout;
@@ -153,6 +167,7 @@ public final class IdgenClient implements AutoCloseable {
         this.timers.setRemoveOnCancelPolicy(true);
         this.workers = Executors.newCachedThreadPool(daemon("idgen-worker"));
         this.prefetch = b.prefetch > 0 ? new PrefetchPool(this, b.prefetch, b.lowWater) : null;
+        this.sequencePrefetch = b.sequencePrefetch > 0 ? new SequencePrefetch(this, b.sequencePrefetch) : null;
     }
 
     private static ThreadFactory daemon(String name) {
@@ -185,6 +200,7 @@ public final class IdgenClient implements AutoCloseable {
         private Duration backoffMax = Duration.ofSeconds(10);
         private int prefetch;
         private int lowWater = -1;
+        private int sequencePrefetch;
         private boolean useRanges = true;
 
         private Builder() {}
@@ -253,6 +269,24 @@ public final class IdgenClient implements AutoCloseable {
             }
             this.prefetch = size;
             this.lowWater = lowWater;
+            return this;
+        }
+
+        /**
+         * Prefetch for named sequences: keep, per name, up to about {@code k} values of a
+         * <em>dense</em> sequence to answer later {@link IdgenClient#nextValue(String)} and
+         * {@link IdgenClient#nextValues(String, int)} calls from; a call the buffer cannot
+         * answer asks for {@code max(k, n)} values (at most the node's max_batch). Strict
+         * sequences are never prefetched. Default 0 (off). Values still buffered when the client
+         * stops are lost (gaps, up to {@code k} per name), buffers of at most 1024 names are
+         * held (least recently used forgotten), and values handed out by two clients
+         * interleave.
+         */
+        public Builder sequencePrefetch(int k) {
+            if (k < 0 || k > Frames.MAX_VALUES_PER_CALL) {
+                throw new IllegalArgumentException("sequencePrefetch must be in 0 .. " + Frames.MAX_VALUES_PER_CALL);
+            }
+            this.sequencePrefetch = k;
             return this;
         }
 
@@ -327,6 +361,78 @@ public final class IdgenClient implements AutoCloseable {
         return call(conn -> conn.getIds(n), deadline);
     }
 
+    // ---- Named sequences (protocol version 3) ----
+
+    /** One value of sequence {@code name}, within the default call deadline. */
+    public long nextValue(String name) {
+        return nextValue(name, callDeadline);
+    }
+
+    /** One value of sequence {@code name} within {@code deadline}. */
+    public long nextValue(String name, Duration deadline) {
+        return await(nextValueAsync(name, deadline), deadline);
+    }
+
+    /** One value of sequence {@code name}, asynchronously. */
+    public CompletableFuture<Long> nextValueAsync(String name) {
+        return nextValueAsync(name, callDeadline);
+    }
+
+    /** One value of sequence {@code name}, asynchronously, within {@code deadline}. */
+    public CompletableFuture<Long> nextValueAsync(String name, Duration deadline) {
+        return nextValuesAsync(name, 1, deadline).thenApply(v -> v[0]);
+    }
+
+    /** Exactly {@code n} values of sequence {@code name}, strictly increasing (all or nothing). */
+    public long[] nextValues(String name, int n) {
+        return nextValues(name, n, callDeadline);
+    }
+
+    /** Exactly {@code n} values of sequence {@code name} within {@code deadline}. */
+    public long[] nextValues(String name, int n, Duration deadline) {
+        return await(nextValuesAsync(name, n, deadline), deadline);
+    }
+
+    /** Exactly {@code n} values of sequence {@code name}, asynchronously. */
+    public CompletableFuture<long[]> nextValuesAsync(String name, int n) {
+        return nextValuesAsync(name, n, callDeadline);
+    }
+
+    /**
+     * Exactly {@code n} values of sequence {@code name}, strictly increasing, asynchronously,
+     * within {@code deadline}; each in {@code 1 ..= 2^63 - 1}. Without prefetch one GET_VALUES
+     * of {@code n} is sent; a retry on another node asks again (a value reserved for a lost
+     * answer is a gap, never handed out twice).
+     *
+     * @throws IllegalArgumentException at once, nothing sent, for a name that is not 1 to 64
+     *     bytes of {@code a-z}, {@code 0-9}, {@code .}, {@code _} and {@code -} starting with a
+     *     letter or a digit, an {@code n} outside {@code 1 ..= 1048576}, or a non-positive
+     *     deadline; the future fails with one, nothing sent, for an {@code n} above the node's
+     *     {@code max_batch}
+     */
+    public CompletableFuture<long[]> nextValuesAsync(String name, int n, Duration deadline) {
+        byte[] nameBytes = Frames.sequenceName(name);
+        Frames.checkValuesCount(n);
+        checkDeadline(deadline);
+        if (sequencePrefetch != null) {
+            if (closed) {
+                return CompletableFuture.failedFuture(new ClientClosedException("the client is closed"));
+            }
+            return sequencePrefetch.next(name, nameBytes, n, deadline);
+        }
+        return valuesCall(nameBytes, n, n, deadline).thenApply(Frames.Values::values);
+    }
+
+    /** One GET_VALUES of {@code n ..= want} values (see {@link Connection#getValues}), with failover. */
+    CompletableFuture<Frames.Values> valuesCall(byte[] nameBytes, int n, int want, Duration deadline) {
+        return call(conn -> conn.getValues(nameBytes, n, want), deadline);
+    }
+
+    /** The sequence prefetch state, or {@code null} without it; for tests. */
+    SequencePrefetch sequencePrefetch() {
+        return sequencePrefetch;
+    }
+
     /** PING a node (with failover); the round-trip time. */
     public Duration ping() {
         return await(pingAsync(), callDeadline);
@@ -360,7 +466,7 @@ public final class IdgenClient implements AutoCloseable {
         Stats s = stats;
         return new ClientStats(s.connects.sum(), s.requests.sum(), s.ids.sum(), s.pings.sum(),
                 s.nodeFailures.sum(), s.failovers.sum(), s.rangeChanges.sum(), s.prefetchRefills.sum(),
-                s.prefetchServed.sum());
+                s.prefetchServed.sum(), s.valueRequests.sum(), s.values.sum());
     }
 
     /** Each node's state, in the order given. */
@@ -380,7 +486,8 @@ public final class IdgenClient implements AutoCloseable {
 
     /**
      * Closes every connection and stops the background threads. Calls still waiting fail with
-     * {@link ClientClosedException}; IDs in the prefetch pool are dropped (a gap).
+     * {@link ClientClosedException}; IDs in the prefetch pool and values in sequence
+     * prefetch buffers are dropped (gaps).
      */
     @Override
     public void close() {
@@ -390,6 +497,9 @@ public final class IdgenClient implements AutoCloseable {
         closed = true;
         if (prefetch != null) {
             prefetch.close();
+        }
+        if (sequencePrefetch != null) {
+            sequencePrefetch.close();
         }
         for (Node n : nodes) {
             Connection c;
@@ -456,10 +566,14 @@ public final class IdgenClient implements AutoCloseable {
     // ---------------------------------------------------------------------------------
     // Failover
 
-    private <T> CompletableFuture<T> call(Function<Connection, CompletableFuture<T>> op, Duration deadline) {
+    private static void checkDeadline(Duration deadline) {
         if (deadline == null || deadline.isNegative() || deadline.isZero()) {
             throw new IllegalArgumentException("the deadline must be positive");
         }
+    }
+
+    private <T> CompletableFuture<T> call(Function<Connection, CompletableFuture<T>> op, Duration deadline) {
+        checkDeadline(deadline);
         Call<T> c = new Call<>(op, System.nanoTime() + deadline.toNanos());
         if (closed) {
             c.result.completeExceptionally(new ClientClosedException("the client is closed"));
@@ -595,6 +709,12 @@ public final class IdgenClient implements AutoCloseable {
 
         void failed(Node node, Connection conn, Throwable e, boolean atSubmit) {
             lastError = e;
+            if (atSubmit && (e instanceof IllegalArgumentException || e instanceof SequencesUnsupportedException)) {
+                // Refused before sending (a count above the node's max_batch, a node without
+                // named sequences): not the node's failure, and no other node is tried.
+                result.completeExceptionally(e);
+                return;
+            }
             if (closed || e instanceof ClientClosedException) {
                 result.completeExceptionally(closed ? new ClientClosedException("the client is closed") : e);
                 return;

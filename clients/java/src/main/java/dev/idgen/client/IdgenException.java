@@ -8,7 +8,8 @@ package dev.idgen.client;
  * ServerException} (the node answered with an ERROR frame), {@link UnavailableException}
  * (a node could not be reached, closed, or did not answer in time; {@link TlsException} and
  * {@link NoNodeAvailableException} are kinds of it), {@link DeadlineExceededException} (the
- * call's deadline ran out) and {@link ClientClosedException}.
+ * call's deadline ran out), {@link SequencesUnsupportedException} (a node without named
+ * sequences) and {@link ClientClosedException}.
  *
  * <p>Retrying a failed call is always safe: a node never sends an ID twice, so a failed call
  * leaves at most a gap in the ID space, never a duplicate.

@@ -32,7 +32,7 @@ public class ServerException extends IdgenException {
         return serverMessage;
     }
 
-    /** Whether another node may serve the request (3xx except EXHAUSTED). */
+    /** Whether another node may serve the request (3xx except EXHAUSTED and SEQUENCE_USED_UP). */
     public boolean retryElsewhere() {
         return Status.retryElsewhere(status);
     }

@@ -13,4 +13,6 @@ final class Stats {
     final LongAdder rangeChanges = new LongAdder();
     final LongAdder prefetchRefills = new LongAdder();
     final LongAdder prefetchServed = new LongAdder();
+    final LongAdder valueRequests = new LongAdder();
+    final LongAdder values = new LongAdder();
 }

@@ -19,6 +19,8 @@ public final class Status {
     public static final int INVALID_COUNT = 200;
     public static final int BATCH_TOO_LARGE = 201;
     public static final int UNKNOWN_OPCODE = 202;
+    public static final int UNKNOWN_SEQUENCE = 203;
+    public static final int INVALID_SEQUENCE_NAME = 204;
     public static final int UNAVAILABLE_LEASE = 300;
     public static final int UNAVAILABLE_CLOCK = 301;
     public static final int SHUTTING_DOWN = 302;
@@ -26,6 +28,8 @@ public final class Status {
     public static final int EXHAUSTED = 304;
     public static final int RANGE_CHANGED = 305;
     public static final int BUSY = 306;
+    public static final int SEQUENCE_USED_UP = 307;
+    public static final int SEQUENCE_UNAVAILABLE = 308;
     public static final int INTERNAL = 500;
 
     /** One row of the status table. */
@@ -43,6 +47,8 @@ public final class Status {
             new Info(INVALID_COUNT, "INVALID_COUNT", false, false),
             new Info(BATCH_TOO_LARGE, "BATCH_TOO_LARGE", false, false),
             new Info(UNKNOWN_OPCODE, "UNKNOWN_OPCODE", false, false),
+            new Info(UNKNOWN_SEQUENCE, "UNKNOWN_SEQUENCE", false, false),
+            new Info(INVALID_SEQUENCE_NAME, "INVALID_SEQUENCE_NAME", false, false),
             new Info(UNAVAILABLE_LEASE, "UNAVAILABLE_LEASE", false, true),
             new Info(UNAVAILABLE_CLOCK, "UNAVAILABLE_CLOCK", false, true),
             new Info(SHUTTING_DOWN, "SHUTTING_DOWN", true, true),
@@ -50,6 +56,8 @@ public final class Status {
             new Info(EXHAUSTED, "EXHAUSTED", false, false),
             new Info(RANGE_CHANGED, "RANGE_CHANGED", true, true),
             new Info(BUSY, "BUSY", false, true),
+            new Info(SEQUENCE_USED_UP, "SEQUENCE_USED_UP", false, false),
+            new Info(SEQUENCE_UNAVAILABLE, "SEQUENCE_UNAVAILABLE", false, true),
             new Info(INTERNAL, "INTERNAL", true, false),
         }) {
             t.put(i.code(), i);
@@ -79,7 +87,7 @@ public final class Status {
         return !(code >= 200 && code <= 399);
     }
 
-    /** Whether another node may serve the request (3xx except EXHAUSTED). */
+    /** Whether another node may serve the request (3xx except EXHAUSTED and SEQUENCE_USED_UP). */
     public static boolean retryElsewhere(int code) {
         Info i = TABLE.get(code);
         if (i != null) {

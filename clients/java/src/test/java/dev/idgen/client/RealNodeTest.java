@@ -19,7 +19,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
-/** Against a real node: handshake, version 2, batches, pipelining, deadlines, prefetch under concurrency. */
+/** Against a real node: handshake, version 3, batches, pipelining, deadlines, prefetch under concurrency. */
 class RealNodeTest {
     static Support.Node node;
 
@@ -42,11 +42,11 @@ class RealNodeTest {
     }
 
     @Test
-    void handshakeNegotiatesVersion2AndTheLayoutDecodesIds() {
+    void handshakeNegotiatesVersion3AndTheLayoutDecodesIds() {
         try (IdgenClient c = IdgenClient.create(node.addr)) {
             long id = c.nextId();
             NodeInfo info = c.nodes().get(0);
-            assertEquals(2, info.hello().version());
+            assertEquals(3, info.hello().version());
             assertEquals(1000, info.hello().maxBatch());
             Layout.Parts p = c.decode(id);
             assertTrue(Math.abs(p.unixMs() - System.currentTimeMillis()) < 60_000, "timestamp " + p);

@@ -85,8 +85,36 @@ final class Support {
             return new Node(a);
         }
 
+        /**
+         * A node on the embedded store (the default) in a new data directory, after {@code
+         * seed} ran there (e.g. {@code idgen seq create ... --data-dir DIR}, which must run
+         * before the node holds the store open), with 2 shards plus {@code extra} arguments.
+         */
+        static Node embedded(java.util.function.Consumer<Path> seed, String... extra) throws IOException {
+            Path d = newDataDir();
+            try {
+                seed.accept(d);
+            } catch (RuntimeException | Error e) {
+                deleteTree(d);
+                throw e;
+            }
+            List<String> a = new ArrayList<>(List.of("--shards", "2"));
+            a.addAll(List.of(extra));
+            return new Node(d, a);
+        }
+
         Node(List<String> args) throws IOException {
-            dir = Files.createTempDirectory("idgen-javatest-");
+            this(newDataDir(), args);
+        }
+
+        /** A new temporary data directory, once the binary is known to exist (none left behind otherwise). */
+        private static Path newDataDir() throws IOException {
+            idgenBin();
+            return Files.createTempDirectory("idgen-javatest-");
+        }
+
+        Node(Path dataDir, List<String> args) throws IOException {
+            dir = dataDir;
             List<String> cmd = new ArrayList<>(List.of(idgenBin(), "serve", "--admin-listen", "off",
                     "--http-listen", "off", "--data-dir", dir.toString()));
             if (!args.contains("--listen")) {
@@ -199,6 +227,49 @@ final class Support {
         }
     }
 
+    /**
+     * Runs {@code idgen args...} to completion (at most 60 s, then killed by PID) and fails,
+     * with its output, unless it exits 0. Returns its stdout.
+     */
+    static String idgen(String... args) {
+        List<String> cmd = new ArrayList<>(List.of(idgenBin()));
+        cmd.addAll(List.of(args));
+        Path out = null;
+        Process p = null;
+        try {
+            out = Files.createTempFile("idgen-javatest-cmd-", ".log");
+            ProcessBuilder pb = new ProcessBuilder(cmd);
+            pb.redirectErrorStream(true);
+            pb.redirectOutput(out.toFile());
+            pb.redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")));
+            p = pb.start();
+            if (!p.waitFor(60, TimeUnit.SECONDS)) {
+                p.destroyForcibly();
+                p.waitFor(10, TimeUnit.SECONDS);
+                fail(String.join(" ", cmd) + " did not finish within 60 s:\n" + Files.readString(out));
+            }
+            String text = Files.readString(out);
+            if (p.exitValue() != 0) {
+                fail(String.join(" ", cmd) + " exited " + p.exitValue() + ":\n" + text);
+            }
+            return text;
+        } catch (IOException e) {
+            fail("cannot run " + String.join(" ", cmd) + ": " + e);
+            return null;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            if (p != null) {
+                p.destroyForcibly();
+            }
+            fail("interrupted running " + String.join(" ", cmd));
+            return null;
+        } finally {
+            if (out != null) {
+                out.toFile().delete();
+            }
+        }
+    }
+
     /** A single-member etcd on loopback ports, stopped by PID. */
     static final class Etcd implements AutoCloseable {
         final Process proc;
@@ -278,10 +349,27 @@ final class Support {
     // -----------------------------------------------------------------------------------
     // Fake nodes
 
+    /** HELLO_OK; max_request_frame 128 from version 3 (the longest GET_VALUES is 69), else 64. */
     static byte[] helloOk(int version, long epoch, int regionBits, long maxBatch, long workerFirst, long workerCount) {
+        return helloOk(version, epoch, regionBits, maxBatch, workerFirst, workerCount, version >= 3 ? 128 : 64);
+    }
+
+    static byte[] helloOk(int version, long epoch, int regionBits, long maxBatch, long workerFirst, long workerCount,
+            long maxRequestFrame) {
         return ByteBuffer.allocate(37).putInt(33).put((byte) 0x81).putShort((short) version).putLong(epoch)
                 .put((byte) 41).put((byte) 10).put((byte) 12).put((byte) regionBits).putInt((int) maxBatch)
-                .putInt(64).putInt((int) workerFirst).putInt((int) workerCount).putShort((short) 0).array();
+                .putInt((int) maxRequestFrame).putInt((int) workerFirst).putInt((int) workerCount).putShort((short) 0)
+                .array();
+    }
+
+    /** A VALUES frame (mode 0 dense, 1 strict; any other byte for bad frames). */
+    static byte[] values(int mode, long... vs) {
+        ByteBuffer b = ByteBuffer.allocate(10 + 8 * vs.length).putInt(6 + 8 * vs.length).put((byte) 0x85)
+                .put((byte) mode).putInt(vs.length);
+        for (long v : vs) {
+            b.putLong(v);
+        }
+        return b.array();
     }
 
     static byte[] error(int status, String message) {
@@ -290,14 +378,33 @@ final class Support {
     }
 
     /** What a fake node does after the handshake. */
-    enum Mode { SERVE, UNAVAILABLE, SILENT, GARBAGE, RANGE_CHANGED }
+    enum Mode { SERVE, UNAVAILABLE, SILENT, GARBAGE, RANGE_CHANGED, BAD_VALUES }
+
+    /** A named sequence of a fake node: values {@code next, next + 1, ...} up to {@code max}. */
+    static final class Seq {
+        volatile SequenceMode mode;
+        final AtomicLong next;
+        final long max;
+        volatile boolean dropped;
+
+        Seq(SequenceMode mode, long start, long max) {
+            this.mode = mode;
+            this.next = new AtomicLong(start);
+            this.max = max;
+        }
+    }
 
     /**
      * A tiny idgen node: HELLO_OK with {@code hello}, then per {@code mode}: SERVE answers
      * GET_IDS/GET_RANGES/PING (IDs from one counter over every connection), UNAVAILABLE answers
      * ERROR {@code status}, SILENT nothing, GARBAGE a bad frame, RANGE_CHANGED serves {@code
      * serveBefore} requests on the first connection, then ERROR 305 and closes (later
-     * connections get {@code helloAfter} and are served).
+     * connections get {@code helloAfter} and are served), BAD_VALUES answers GET_VALUES with
+     * one value more than asked. Served GET_VALUES (version 3 connections) answer the
+     * sequences of {@link #sequence}: 203 for a name it does not have (or, with {@link
+     * #anyName}, creates it dense), 201 above max_batch, 307 past its maximum; before
+     * version 3, 202 as a real node does. Every GET_VALUES count is recorded in {@link
+     * #valueCounts}; {@link #delayMs} delays every answer.
      */
     static final class Fake implements AutoCloseable {
         final ServerSocket server;
@@ -312,6 +419,12 @@ final class Support {
         final AtomicLong nextId = new AtomicLong(1L << 40);
         final List<Socket> open = Collections.synchronizedList(new ArrayList<>());
         final int version;
+        final long maxBatch;
+        final java.util.Map<String, Seq> sequences = new java.util.concurrent.ConcurrentHashMap<>();
+        final List<Long> valueCounts = Collections.synchronizedList(new ArrayList<>());
+        final AtomicInteger valueRequests = new AtomicInteger();
+        volatile boolean anyName;
+        volatile long delayMs;
 
         Fake(Mode mode, int status, int serveBefore, byte[] hello, byte[] helloAfter) throws IOException {
             this.mode = mode;
@@ -320,11 +433,25 @@ final class Support {
             this.hello = hello;
             this.helloAfter = helloAfter == null ? hello : helloAfter;
             this.version = ByteBuffer.wrap(hello).getShort(5);
+            this.maxBatch = ByteBuffer.wrap(hello).getInt(19) & 0xFFFFFFFFL;
             server = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
             addr = "127.0.0.1:" + server.getLocalPort();
             Thread t = new Thread(this::accept, "fake-accept");
             t.setDaemon(true);
             t.start();
+        }
+
+        /** Adds (or replaces) sequence {@code name}. */
+        Fake sequence(String name, SequenceMode mode, long start, long max) {
+            sequences.put(name, new Seq(mode, start, max));
+            return this;
+        }
+
+        /** The GET_VALUES counts received, in order. */
+        List<Long> counts() {
+            synchronized (valueCounts) {
+                return new ArrayList<>(valueCounts);
+            }
         }
 
         private void accept() {
@@ -357,6 +484,14 @@ final class Support {
                     byte[] body = new byte[len];
                     in.readFully(body);
                     requests.incrementAndGet();
+                    if (len > 0 && (body[0] & 0xFF) == 0x05) {
+                        valueRequests.incrementAndGet();
+                        valueCounts.add(ByteBuffer.wrap(body).getInt(1) & 0xFFFFFFFFL);
+                    }
+                    long delay = delayMs;
+                    if (delay > 0) {
+                        sleep(delay);
+                    }
                     switch (m) {
                         case UNAVAILABLE -> {
                             out.write(error(status, "fake node says no"));
@@ -373,6 +508,18 @@ final class Support {
                             out.write(answer(body));
                         }
                         case SERVE -> out.write(answer(body));
+                        case BAD_VALUES -> {
+                            if ((body[0] & 0xFF) == 0x05) {
+                                long c = ByteBuffer.wrap(body).getInt(1) & 0xFFFFFFFFL;
+                                long[] vs = new long[(int) c + 1];
+                                for (int i = 0; i < vs.length; i++) {
+                                    vs[i] = 1 + i;
+                                }
+                                out.write(values(0, vs));
+                            } else {
+                                out.write(answer(body));
+                            }
+                        }
                         case SILENT -> { }
                         default -> { }
                     }
@@ -387,6 +534,9 @@ final class Support {
             int op = b.get() & 0xFF;
             if (op == 0x03) {
                 return ByteBuffer.allocate(13).putInt(9).put((byte) 0x83).putLong(b.getLong()).array();
+            }
+            if (op == 0x05) {
+                return valuesAnswer(body);
             }
             long count = b.getInt() & 0xFFFFFFFFL;
             if (count == 0) {
@@ -403,6 +553,41 @@ final class Support {
                 out.putLong(first + i);
             }
             return out.array();
+        }
+
+        private byte[] valuesAnswer(byte[] body) {
+            if (version < 3) {
+                return error(202, "unknown opcode 0x05");
+            }
+            long count = ByteBuffer.wrap(body).getInt(1) & 0xFFFFFFFFL;
+            String name = new String(body, 5, body.length - 5, StandardCharsets.UTF_8);
+            if (count == 0) {
+                return error(200, "GET_VALUES count must be at least 1");
+            }
+            if (count > maxBatch || count > (1 << 20)) {
+                return error(201, "GET_VALUES count exceeds max_batch");
+            }
+            if (!name.matches("[a-z0-9][a-z0-9._-]{0,63}")) {
+                return error(204, "bad sequence name");
+            }
+            Seq q = anyName ? sequences.computeIfAbsent(name, x -> new Seq(SequenceMode.DENSE, 1, Long.MAX_VALUE))
+                    : sequences.get(name);
+            if (q == null || q.dropped) {
+                return error(203, "no sequence " + name + " in this namespace");
+            }
+            long first;
+            synchronized (q) {
+                first = q.next.get();
+                if (first - 1 + count > q.max) {
+                    return error(307, "sequence " + name + " reached its maximum " + q.max);
+                }
+                q.next.addAndGet(count);
+            }
+            long[] vs = new long[(int) count];
+            for (int i = 0; i < vs.length; i++) {
+                vs[i] = first + i;
+            }
+            return values(q.mode == SequenceMode.DENSE ? 0 : 1, vs);
         }
 
         /** Stops accepting and cuts every open connection, as a crashed node would. */

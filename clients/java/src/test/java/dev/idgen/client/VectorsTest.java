@@ -3,6 +3,7 @@ package dev.idgen.client;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -15,6 +16,7 @@ import dev.idgen.client.Frames.HelloOk;
 import dev.idgen.client.Frames.Ids;
 import dev.idgen.client.Frames.Pong;
 import dev.idgen.client.Frames.Ranges;
+import dev.idgen.client.Frames.Values;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.util.ArrayList;
@@ -24,7 +26,14 @@ import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
-/** The shared wire vectors of protocol/tests/vectors.json through the client's codec, plus RANGES. */
+/**
+ * The shared wire vectors of protocol/tests/vectors.json through the client's codec, plus
+ * RANGES. Response vectors are decoded (or rejected, or found incomplete) as they say; request
+ * vectors with {@code decoded} are encoded byte-exact, and sent only on a connection whose
+ * negotiated {@code version} has the opcode; GET_VALUES request vectors the server rejects are
+ * refused by the client's checks before sending (a client that never sends them cannot be
+ * answered so). The other request error and incomplete vectors are the server's decoding.
+ */
 class VectorsTest {
     @SuppressWarnings("unchecked")
     static List<Map<String, Object>> vectors() throws Exception {
@@ -56,6 +65,7 @@ class VectorsTest {
             case "GET_IDS" -> Frames.getIds(num(d.get("count")));
             case "GET_RANGES" -> Frames.getRanges(num(d.get("count")));
             case "PING" -> Frames.ping(num(d.get("token")));
+            case "GET_VALUES" -> Frames.getValues(num(d.get("count")), (String) d.get("name"));
             default -> throw new AssertionError("unknown request op " + d.get("op"));
         };
     }
@@ -83,6 +93,14 @@ class VectorsTest {
                 l.add(Long.toString(id));
             }
             m.put("ids", l);
+        } else if (f instanceof Values v) {
+            m.put("op", "VALUES");
+            m.put("mode", v.mode() == SequenceMode.DENSE ? "dense" : "strict");
+            List<Object> l = new ArrayList<>();
+            for (long value : v.values()) {
+                l.add(Long.toString(value));
+            }
+            m.put("values", l);
         } else if (f instanceof Pong p) {
             m.put("op", "PONG");
             m.put("token", Long.toUnsignedString(p.token()));
@@ -109,7 +127,106 @@ class VectorsTest {
             int consumed = c.containsKey("consumed") ? (int) num(c.get("consumed")) : raw.length;
             byte[] want = java.util.Arrays.copyOf(raw, consumed);
             assertArrayEquals(want, encode((Map<String, Object>) c.get("decoded")), (String) c.get("name"));
+            if ("established".equals(c.get("connection"))) {
+                int opcode = raw[4] & 0xFF;
+                assertTrue(Frames.requestVersion(opcode) <= version(c),
+                        c.get("name") + ": the client sends opcode " + opcode + " only from version "
+                                + Frames.requestVersion(opcode));
+            }
         }
+    }
+
+    /** The version an established connection of a request vector negotiated (1 when absent). */
+    static int version(Map<String, Object> c) {
+        return c.containsKey("version") ? (int) num(c.get("version")) : 1;
+    }
+
+    @SuppressWarnings("unchecked")
+    static long limit(Map<String, Object> c, String key) {
+        return num(((Map<String, Object>) c.get("limits")).get(key));
+    }
+
+    @Test
+    @SuppressWarnings("unchecked")
+    void opcodesUnknownAtANegotiatedVersionAreNeverSentOnIt() throws Exception {
+        int n = 0;
+        for (Map<String, Object> c : cases("request", "error")) {
+            Map<String, Object> err = (Map<String, Object>) c.get("error");
+            byte[] raw = hex(c);
+            if (!"established".equals(c.get("connection")) || num(err.get("status")) != Status.UNKNOWN_OPCODE
+                    || raw.length < 5) {
+                continue;
+            }
+            int opcode = raw[4] & 0xFF;
+            if (opcode == Frames.OP_GET_RANGES || opcode == Frames.OP_GET_VALUES) {
+                n++;
+                assertTrue(Frames.requestVersion(opcode) > version(c), (String) c.get("name"));
+            }
+        }
+        assertTrue(n >= 3, "GET_RANGES on version 1, GET_VALUES on versions 1 and 2: " + n);
+    }
+
+    /**
+     * Every GET_VALUES request vector through the client's checks before sending, with the
+     * vector's negotiated version and limits: a frame the server accepts passes them; one it
+     * rejects is refused without sending (a bad count, name, length or frame size is an
+     * IllegalArgumentException; a version below 3 a SequencesUnsupportedException).
+     */
+    @Test
+    @SuppressWarnings("unchecked")
+    void getValuesRequestVectorsMatchTheChecksBeforeSending() throws Exception {
+        int accepted = 0;
+        int refused = 0;
+        for (Map<String, Object> c : vectors()) {
+            byte[] raw = hex(c);
+            if (!"request".equals(c.get("direction")) || raw.length < 5 || (raw[4] & 0xFF) != Frames.OP_GET_VALUES
+                    || c.containsKey("incomplete")) {
+                continue;
+            }
+            String name = (String) c.get("name");
+            long length = ByteBuffer.wrap(raw).getInt() & 0xFFFFFFFFL;
+            long count = raw.length >= 9 ? ByteBuffer.wrap(raw).getInt(5) & 0xFFFFFFFFL : 1;
+            int nameLen = (int) Math.max(0, length - 5);
+            byte[] seq = new byte[nameLen];
+            int have = Math.max(0, Math.min(nameLen, raw.length - 9));
+            System.arraycopy(raw, Math.min(9, raw.length), seq, 0, have);
+            assertEquals(nameLen, have, name + ": the vector holds the whole name");
+            int v = version(c);
+            long maxBatch = limit(c, "max_batch");
+            long maxFrame = limit(c, "max_request_frame");
+            if (c.containsKey("decoded")) {
+                Frames.checkGetValues(v, maxBatch, maxFrame, count, seq, "vector");
+                accepted++;
+                continue;
+            }
+            Map<String, Object> err = (Map<String, Object>) c.get("error");
+            int status = (int) num(err.get("status"));
+            RuntimeException e = assertThrows(RuntimeException.class,
+                    () -> Frames.checkGetValues(v, maxBatch, maxFrame, count, seq, "vector"), name);
+            refused++;
+            String m = e.getMessage();
+            switch (status) {
+                case Status.UNKNOWN_OPCODE -> {
+                    SequencesUnsupportedException u = assertInstanceOf(SequencesUnsupportedException.class, e, name);
+                    assertEquals(v, u.version(), name);
+                    assertTrue(m.contains("version " + v) && m.contains("need version 3"), m);
+                }
+                case Status.INVALID_COUNT, Status.BATCH_TOO_LARGE -> {
+                    assertInstanceOf(IllegalArgumentException.class, e, name);
+                    assertTrue(m.startsWith("n "), name + ": " + m);
+                }
+                case Status.INVALID_SEQUENCE_NAME, Status.BAD_FRAME -> {
+                    assertInstanceOf(IllegalArgumentException.class, e, name);
+                    assertTrue(m.contains("sequence name"), name + ": " + m);
+                }
+                case Status.FRAME_TOO_LARGE -> {
+                    assertInstanceOf(IllegalArgumentException.class, e, name);
+                    assertTrue(m.contains("max_request_frame " + maxFrame), name + ": " + m);
+                }
+                default -> throw new AssertionError(name + ": no client check stands for status " + status);
+            }
+        }
+        assertTrue(accepted >= 4 && refused >= 12, accepted + " accepted, " + refused + " refused");
     }
 
     @Test
@@ -255,6 +372,57 @@ class VectorsTest {
         ByteBuffer.wrap(wrongRuns).putInt(9, 2);
         assertEquals(Status.BAD_FRAME,
                 assertThrows(ProtocolException.class, () -> Frames.decodeResponse(wrongRuns, 1 << 20)).status());
+    }
+
+    // ---- VALUES (version 3) beyond the shared vectors ----
+
+    @Test
+    void aValuesOfMaxBatchValuesFitsTheResponseLimit() {
+        // 6 + 8 * max_batch (PROTOCOL.md section 7): one byte above an IDS of max_batch.
+        long[] vs = new long[40];
+        for (int i = 0; i < vs.length; i++) {
+            vs[i] = 100 + 3 * i;
+        }
+        byte[] raw = Support.values(1, vs);
+        Values v = (Values) Frames.decodeResponse(raw, Frames.responseFrameLimit(40)).frame();
+        assertEquals(SequenceMode.STRICT, v.mode());
+        assertArrayEquals(vs, v.values());
+        assertEquals(Status.FRAME_TOO_LARGE, assertThrows(ProtocolException.class,
+                () -> Frames.decodeResponse(raw, Frames.responseFrameLimit(39))).status());
+        assertEquals(6 + 8 * 65536, Frames.responseFrameLimit(65536));
+        assertEquals(524294, Frames.DEFAULT_MAX_RESPONSE_FRAME);
+        assertEquals(258, Frames.responseFrameLimit(1));
+    }
+
+    @Test
+    void valuesModeAndCountAreCheckedBeforeTheValuesArrive() {
+        byte[] raw = Support.values(0, 1, 2, 3);
+        assertNull(Frames.decodeResponse(raw, 0, 10, 1 << 20), "mode and count fine: wait for the values");
+        ByteBuffer.wrap(raw).putInt(6, 4); // count 4 in a frame of 3
+        assertEquals(Status.BAD_FRAME,
+                assertThrows(ProtocolException.class, () -> Frames.decodeResponse(raw, 0, 10, 1 << 20)).status());
+        byte[] mode9 = Support.values(9, 1);
+        assertEquals(Status.BAD_FRAME,
+                assertThrows(ProtocolException.class, () -> Frames.decodeResponse(mode9, 0, 6, 1 << 20)).status());
+        assertEquals(Status.BAD_FRAME, assertThrows(ProtocolException.class,
+                () -> Frames.decodeResponse(Support.values(0, Long.MIN_VALUE + 5), 1 << 20)).status());
+        assertEquals(Status.BAD_FRAME, assertThrows(ProtocolException.class,
+                () -> Frames.decodeResponse(Support.values(0, 7, 3), 1 << 20)).status());
+    }
+
+    @Test
+    void getValuesIsEncodedAsSection11_5() {
+        assertArrayEquals(HexFormat.of().parseHex("0000000b05000000026f7264657273"), Frames.getValues(2, "orders"));
+        assertArrayEquals(HexFormat.of().parseHex("00000009014944474e00010003"),
+                Frames.hello(Frames.MIN_VERSION, Frames.MAX_VERSION));
+        for (String bad : new String[] {"", "Orders", ".orders", "-x", "_x", "a b", "a/b", "café", "a\0",
+                "x".repeat(65)}) {
+            assertThrows(IllegalArgumentException.class, () -> Frames.getValues(1, bad), bad);
+        }
+        assertThrows(IllegalArgumentException.class, () -> Frames.getValues(1, null));
+        for (String good : new String[] {"a", "0", "invoice.tenant-42", "a_b", "z".repeat(64), "9-._"}) {
+            assertEquals(9 + good.length(), Frames.getValues(1, good).length, good);
+        }
     }
 
     @Test
