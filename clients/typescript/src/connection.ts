@@ -198,7 +198,7 @@ export class Connection {
     this.socket = socket;
     this.hello = hello;
     this.timeoutMs = timeoutMs;
-    this.maxFrame = responseFrameLimit(hello.maxBatch, hello.version);
+    this.maxFrame = responseFrameLimit(hello.maxBatch);
     this.ranges = hello.version >= 2;
     [this.tlsVersion, this.alpn] = tlsInfo;
     socket.on("data", (chunk: Buffer) => this.onData(chunk));

@@ -43,8 +43,9 @@ export const MAX_SEQUENCE_NAME_BYTES = 64;
 export const MAX_VALUES_PER_CALL = 1 << 20;
 
 export const DEFAULT_MAX_BATCH = 65536;
-/** Response frame limit before HELLO_OK has arrived (section 7): 5 + 8 * 65536. */
-export const DEFAULT_MAX_RESPONSE_FRAME = 5 + 8 * DEFAULT_MAX_BATCH;
+/** Response frame limit before HELLO_OK has arrived (section 7): 6 + 8 * 65536, a VALUES
+ * frame of 65536 values (an IDS frame is one byte shorter). */
+export const DEFAULT_MAX_RESPONSE_FRAME = 6 + 8 * DEFAULT_MAX_BATCH;
 
 /** HELLO_OK (0x81): negotiated version, ID layout and the connection's limits. */
 export interface HelloOk {
@@ -171,15 +172,12 @@ function checkUint(v: number, max: number, what: string): void {
 // Responses
 
 /**
- * The client's response frame limit once max_batch is known: max(5 + 8 * max_batch, 258)
- * (PROTOCOL.md section 7). From version 3 it also admits the VALUES frame of the largest
- * GET_VALUES the node accepts (6 + 8 * min(max_batch, 2^20) bytes: one byte more than an IDS
- * frame of max_batch IDs, which the formula of section 7 alone would refuse).
+ * The client's response frame limit once max_batch is known: max(6 + 8 * max_batch, 258)
+ * (PROTOCOL.md section 7), on every connection: room for a VALUES frame of max_batch values
+ * (its mode byte makes it one byte longer than an IDS frame of max_batch IDs) and any ERROR.
  */
-export function responseFrameLimit(maxBatch: number, version = 1): number {
-  let limit = Math.max(5 + 8 * maxBatch, ERROR_MAX_LENGTH);
-  if (version >= SEQUENCES_VERSION && maxBatch >= 1) limit = Math.max(limit, 6 + 8 * Math.min(maxBatch, MAX_VALUES_PER_CALL));
-  return Math.min(limit, MAX_U32);
+export function responseFrameLimit(maxBatch: number): number {
+  return Math.min(Math.max(6 + 8 * maxBatch, ERROR_MAX_LENGTH), MAX_U32);
 }
 
 function bad(detail: string): ProtocolError {

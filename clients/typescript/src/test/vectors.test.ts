@@ -298,17 +298,15 @@ describe("encoders refuse values that do not fit", () => {
 });
 
 describe("VALUES (version 3)", () => {
-  test("the response frame limit admits the VALUES of a max_batch GET_VALUES on version 3 only", () => {
-    assert.equal(protocol.responseFrameLimit(65536), 5 + 8 * 65536);
-    assert.equal(protocol.responseFrameLimit(65536, 2), 5 + 8 * 65536);
-    assert.equal(protocol.responseFrameLimit(65536, 3), 6 + 8 * 65536);
-    assert.equal(protocol.responseFrameLimit(0, 3), 258);
-    // Above 2^20 the IDS bound is the larger one: GET_VALUES never asks for more than 2^20.
-    assert.equal(protocol.responseFrameLimit(1 << 21, 3), 5 + 8 * (1 << 21));
+  test("the response frame limit, max(6 + 8 * max_batch, 258), admits a VALUES of max_batch values", () => {
+    assert.equal(protocol.responseFrameLimit(65536), 6 + 8 * 65536);
+    assert.equal(protocol.DEFAULT_MAX_RESPONSE_FRAME, 524294);
+    assert.equal(protocol.responseFrameLimit(0), 258);
+    assert.equal(protocol.responseFrameLimit(2 ** 32), 0xffff_ffff);
     const values = Array.from({ length: 65536 }, (_, i) => BigInt(i + 1));
     const frame = protocol.encodeValues("dense", values);
-    assert.throws(() => protocol.decodeResponse(frame, protocol.responseFrameLimit(65536, 2)), (e: unknown) => e instanceof ProtocolError && e.status === 101);
-    const out = protocol.decodeResponse(frame, protocol.responseFrameLimit(65536, 3));
+    assert.throws(() => protocol.decodeResponse(frame, 5 + 8 * 65536), (e: unknown) => e instanceof ProtocolError && e.status === 101);
+    const out = protocol.decodeResponse(frame, protocol.responseFrameLimit(65536));
     assert.ok(out && out.frame.op === "VALUES");
     assert.equal(out.frame.values.length, 65536);
     assert.equal(out.frame.values[65535], 65536n);
