@@ -357,6 +357,13 @@ export class Client {
   nextValues(name: string, n: number, options?: CallOptions): Promise<BigUint64Array> {
     const bad = checkSequenceArgs(name, n);
     if (bad !== null) return Promise.reject(bad);
+    if (options !== undefined) {
+      try {
+        checkCall(options);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
     if (this.closed) return Promise.reject(new ClientClosedError());
     if (this.prefetch !== null) return this.prefetch.take(name, n, options);
     return this.requestValues(name, n, n, options).then((v) => v.values);

@@ -92,6 +92,12 @@ describe("GET_VALUES and VALUES", () => {
         }
         for (const n of [1.5, NaN, "2", 2n]) await assert.rejects(client.nextValues("orders", n as unknown as number), TypeError, String(n));
         for (const n of [0, -1, 1048577, Infinity]) await assert.rejects(client.nextValues("orders", n), n === Infinity ? TypeError : RangeError, String(n));
+        for (const sequencePrefetch of [0, 10]) {
+          const c = new Client([fake.addr], { sequencePrefetch });
+          await assert.rejects(c.nextValue("orders", { timeoutMs: 0 }), RangeError);
+          await assert.rejects(c.nextValue("orders", { signal: "soon" as unknown as AbortSignal }), TypeError);
+          await c.close();
+        }
         assert.equal(fake.connections, 0, "nothing sent, not even a HELLO");
         assert.equal(client.stats().valueRequests, 0);
         assert.equal(await client.nextValue("o".repeat(64)).catch((e: unknown) => e instanceof ServerError && e.code), 203, "64 bytes are a name");
