@@ -21,15 +21,25 @@
  * Errors: when a call tried exactly one node, that node's error is thrown as it is
  * (UnavailableError, TlsError, ProtocolError or ServerError); when it tried several, or none
  * could be tried, NoNodeAvailableError lists each node's last error.
+ *
+ * Named sequences (protocol version 3, clients/vectors/SEQUENCES.md): `nextValue` and
+ * `nextValues` send GET_VALUES through the same failover: `308 SEQUENCE_UNAVAILABLE` and the
+ * other retry-elsewhere statuses fail over like a GET_IDS; `203 UNKNOWN_SEQUENCE`,
+ * `204 INVALID_SEQUENCE_NAME`, `307 SEQUENCE_USED_UP`, `200` and `201` are thrown at once. A
+ * node that negotiated version 1 or 2 fails the call with SequencesUnsupportedError, nothing
+ * sent and no other node tried. A retry asks again: values are never re-sent, so it cannot
+ * duplicate one.
  */
 
 import { readFileSync } from "node:fs";
 import * as net from "node:net";
 
-import { Connection, type TlsSettings } from "./connection.js";
-import { ClientClosedError, DeadlineError, NoNodeAvailableError, ProtocolError, ServerError, UnavailableError } from "./errors.js";
+import { Connection, type TlsSettings, type Values } from "./connection.js";
+import { Deadline, checkCall } from "./deadline.js";
+import { ClientClosedError, DeadlineError, NoNodeAvailableError, ProtocolError, SequencesUnsupportedError, ServerError, UnavailableError } from "./errors.js";
 import { checkId, toBase32, toBase62, toDecimal } from "./forms.js";
-import { MAX_VERSION, MIN_VERSION, type HelloOk } from "./protocol.js";
+import { MAX_SEQUENCE_NAME_BYTES, MAX_VALUES_PER_CALL, MAX_VERSION, MIN_VERSION, isSequenceName, type HelloOk } from "./protocol.js";
+import { SequencePrefetch, type SequenceBufferState } from "./sequences.js";
 import { RANGE_CHANGED } from "./status.js";
 
 /** An ID taken apart (PROTOCOL.md section 10). */
@@ -106,8 +116,17 @@ export interface ClientOptions {
   backoffMaxMs?: number;
   /** TLS (and mutual TLS): every connection speaks TLS, verified (no switch to turn that off). */
   tls?: TlsOptions;
-  /** Highest protocol version offered (1 or 2; default 2, which answers batches as runs). */
+  /** Highest protocol version offered (1 to 3; default 3: batches answered as runs from
+   * version 2, named sequences from version 3). */
   maxVersion?: number;
+  /**
+   * Sequence prefetch `K` (clients/vectors/SEQUENCES.md): with `K > 0` the client keeps, per
+   * dense sequence, a buffer of values fetched `max(K, n)` at a time and answers later calls
+   * from it; strict sequences are never buffered. Values still buffered when the client
+   * closes or the process ends are never handed out (gaps, up to `K` per name). Default 0
+   * (off); at most 1048576.
+   */
+  sequencePrefetch?: number;
 }
 
 /** TLS settings: PEM contents, or paths to PEM files (read once, when the client is made). */
@@ -152,6 +171,10 @@ export interface ClientStats {
   nodeFailures: number;
   /** A call moved on to another node. */
   failovers: number;
+  /** GET_VALUES requests sent (named sequences). */
+  valueRequests: number;
+  /** Sequence values received from nodes (including values prefetched into buffers). */
+  values: number;
   /** A connection dropped after RANGE_CHANGED and reopened. */
   rangeChanges: number;
   /** A call retried on a new connection to the same node after its connection was closed
@@ -224,38 +247,6 @@ function loadTls(t: TlsOptions): TlsSettings {
   return settings;
 }
 
-/** The deadline of one call. */
-class Deadline {
-  private timer: NodeJS.Timeout | undefined;
-  private onAbort: (() => void) | undefined;
-  readonly expired: Promise<never>;
-  private signal: AbortSignal | undefined;
-
-  constructor(o: CallOptions) {
-    this.signal = o.signal;
-    this.expired = new Promise<never>((_, reject) => {
-      if (o.timeoutMs !== undefined) {
-        this.timer = setTimeout(() => reject(new DeadlineError(`no answer within the call's ${o.timeoutMs} ms`)), o.timeoutMs);
-      }
-      if (o.signal !== undefined) {
-        if (o.signal.aborted) reject(new DeadlineError("the call was aborted", o.signal.reason));
-        this.onAbort = () => reject(new DeadlineError("the call was aborted", o.signal!.reason));
-        o.signal.addEventListener("abort", this.onAbort, { once: true });
-      }
-    });
-    this.expired.catch(() => undefined); // observed through race(); never unhandled
-  }
-
-  race<T>(p: Promise<T>): Promise<T> {
-    return Promise.race([p, this.expired]);
-  }
-
-  dispose(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    if (this.onAbort !== undefined) this.signal!.removeEventListener("abort", this.onAbort);
-  }
-}
-
 /**
  * A client for a cluster of idgen nodes, safe for any number of concurrent async callers.
  *
@@ -281,7 +272,8 @@ export class Client {
   private cachedLayout: Layout | null = null;
   private closed = false;
   private token = 0n;
-  private readonly counters: ClientStats = { connects: 0, requests: 0, ids: 0, pings: 0, nodeFailures: 0, failovers: 0, rangeChanges: 0, reconnects: 0 };
+  private readonly prefetch: SequencePrefetch | null;
+  private readonly counters: ClientStats = { connects: 0, requests: 0, ids: 0, pings: 0, valueRequests: 0, values: 0, nodeFailures: 0, failovers: 0, rangeChanges: 0, reconnects: 0 };
 
   constructor(nodes: string | readonly string[], options: ClientOptions = {}) {
     const list = typeof nodes === "string" ? [nodes] : [...nodes];
@@ -296,6 +288,11 @@ export class Client {
     const v = options.maxVersion ?? MAX_VERSION;
     if (!Number.isInteger(v) || v < MIN_VERSION || v > MAX_VERSION) throw new RangeError(`maxVersion must be ${MIN_VERSION}..${MAX_VERSION}`);
     this.maxVersion = v;
+    const k = options.sequencePrefetch ?? 0;
+    if (typeof k !== "number" || !Number.isInteger(k) || k < 0 || k > MAX_VALUES_PER_CALL) {
+      throw new RangeError(`sequencePrefetch must be an integer in 0..=${MAX_VALUES_PER_CALL}`);
+    }
+    this.prefetch = k > 0 ? new SequencePrefetch(k, (name, n, ask, o) => this.requestValues(name, n, ask, o)) : null;
     this.tls = options.tls !== undefined ? loadTls(options.tls) : null;
   }
 
@@ -333,6 +330,49 @@ export class Client {
       },
       options,
     );
+  }
+
+  /**
+   * One value of the named sequence `name` (protocol version 3): a positive `bigint` below
+   * 2^63. See {@link nextValues}.
+   */
+  async nextValue(name: string, options?: CallOptions): Promise<bigint> {
+    const values = await this.nextValues(name, 1, options);
+    return values[0]!;
+  }
+
+  /**
+   * `n` values of the named sequence `name` (created by an operator with `idgen seq create`),
+   * strictly increasing, as a `BigUint64Array` (elements are `bigint`, in `1 ..= 2^63 - 1`).
+   * `name` is 1 to 64 bytes of `a-z`, `0-9`, `.`, `_` and `-` starting with a letter or a
+   * digit, and `1 <= n <= max_batch` of the node (and at most 1048576): else TypeError or
+   * RangeError, and nothing is sent.
+   *
+   * Rejects with ServerError `203 UNKNOWN_SEQUENCE`, `204 INVALID_SEQUENCE_NAME` or
+   * `307 SEQUENCE_USED_UP` at once (every node would answer the same); `308
+   * SEQUENCE_UNAVAILABLE` fails over like any retry-elsewhere status; a node that speaks
+   * version 1 or 2 gives SequencesUnsupportedError. With `sequencePrefetch` set, calls on a
+   * dense sequence are answered from a buffer (see {@link ClientOptions.sequencePrefetch}).
+   */
+  nextValues(name: string, n: number, options?: CallOptions): Promise<BigUint64Array> {
+    const bad = checkSequenceArgs(name, n);
+    if (bad !== null) return Promise.reject(bad);
+    if (options !== undefined) {
+      try {
+        checkCall(options);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
+    if (this.closed) return Promise.reject(new ClientClosedError());
+    if (this.prefetch !== null) return this.prefetch.take(name, n, options);
+    return this.requestValues(name, n, n, options).then((v) => v.values);
+  }
+
+  /** What the sequence prefetch holds for `name`: its learnt mode, the values buffered and the
+   * calls waiting (`null`: nothing, or prefetch is off). */
+  sequenceState(name: string): SequenceBufferState | null {
+    return this.prefetch?.state(name) ?? null;
   }
 
   /** PING a node (with failover); resolves with the round-trip time in ms. */
@@ -385,6 +425,7 @@ export class Client {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.prefetch?.clear(new ClientClosedError());
     for (const node of this.nodeList) {
       const conn = node.conn;
       node.conn = null;
@@ -395,6 +436,31 @@ export class Client {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+
+  /**
+   * One GET_VALUES for at least `n` (the call's need) and up to `ask` values of `name`, capped
+   * at what the node accepts (`min(max_batch, 2^20)`), with failover. Refused before sending
+   * on a node below version 3 (SequencesUnsupportedError) and for `n` above the node's limit
+   * (RangeError).
+   */
+  private requestValues(name: string, n: number, ask: number, options?: CallOptions): Promise<Values> {
+    return this.withFailover((conn) => {
+      if (!conn.sequences) throw new SequencesUnsupportedError(conn.hello.version, conn.node);
+      const cap = Math.min(conn.hello.maxBatch, MAX_VALUES_PER_CALL);
+      if (n > cap) throw new RangeError(`n ${n} is above the node's max_batch ${conn.hello.maxBatch}${cap < conn.hello.maxBatch ? " (or 1048576)" : ""}`);
+      const length = 5 + Buffer.byteLength(name, "utf8");
+      if (length > conn.hello.maxRequestFrame) {
+        throw new RangeError(`GET_VALUES for ${JSON.stringify(name)} is a ${length}-byte frame, above the node's max_request_frame ${conn.hello.maxRequestFrame}`);
+      }
+      const count = Math.max(n, Math.min(ask, cap));
+      this.counters.requests++;
+      this.counters.valueRequests++;
+      return conn.fetchValues(name, count).then((v) => {
+        this.counters.values += v.values.length;
+        return v;
+      });
+    }, options);
   }
 
   // -- failover ----------------------------------------------------------------------------
@@ -538,10 +604,18 @@ export class Client {
   }
 }
 
-function checkCall(o: CallOptions): CallOptions {
-  if (o.timeoutMs !== undefined && (typeof o.timeoutMs !== "number" || !(o.timeoutMs > 0))) throw new RangeError("timeoutMs must be a positive number of ms");
-  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal");
-  return o;
+const MAX_NAME = MAX_SEQUENCE_NAME_BYTES;
+
+/** The invalid-argument error for a sequence call's `name` and `n`, or null. */
+function checkSequenceArgs(name: unknown, n: unknown): Error | null {
+  if (typeof name !== "string") return new TypeError(`a sequence name is a string, not ${typeof name}`);
+  if (!isSequenceName(name)) {
+    const shown = name.length > 80 ? `${JSON.stringify(name.slice(0, 80))}...` : JSON.stringify(name);
+    return new RangeError(`sequence name ${shown} is not 1 to ${MAX_NAME} bytes of a-z, 0-9, '.', '_' and '-' starting with a letter or a digit`);
+  }
+  if (typeof n !== "number" || !Number.isInteger(n)) return new TypeError(`n must be an integer, not ${String(n)}`);
+  if (n < 1 || n > MAX_VALUES_PER_CALL) return new RangeError(`n must be 1..=${MAX_VALUES_PER_CALL} (and at most the node's max_batch), not ${n}`);
+  return null;
 }
 
 /** An ID in one of its string forms. */

@@ -22,6 +22,7 @@ import { ClientClosedError, IdgenError, ProtocolError, ServerError, TlsError, Un
 import {
   encodeGetIds,
   encodeGetRanges,
+  encodeGetValues,
   encodeHello,
   encodePing,
   frameSize,
@@ -31,12 +32,16 @@ import {
   OP_IDS,
   OP_PONG,
   OP_RANGES,
+  OP_VALUES,
   RangesView,
   readIdsInto,
+  readValuesInto,
+  SEQUENCES_VERSION,
   responseFrameLimit,
   u32,
   decodeResponse,
   type HelloOk,
+  type SequenceMode,
 } from "./protocol.js";
 import { BAD_FRAME, RANGE_CHANGED } from "./status.js";
 
@@ -63,19 +68,33 @@ export interface Batch {
   reject(err: Error): void;
 }
 
+/** The answer to one GET_VALUES: the sequence's mode and exactly the values asked for. */
+export interface Values {
+  readonly mode: SequenceMode;
+  readonly values: BigUint64Array;
+}
+
+interface ValuesCall {
+  settled: boolean;
+  resolve(v: Values): void;
+  reject(err: Error): void;
+}
+
 const KIND_IDS = 0;
 const KIND_RANGES = 1;
 const KIND_PING = 2;
+const KIND_VALUES = 3;
 
 interface Slot {
   readonly kind: number;
-  /** IDs asked for (GET_IDS/GET_RANGES). */
+  /** IDs or values asked for (GET_IDS/GET_RANGES/GET_VALUES). */
   readonly count: number;
   /** Where this frame's IDs go in the batch's array. */
   readonly at: number;
   readonly batch: Batch | null;
   readonly token: bigint;
   readonly ping: { resolve(rtt: number): void; reject(err: Error): void; settled: boolean } | null;
+  readonly values: ValuesCall | null;
   readonly sentAt: number;
 }
 
@@ -337,13 +356,13 @@ export class Connection {
       const now = performance.now();
       if (n === 0) {
         batch.remaining = 1; // sent as is: the server answers INVALID_COUNT
-        this.send(encode(0), { kind, count: 0, at: 0, batch, token: 0n, ping: null, sentAt: now });
+        this.send(encode(0), { kind, count: 0, at: 0, batch, token: 0n, ping: null, values: null, sentAt: now });
         return;
       }
       for (let at = 0; at < n; at += maxBatch) {
         const count = Math.min(maxBatch, n - at);
         batch.remaining++;
-        this.send(encode(count), { kind, count, at, batch, token: 0n, ping: null, sentAt: now });
+        this.send(encode(count), { kind, count, at, batch, token: 0n, ping: null, values: null, sentAt: now });
       }
     });
   }
@@ -356,7 +375,35 @@ export class Connection {
         return;
       }
       const ping = { resolve, reject, settled: false };
-      this.send(encodePing(token), { kind: KIND_PING, count: 0, at: 0, batch: null, token, ping, sentAt: performance.now() });
+      this.send(encodePing(token), { kind: KIND_PING, count: 0, at: 0, batch: null, token, ping, values: null, sentAt: performance.now() });
+    });
+  }
+
+  /** Whether named sequences (GET_VALUES) may be sent: the connection negotiated version 3
+   * or later. */
+  get sequences(): boolean {
+    return this.hello.version >= SEQUENCES_VERSION;
+  }
+
+  /**
+   * GET_VALUES of `count` values of the sequence `name` (version 3; the caller checked the
+   * name, the count and the version). Resolves with exactly `count` values, strictly
+   * increasing, and the sequence's mode; rejects with the ERROR's ServerError or the
+   * connection's failure.
+   */
+  fetchValues(name: string, count: number): Promise<Values> {
+    return new Promise<Values>((resolve, reject) => {
+      if (this.error !== null) {
+        reject(this.error);
+        return;
+      }
+      if (!this.sequences) {
+        reject(new Error(`internal: GET_VALUES on a version ${this.hello.version} connection`));
+        return;
+      }
+      const frame = encodeGetValues(count, name);
+      const values: ValuesCall = { settled: false, resolve, reject };
+      this.send(frame, { kind: KIND_VALUES, count, at: 0, batch: null, token: 0n, ping: null, values, sentAt: performance.now() });
     });
   }
 
@@ -457,6 +504,18 @@ export class Connection {
     const opcode = buf[off + 4]!;
     const slot = this.shift();
     if (slot === null) throw new ProtocolError(`frame 0x${opcode.toString(16)} with no request outstanding`);
+    try {
+      this.answer(slot, opcode, buf, off, size);
+    } catch (e) {
+      // The slot has left the FIFO: it gets the fault itself (fail() settles the others).
+      const err = e instanceof ProtocolError ? e.withNode(this.node) : new ProtocolError(`reader failed: ${String(e)}`, null, this.node);
+      settleError(slot, err);
+      throw err;
+    }
+  }
+
+  /** The answer `buf[off..off + size]` (opcode `opcode`) to `slot`'s request. */
+  private answer(slot: Slot, opcode: number, buf: Buffer, off: number, size: number): void {
     const p = off + 5;
     if (opcode === OP_ERROR) {
       const decoded = decodeResponse(buf.subarray(off, off + size), this.maxFrame);
@@ -480,6 +539,20 @@ export class Connection {
       if (!ping.settled) {
         ping.settled = true;
         ping.resolve(performance.now() - slot.sentAt);
+      }
+      return;
+    }
+    if (slot.kind === KIND_VALUES) {
+      if (opcode !== OP_VALUES) throw mismatch(slot, opcode);
+      // frameSize checked the mode byte and that the count agrees with the length.
+      const count = u32(buf, p + 1);
+      if (count !== slot.count) throw new ProtocolError(`asked for ${slot.count} values, got VALUES of ${count}`);
+      const values = new BigUint64Array(count);
+      readValuesInto(buf, p + 5, count, values, 0);
+      const call = slot.values!;
+      if (!call.settled) {
+        call.settled = true;
+        call.resolve({ mode: buf[p] === 1 ? "strict" : "dense", values });
       }
       return;
     }
@@ -511,8 +584,8 @@ export class Connection {
 }
 
 function mismatch(slot: Slot, opcode: number): ProtocolError {
-  const asked = slot.kind === KIND_PING ? "PING" : slot.kind === KIND_IDS ? "GET_IDS" : "GET_RANGES";
-  const names: Record<number, string> = { [OP_HELLO_OK]: "HELLO_OK", [OP_IDS]: "IDS", [OP_PONG]: "PONG", [OP_RANGES]: "RANGES" };
+  const asked = slot.kind === KIND_PING ? "PING" : slot.kind === KIND_IDS ? "GET_IDS" : slot.kind === KIND_VALUES ? "GET_VALUES" : "GET_RANGES";
+  const names: Record<number, string> = { [OP_HELLO_OK]: "HELLO_OK", [OP_IDS]: "IDS", [OP_PONG]: "PONG", [OP_RANGES]: "RANGES", [OP_VALUES]: "VALUES" };
   return new ProtocolError(`${asked} answered with ${names[opcode] ?? `opcode 0x${opcode.toString(16)}`}`);
 }
 
@@ -525,6 +598,9 @@ function settleError(slot: Slot, err: Error): void {
   } else if (slot.ping !== null && !slot.ping.settled) {
     slot.ping.settled = true;
     slot.ping.reject(err);
+  } else if (slot.values !== null && !slot.values.settled) {
+    slot.values.settled = true;
+    slot.values.reject(err);
   }
 }
 

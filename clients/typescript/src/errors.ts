@@ -8,6 +8,7 @@
  *  +-- UnavailableError     transport failure: refused, reset, closed, no answer in time
  *  |    +-- NoNodeAvailableError  every node failed or is backing off
  *  |    +-- TlsError        the TLS handshake failed (certificate, name, client certificate)
+ *  +-- SequencesUnsupportedError  the node negotiated a protocol version below 3 (no named sequences)
  *  +-- DeadlineError        the call's own deadline (timeoutMs or AbortSignal) ran out
  *  +-- ClientClosedError    the client was closed
  * ```
@@ -139,6 +140,21 @@ export class TlsError extends UnavailableError {
     super(`TLS: ${message}`, node, cause);
     this.kind = kind;
     this.tlsCode = tlsCode;
+  }
+}
+
+/**
+ * A named-sequence call (`nextValue`, `nextValues`) reached a node whose connection negotiated
+ * a protocol version below 3: it has no sequences over this protocol. Nothing was sent and no
+ * other node was tried (the node is not at fault, and is not marked down). `version` is the
+ * version the node speaks (limited by the client's `maxVersion` when that is below 3).
+ */
+export class SequencesUnsupportedError extends IdgenError {
+  readonly version: number;
+
+  constructor(version: number, node?: string) {
+    super(`the node speaks protocol version ${version}; named sequences need version 3`, { node });
+    this.version = version;
   }
 }
 

@@ -1,19 +1,23 @@
 /**
- * idgen client for Node.js: the idgen wire protocol (versions 1 and 2) over TCP or TLS,
- * pipelining, failover across nodes, a prefetch pool, and the shared string forms and
- * masking. IDs are `bigint` everywhere (never `number`).
+ * idgen client for Node.js: the idgen wire protocol (versions 1 to 3) over TCP or TLS,
+ * pipelining, failover across nodes, a prefetch pool, named sequences (with prefetch for
+ * dense ones), and the shared string forms and masking. IDs and sequence values are `bigint`
+ * everywhere (never `number`).
  */
 
 export { Client, Layout, formatId, parseNode } from "./client.js";
 export type { CallOptions, ClientOptions, ClientStats, IdForm, IdParts, NodeState, TlsOptions } from "./client.js";
 export { PrefetchPool } from "./prefetch.js";
 export type { PrefetchOptions, PrefetchStats } from "./prefetch.js";
+export type { SequenceBufferState } from "./sequences.js";
+export type { SequenceMode } from "./protocol.js";
 export {
   ClientClosedError,
   DeadlineError,
   IdgenError,
   NoNodeAvailableError,
   ProtocolError,
+  SequencesUnsupportedError,
   ServerError,
   TlsError,
   UnavailableError,

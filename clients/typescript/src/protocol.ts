@@ -1,5 +1,5 @@
 /**
- * Frame encoder and decoder for the idgen wire protocol, versions 1 and 2
+ * Frame encoder and decoder for the idgen wire protocol, versions 1 to 3
  * (protocol/PROTOCOL.md). Pure functions, no I/O. Framing faults throw ProtocolError with
  * `status` 100 (BAD_FRAME) or 101 (FRAME_TOO_LARGE), exactly as the shared vectors expect.
  *
@@ -11,18 +11,23 @@ import { ProtocolError } from "./errors.js";
 import { BAD_FRAME, FRAME_TOO_LARGE } from "./status.js";
 
 export const MAGIC = Buffer.from("IDGN", "latin1");
-/** The versions this client speaks: 1 (GET_IDS) and 2 (GET_RANGES). */
+/** The versions this client speaks: 1 (GET_IDS), 2 (GET_RANGES) and 3 (GET_VALUES, named
+ * sequences). */
 export const MIN_VERSION = 1;
-export const MAX_VERSION = 2;
+export const MAX_VERSION = 3;
+/** The first version with named sequences (GET_VALUES/VALUES). */
+export const SEQUENCES_VERSION = 3;
 
 export const OP_HELLO = 0x01;
 export const OP_GET_IDS = 0x02;
 export const OP_PING = 0x03;
 export const OP_GET_RANGES = 0x04;
+export const OP_GET_VALUES = 0x05;
 export const OP_HELLO_OK = 0x81;
 export const OP_IDS = 0x82;
 export const OP_PONG = 0x83;
 export const OP_RANGES = 0x84;
+export const OP_VALUES = 0x85;
 export const OP_ERROR = 0xff;
 
 const HELLO_OK_LENGTH = 33;
@@ -32,9 +37,15 @@ const ERROR_MAX_LENGTH = 258; // 3 + 255 bytes of message
 const MAX_U32 = 0xffff_ffff;
 const MAX_U64 = (1n << 64n) - 1n;
 
+/** The longest sequence name GET_VALUES carries, in bytes. */
+export const MAX_SEQUENCE_NAME_BYTES = 64;
+/** The most values one GET_VALUES may ask for, whatever the node's max_batch (2^20). */
+export const MAX_VALUES_PER_CALL = 1 << 20;
+
 export const DEFAULT_MAX_BATCH = 65536;
-/** Response frame limit before HELLO_OK has arrived (section 7): 5 + 8 * 65536. */
-export const DEFAULT_MAX_RESPONSE_FRAME = 5 + 8 * DEFAULT_MAX_BATCH;
+/** Response frame limit before HELLO_OK has arrived (section 7): 6 + 8 * 65536, a VALUES
+ * frame of 65536 values (an IDS frame is one byte shorter). */
+export const DEFAULT_MAX_RESPONSE_FRAME = 6 + 8 * DEFAULT_MAX_BATCH;
 
 /** HELLO_OK (0x81): negotiated version, ID layout and the connection's limits. */
 export interface HelloOk {
@@ -58,10 +69,14 @@ export interface Run {
   readonly count: number;
 }
 
+/** A named sequence's mode, as VALUES says it: `0` dense, `1` strict. */
+export type SequenceMode = "dense" | "strict";
+
 export type Response =
   | { readonly op: "HELLO_OK"; readonly hello: HelloOk }
   | { readonly op: "IDS"; readonly ids: BigUint64Array }
   | { readonly op: "RANGES"; readonly total: number; readonly runs: RangesView }
+  | { readonly op: "VALUES"; readonly mode: SequenceMode; readonly values: BigUint64Array }
   | { readonly op: "PONG"; readonly token: bigint }
   | { readonly op: "ERROR"; readonly status: number; readonly message: string };
 
@@ -98,6 +113,34 @@ export function encodeGetRanges(count: number): Buffer {
   return encodeCount(OP_GET_RANGES, count);
 }
 
+/** Whether `name` is a sequence name: 1 to 64 bytes of `a-z`, `0-9`, `.`, `_` and `-`, the
+ * first a letter or a digit (PROTOCOL.md section 3.5). */
+export function isSequenceName(name: unknown): boolean {
+  return typeof name === "string" && SEQUENCE_NAME.test(name);
+}
+
+const SEQUENCE_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+
+/**
+ * GET_VALUES (0x05, version 3) for `count` values of the sequence `name`. Any u32 count and
+ * any name of 1 to 64 bytes (UTF-8) is encoded, so that a server's refusals can be exercised;
+ * the client checks names with {@link isSequenceName} before it sends one.
+ */
+export function encodeGetValues(count: number, name: string): Buffer {
+  checkUint(count, MAX_U32, "count");
+  if (typeof name !== "string") throw new TypeError(`a sequence name is a string, not ${typeof name}`);
+  const bytes = Buffer.from(name, "utf8");
+  if (bytes.length < 1 || bytes.length > MAX_SEQUENCE_NAME_BYTES) {
+    throw new RangeError(`a sequence name is 1 to ${MAX_SEQUENCE_NAME_BYTES} bytes, not ${bytes.length}`);
+  }
+  const b = Buffer.allocUnsafe(9 + bytes.length);
+  b.writeUInt32BE(5 + bytes.length, 0);
+  b[4] = OP_GET_VALUES;
+  b.writeUInt32BE(count, 5);
+  bytes.copy(b, 9);
+  return b;
+}
+
 function encodeCount(op: number, count: number): Buffer {
   checkUint(count, MAX_U32, "count");
   const b = Buffer.allocUnsafe(9);
@@ -128,9 +171,13 @@ function checkUint(v: number, max: number, what: string): void {
 // ---------------------------------------------------------------------------------------
 // Responses
 
-/** The client's response frame limit once max_batch is known: max(5 + 8 * max_batch, 258). */
+/**
+ * The client's response frame limit once max_batch is known: max(6 + 8 * max_batch, 258)
+ * (PROTOCOL.md section 7), on every connection: room for a VALUES frame of max_batch values
+ * (its mode byte makes it one byte longer than an IDS frame of max_batch IDs) and any ERROR.
+ */
 export function responseFrameLimit(maxBatch: number): number {
-  return Math.min(Math.max(5 + 8 * maxBatch, ERROR_MAX_LENGTH), MAX_U32);
+  return Math.min(Math.max(6 + 8 * maxBatch, ERROR_MAX_LENGTH), MAX_U32);
 }
 
 function bad(detail: string): ProtocolError {
@@ -164,6 +211,18 @@ function checkHeader(buf: Uint8Array, offset: number, available: number, maxFram
       break;
     case OP_RANGES:
       if (length < 21 || (length - 9) % 12 !== 0) throw bad(`RANGES length ${length} is not 9 + 12 * runs with runs >= 1`);
+      break;
+    case OP_VALUES:
+      if (length < 14 || (length - 6) % 8 !== 0) throw bad(`VALUES length ${length} is not 6 + 8 * count with count >= 1`);
+      // The mode and the count as soon as they have arrived, before the (possibly large) body.
+      if (available >= 6) {
+        const mode = buf[offset + 5]!;
+        if (mode > 1) throw bad(`VALUES mode ${mode} is neither 0 (dense) nor 1 (strict)`);
+      }
+      if (available >= 10) {
+        const count = u32(buf, offset + 6);
+        if (count !== (length - 6) / 8) throw bad(`VALUES count ${count} disagrees with frame length ${length}`);
+      }
       break;
     case OP_ERROR:
       if (length < ERROR_MIN_LENGTH || length > ERROR_MAX_LENGTH) {
@@ -224,6 +283,13 @@ export function decodeResponse(buf: Uint8Array, maxFrame: number = DEFAULT_MAX_R
       const view = new RangesView(buf, p + 8, runs, total);
       view.validate();
       frame = { op: "RANGES", total, runs: view };
+      break;
+    }
+    case OP_VALUES: {
+      const count = u32(buf, p + 1);
+      const values = new BigUint64Array(count);
+      readValuesInto(buf, p + 5, count, values, 0);
+      frame = { op: "VALUES", mode: buf[p] === 1 ? "strict" : "dense", values };
       break;
     }
     case OP_PONG:
@@ -294,6 +360,23 @@ export function readIdsInto(buf: Uint8Array, at: number, count: number, out: Big
       if (buf[j]! >= 0x80) throw bad(`IDS holds an ID with the top bit set (index ${i})`);
       out[outAt + i] = u64(buf, j);
     }
+  }
+}
+
+/**
+ * Copy the `count` big-endian u64 values of a VALUES frame from `buf[at..]` into
+ * `out[outAt..]`, rejecting (BAD_FRAME) a value of 0, one with the top bit set, or values
+ * that are not strictly increasing.
+ */
+export function readValuesInto(buf: Uint8Array, at: number, count: number, out: BigUint64Array, outAt: number): void {
+  let previous = 0n;
+  for (let i = 0, j = at; i < count; i++, j += 8) {
+    if (buf[j]! >= 0x80) throw bad(`VALUES holds a value with the top bit set (index ${i})`);
+    const v = u64(buf, j);
+    if (v === 0n) throw bad(`VALUES holds the value 0 (index ${i}); values are 1 ..= 2^63 - 1`);
+    if (v <= previous) throw bad(`VALUES are not strictly increasing (index ${i}: ${v} after ${previous})`);
+    out[outAt + i] = v;
+    previous = v;
   }
 }
 
@@ -402,6 +485,17 @@ export function encodeIds(ids: ArrayLike<bigint>): Buffer {
   b[4] = OP_IDS;
   b.writeUInt32BE(ids.length, 5);
   for (let i = 0; i < ids.length; i++) b.writeBigUInt64BE(ids[i]!, 9 + 8 * i);
+  return b;
+}
+
+/** Encode a VALUES frame (for tests and fake servers). */
+export function encodeValues(mode: SequenceMode | number, values: ArrayLike<bigint>): Buffer {
+  const b = Buffer.alloc(10 + 8 * values.length);
+  b.writeUInt32BE(6 + 8 * values.length, 0);
+  b[4] = OP_VALUES;
+  b[5] = mode === "dense" ? 0 : mode === "strict" ? 1 : mode;
+  b.writeUInt32BE(values.length, 6);
+  for (let i = 0; i < values.length; i++) b.writeBigUInt64BE(values[i]!, 10 + 8 * i);
   return b;
 }
 

@@ -24,6 +24,8 @@ export const STATUSES: ReadonlyMap<number, StatusInfo> = new Map(
     row(200, "INVALID_COUNT", false, false),
     row(201, "BATCH_TOO_LARGE", false, false),
     row(202, "UNKNOWN_OPCODE", false, false),
+    row(203, "UNKNOWN_SEQUENCE", false, false),
+    row(204, "INVALID_SEQUENCE_NAME", false, false),
     row(300, "UNAVAILABLE_LEASE", false, true),
     row(301, "UNAVAILABLE_CLOCK", false, true),
     row(302, "SHUTTING_DOWN", true, true),
@@ -31,6 +33,8 @@ export const STATUSES: ReadonlyMap<number, StatusInfo> = new Map(
     row(304, "EXHAUSTED", false, false),
     row(305, "RANGE_CHANGED", true, true),
     row(306, "BUSY", false, true),
+    row(307, "SEQUENCE_USED_UP", false, false),
+    row(308, "SEQUENCE_UNAVAILABLE", false, true),
     row(500, "INTERNAL", true, false),
   ].map((s) => [s.code, s] as const),
 );
@@ -38,6 +42,10 @@ export const STATUSES: ReadonlyMap<number, StatusInfo> = new Map(
 export const BAD_FRAME = 100;
 export const FRAME_TOO_LARGE = 101;
 export const RANGE_CHANGED = 305;
+export const UNKNOWN_SEQUENCE = 203;
+export const INVALID_SEQUENCE_NAME = 204;
+export const SEQUENCE_USED_UP = 307;
+export const SEQUENCE_UNAVAILABLE = 308;
 
 /** The status name, or `null` for a code not in the table. */
 export function statusName(code: number): string | null {

@@ -26,7 +26,7 @@ describe("a real node", () => {
     await small?.stop();
   });
 
-  test("IDs, a ping and the layout over protocol version 2", async () => {
+  test("IDs, a ping and the layout over protocol version 3", async () => {
     const client = new Client([node.addr]);
     try {
       const id = await client.nextId();
@@ -39,7 +39,7 @@ describe("a real node", () => {
       const rtt = await client.ping();
       assert.ok(rtt >= 0);
       const state = client.nodes()[0]!;
-      assert.equal(state.hello?.version, 2, "a version 2 node answers HELLO 1..2 with 2");
+      assert.equal(state.hello?.version, 3, "a version 3 node answers HELLO 1..3 with 3");
       const layout = await client.layout();
       assert.equal(layout.timestampBits + layout.workerBits + layout.sequenceBits, 63);
       const parts = layout.decode(ids[0]!);
@@ -49,6 +49,18 @@ describe("a real node", () => {
       assert.match(await client.nextIdString("base62"), /^[0-9A-Za-z]{11}$/);
       assert.match(await client.nextIdString("base32"), /^[0-9A-HJKMNP-TV-Z]{13}$/);
       assert.match(await client.nextIdString(), /^[1-9][0-9]*$/);
+    } finally {
+      await client.close();
+    }
+  });
+
+  test("version 2 offered: the node answers 2 (GET_RANGES, no sequences)", async () => {
+    const client = new Client([node.addr], { maxVersion: 2 });
+    try {
+      const ids = await client.nextIds(5000);
+      assert.equal(ids.length, 5000);
+      assert.ok(increasing(ids));
+      assert.equal(client.nodes()[0]!.hello?.version, 2);
     } finally {
       await client.close();
     }
@@ -66,8 +78,8 @@ describe("a real node", () => {
     }
   });
 
-  test("a batch above max_batch is split into pipelined frames and re-joined, on both versions", async () => {
-    for (const maxVersion of [1, 2]) {
+  test("a batch above max_batch is split into pipelined frames and re-joined, on every version", async () => {
+    for (const maxVersion of [1, 2, 3]) {
       const client = new Client([small.addr], { maxVersion });
       try {
         const ids = await client.nextIds(1234);

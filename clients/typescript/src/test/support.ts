@@ -13,7 +13,7 @@ import * as tls from "node:tls";
 import { fileURLToPath } from "node:url";
 
 import { closesConnection } from "../status.js";
-import { encodeError, encodeHelloOk, encodeIds, encodePong, encodeRanges, type HelloOk } from "../protocol.js";
+import { encodeError, encodeHelloOk, encodeIds, encodePong, encodeRanges, encodeValues, type HelloOk, type SequenceMode } from "../protocol.js";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url)); // clients/typescript/dist/test
 export const REPO = path.resolve(HERE, "..", "..", "..", "..");
@@ -39,7 +39,20 @@ export function idgenBin(): string {
   return bin;
 }
 
-function tmpDir(prefix: string): string {
+/**
+ * Run `idgen <args>` to completion (e.g. `seq create orders --data-dir DIR` before a node
+ * starts on DIR); throws with its output when it fails or takes over 60 s.
+ */
+export function runIdgen(args: string[]): string {
+  const bin = idgenBin();
+  const done = spawnSync(bin, args, { timeout: 60_000, encoding: "utf8" });
+  if (done.error !== undefined || done.status !== 0) {
+    throw new Error(`idgen ${args.join(" ")} failed (${done.error?.message ?? `exit ${done.status}`}):\n${done.stdout}\n${done.stderr}`);
+  }
+  return done.stdout;
+}
+
+export function tmpDir(prefix: string): string {
   return mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
@@ -66,16 +79,18 @@ export class NodeProc {
   }
 
   /**
-   * Start `idgen serve` on 127.0.0.1:0 unless `args` give --listen (memory store, 2 shards unless
-   * `args` say otherwise), and wait for its `listening on` line (and `listening with TLS on`
-   * with --tls-listen).
+   * Start `idgen serve` on 127.0.0.1:0 unless `args` give --listen (memory store unless
+   * `options.store` names another, or is null: no --store, the embedded default in `dir`; 2
+   * shards unless `args` say otherwise), and wait for its `listening on` line (and
+   * `listening with TLS on` with --tls-listen).
    */
-  static async start(args: string[] = [], options: { store?: string; dir?: string } = {}): Promise<NodeProc> {
+  static async start(args: string[] = [], options: { store?: string | null; dir?: string } = {}): Promise<NodeProc> {
     const bin = idgenBin();
     const dir = options.dir ?? tmpDir("idgen-tstest-");
     const logPath = path.join(dir, `server-${Date.now()}.log`);
     const log = openSync(logPath, "a");
-    const full = ["serve", ...(args.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"]), "--admin-listen", "off", "--http-listen", "off", "--store", options.store ?? "memory", "--data-dir", dir];
+    const store = options.store === null ? [] : ["--store", options.store ?? "memory"];
+    const full = ["serve", ...(args.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"]), "--admin-listen", "off", "--http-listen", "off", ...store, "--data-dir", dir];
     if (!args.includes("--shards")) full.push("--shards", "2");
     full.push(...args);
     const proc = spawn(bin, full, { stdio: ["ignore", "pipe", log] });
@@ -285,6 +300,115 @@ export function cert(name: string): string {
   return path.join(certsDir(), name);
 }
 
+// -- a server's request decoder (for the vectors and the fake nodes) -----------------------------
+
+/** The versions a (fake) server speaks. */
+export const SERVER_VERSIONS = [1, 3] as const;
+
+/** A request as the vectors' `decoded` writes it. */
+export type DecodedRequest =
+  | { op: "HELLO"; min_version: number; max_version: number }
+  | { op: "GET_IDS"; count: number }
+  | { op: "GET_RANGES"; count: number }
+  | { op: "PING"; token: string }
+  | { op: "GET_VALUES"; count: number; name: string };
+
+/** One well-formed request frame: a request to serve, or a status that refuses it and keeps
+ * the connection open (`reject`). */
+export interface RequestOutcome {
+  readonly consumed: number;
+  readonly request: DecodedRequest | null;
+  readonly reject: number | null;
+}
+
+/** A broken stream: the server answers `status` and closes. */
+export class FrameFault extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+  }
+}
+
+export interface RequestLimits {
+  readonly max_request_frame: number;
+  readonly max_batch: number;
+}
+
+const NAME_BYTE = /^[a-z0-9._-]$/;
+
+/** Whether raw GET_VALUES name bytes are a sequence name (PROTOCOL.md section 3.5). */
+function nameBytesOk(b: Uint8Array): boolean {
+  if (b.length < 1 || b.length > 64) return false;
+  for (const c of b) if (c >= 0x80 || !NAME_BYTE.test(String.fromCharCode(c))) return false;
+  return /[a-z0-9]/.test(String.fromCharCode(b[0]!));
+}
+
+/**
+ * Decode the first request frame of `buf` as a server speaking `version` does (PROTOCOL.md
+ * sections 3 and 7; the Rust reference is protocol/src/request.rs): `null` while incomplete,
+ * FrameFault for a broken stream (as early as the bytes show it). The HELLO-first rule is
+ * {@link handshakeRule}'s.
+ */
+export function decodeRequest(buf: Uint8Array, limits: RequestLimits, version: number): RequestOutcome | null {
+  if (buf.length < 4) return null;
+  const length = ((buf[0]! << 24) | (buf[1]! << 16) | (buf[2]! << 8) | buf[3]!) >>> 0;
+  if (length === 0) throw new FrameFault(100, "frame length 0");
+  if (length > limits.max_request_frame) throw new FrameFault(101, `frame length ${length} exceeds limit ${limits.max_request_frame}`);
+  if (buf.length < 5) return null;
+  const op = buf[4]!;
+  const fixed: Record<number, number> = { 0x01: 9, 0x02: 5, 0x03: 9 };
+  if (version >= 2) fixed[0x04] = 5;
+  const want = fixed[op];
+  if (want !== undefined && length !== want) throw new FrameFault(100, `opcode ${op} with length ${length}, expected ${want}`);
+  if (op === 0x05 && version >= 3 && (length < 6 || length > 69)) throw new FrameFault(100, `GET_VALUES length ${length} outside 6..=69`);
+  if (buf.length < 4 + length) return null;
+  const consumed = 4 + length;
+  const p = Buffer.from(buf.buffer, buf.byteOffset + 5, length - 1);
+  const ok = (request: DecodedRequest): RequestOutcome => ({ consumed, request, reject: null });
+  const no = (status: number): RequestOutcome => ({ consumed, request: null, reject: status });
+  switch (want === undefined && !(op === 0x05 && version >= 3) ? -1 : op) {
+    case 0x01:
+      if (p.toString("latin1", 0, 4) !== "IDGN") throw new FrameFault(100, "bad magic");
+      return ok({ op: "HELLO", min_version: p.readUInt16BE(4), max_version: p.readUInt16BE(6) });
+    case 0x02:
+    case 0x04: {
+      const count = p.readUInt32BE(0);
+      if (count === 0) return no(200);
+      if (count > limits.max_batch) return no(201);
+      return ok({ op: op === 0x02 ? "GET_IDS" : "GET_RANGES", count });
+    }
+    case 0x03:
+      return ok({ op: "PING", token: p.readBigUInt64BE(0).toString() });
+    case 0x05: {
+      const count = p.readUInt32BE(0);
+      if (count === 0) return no(200);
+      if (count > Math.min(limits.max_batch, 1 << 20)) return no(201);
+      const name = p.subarray(4);
+      if (!nameBytesOk(name)) return no(204);
+      return ok({ op: "GET_VALUES", count, name: name.toString("latin1") });
+    }
+    default:
+      return no(202);
+  }
+}
+
+/** The version a server speaking {@link SERVER_VERSIONS} picks for HELLO `min..=max`. */
+export function negotiate(min: number, max: number): number | null {
+  const hi = Math.min(max, SERVER_VERSIONS[1]);
+  const lo = Math.max(min, SERVER_VERSIONS[0]);
+  return lo <= hi ? hi : null;
+}
+
+/** The HELLO-first rule for one decoded frame: the status that closes the connection, or
+ * null. `established`: a handshake has completed on the connection. */
+export function handshakeRule(out: RequestOutcome, established: boolean): number | null {
+  const hello = out.request !== null && out.request.op === "HELLO" ? out.request : null;
+  if (!established) {
+    if (hello === null) return 102;
+    return negotiate(hello.min_version, hello.max_version) === null ? 103 : null;
+  }
+  return hello !== null ? 102 : null;
+}
+
 // -- fake nodes ----------------------------------------------------------------------------------
 
 export function defaultHello(overrides: Partial<HelloOk> = {}): HelloOk {
@@ -296,7 +420,7 @@ export function defaultHello(overrides: Partial<HelloOk> = {}): HelloOk {
     sequenceBits: 12,
     regionBits: 0,
     maxBatch: 65536,
-    maxRequestFrame: 64,
+    maxRequestFrame: 128,
     workerFirst: 0,
     workerCount: 1,
     shard: 0,
@@ -305,6 +429,15 @@ export function defaultHello(overrides: Partial<HelloOk> = {}): HelloOk {
 }
 
 export type FakeMode = "serve" | "unavailable" | "garbage" | "silent" | "range_changed";
+
+/** A named sequence of a fake node: values `start, start + 1, ...` up to `max`. */
+export interface FakeSequence {
+  mode: SequenceMode;
+  /** The next value to hand out. Default 1. */
+  next?: bigint;
+  /** The largest value; past it GET_VALUES is answered SEQUENCE_USED_UP (307). */
+  max?: bigint;
+}
 
 export interface FakeOptions {
   status?: number;
@@ -317,6 +450,12 @@ export interface FakeOptions {
   runLength?: number;
   /** Hold every answer until this many requests have arrived (to prove pipelining). */
   holdUntil?: number;
+  /** The node's named sequences (GET_VALUES on a version 3 HELLO_OK): absent names are
+   * answered UNKNOWN_SEQUENCE. */
+  sequences?: Record<string, FakeSequence>;
+  /** Answer GET_VALUES with a broken VALUES frame: one value more than asked, values not
+   * increasing, or an unknown mode byte. */
+  badValues?: "count" | "order" | "mode";
   tls?: tls.TlsOptions;
 }
 
@@ -332,6 +471,8 @@ export class FakeNode {
   requests = 0;
   connections = 0;
   readonly idsByConnection: bigint[][] = [];
+  /** Every request frame received after the handshake, decoded (or its refusal status). */
+  readonly received: (DecodedRequest | { op: "REJECTED"; status: number })[] = [];
   readonly tlsSessions: { alpn: string | false | null; clientCert: boolean }[] = [];
   readonly tlsFailures: Error[] = [];
   private nextId: bigint;
@@ -369,7 +510,7 @@ export class FakeNode {
     const sent: bigint[] = [];
     this.idsByConnection.push(sent);
     if (mode === "range_changed" && index > 0) mode = "serve";
-    const greeting = index === 0 ? hello : (o.helloAfter ?? hello);
+    let greeting = index === 0 ? hello : (o.helloAfter ?? hello);
     let buf = Buffer.alloc(0);
     let greeted = false;
     let k = 0;
@@ -378,15 +519,28 @@ export class FakeNode {
       buf = Buffer.concat([buf, chunk]);
       if (!greeted) {
         if (buf.length < 13) return;
+        // The node speaks 1..=greeting.version: it picks the highest the client offers.
+        const offered = buf.readUInt16BE(11);
+        if (offered < greeting.version) greeting = { ...greeting, version: offered };
         buf = buf.subarray(13);
         greeted = true;
         sock.write(encodeHelloOk(greeting));
       }
-      while (buf.length >= 4 && buf.length >= 4 + buf.readUInt32BE(0)) {
-        const length = buf.readUInt32BE(0);
+      for (;;) {
+        let decoded: RequestOutcome | null;
+        try {
+          decoded = decodeRequest(buf, { max_request_frame: greeting.maxRequestFrame, max_batch: greeting.maxBatch }, greeting.version);
+        } catch (e) {
+          const fault = e as FrameFault;
+          sock.end(encodeError(fault.status, fault.message));
+          return;
+        }
+        if (decoded === null) break;
+        const length = decoded.consumed - 4;
         const body = buf.subarray(4, 4 + length);
         buf = buf.subarray(4 + length);
         this.requests++;
+        this.received.push(decoded.request ?? { op: "REJECTED", status: decoded.reject! });
         const step = k++;
         let answer: Buffer | null = null;
         let close = false;
@@ -399,7 +553,7 @@ export class FakeNode {
           answer = encodeError(305, "worker range changed");
           close = true;
         } else if (mode === "serve" || mode === "range_changed") {
-          answer = this.answer(body, sent, greeting, o);
+          answer = decoded.reject !== null ? encodeError(decoded.reject, "refused") : this.answer(body, sent, o);
         }
         if (answer === null) continue; // silent
         if (o.holdUntil !== undefined && this.requests < o.holdUntil) {
@@ -416,13 +570,11 @@ export class FakeNode {
     });
   }
 
-  private answer(body: Buffer, sent: bigint[], hello: HelloOk, o: FakeOptions): Buffer {
+  private answer(body: Buffer, sent: bigint[], o: FakeOptions): Buffer {
     const op = body[0]!;
     if (op === 0x03) return encodePong(body.readBigUInt64BE(1));
     const count = body.readUInt32BE(1);
-    if (op !== 0x02 && !(op === 0x04 && hello.version >= 2)) return encodeError(202, "unknown opcode");
-    if (count === 0) return encodeError(200, "count 0");
-    if (count > hello.maxBatch) return encodeError(201, "batch too large");
+    if (op === 0x05) return this.answerValues(body.subarray(5).toString("latin1"), count, o);
     const first = this.nextId;
     const ids: bigint[] = [];
     for (let i = 0n; i < BigInt(count); i++) ids.push(first + i);
@@ -445,6 +597,25 @@ export class FakeNode {
     }
     this.nextId = next;
     return encodeRanges(runs);
+  }
+
+  private answerValues(name: string, count: number, o: FakeOptions): Buffer {
+    const seq = o.sequences?.[name];
+    if (seq === undefined) return encodeError(203, `no sequence ${name}`);
+    const next = seq.next ?? 1n;
+    const max = seq.max ?? (1n << 63n) - 1n;
+    if (max - next + 1n < BigInt(count)) return encodeError(307, `sequence ${name} is used up`);
+    const values: bigint[] = [];
+    for (let i = 0n; i < BigInt(count); i++) values.push(next + i);
+    seq.next = next + BigInt(count);
+    if (o.badValues === "count") values.push(seq.next++);
+    if (o.badValues === "order" && values.length >= 2) values.reverse();
+    return encodeValues(o.badValues === "mode" ? 2 : seq.mode, values);
+  }
+
+  /** The GET_VALUES requests received, in order. */
+  valueRequests(): { count: number; name: string }[] {
+    return this.received.flatMap((r) => (r.op === "GET_VALUES" ? [{ count: r.count, name: r.name }] : []));
   }
 
   /** Stop accepting and cut every open connection (as a crashed node would). */

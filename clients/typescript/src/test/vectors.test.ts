@@ -8,7 +8,7 @@ import { describe, test } from "node:test";
 import { ProtocolError } from "../errors.js";
 import * as protocol from "../protocol.js";
 import { STATUSES, closesConnection, retryElsewhere, statusName } from "../status.js";
-import { REPO, loadJson } from "./support.js";
+import { FrameFault, REPO, decodeRequest, handshakeRule, loadJson, negotiate } from "./support.js";
 
 interface Case {
   name: string;
@@ -19,6 +19,11 @@ interface Case {
   incomplete?: boolean;
   consumed?: number;
   max_frame?: number;
+  connection?: "new" | "established";
+  /** The version an established connection negotiated (1 when absent). */
+  version?: number;
+  limits?: { max_request_frame: number; max_batch: number };
+  negotiated_version?: number;
 }
 
 const VECTORS = loadJson("protocol/tests/vectors.json") as Case[];
@@ -31,6 +36,8 @@ function encodeRequest(d: Record<string, unknown>): Buffer {
       return protocol.encodeGetIds(d["count"] as number);
     case "PING":
       return protocol.encodePing(BigInt(d["token"] as string));
+    case "GET_VALUES":
+      return protocol.encodeGetValues(d["count"] as number, d["name"] as string);
     default:
       throw new Error(`unknown request op ${String(d["op"])}`);
   }
@@ -71,6 +78,8 @@ function asDecoded(frame: protocol.Response): Record<string, unknown> {
       };
     case "RANGES":
       return { op: "RANGES", runs: frame.runs.toRuns().map((r) => [r.first.toString(), r.count]) };
+    case "VALUES":
+      return { op: "VALUES", mode: frame.mode, values: Array.from(frame.values, (v) => v.toString()) };
   }
 }
 
@@ -88,12 +97,84 @@ describe("request vectors", () => {
   }
 });
 
+/**
+ * Every request vector through a server's decoder (the one the fake nodes use), with the
+ * case's limits, connection state and negotiated version: the decoded request, the refusal
+ * status, the closing fault or a request for more bytes, exactly.
+ */
+describe("request vectors, decoded as a server does", () => {
+  const cases = VECTORS.filter((c) => c.direction === "request");
+  test("there are enough of them, with GET_VALUES cases on version 3 connections", () => {
+    assert.ok(cases.length >= 50, `${cases.length}`);
+    assert.ok(cases.filter((c) => c.version === 3).length >= 15);
+  });
+  for (const c of cases) {
+    test(`${c.name} (${c.connection}${c.version !== undefined ? `, version ${c.version}` : ""})`, () => {
+      const raw = hex(c.hex);
+      const established = c.connection === "established";
+      const version = established ? (c.version ?? 1) : 1;
+      let out;
+      try {
+        out = decodeRequest(raw, c.limits!, version);
+      } catch (e) {
+        assert.ok(e instanceof FrameFault, String(e));
+        assert.ok(c.error, `unexpected fault ${e.status}: ${e.message}`);
+        assert.equal(e.status, c.error.status);
+        assert.equal(c.error.closes, true);
+        return;
+      }
+      if (c.incomplete) {
+        assert.equal(out, null);
+        return;
+      }
+      assert.ok(out !== null, "decoder asked for more bytes");
+      assert.equal(out.consumed, c.consumed ?? raw.length);
+      const closing = handshakeRule(out, established);
+      if (c.decoded) {
+        assert.equal(closing, null);
+        assert.deepEqual(out.request, c.decoded);
+        if (c.negotiated_version !== undefined) {
+          const h = c.decoded as { min_version: number; max_version: number };
+          assert.equal(negotiate(h.min_version, h.max_version), c.negotiated_version);
+        }
+        return;
+      }
+      assert.ok(c.error, "a case is decoded, an error or incomplete");
+      if (closing !== null) {
+        assert.equal(closing, c.error.status);
+        assert.equal(c.error.closes, true);
+      } else {
+        assert.equal(out.reject, c.error.status);
+        assert.equal(c.error.closes, false);
+        assert.equal(closesConnection(out.reject!), false);
+      }
+    });
+  }
+  test("the client's own name check agrees with every GET_VALUES vector", () => {
+    let checked = 0;
+    for (const c of cases.filter((c) => c.version === 3)) {
+      const raw = hex(c.hex);
+      if (raw.length < 9 || raw[4] !== 0x05) continue;
+      const length = raw.readUInt32BE(0);
+      if (length < 6 || length > 69 || raw.length < 4 + length) continue;
+      const name = raw.subarray(9, 4 + length).toString("utf8");
+      if (c.decoded) assert.ok(protocol.isSequenceName(name), `${c.name}: ${name}`);
+      else if (c.error?.status === 204) assert.ok(!protocol.isSequenceName(name), `${c.name}: ${name}`);
+      else continue;
+      checked++;
+    }
+    assert.ok(checked >= 8, `${checked}`);
+  });
+});
+
 describe("response vectors", () => {
   const decoded = VECTORS.filter((c) => c.direction === "response" && c.decoded);
   const errors = VECTORS.filter((c) => c.direction === "response" && c.error);
   const incomplete = VECTORS.filter((c) => c.direction === "response" && c.incomplete);
-  test("there are enough of them", () => {
+  test("there are enough of them, VALUES among them", () => {
     assert.ok(decoded.length >= 15 && errors.length >= 10 && incomplete.length >= 2);
+    const values = VECTORS.filter((c) => c.direction === "response" && c.hex.slice(8, 10) === "85");
+    assert.ok(values.filter((c) => c.decoded).length >= 3 && values.filter((c) => c.error).length >= 7 && values.some((c) => c.incomplete));
   });
   for (const c of decoded) {
     test(`decodes ${c.name}`, () => {
@@ -105,7 +186,8 @@ describe("response vectors", () => {
     });
     test(`${c.name} fed one byte at a time decodes only once complete`, () => {
       const raw = hex(c.hex);
-      for (let cut = 0; cut < raw.length; cut++) assert.equal(protocol.decodeResponse(raw.subarray(0, cut), c.max_frame!), null, `cut ${cut}`);
+      const size = c.consumed ?? raw.length; // bytes after the frame belong to the next one
+      for (let cut = 0; cut < size; cut++) assert.equal(protocol.decodeResponse(raw.subarray(0, cut), c.max_frame!), null, `cut ${cut}`);
     });
   }
   for (const c of errors) {
@@ -203,5 +285,45 @@ describe("encoders refuse values that do not fit", () => {
     assert.throws(() => protocol.encodeHello(0, 65536), RangeError);
     assert.throws(() => protocol.encodePing(1n << 64n), RangeError);
     assert.throws(() => protocol.encodePing(5 as unknown as bigint), RangeError);
+  });
+  test("GET_VALUES: names of 1 to 64 bytes, a u32 count", () => {
+    assert.throws(() => protocol.encodeGetValues(1, ""), RangeError);
+    assert.throws(() => protocol.encodeGetValues(1, "a".repeat(65)), RangeError);
+    assert.throws(() => protocol.encodeGetValues(1, "é".repeat(33)), RangeError); // 66 bytes
+    assert.throws(() => protocol.encodeGetValues(-1, "a"), RangeError);
+    assert.throws(() => protocol.encodeGetValues(2 ** 32, "a"), RangeError);
+    assert.throws(() => protocol.encodeGetValues(1, 7 as unknown as string), TypeError);
+    assert.equal(protocol.encodeGetValues(1, "a".repeat(64)).length, 73);
+  });
+});
+
+describe("VALUES (version 3)", () => {
+  test("the response frame limit, max(6 + 8 * max_batch, 258), admits a VALUES of max_batch values", () => {
+    assert.equal(protocol.responseFrameLimit(65536), 6 + 8 * 65536);
+    assert.equal(protocol.DEFAULT_MAX_RESPONSE_FRAME, 524294);
+    assert.equal(protocol.responseFrameLimit(0), 258);
+    assert.equal(protocol.responseFrameLimit(2 ** 32), 0xffff_ffff);
+    const values = Array.from({ length: 65536 }, (_, i) => BigInt(i + 1));
+    const frame = protocol.encodeValues("dense", values);
+    assert.throws(() => protocol.decodeResponse(frame, 5 + 8 * 65536), (e: unknown) => e instanceof ProtocolError && e.status === 101);
+    const out = protocol.decodeResponse(frame, protocol.responseFrameLimit(65536));
+    assert.ok(out && out.frame.op === "VALUES");
+    assert.equal(out.frame.values.length, 65536);
+    assert.equal(out.frame.values[65535], 65536n);
+  });
+  test("encodeValues and the decoder agree, at the largest value and with a step", () => {
+    const values = [1n, 1000n, (1n << 63n) - 1n];
+    for (const mode of ["dense", "strict"] as const) {
+      const out = protocol.decodeResponse(protocol.encodeValues(mode, values));
+      assert.ok(out && out.frame.op === "VALUES");
+      assert.equal(out.frame.mode, mode);
+      assert.deepEqual(Array.from(out.frame.values), values);
+    }
+  });
+  test("a sequence name: a-z, 0-9, '.', '_', '-', starting with a letter or a digit, 1 to 64 bytes", () => {
+    for (const ok of ["a", "0", "orders", "invoice.tenant-42", "a_b", "9-", "z".repeat(64)]) assert.ok(protocol.isSequenceName(ok), ok);
+    for (const no of ["", ".a", "_a", "-a", "A", "orDers", "a/b", "a b", "café", "z".repeat(65), 5, null, undefined]) {
+      assert.ok(!protocol.isSequenceName(no), String(no));
+    }
   });
 });
