@@ -1209,6 +1209,9 @@ def main():
     ap.add_argument("--cost-only", action="store_true",
                     help="only the cost rows (idgen, Redis, PostgreSQL; shared and pinned), system "
                          "calls, the targets and the model (prints, writes nothing)")
+    ap.add_argument("--sequences-only", action="store_true",
+                    help="only the named sequences against Redis INCR and PostgreSQL nextval "
+                         "(scripts/bench-sequences; prints, writes nothing)")
     ap.add_argument("--compare", metavar="IDGEN_BINARY",
                     help="only the idgen rows, for this idgen binary (another build: the before "
                          "of a change) and for this build, alternating (prints, writes nothing)")
@@ -1232,6 +1235,8 @@ def main():
 
     if a.compare:
         return only(lambda: compare_runs(seconds, a.compare), lambda _: None)
+    if a.sequences_only:
+        return only(sequence_runs, lambda lines: print("\n".join(lines)))
     if a.http_only:
         return only(lambda: http_runs(seconds), lambda r: print_http(*r))
     if a.clients_only:
@@ -1302,6 +1307,8 @@ def main():
         client_rows = client_runs(seconds)
         log("in-process (criterion)")
         inproc = in_process(a.quick)
+        log("named sequences against Redis INCR and PostgreSQL nextval (scripts/bench-sequences)")
+        sequences = sequence_runs()
     finally:
         for p in procs:
             stop(p, signal.SIGKILL)
@@ -1343,6 +1350,8 @@ def main():
     print_tls(tls_rows, hs, idle_tls)
     print()
     print_clients(client_rows)
+    print("\n".join(sequences))
+    print()
     print(f"in-process: next_id {inproc['next_id_ns']:.1f} ns (cached clock read {inproc['cached_clock_read_ns']:.1f} ns; "
           f"on the system clock read every call {inproc['next_id_system_clock_ns']:.1f} ns, that read alone "
           f"{inproc['wall_clock_read_ns']:.1f} ns), uuid v7 {inproc['uuid_v7_ns']:.1f} ns → "
@@ -1365,10 +1374,23 @@ def main():
                                                  "idle_connections": idle,
                                                  "tls": {"rows": tls_rows, "handshakes": hs,
                                                          "idle_connections": idle_tls},
-                                                 "clients": client_rows},
+                                                 "clients": client_rows,
+                                                 "sequences": sequences},
                                                 indent=1))
     svg_chart(rows, out / "chart.svg")
     log(f"wrote {out/'latest.json'} and {out/'chart.svg'}")
+
+
+def sequence_runs():
+    """Named sequences (dense over the protocol and HTTP, strict on three nodes on etcd at
+    depth 1 and 16) beside Redis INCR and PostgreSQL nextval, the same connections and depths:
+    scripts/bench-sequences, which starts and stops its own processes. Its report, by line."""
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "bench-sequences")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    lines = out.stdout.splitlines()
+    if out.returncode != 0:
+        raise RuntimeError("scripts/bench-sequences failed:\n" + out.stdout + out.stderr)
+    return ["named sequences (scripts/bench-sequences):"] + ["  " + l for l in lines]
 
 
 def model_cost(rows):

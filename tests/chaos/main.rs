@@ -13,6 +13,8 @@
 //!   or beyond its old ceiling bound (`STOP time + TTL`) after SIGCONT;
 //!
 //! and reports per fault how long clients saw errors (time to fail closed, time to recover).
+//! Named sequences run beside the IDs under the same faults ([`sequences`]): no value twice,
+//! and the strict sequence's real-time order.
 //! Any violation panics with the seed. `IDGEN_CHAOS_SEED` fixes the seed,
 //! `IDGEN_CHAOS_SECS` the length of the mixed phase; `scripts/chaos` wraps both.
 //!
@@ -33,6 +35,7 @@ mod cluster;
 mod faults;
 mod history;
 mod scenario;
+mod sequences;
 mod workload;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

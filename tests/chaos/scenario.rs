@@ -10,6 +10,7 @@ use crate::cluster::Cluster;
 use crate::common::etcd::EtcdCluster;
 use crate::faults::Chaos;
 use crate::history::{History, Shared};
+use crate::sequences;
 use crate::workload::client_thread;
 use crate::{Rng, CLIENTS_PER_NODE, FAKETIME_LIB, MAIN, SLOTS};
 
@@ -28,6 +29,7 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
     let started = Instant::now();
     let etcd = EtcdCluster::start(3);
     let url = etcd.url(&format!("chaos{seed}"));
+    sequences::create(&url);
     let shared = Arc::new(Shared {
         addrs: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
         stop: AtomicBool::new(false),
@@ -85,6 +87,15 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
             std::thread::spawn(move || client_thread(sh, node, s))
         })
         .collect();
+    let origin = Instant::now();
+    let sequence_clients: Vec<_> = (0..MAIN)
+        .flat_map(|node| sequences::SEQUENCES.map(|(name, strict)| (node, name, strict)))
+        .map(|(node, name, strict)| {
+            let sh = Arc::clone(&shared);
+            let t = std::thread::spawn(move || sequences::client(sh, node, name, origin));
+            (name, strict, t)
+        })
+        .collect();
     std::thread::sleep(Duration::from_secs(1));
     ch.fault("none (baseline)", vec![], Instant::now(), vec![]);
 
@@ -132,6 +143,28 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
         let h = c.join().expect("client thread");
         hist.conns.extend(h.conns);
         hist.errors.extend(h.errors);
+    }
+    let mut histories: std::collections::BTreeMap<&str, (bool, Vec<_>)> = Default::default();
+    for (name, strict, t) in sequence_clients {
+        let calls = t.join().expect("sequence client thread");
+        histories
+            .entry(name)
+            .or_insert((strict, Vec::new()))
+            .1
+            .extend(calls);
+    }
+    for (name, (strict, calls)) in &histories {
+        let answered = sequences::check(seed, name, *strict, calls);
+        assert!(answered > 0, "seed {seed}: {name}: no call got a value");
+        println!(
+            "chaos[{seed}]: sequence {name}: {answered} of {} calls answered, no value twice{}",
+            calls.len(),
+            if *strict {
+                ", real-time order kept"
+            } else {
+                ""
+            }
+        );
     }
     let summary = check(&ch, &hist, started);
     println!(

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use idgen_id::Layout;
 use idgen_protocol::client::{Answer, ClientConn, ClientError, Handshake, HandshakeError};
-use idgen_protocol::{encode_hello_ok, SeqName, ServerHello};
+use idgen_protocol::{SeqName, ServerHello};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -266,7 +266,6 @@ impl Client {
     {
         let hello = *protocol.hello();
         let layout = protocol.layout();
-        let protocol = with_values_frame_limit(protocol);
         // Protocol version 2 answers batches as runs of consecutive IDs (RANGES): a few bytes
         // for thousands of IDs, expanded here.
         let ranges = protocol.ranges();
@@ -571,32 +570,6 @@ fn handshake_error(e: HandshakeError) -> Error {
         } => Error::Server { status, message },
         HandshakeError::Frame(e) => Error::Protocol(e),
         other => Error::UnexpectedResponse(other.to_string()),
-    }
-}
-
-/// `protocol` with a response frame limit that takes a VALUES of `max_batch` values.
-///
-/// The protocol crate's limit is `max(5 + 8 * max_batch, 258)` (PROTOCOL.md section 7), the
-/// length of an IDS of `max_batch` IDs; a VALUES of as many values is one byte longer (its
-/// mode byte), and would be refused as too large. On a version 3 connection the limit is
-/// taken for `max_batch + 1` instead (8 bytes more), by reading the same HELLO_OK with that
-/// `max_batch`; answers are still checked against the counts asked for.
-fn with_values_frame_limit(protocol: ClientConn) -> ClientConn {
-    if !protocol.values() {
-        return protocol;
-    }
-    let mut hello = *protocol.hello();
-    let Some(wider) = hello.max_batch.checked_add(1) else {
-        return protocol;
-    };
-    hello.max_batch = wider;
-    let mut frame = Vec::new();
-    if encode_hello_ok(&hello, &mut frame).is_err() {
-        return protocol;
-    }
-    match Handshake::new().receive(&frame) {
-        Ok(Some((wide, _))) if wide.max_frame() > protocol.max_frame() => wide,
-        _ => protocol,
     }
 }
 
