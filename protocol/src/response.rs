@@ -1106,10 +1106,10 @@ mod tests {
 
     #[test]
     fn max_response_frame_values() {
-        assert_eq!(max_response_frame(65536), 524_293);
+        assert_eq!(max_response_frame(65536), 524_294);
         assert_eq!(max_response_frame(0), 258);
         assert_eq!(max_response_frame(1), 258);
-        assert_eq!(max_response_frame(32), 261);
+        assert_eq!(max_response_frame(32), 262);
         assert_eq!(max_response_frame(u32::MAX), u32::MAX);
     }
 

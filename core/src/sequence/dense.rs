@@ -57,6 +57,9 @@ pub struct Blocks {
     size: u64,
     max_block: u64,
     fetching: bool,
+    /// A call waits for more than is held: the next reservation is asked for now, however
+    /// much of the current block is left.
+    short: bool,
     /// The largest value handed out, asserted below every later one.
     last: Option<u64>,
 }
@@ -71,6 +74,7 @@ impl Blocks {
             size: FIRST_BLOCK.min(max_block),
             max_block,
             fetching: false,
+            short: false,
             last: None,
         }
     }
@@ -93,16 +97,20 @@ impl Blocks {
         self.take_held(want, now_ms, out)
     }
 
-    /// [`take`](Self::take) of all `want` values or none: none while fewer are held (the
-    /// next block is sized for them). For a call that fits one block (`want <= max_block`),
-    /// so that a call refused at the sequence's maximum has taken nothing, and the values
-    /// left go to smaller calls.
-    pub fn take_whole(&mut self, want: u64, now_ms: u64, out: &mut Vec<u64>) -> bool {
+    /// [`take`](Self::take) of all `want` values or none, for a call that fits one block
+    /// (`want <= max_block`): while fewer are held and no block is ahead, none, and the next
+    /// block, sized for them, is asked for at once ([`start_fetch`](Self::start_fetch)); so a
+    /// call refused at the sequence's maximum has taken nothing, and the values left go to
+    /// smaller calls. With a block ahead that is still too short, what is held is taken
+    /// (the current block must be used up before another can be asked for): a gap, if the
+    /// call is then refused. How many were taken.
+    pub fn take_whole(&mut self, want: u64, now_ms: u64, out: &mut Vec<u64>) -> u64 {
         self.size_for(want);
-        if self.remaining() < want {
-            return false;
+        if self.remaining() < want && self.ahead.is_none() {
+            self.short = true;
+            return 0;
         }
-        self.take_held(want, now_ms, out) == want
+        self.take_held(want, now_ms, out)
     }
 
     /// The sequence's `max_block` as this holder last read it.
@@ -175,11 +183,12 @@ impl Blocks {
     /// is left, nothing is ahead and no reservation is in flight. The caller then reserves
     /// and answers with [`fetched`](Self::fetched) or [`fetch_failed`](Self::fetch_failed).
     pub fn start_fetch(&mut self) -> Option<u64> {
-        let low = self.current.map_or(0, |c| c.left()) < self.size.div_ceil(2);
+        let low = self.short || self.current.map_or(0, |c| c.left()) < self.size.div_ceil(2);
         if self.fetching || self.ahead.is_some() || !low {
             return None;
         }
         self.fetching = true;
+        self.short = false;
         Some(self.size)
     }
 

@@ -352,8 +352,8 @@ impl Holder {
                 let want = n - out.len() as u64;
                 let now = self.now_ms();
                 if out.is_empty() && want <= blocks.max_block() {
-                    // All or nothing: a call refused at the maximum takes no value (no gap),
-                    // and what is left goes to smaller calls.
+                    // All or nothing where it can be: a call refused at the maximum takes no
+                    // value (no gap), and what is left goes to smaller calls.
                     blocks.take_whole(want, now, &mut out);
                 } else {
                     blocks.take(want, now, &mut out);
