@@ -14,7 +14,12 @@
 //!    member without quorum). The member must report no leader during the partition; both
 //!    nodes serve again within seconds of healing.
 //!
-//! Over the whole run no ID is received twice. The test re-runs itself inside the namespace;
+//! Over the whole run no ID is received twice. Named sequences run beside the IDs, through the
+//! shipped client's `next_value` on nodes A and B: a dense and a strict one. While A is cut off
+//! from the store its strict calls get no value (every strict value needs a commit made after
+//! its call began) while B's go on; A's strict calls are answered again once it is healed; no
+//! value is handed out twice and the strict one keeps its real-time order across A and B
+//! (`idgen_core::sequence::check`). The test re-runs itself inside the namespace;
 //! it needs root (as CI and `scripts/test` have), `unshare`, `ip` and `nft` (scripts/deps).
 
 mod common;
@@ -27,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
 use common::node::NodeProc;
+use idgen_core::sequence::check::{self, Call};
 
 const INSIDE: &str = "IDGEN_PARTITION_NETNS";
 /// The user IDs the isolated processes run as (no files of their own needed).
@@ -130,6 +136,47 @@ fn client(
     })
 }
 
+/// A client of sequence `seq` on one node, through the shipped blocking client: one
+/// `next_value` at a time until stopped, each call timed from `origin` (failed ones without a
+/// value), reconnecting when the connection closed.
+fn seq_client(
+    seq: &'static str,
+    addr: std::net::SocketAddr,
+    origin: Instant,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<Call>> {
+    std::thread::spawn(move || {
+        let options = idgen_client::ClientOptions {
+            connect_timeout: Duration::from_millis(500),
+            request_timeout: Duration::from_millis(800),
+        };
+        let us = || origin.elapsed().as_micros() as u64;
+        let mut calls = Vec::new();
+        let mut conn: Option<idgen_client::blocking::Client> = None;
+        while !stop.load(Ordering::Relaxed) {
+            let start = us();
+            if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                conn = idgen_client::blocking::Client::connect_with(addr.to_string(), options).ok();
+            }
+            let got = conn.as_ref().map(|c| c.next_value(seq));
+            let values = match got {
+                Some(Ok(v)) => vec![v],
+                _ => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    Vec::new()
+                }
+            };
+            calls.push(Call {
+                start,
+                end: us(),
+                values,
+            });
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        calls
+    })
+}
+
 fn inside() {
     sh("ip link set lo up");
     sh("nft add table inet partition");
@@ -137,6 +184,17 @@ fn inside() {
     let etcd = EtcdCluster::start_as(3, &[(1, MEMBER_UID)]);
     let ports = etcd.ports();
     let url = etcd.url("partition");
+    for (seq, mode) in [("orders", "dense"), ("ledger", "strict")] {
+        let out = Command::new(common::node::idgen_binary())
+            .args(["seq", "create", seq, "--mode", mode, "--store", &url])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "seq create {seq}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let args = |name: &'static str| {
         vec![
             "--store".to_string(),
@@ -177,6 +235,16 @@ fn inside() {
         client("a", a.addr, Arc::clone(&log), Arc::clone(&stop)),
         client("b", b.addr, Arc::clone(&log), Arc::clone(&stop)),
     ];
+    let origin = Instant::now();
+    let at_us = |t: Instant| t.saturating_duration_since(origin).as_micros() as u64;
+    // (node, sequence, client)
+    let seq_threads: Vec<_> = [("a", a.addr), ("b", b.addr)]
+        .into_iter()
+        .flat_map(|(node, addr)| {
+            ["orders", "ledger"]
+                .map(|seq| (node, seq, seq_client(seq, addr, origin, Arc::clone(&stop))))
+        })
+        .collect();
     std::thread::sleep(Duration::from_secs(1));
     let served = |node: &str, from: Instant, to: Instant| {
         log.lock()
@@ -305,6 +373,58 @@ fn inside() {
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
+    }
+    let mut by_seq: HashMap<&str, Vec<(&str, Call)>> = HashMap::new();
+    for (node, seq, t) in seq_threads {
+        for call in t.join().unwrap() {
+            by_seq.entry(seq).or_default().push((node, call));
+        }
+    }
+    let (cut_us, healed_us) = (at_us(cut), at_us(healed));
+    for (seq, calls) in &by_seq {
+        let all: Vec<Call> = calls.iter().map(|(_, c)| c.clone()).collect();
+        let dup = check::duplicates(&all);
+        assert!(
+            dup.is_empty(),
+            "{seq}: values twice: {:?}",
+            &dup[..dup.len().min(5)]
+        );
+        let answered = |node: &str, from: u64, to: u64| {
+            calls
+                .iter()
+                .filter(|(n, c)| {
+                    *n == node && !c.values.is_empty() && c.start >= from && c.end <= to
+                })
+                .count()
+        };
+        if *seq == "ledger" {
+            let v = check::real_time_order(&all);
+            assert!(
+                v.is_empty(),
+                "ledger: out of real-time order: {:?}",
+                &v[..v.len().min(5)]
+            );
+            // Cut off from the store, A answers no strict call begun after the cut (200 ms for
+            // the rule to take) and ended before the heal; B goes on.
+            assert_eq!(
+                answered("a", cut_us + 200_000, healed_us),
+                0,
+                "node A answered strict calls while cut off from the store"
+            );
+            assert!(
+                answered("b", cut_us, healed_us) > 0,
+                "node B's strict calls stopped"
+            );
+            assert!(
+                answered("a", healed_us, u64::MAX) > 0,
+                "node A answered no strict call after the heal"
+            );
+        }
+        println!(
+            "partitions: sequence {seq}: {} calls answered of {}, no value twice",
+            all.iter().filter(|c| !c.values.is_empty()).count(),
+            all.len()
+        );
     }
     let log = log.lock().unwrap();
     let mut seen: HashMap<u64, &str> = HashMap::new();
