@@ -998,7 +998,15 @@ class Client:
                 out = [buf.popleft() for _ in range(n)]
                 self._stats.add("value_prefetch_served", n)
                 return out
-            answer = self._ask(key, state, raw, n, max(self._seq_prefetch, n))
+            want = max(self._seq_prefetch, n)
+            try:
+                answer = self._ask(key, state, raw, n, want)
+            except ServerError as e:
+                if e.status != _status.SEQUENCE_USED_UP or want == n:
+                    raise
+                # Fewer than `want` may be left below the maximum, but `n` may: ask for
+                # exactly what this call needs (clients/vectors/SEQUENCES.md).
+                answer = self._ask(key, state, raw, n, n)
             fresh = answer.values
             if answer.mode != protocol.MODE_DENSE:
                 # Strict now (dropped and created again): these values answer this call only.

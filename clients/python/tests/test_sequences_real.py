@@ -12,6 +12,7 @@ SEQUENCES = [
     ["orders"],
     ["ledger", "--mode", "strict"],
     ["tiny", "--max", "5"],
+    ["tiny.prefetched", "--max", "5"],
     ["prefetched"],
     ["prefetched.strict", "--mode", "strict"],
     ["big"],
@@ -124,6 +125,15 @@ class RealServerSequences(unittest.TestCase):
             self.assertEqual((err.status, err.name), (307, "SEQUENCE_USED_UP"))
             self.assertFalse(err.retry_elsewhere)
         self.assertEqual(client.stats()["node_failures"], 0)
+
+    def test_prefetch_reaches_the_last_values_below_a_maximum(self):
+        # A fetch of 100 is refused with only 5 values in the sequence: the call asks again
+        # for exactly what it needs, so every value below the maximum is handed out.
+        client = self.client(sequence_prefetch=100)
+        self.assertEqual([client.next_value("tiny.prefetched") for _ in range(5)], [1, 2, 3, 4, 5])
+        with self.assertRaises(ServerError) as cm:
+            client.next_value("tiny.prefetched")
+        self.assertEqual(cm.exception.status, 307)
 
     def test_prefetch_dense_costs_about_calls_over_k_requests(self):
         client = self.client(sequence_prefetch=100)

@@ -168,7 +168,14 @@ impl Prefetch {
         if buffered.len() >= need {
             return Ok(buffered.drain(..need).collect());
         }
-        let fetched = match self.learn(name, fetch(n, self.k.max(n)).await) {
+        let want = self.k.max(n);
+        let mut got = self.learn(name, fetch(n, want).await);
+        if want > n && matches!(&got, Err(e) if e.status() == Some(Status::SEQUENCE_USED_UP)) {
+            // Fewer than `want` may be left below the maximum, but `n` may: ask for exactly
+            // what this call needs (clients/vectors/SEQUENCES.md).
+            got = self.learn(name, fetch(n, n).await);
+        }
+        let fetched = match got {
             Ok(f) => f,
             Err(e) => {
                 if e.status() == Some(Status::UNKNOWN_SEQUENCE) {

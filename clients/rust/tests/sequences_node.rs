@@ -252,6 +252,27 @@ fn unknown_bad_and_used_up_sequences() {
 }
 
 #[test]
+fn prefetch_reaches_the_last_values_below_a_maximum() {
+    let dir = DataDir::new("prefetch-max");
+    let node = node(&dir, &[]);
+    run(&node, async {
+        // A fetch of 100 is refused with only 5 values in the sequence: the call asks again
+        // for exactly what it needs, so every value below the maximum is handed out.
+        let client = Client::connect(node.addr)
+            .await
+            .unwrap()
+            .with_sequence_prefetch(100);
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            got.push(client.next_value("tiny").await.unwrap());
+        }
+        assert_eq!(got, [1, 2, 3, 4, 5]);
+        let e = client.next_value("tiny").await.unwrap_err();
+        assert_eq!(e.status(), Some(Status::SEQUENCE_USED_UP), "{e:?}");
+    });
+}
+
+#[test]
 fn a_call_for_max_batch_values_is_one_answer() {
     let dir = DataDir::new("batch");
     let node = node(&dir, &["--max-batch", "100"]);
