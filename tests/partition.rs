@@ -185,15 +185,7 @@ fn inside() {
     let ports = etcd.ports();
     let url = etcd.url("partition");
     for (seq, mode) in [("orders", "dense"), ("ledger", "strict")] {
-        let out = Command::new(common::node::idgen_binary())
-            .args(["seq", "create", seq, "--mode", mode, "--store", &url])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "seq create {seq}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::node::seq(&["create", seq, "--mode", mode, "--store", &url]);
     }
     let args = |name: &'static str| {
         vec![

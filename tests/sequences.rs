@@ -23,17 +23,9 @@ const CALLS_PER_CLIENT: usize = 120;
 const MAX_BLOCK: u64 = 16;
 
 fn seq(url: &str, args: &[&str]) {
-    let out = Command::new(idgen_binary())
-        .arg("seq")
-        .args(args)
-        .args(["--store", url])
-        .output()
-        .expect("run idgen seq");
-    assert!(
-        out.status.success(),
-        "idgen seq {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut all = args.to_vec();
+    all.extend(["--store", url]);
+    common::node::seq(&all);
 }
 
 fn start(url: &str, node_id: &str) -> NodeProc {

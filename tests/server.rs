@@ -40,12 +40,8 @@ fn the_shared_request_vectors_hold_against_the_real_server() {
     for v in &vectors {
         if v["decoded"]["op"] == "GET_VALUES" {
             let seq = v["decoded"]["name"].as_str().unwrap();
-            let out = std::process::Command::new(common::node::idgen_binary())
-                .args(["seq", "create", seq, "--data-dir"])
-                .arg(data.path())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "seq create {seq}");
+            let dir = data.path().to_str().unwrap();
+            common::node::seq(&["create", seq, "--data-dir", dir]);
         }
     }
     let default = NodeProc::try_start_in(Some(data.path()), &["--shards", "1"], &[])

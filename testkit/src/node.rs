@@ -301,6 +301,22 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (
         .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
 }
 
+/// Runs `idgen seq ARGS…` (`create NAME --mode strict --store URL`, `create NAME --data-dir
+/// DIR`, …) against the store it names, before or beside the nodes; panics with its stderr if
+/// it fails. What the tests of named sequences create them with.
+pub fn seq(args: &[&str]) {
+    let out = Command::new(idgen_binary())
+        .arg("seq")
+        .args(args)
+        .output()
+        .expect("run idgen seq");
+    assert!(
+        out.status.success(),
+        "idgen seq {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// One HTTP/1.1 request; `Err` on a refused connection, a timeout or a garbled answer.
 pub fn try_http(
     addr: SocketAddr,

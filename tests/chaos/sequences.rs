@@ -7,7 +7,6 @@
 //! clocks said.
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use idgen_protocol::client::Handshake;
 use idgen_protocol::{Request, Response};
 use idgen_testkit::{TestConn, Timeouts};
 
-use crate::common::node::idgen_binary;
+use crate::common::node::seq;
 use crate::history::Shared;
 
 /// The sequences, and whether each is strict.
@@ -31,15 +30,7 @@ const ROUND_PAUSE: Duration = Duration::from_millis(5);
 pub(crate) fn create(url: &str) {
     for (name, strict) in SEQUENCES {
         let mode = if strict { "strict" } else { "dense" };
-        let out = Command::new(idgen_binary())
-            .args(["seq", "create", name, "--mode", mode, "--store", url])
-            .output()
-            .expect("run idgen seq create");
-        assert!(
-            out.status.success(),
-            "idgen seq create {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        seq(&["create", name, "--mode", mode, "--store", url]);
     }
 }
 
