@@ -238,18 +238,19 @@ fn a_call_for_more_than_is_held_asks_for_a_block_at_once_and_then_takes_it_whole
     let mut b = Blocks::new(4096);
     let mut out = Vec::new();
     assert_eq!(b.start_fetch(), Some(16));
-    b.fetched(block(1, 16), 4096, 0).unwrap();
-    assert_eq!(b.take(2, 0, &mut out), 2);
-    // 14 held, far above half the next block's 16: no reservation yet.
+    b.fetched(block(1, 300), 4096, 0).unwrap();
+    assert_eq!(b.take(150, 0, &mut out), 150);
+    // 150 held, far above half a block of 16: no reservation yet.
     assert_eq!(b.start_fetch(), None);
-    // A call for 200 takes nothing, and the next block (sized for it) is asked for at once.
-    assert_eq!(b.take_whole(200, 0, &mut out), 0);
-    assert_eq!(out, [1, 2]);
-    assert_eq!(b.start_fetch(), Some(256));
-    b.fetched(block(17, 256), 4096, 0).unwrap();
+    // A call for 200 takes nothing, and the next block (sized for it, 256) is asked for at
+    // once, though 150 held is more than half of it.
     out.clear();
+    assert_eq!(b.take_whole(200, 0, &mut out), 0);
+    assert!(out.is_empty());
+    assert_eq!(b.start_fetch(), Some(256));
+    b.fetched(block(301, 256), 4096, 0).unwrap();
     assert_eq!(b.take_whole(200, 0, &mut out), 200);
-    assert_eq!(out, (3..203).collect::<Vec<_>>());
+    assert_eq!(out, (151..351).collect::<Vec<_>>());
     // With a block ahead that is still too short, what is held is taken.
     let mut b = Blocks::new(4096);
     b.start_fetch();
