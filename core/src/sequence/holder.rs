@@ -548,7 +548,7 @@ impl Holder {
                 // then after a backoff); `Some(next)`: this commit is over, and the next one.
                 let Some(next) = next else {
                     if lost > 2 {
-                        Self::lost_again(lost).await;
+                        tokio::time::sleep(super::backoff(lost - 3)).await;
                     }
                     continue;
                 };
@@ -560,13 +560,6 @@ impl Holder {
                 }
             }
         });
-    }
-}
-
-impl Holder {
-    /// The pause before a strict commit's next attempt after `lost` lost in a row.
-    fn lost_again(lost: u32) -> tokio::time::Sleep {
-        tokio::time::sleep(super::backoff(lost.saturating_sub(3)))
     }
 }
 

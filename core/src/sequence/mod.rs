@@ -428,17 +428,24 @@ impl<'s> Sequences<'s> {
         let key = self.key(name);
         match txn.get(&key).await? {
             None => Ok(None),
-            Some(raw) => {
-                let rec = Self::parse(&key, &raw)?;
-                if rec.name != *name {
-                    return Err(SequenceError::Corrupt {
-                        key: String::from_utf8_lossy(&key).into_owned(),
-                        detail: format!("the record names {}", rec.name),
-                    });
-                }
-                Ok(Some(rec))
-            }
+            Some(raw) => Self::parse_named(&key, name, &raw).map(Some),
         }
+    }
+
+    /// [`parse`](Self::parse) of the record stored at `key` for `name`, which it must name.
+    fn parse_named(
+        key: &[u8],
+        name: &SequenceName,
+        raw: &[u8],
+    ) -> Result<SequenceRecord, SequenceError> {
+        let rec = Self::parse(key, raw)?;
+        if rec.name != *name {
+            return Err(SequenceError::Corrupt {
+                key: String::from_utf8_lossy(key).into_owned(),
+                detail: format!("the record names {}", rec.name),
+            });
+        }
+        Ok(rec)
     }
 
     async fn read_count(&self, txn: &mut Txn<'_>) -> Result<u64, SequenceError> {
@@ -711,13 +718,7 @@ impl<'s> Sequences<'s> {
         let Some(entry) = entry else {
             return Err(SequenceError::NotFound(name.clone()));
         };
-        let mut rec = Self::parse(&key, &entry.value)?;
-        if rec.name != *name {
-            return Err(SequenceError::Corrupt {
-                key: String::from_utf8_lossy(&key).into_owned(),
-                detail: format!("the record names {}", rec.name),
-            });
-        }
+        let mut rec = Self::parse_named(&key, name, &entry.value)?;
         if rec.state != SequenceState::Live {
             return Err(SequenceError::NotFound(name.clone()));
         }

@@ -669,69 +669,65 @@ impl EtcdStore {
         writes: &[Write],
         read: Option<&[u8]>,
     ) -> Result<CommitOrGet, StoreError> {
-        {
-            let compares: Vec<Compare> = checks
-                .iter()
-                .map(|c| {
-                    let key = self.full_key(&c.key);
-                    if c.version == 0 {
-                        Ok(Compare::version(key, CompareOp::Equal, 0))
-                    } else {
-                        let rev = i64::try_from(c.version).map_err(|_| {
-                            StoreError::Invalid(format!("etcd: version {} out of range", c.version))
-                        })?;
-                        Ok(Compare::mod_revision(key, CompareOp::Equal, rev))
-                    }
-                })
-                .collect::<Result<_, StoreError>>()?;
-            let ops: Vec<TxnOp> = writes
-                .iter()
-                .map(|w| match w {
-                    Write::Put { key, value } => {
-                        TxnOp::put(self.full_key(key), value.clone(), None)
-                    }
-                    Write::Delete { key } => TxnOp::delete(self.full_key(key), None),
-                })
-                .collect();
-            let mut txn = Txn::new().when(compares).and_then(ops);
-            if let Some(key) = read {
-                txn = txn.or_else(vec![TxnOp::get(self.full_key(key), None)]);
-            }
-            let what = self.describe();
-            let result = self
-                .call(|mut c| {
-                    let txn = txn.clone();
-                    async move { c.txn(txn).await }
-                })
-                .await;
-            // A timeout may have cut off a retry that followed an unsent attempt, but it may
-            // equally have cut off a sent one: unknown.
-            match result {
-                Some(Ok(resp)) if resp.succeeded() => Ok(CommitOrGet::Applied(
-                    read.and_then(|_| resp.header())
-                        .and_then(|h| u64::try_from(h.revision()).ok()),
-                )),
-                Some(Ok(resp)) => {
-                    let mut now = None;
-                    for op in resp.op_responses() {
-                        if let etcd_client::TxnOpResponse::Get(get) = op {
-                            now = get.kvs().first().map(|kv| self.entry(kv)).transpose()?;
-                        }
-                    }
-                    Ok(CommitOrGet::Conflict(now))
+        let compares: Vec<Compare> = checks
+            .iter()
+            .map(|c| {
+                let key = self.full_key(&c.key);
+                if c.version == 0 {
+                    Ok(Compare::version(key, CompareOp::Equal, 0))
+                } else {
+                    let rev = i64::try_from(c.version).map_err(|_| {
+                        StoreError::Invalid(format!("etcd: version {} out of range", c.version))
+                    })?;
+                    Ok(Compare::mod_revision(key, CompareOp::Equal, rev))
                 }
-                Some(Err(e)) if is_invalid(&e) => {
-                    Err(StoreError::Invalid(format!("{what} commit: {}", plain(&e))))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        let ops: Vec<TxnOp> = writes
+            .iter()
+            .map(|w| match w {
+                Write::Put { key, value } => TxnOp::put(self.full_key(key), value.clone(), None),
+                Write::Delete { key } => TxnOp::delete(self.full_key(key), None),
+            })
+            .collect();
+        let mut txn = Txn::new().when(compares).and_then(ops);
+        if let Some(key) = read {
+            txn = txn.or_else(vec![TxnOp::get(self.full_key(key), None)]);
+        }
+        let what = self.describe();
+        let result = self
+            .call(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await;
+        // A timeout may have cut off a retry that followed an unsent attempt, but it may
+        // equally have cut off a sent one: unknown.
+        match result {
+            Some(Ok(resp)) if resp.succeeded() => Ok(CommitOrGet::Applied(
+                read.and_then(|_| resp.header())
+                    .and_then(|h| u64::try_from(h.revision()).ok()),
+            )),
+            Some(Ok(resp)) => {
+                let mut now = None;
+                for op in resp.op_responses() {
+                    if let etcd_client::TxnOpResponse::Get(get) = op {
+                        now = get.kvs().first().map(|kv| self.entry(kv)).transpose()?;
+                    }
                 }
-                Some(Err(e)) if not_sent(&e) => Err(StoreError::Unavailable(format!(
-                    "{what} commit: {}",
-                    plain(&e)
-                ))),
-                Some(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {}", plain(&e)))),
-                None => Err(StoreError::Unknown(format!(
-                    "{what} commit: timed out after {CALL_TIMEOUT:?}"
-                ))),
+                Ok(CommitOrGet::Conflict(now))
             }
+            Some(Err(e)) if is_invalid(&e) => {
+                Err(StoreError::Invalid(format!("{what} commit: {}", plain(&e))))
+            }
+            Some(Err(e)) if not_sent(&e) => Err(StoreError::Unavailable(format!(
+                "{what} commit: {}",
+                plain(&e)
+            ))),
+            Some(Err(e)) => Err(StoreError::Unknown(format!("{what} commit: {}", plain(&e)))),
+            None => Err(StoreError::Unknown(format!(
+                "{what} commit: timed out after {CALL_TIMEOUT:?}"
+            ))),
         }
     }
 }
