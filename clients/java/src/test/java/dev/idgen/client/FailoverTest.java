@@ -255,11 +255,12 @@ class FailoverTest {
                 IdgenClient ca = IdgenClient.create(a.addr);
                 IdgenClient both = IdgenClient.builder().nodes(a.addr, b.addr).build()) {
             ca.nextId();
-            // The layout comes from whichever node served first (usually a; under load its
-            // connect may lose to b's): stop that one, and the other's layout is refused.
+            // The layout comes from whichever node connected first (usually a; under load its
+            // connect may lose to b's): stop the node whose layout the client holds (read from
+            // the client itself, not inferred from its preferred node), and the other's layout
+            // is refused.
             both.nextId();
-            boolean fromA = both.nodes().stream()
-                    .anyMatch(n -> n.current() && n.address().equals(a.addr));
+            boolean fromA = both.layout().equals(ca.layout());
             (fromA ? a : b).kill();
             IdgenException e = assertThrows(IdgenException.class, () -> both.nextIds(1));
             assertTrue(e.getMessage().contains("layout"), e.getMessage());
