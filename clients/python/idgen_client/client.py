@@ -984,15 +984,23 @@ class Client:
 
     def _prefetched_values(self, key: str, raw: bytes, n: int) -> List[int]:
         state = self._seq_state(key)
-        if state.mode != protocol.MODE_DENSE:
-            # Not known to be dense (the first call for the name, or strict): exactly n,
-            # nothing kept; the answer says the mode.
+        if state.mode == protocol.MODE_STRICT:
+            # Strict: exactly n, nothing kept, calls not serialized (pipelined calls share a
+            # commit on the node); the answer says the mode.
             answer = self._ask(key, state, raw, n, n)
             if answer.mode == protocol.MODE_STRICT and state.buffer:
                 with state.lock:  # the sequence was dense once: its old values go
                     state.buffer.clear()
             return answer.values
         with state.lock:
+            if state.mode != protocol.MODE_DENSE:
+                # Not known yet (the first call for the name): exactly n, nothing kept, under
+                # the name's lock, so that no call takes buffered values meanwhile that lie
+                # below this call's (a thread's values would then go down).
+                answer = self._ask(key, state, raw, n, n)
+                if answer.mode == protocol.MODE_STRICT:
+                    state.buffer.clear()
+                return answer.values
             buf = state.buffer
             if len(buf) >= n:
                 out = [buf.popleft() for _ in range(n)]
