@@ -474,7 +474,10 @@ impl Holder {
     /// Runs strict commits on the holder's runtime, one after another while calls wait. An
     /// attempt that loses the record to another holder is tried again at once, with the calls
     /// that arrived meanwhile (so contention grows the commits instead of queueing calls
-    /// behind them); after a few losses in a row, after a short random backoff.
+    /// behind them). Never after a backoff: each attempt is one store round trip, which paces
+    /// the retries (one attempt in flight per holder and sequence), and a holder that waited
+    /// longer after each loss would leave the record to whichever holder never loses, the
+    /// busiest: its neighbours' calls would starve.
     fn commit(self: &Arc<Self>, name: SequenceName, seq: Arc<Seq>, sizes: Vec<u64>) {
         let me = Arc::clone(self);
         self.rt.spawn(async move {
@@ -544,12 +547,11 @@ impl Holder {
                         }
                     }
                 };
-                // `None`: the same commit, tried again (at once for the first losses in a row,
-                // then after a backoff); `Some(next)`: this commit is over, and the next one.
+                // `None`: the same commit, tried again at once (after letting the runtime's
+                // other tasks run, for a store that answers without waiting); `Some(next)`:
+                // this commit is over, and the next one.
                 let Some(next) = next else {
-                    if lost > 2 {
-                        tokio::time::sleep(super::backoff(lost - 3)).await;
-                    }
+                    tokio::task::yield_now().await;
                     continue;
                 };
                 contended_since = None;
