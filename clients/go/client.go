@@ -273,14 +273,14 @@ func (c *Client) NextID(ctx context.Context) (uint64, error) {
 // NextIDs returns n IDs from one node, strictly increasing, all or nothing. A count above
 // the node's max_batch is sent as several requests, one right behind the other, and the
 // answers joined in order; if a part fails, the whole call fails over or fails (the IDs
-// of the other parts are dropped: a gap, never a duplicate). n == 0 returns no IDs without
-// asking a node. It does not use the prefetch pool.
+// of the other parts are dropped: a gap, never a duplicate). It does not use the prefetch
+// pool.
+//
+// An n outside 1..=16777216 (0 included, as every idgen client refuses a count of 0) fails
+// with ErrInvalidArgument before anything is sent.
 func (c *Client) NextIDs(ctx context.Context, n int) ([]uint64, error) {
-	if n < 0 || n > maxIDsPerCall {
-		return nil, fmt.Errorf("idgen: NextIDs(%d): n must be in 0..=%d", n, maxIDsPerCall)
-	}
-	if n == 0 {
-		return []uint64{}, nil
+	if n < 1 || n > maxIDsPerCall {
+		return nil, argError("NextIDs: n = %d: must be in 1..=%d", n, maxIDsPerCall)
 	}
 	var ids []uint64
 	err := c.withFailover(ctx, func(cc *conn) error {

@@ -513,12 +513,30 @@ func TestClosedClientAndBadOptions(t *testing.T) {
 			t.Errorf("accepted %+v", o)
 		}
 	}
-	c2 := newClient(t, Options{Nodes: []string{f.addr}})
-	if _, err := c2.NextIDs(bg(t, time.Second), -1); err == nil {
-		t.Fatal("n = -1 accepted")
+}
+
+// A count of 0 is refused as in every idgen client, like a negative one or one above the
+// per-call bound: ErrInvalidArgument, nothing sent (not even a connection opened).
+func TestACountOutside1ToTheBoundIsRefusedBeforeSending(t *testing.T) {
+	f := newFake(t, seqHello(), "serve")
+	f.addSeq("orders", SequenceDense, 1)
+	for _, prefetch := range []int{0, 10} {
+		c := newClient(t, Options{Nodes: []string{f.addr}, Prefetch: prefetch, SequencePrefetch: prefetch})
+		for _, n := range []int{0, -1, maxIDsPerCall + 1} {
+			ids, err := c.NextIDs(bg(t, time.Second), n)
+			if !errors.Is(err, ErrInvalidArgument) || ids != nil || !strings.Contains(err.Error(), "must be in 1..=") {
+				t.Errorf("NextIDs(%d), prefetch %d: %v %v", n, prefetch, ids, err)
+			}
+		}
+		for _, n := range []int{0, -1, MaxValuesPerCall + 1} {
+			vs, err := c.NextValues(bg(t, time.Second), "orders", n)
+			if !errors.Is(err, ErrInvalidArgument) || vs != nil || !strings.Contains(err.Error(), "must be in 1..=") {
+				t.Errorf("NextValues(%d), prefetch %d: %v %v", n, prefetch, vs, err)
+			}
+		}
 	}
-	if ids, err := c2.NextIDs(bg(t, time.Second), 0); err != nil || len(ids) != 0 {
-		t.Fatalf("n = 0: %v %v", ids, err)
+	if conns, reqs := f.counts(); conns != 0 || reqs != 0 {
+		t.Fatalf("something was sent: %d connections, %d requests", conns, reqs)
 	}
 }
 

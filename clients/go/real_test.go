@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -389,9 +388,11 @@ func TestRealNodeRefusesNothingButBadCounts(t *testing.T) {
 	n := startNode(t, "--max-batch", "100")
 	c := newClient(t, Options{Nodes: []string{n.addr}})
 	// A batch above max_batch is split, so the server never says BATCH_TOO_LARGE; a huge
-	// count is refused locally.
-	if _, err := c.NextIDs(bg(t, time.Second), 1<<25); err == nil || !strings.Contains(err.Error(), "n must be") {
-		t.Fatalf("got %v", err)
+	// count, or 0, is refused locally.
+	for _, n := range []int{1 << 25, 0} {
+		if _, err := c.NextIDs(bg(t, time.Second), n); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("n = %d: got %v", n, err)
+		}
 	}
 	if ids, err := c.NextIDs(bg(t, 10*time.Second), 250); err != nil || len(ids) != 250 {
 		t.Fatal(err)

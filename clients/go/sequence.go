@@ -247,6 +247,42 @@ func (b *seqBuffers) clear() {
 	b.lru.Init()
 }
 
+// firstValues is a call for a name whose mode is not known (called with b.mu held, and
+// releasing it): it asks for exactly n and learns the mode. It is the name's only request in
+// flight (e.fetch): calls of the name made meanwhile wait for it, and then share one refill
+// (dense) or ask for themselves (strict). Were first calls sent side by side, one could be
+// answered with values above those another call had meanwhile fetched into the buffer, and
+// its caller's next call would get a smaller value from the buffer.
+func (c *Client) firstValues(ctx context.Context, e *seqEntry, n int) ([]uint64, error) {
+	b := c.seqs
+	ch := make(chan struct{})
+	e.fetch = ch
+	b.mu.Unlock()
+
+	values, mode, err := c.fetchValues(ctx, e.name, n, n)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e.fetch = nil
+	e.gen++
+	close(ch)
+	e.lastErr = err
+	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrInvalidArgument)) {
+		e.lastErr = nil // this call's own fault: the callers waiting try for themselves
+	}
+	switch {
+	case errors.Is(err, StatusUnknownSequence):
+		e.forget()
+	case err == nil:
+		// Values still buffered while the mode was unknown (a refill that ended after the
+		// name was forgotten) are older than this answer's: dropped (a gap), so that what
+		// this caller gets next does not go down.
+		e.forget()
+		e.known, e.mode = true, mode
+	}
+	return values, err
+}
+
 // bufferedValues is NextValues with prefetch buffers.
 func (c *Client) bufferedValues(ctx context.Context, name string, n int) ([]uint64, error) {
 	b := c.seqs
@@ -255,21 +291,24 @@ func (c *Client) bufferedValues(ctx context.Context, name string, n int) ([]uint
 	for {
 		b.mu.Lock()
 		e := b.entry(name)
-		if !e.known || e.mode == SequenceStrict {
-			// The first call for a name asks for exactly n and learns the mode; a strict
-			// sequence's calls always ask for exactly what they need.
+		if e.known && e.mode == SequenceStrict {
+			// A strict sequence's calls always ask for exactly what they need, side by side.
 			b.mu.Unlock()
 			values, mode, err := c.fetchValues(ctx, name, n, n)
 			b.learn(name, mode, err)
 			return values, err
 		}
-		if e.avail() >= n {
+		if !e.known && e.fetch == nil {
+			return c.firstValues(ctx, e, n)
+		}
+		if e.known && e.avail() >= n {
 			out := e.take(n)
 			b.mu.Unlock()
 			c.stats.valuesBuffered.Add(int64(n))
 			return out, nil
 		}
 		if ch := e.fetch; ch != nil {
+			// A refill, or while the mode is unknown the name's first call, is in flight.
 			seen := e.gen
 			b.mu.Unlock()
 			select {

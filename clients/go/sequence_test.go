@@ -501,6 +501,63 @@ func TestARefillFromAnotherNodeBelowTheBufferDropsTheBuffer(t *testing.T) {
 	}
 }
 
+// Calls of a name made while its first call learns the mode wait for that call's answer
+// (one request in flight per name): then, on a dense sequence, they share one refill; on a
+// strict one, each asks for itself. First calls sent side by side could be answered above
+// values another call had meanwhile buffered, and a caller's next value would then go down.
+func TestCallsMadeWhileTheFirstLearnsTheModeWaitForItsAnswer(t *testing.T) {
+	f := seqFake(t)
+	c := newClient(t, Options{Nodes: []string{f.addr}, SequencePrefetch: 10, RequestTimeout: 5 * time.Second})
+	if _, err := c.NextIDs(bg(t, 5*time.Second), 1); err != nil { // connected first
+		t.Fatal(err)
+	}
+	f.setSeq("orders", func(s *fakeSeq) { s.delay = 300 * time.Millisecond })
+	f.setSeq("ledger", func(s *fakeSeq) { s.delay = 100 * time.Millisecond })
+	results := runGoroutines(t, 9, 30*time.Second, func(g int) ([]uint64, error) {
+		if g%2 == 1 { // strict: "ledger", 2 values a call
+			return c.NextValues(bg(t, 10*time.Second), "ledger", 2)
+		}
+		var got []uint64
+		for k := 0; k < 2; k++ {
+			v, err := c.NextValue(bg(t, 10*time.Second), "orders")
+			if err != nil {
+				return nil, err
+			}
+			got = append(got, v)
+		}
+		return got, nil
+	})
+	var orders, ledger [][]uint64
+	for g, r := range results {
+		if !increasing(r) {
+			t.Fatalf("goroutine %d: values do not increase: %v", g, r)
+		}
+		if g%2 == 1 {
+			ledger = append(ledger, r)
+		} else {
+			orders = append(orders, r)
+		}
+	}
+	checkUnique(t, orders...)
+	checkUnique(t, ledger...)
+	var dense, strict []uint32
+	for _, r := range f.valueRequests() {
+		if r.name == "orders" {
+			dense = append(dense, r.count)
+		} else {
+			strict = append(strict, r.count)
+		}
+	}
+	// Dense: one request of exactly 1 learns the mode; the 9 calls left share one refill of K.
+	if fmt.Sprint(dense) != "[1 10]" {
+		t.Fatalf("GET_VALUES of orders: %v, want [1 10]", dense)
+	}
+	// Strict: once learnt, each call asks for exactly its own n.
+	if fmt.Sprint(strict) != "[2 2 2 2]" {
+		t.Fatalf("GET_VALUES of ledger: %v, want [2 2 2 2]", strict)
+	}
+}
+
 // A call waiting for another call's refill: when the refill's caller gives up (its
 // context), the waiting call asks for itself; when the refill fails, the waiting call gets
 // its error.

@@ -19,7 +19,12 @@ export IDGEN_BIN="${IDGEN_BIN:-$repo/target/debug/idgen}"
 cd "$here"
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/idgen-tsclient.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+node_pid=""
+cleanup() {
+  if [ -n "$node_pid" ]; then kill "$node_pid" 2>/dev/null || true; wait "$node_pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 
 echo "==> node $(node --version), npm $(npm --version)"
 if [ -f package-lock.json ]; then
@@ -37,6 +42,48 @@ echo "==> IDGEN_BIN=$IDGEN_BIN"
 echo "==> test certificates in $tmp/certs"
 bash "$repo/clients/test-certs.sh" "$tmp/certs"
 export IDGEN_TEST_CERTS="$tmp/certs"
+
+# The package as a user installs it: `npm pack` (what `files` lets in), installed from the
+# tarball into an empty project, loaded with require() and with import, an ID taken from a
+# real node each way, and both type entry points checked with tsc.
+echo "==> npm pack; the tarball installed into an empty project: require(), import, types"
+pkg="$tmp/package"
+mkdir -p "$pkg/project" "$pkg/node"
+npm pack --ignore-scripts --pack-destination "$pkg" >"$pkg/pack.log" 2>&1 || { cat "$pkg/pack.log" >&2; exit 1; }
+tarball="$(echo "$pkg"/idgen-client-*.tgz)"
+tar -tzf "$tarball" | sort >"$pkg/contents"
+for f in dist/index.js dist/index.d.ts dist/cjs/index.js dist/cjs/index.d.ts dist/cjs/package.json README.md LICENSE; do
+  grep -qx "package/$f" "$pkg/contents" || { echo "package: $f missing from the tarball" >&2; cat "$pkg/contents" >&2; exit 1; }
+done
+if grep -E 'bench|/test/|\.map$' "$pkg/contents" >&2; then
+  echo "package: benchmark, test or source-map files in the tarball (package.json files)" >&2
+  exit 1
+fi
+cp test-package/require.cjs test-package/import.mjs test-package/types.cts test-package/types.mts "$pkg/project/"
+printf '{ "name": "idgen-client-consumer", "private": true }\n' >"$pkg/project/package.json"
+(cd "$pkg/project" && npm install --no-audit --no-fund --prefer-offline "$tarball") >"$pkg/install.log" 2>&1 \
+  || { cat "$pkg/install.log" >&2; exit 1; }
+"$here/node_modules/.bin/tsc" --noEmit --strict --module nodenext --moduleResolution nodenext --target es2022 \
+  --typeRoots "$here/node_modules/@types" --types node "$pkg/project/types.cts" "$pkg/project/types.mts"
+"$IDGEN_BIN" serve --listen 127.0.0.1:0 --admin-listen off --http-listen off --store memory \
+  --data-dir "$pkg/node" >"$pkg/node.log" 2>&1 &
+node_pid=$!
+addr=""
+for _ in $(seq 1 100); do # bounded: 10 s
+  addr="$(sed -n 's/^listening on //p' "$pkg/node.log" | head -1)"
+  [ -n "$addr" ] && break
+  kill -0 "$node_pid" 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$addr" ] || { echo "package: idgen serve did not listen; log:" >&2; cat "$pkg/node.log" >&2; exit 1; }
+required="$(cd "$pkg/project" && timeout 30 node require.cjs "$addr")"
+imported="$(cd "$pkg/project" && timeout 30 node import.mjs "$addr")"
+kill "$node_pid"; wait "$node_pid" 2>/dev/null || true; node_pid=""
+if [ -z "$required" ] || [ -z "$imported" ] || [ "$required" = "$imported" ]; then
+  echo "package: expected two distinct IDs, got require() '$required', import '$imported'" >&2
+  exit 1
+fi
+echo "    require(): $required; import: $imported"
 
 echo "==> npm test"
 set +e

@@ -315,12 +315,10 @@ impl Client {
     /// A count above the server's `max_batch` is sent as several GET_IDS requests, one
     /// right behind the other, and the answers are joined in order; if any part fails,
     /// the call fails and the IDs of the other parts are discarded (an unused ID is
-    /// never handed out again, so nothing can collide). `n == 0` returns an empty vector
-    /// without asking the server.
+    /// never handed out again, so nothing can collide). `n == 0` is
+    /// [`Error::InvalidArgument`], nothing sent (as in every idgen client).
     pub async fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
-        if n == 0 {
-            return Ok(Vec::new());
-        }
+        check_id_count(n)?;
         self.call(|reply| Command::Ids { count: n, reply }).await
     }
 
@@ -561,6 +559,17 @@ where
             .into());
         }
     }
+}
+
+/// `n` IDs for one call: at least 1, as every idgen client requires (the node would answer
+/// `INVALID_COUNT`), or [`Error::InvalidArgument`] before anything is sent.
+pub(crate) fn check_id_count(n: u32) -> Result<(), Error> {
+    if n == 0 {
+        return Err(Error::InvalidArgument(
+            "a call asks for at least 1 ID, not 0".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn handshake_error(e: HandshakeError) -> Error {

@@ -316,11 +316,10 @@ impl Pool {
     }
 
     /// Exactly `n` IDs, strictly increasing, all from one node, with failover of the
-    /// whole batch (see the type's docs). `n == 0` returns an empty vector at once.
+    /// whole batch (see the type's docs). `n == 0` is [`Error::InvalidArgument`], no node
+    /// asked (as in every idgen client).
     pub async fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
-        if n == 0 {
-            return Ok(Vec::new());
-        }
+        crate::client::check_id_count(n)?;
         self.call(move |client| async move { client.next_ids(n).await })
             .await
     }

@@ -92,10 +92,25 @@ async fn large_batches_are_split_and_rejoined() {
         assert_eq!(ids.len(), 2500);
         assert!(strictly_increasing(&ids));
         assert_eq!(server.control.get_ids_counts(), [1000, 1000, 500]);
-        // Exactly max_batch is one request; 0 asks nothing.
+        // Exactly max_batch is one request.
         assert_eq!(client.next_ids(1000).await.unwrap().len(), 1000);
-        assert!(client.next_ids(0).await.unwrap().is_empty());
         assert_eq!(server.control.get_ids_counts().len(), 4);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_count_of_0_is_refused_before_sending() {
+    bounded(async {
+        let (server, client) = start().await;
+        let e = client.next_ids(0).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains("at least 1 ID, not 0"), "{e}");
+        assert!(!e.closes_connection());
+        assert!(server.control.get_ids_counts().is_empty(), "nothing sent");
+        // The connection still serves.
+        assert_eq!(client.next_ids(3).await.unwrap().len(), 3);
+        assert_eq!(server.control.get_ids_counts(), [3]);
     })
     .await
 }

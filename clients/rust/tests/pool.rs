@@ -81,6 +81,22 @@ async fn connect_needs_one_live_node_and_marks_the_others_down() {
     .await
 }
 
+#[tokio::test]
+async fn a_count_of_0_is_refused_before_any_node_is_asked() {
+    bounded(async {
+        let servers = nodes(2, 1000).await;
+        let pool = Pool::connect(&addrs(&servers), fast()).await.unwrap();
+        let e = pool.next_ids(0).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        for s in &servers {
+            assert!(s.control.get_ids_counts().is_empty(), "nothing sent");
+        }
+        assert!(pool.nodes().iter().all(|n| n.failures == 0));
+        assert_eq!(pool.next_ids(2).await.unwrap().len(), 2);
+    })
+    .await
+}
+
 /// Three nodes: A is killed mid-stream, B answers UNAVAILABLE_LEASE; every call still
 /// succeeds (from C), no ID twice; A and B are skipped during their backoff, and used
 /// again once healthy.

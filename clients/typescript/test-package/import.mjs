@@ -1,0 +1,18 @@
+// Loads the installed idgen-client with import (its ES module build) and takes an ID from the
+// node at process.argv[2]; prints the ID. Run by run_tests.sh from a project that installed
+// the package's npm pack tarball.
+import assert from "node:assert/strict";
+import { Client, fromDecimal, protocol, toDecimal } from "idgen-client";
+
+assert.match(import.meta.resolve("idgen-client"), /\/node_modules\/idgen-client\/dist\/index\.js$/);
+assert.equal(typeof protocol, "object");
+const client = new Client([process.argv[2]]);
+try {
+  const id = await client.nextId();
+  assert.equal(typeof id, "bigint");
+  assert.ok(id > 0n);
+  assert.equal(fromDecimal(toDecimal(id)), id);
+  console.log(String(id));
+} finally {
+  await client.close();
+}

@@ -1,0 +1,8 @@
+// Type-checked (tsc --noEmit, module nodenext) against the installed package: a CommonJS
+// TypeScript file resolves the "require" types.
+import idgen = require("idgen-client");
+
+const client: idgen.Client = new idgen.Client(["127.0.0.1:7420"]);
+const id: Promise<bigint> = client.nextId();
+const text: string = idgen.toDecimal(1n);
+export { id, text };
