@@ -651,9 +651,10 @@ def client_benches():
     subprocess.run(["go", "build", "-o", str(work / "idgen-bench-go"), "./cmd/idgen-bench"],
                    cwd=ROOT / "clients" / "go", env=go_env, check=True, capture_output=True)
     benches.append(("Go", ["env", "GOMAXPROCS=1", str(work / "idgen-bench-go")]))
-    java_src = sorted(str(p) for p in (ROOT / "clients" / "java" / "src" / "main").rglob("*.java"))
+    java = ROOT / "clients" / "java" / "src"
+    java_src = sorted(str(p) for d in ("main", "bench") for p in (java / d).rglob("*.java"))
     subprocess.run(["javac", "-d", str(work / "java"), *java_src], check=True, capture_output=True)
-    benches.append(("Java", ["java", "-cp", str(work / "java"), "dev.idgen.client.Bench"]))
+    benches.append(("Java", ["java", "-cp", str(work / "java"), "dev.idgen.client.bench.Bench"]))
     ts = ROOT / "clients" / "typescript"
     subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=ts, check=True, capture_output=True)
     subprocess.run(["npm", "run", "build"], cwd=ts, check=True, capture_output=True)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Python client into a throwaway venv (proving `pip install ./clients/python`
-# works) and runs its unittest suite with that venv's python against a real idgen server.
+# works), checks the package with `mypy --strict` (mypy from PyPI, into the same venv) and runs
+# its unittest suite with that venv's python against a real idgen server.
 #
 #   IDGEN_BIN   the server binary [default: <repo>/target/debug/idgen]; the suite FAILS if
 #               it is missing (build it with `cargo build -p idgen`)
@@ -38,6 +39,16 @@ case "$where" in
   "$tmp"/venv/*) echo "    installed: $where" ;;
   *) echo "run_tests.sh: idgen_client imported from $where, not from the venv" >&2; exit 1 ;;
 esac
+
+# The package type-checks for its users (py.typed) and for itself: mypy --strict over the
+# sources, with a pinned mypy (a newer one may find new things; move the pin on purpose).
+mypy_version=2.4.1
+echo "==> mypy $mypy_version --strict -p idgen_client"
+"$venv_py" -m pip install --quiet --disable-pip-version-check "mypy==$mypy_version" 2>"$tmp/mypy-pip.log" \
+  || { cat "$tmp/mypy-pip.log" >&2; echo "run_tests.sh: cannot install mypy $mypy_version (from PyPI)" >&2; exit 1; }
+(cd "$here" && "$venv_py" -m mypy --strict --cache-dir "$tmp/mypy-cache" -p idgen_client) \
+  || { echo "run_tests.sh: mypy --strict -p idgen_client FAILED" >&2; exit 1; }
+
 echo "==> IDGEN_BIN=$IDGEN_BIN"
 
 echo "==> test certificates in $tmp/certs"

@@ -70,7 +70,19 @@ import ssl
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Callable,
+    Deque,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    TypedDict,
+    TypeVar,
+    Union,
+)
 
 from . import protocol
 from . import status as _status
@@ -86,7 +98,25 @@ from .errors import (
 )
 from .protocol import ErrorFrame, HelloOk, Ids, Pong, Values
 
-__all__ = ["Client", "Layout", "IdParts"]
+__all__ = ["Client", "Layout", "IdParts", "NodeState"]
+
+_T = TypeVar("_T")
+
+# A request for :meth:`_Connection.submit`: (OP_GET_IDS, count), (OP_PING, token) or
+# (OP_GET_VALUES, (count, the encoded frame)).
+_Request = Tuple[int, Union[int, Tuple[int, bytes]]]
+
+
+class NodeState(TypedDict):
+    """One node in :meth:`Client.nodes`."""
+
+    node: str
+    connected: bool
+    down: bool  # backing off now
+    retry_in: float  # seconds until it is tried again (0 when not backing off)
+    failures: int  # consecutive
+    last_error: Optional[BaseException]
+    hello: Optional[HelloOk]  # of the open connection
 
 _RECV_CHUNK = 256 * 1024
 _MAX_IDS_PER_CALL = 1 << 24  # a guard against accidental huge requests (16 Mi IDs)
@@ -173,10 +203,11 @@ class _Slot:
         self.event = threading.Event()
         self.kind = kind  # protocol.OP_GET_IDS, OP_GET_VALUES or OP_PING
         self.expect = expect  # the count asked for, or the PING token
-        self.result: Any = None
+        # What the reader set: the IDs (list of int), the VALUES frame, or True for a PONG.
+        self.result: object = None
         self.error: Optional[BaseException] = None
 
-    def set(self, result: Any) -> None:
+    def set(self, result: object) -> None:
         self.result = result
         self.event.set()
 
@@ -262,7 +293,8 @@ class _Connection:
         host, port = _parse_node(node)
         deadline = time.monotonic() + connect_timeout
         sock = _connect_any(node, host, port, deadline, connect_timeout)
-        self._sock = sock
+        # The TCP socket, or TLS over it (TLSSocket has the socket methods used here).
+        self._sock: Union[socket.socket, _tls.TLSSocket] = sock
         self.tls_version: Optional[str] = None
         self.alpn: Optional[str] = None
         try:
@@ -274,10 +306,9 @@ class _Connection:
         except BaseException:
             sock.close()
             raise
-        sock = self._sock
         self.max_frame = protocol.response_frame_limit(self.hello.max_batch, self.hello.version)
         # Sends wait at most `timeout`; the reader wakes up that often to notice a close.
-        sock.settimeout(max(timeout, 0.05))
+        self._sock.settimeout(max(timeout, 0.05))
         stats.add("connects")
         self._reader = threading.Thread(
             target=self._read_loop, args=(buf,), name=f"idgen-reader-{node}", daemon=True
@@ -398,7 +429,7 @@ class _Connection:
 
     # -- requests -------------------------------------------------------------------------
 
-    def submit(self, requests: Sequence[Tuple[int, Any]]) -> List[_Slot]:
+    def submit(self, requests: Sequence[_Request]) -> List[_Slot]:
         """Send request frames ``(opcode, count-or-token)`` pipelined, in order, as one
         write; GET_VALUES as ``(OP_GET_VALUES, (count, frame))`` with the frame already
         checked and encoded (:func:`protocol.check_get_values`). Returns their slots;
@@ -406,14 +437,16 @@ class _Connection:
         slots = []
         frames = []
         for op, arg in requests:
-            if op == protocol.OP_GET_IDS:
-                frames.append(protocol.encode_get_ids(arg))
-            elif op == protocol.OP_GET_VALUES:
-                arg, frame = arg
-                frames.append(frame)
+            if op == protocol.OP_GET_VALUES and isinstance(arg, tuple):
+                expect, frame = arg
+            elif op == protocol.OP_GET_IDS and isinstance(arg, int):
+                expect, frame = arg, protocol.encode_get_ids(arg)
+            elif op == protocol.OP_PING and isinstance(arg, int):
+                expect, frame = arg, protocol.encode_ping(arg)
             else:
-                frames.append(protocol.encode_ping(arg))
-            slots.append(_Slot(op, arg))
+                raise TypeError(f"not a request: opcode {op} with {type(arg).__name__}")
+            frames.append(frame)
+            slots.append(_Slot(op, expect))
         data = b"".join(frames)
         with self._write_lock:
             with self._lock:
@@ -437,7 +470,7 @@ class _Connection:
                 raise _fresh(self._error or err) from e
         return slots
 
-    def wait(self, slot: _Slot, timeout: float) -> Any:
+    def wait(self, slot: _Slot, timeout: float) -> object:
         """The answer of one slot (IDs, a VALUES frame, or the PONG's arrival), or raise its
         error. No
         answer within ``timeout`` breaks the connection (the node is stuck or gone)."""
@@ -448,6 +481,20 @@ class _Connection:
         if slot.error is not None:
             raise _fresh(slot.error)
         return slot.result
+
+    def wait_ids(self, slot: _Slot, timeout: float) -> List[int]:
+        """:meth:`wait` for a GET_IDS slot: its IDs."""
+        ids = self.wait(slot, timeout)
+        # The reader sets a GET_IDS slot only to the IDs it checked (``_dispatch``).
+        assert slot.kind == protocol.OP_GET_IDS and isinstance(ids, list), slot.kind
+        return ids
+
+    def wait_values(self, slot: _Slot, timeout: float) -> Values:
+        """:meth:`wait` for a GET_VALUES slot: the VALUES frame."""
+        frame = self.wait(slot, timeout)
+        # The reader sets a GET_VALUES slot only to a VALUES frame it checked (``_dispatch``).
+        assert slot.kind == protocol.OP_GET_VALUES and isinstance(frame, Values), slot.kind
+        return frame
 
     # -- reader thread --------------------------------------------------------------------
 
@@ -498,14 +545,14 @@ class _Connection:
         if slot is None:
             raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
         if isinstance(frame, ErrorFrame):
-            err = ServerError(frame.status, frame.name, frame.message, self.node)
-            slot.fail(err)
-            if err.status == _status.RANGE_CHANGED:
+            refused = ServerError(frame.status, frame.name, frame.message, self.node)
+            slot.fail(refused)
+            if refused.status == _status.RANGE_CHANGED:
                 # Every request still in flight (and every later submit) gets the 305 too:
                 # this connection is dead, the node is not, so they reconnect rather than
                 # count the node as down.
-                self.fail(err)
-            elif err.closes_connection:
+                self.fail(refused)
+            elif refused.closes_connection:
                 self.fail(
                     UnavailableError(
                         f"server closed the connection after ERROR {frame.status}"
@@ -813,12 +860,12 @@ class Client:
         self._check_fork()
         return self._stats.snapshot()
 
-    def nodes(self) -> List[Dict[str, Any]]:
+    def nodes(self) -> List[NodeState]:
         """Each node's state: ``node``, ``connected``, ``down`` (backing off now),
         ``retry_in`` (seconds), ``failures`` (consecutive), ``last_error``, ``hello``."""
         self._check_fork()
         now = time.monotonic()
-        out = []
+        out: List[NodeState] = []
         for node in self._nodes:
             with node.lock:
                 conn = node.conn
@@ -859,7 +906,7 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -915,11 +962,11 @@ class Client:
         slots = conn.submit([(protocol.OP_GET_IDS, c) for c in counts])
         self._stats.add("requests", len(slots))
         if len(slots) == 1:
-            ids = conn.wait(slots[0], self._timeout)
+            ids = conn.wait_ids(slots[0], self._timeout)
         else:
             ids = []
             for slot in slots:  # answers arrive in order; a failed part fails the whole call
-                ids.extend(conn.wait(slot, self._timeout))
+                ids.extend(conn.wait_ids(slot, self._timeout))
         self._stats.add("ids", len(ids))
         return ids
 
@@ -945,7 +992,7 @@ class Client:
                 raise SequencesUnsupportedError(e.version, conn.node) from None
             (slot,) = conn.submit([(protocol.OP_GET_VALUES, (count, frame))])
             self._stats.add("value_requests")
-            answer: Values = conn.wait(slot, self._timeout)
+            answer = conn.wait_values(slot, self._timeout)
             self._stats.add("values", len(answer.values))
             return answer
 
@@ -1034,7 +1081,7 @@ class Client:
 
     # -- failover -----------------------------------------------------------------------------
 
-    def _with_failover(self, run: Callable[[_Connection], Any]) -> Any:
+    def _with_failover(self, run: Callable[[_Connection], _T]) -> _T:
         if self._closed:
             raise ClientClosedError("the client is closed")
         count = len(self._nodes)

@@ -219,8 +219,8 @@ class TLSSocket:
     def settimeout(self, timeout: Optional[float]) -> None:
         self._raw.settimeout(timeout)
 
-    def setsockopt(self, *args) -> None:  # type: ignore[no-untyped-def]
-        self._raw.setsockopt(*args)
+    def setsockopt(self, level: int, option: int, value: int) -> None:
+        self._raw.setsockopt(level, option, value)
 
     def shutdown(self, how: int) -> None:
         self._raw.shutdown(how)

@@ -8,15 +8,12 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.GeneralSecurityException;
-import java.security.KeyFactory;
 import java.security.KeyStore;
 import java.security.PrivateKey;
 import java.security.cert.Certificate;
 import java.security.cert.CertificateFactory;
 import java.security.cert.X509Certificate;
-import java.security.spec.PKCS8EncodedKeySpec;
 import java.util.ArrayList;
-import java.util.Base64;
 import java.util.Collection;
 import java.util.List;
 import java.util.Objects;
@@ -30,7 +27,8 @@ import javax.net.ssl.TrustManagerFactory;
 /**
  * TLS settings for connections to nodes on a TLS listener: the authorities to verify nodes
  * against (a PEM bundle) and, for nodes that require mutual TLS, a client certificate chain
- * and its PKCS#8 private key (PEM). Built with {@link #builder()}.
+ * and its private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC, as cert-manager and openssl write
+ * them; see {@link Builder#clientCertFiles}). Built with {@link #builder()}.
  *
  * <p>The node's certificate must chain to the bundle and name the host dialed (its DNS name,
  * or the IP address when an address is dialed), or the {@linkplain Builder#serverName server
@@ -88,7 +86,13 @@ public final class TlsConfig {
             return this;
         }
 
-        /** A client certificate chain (PEM) and its PKCS#8 private key (PEM), for mutual TLS. */
+        /**
+         * A client certificate chain (PEM) and its unencrypted private key (PEM), for mutual TLS.
+         * The key may be PKCS#8 ({@code BEGIN PRIVATE KEY}: RSA, RSASSA-PSS, EC, Ed25519, Ed448),
+         * PKCS#1 ({@code BEGIN RSA PRIVATE KEY}) or SEC1 ({@code BEGIN EC PRIVATE KEY}, on P-256,
+         * P-384 or P-521, with or without an {@code EC PARAMETERS} block): cert-manager's
+         * {@code tls.key} in either {@code privateKey.encoding}.
+         */
         public Builder clientCertFiles(Path certChain, Path privateKey) {
             this.certFile = Objects.requireNonNull(certChain);
             this.keyFile = Objects.requireNonNull(privateKey);
@@ -141,7 +145,7 @@ public final class TlsConfig {
                 KeyManagerFactory kmf = null;
                 if (certFile != null) {
                     List<X509Certificate> chain = certificates(read(certFile, "client certificate"), certFile.toString());
-                    PrivateKey key = privateKey(read(keyFile, "client key"), keyFile.toString());
+                    PrivateKey key = PemKeys.read(read(keyFile, "client key"), keyFile.toString());
                     KeyStore ks = KeyStore.getInstance("PKCS12");
                     ks.load(null, null);
                     char[] pw = new char[0];
@@ -182,37 +186,6 @@ public final class TlsConfig {
             throw new IllegalArgumentException(name + " holds no PEM certificate");
         }
         return out;
-    }
-
-    /** A PKCS#8 ("BEGIN PRIVATE KEY") PEM key: EC, RSA or Ed25519. */
-    static PrivateKey privateKey(byte[] pem, String name) {
-        String text = new String(pem, StandardCharsets.US_ASCII);
-        String begin = "-----BEGIN PRIVATE KEY-----";
-        String end = "-----END PRIVATE KEY-----";
-        int b = text.indexOf(begin);
-        int e = b < 0 ? -1 : text.indexOf(end, b);
-        if (b < 0 || e < 0) {
-            if (text.contains("BEGIN RSA PRIVATE KEY") || text.contains("BEGIN EC PRIVATE KEY")) {
-                throw new IllegalArgumentException(name + " holds a PKCS#1/SEC1 key: convert it to PKCS#8"
-                        + " (openssl pkcs8 -topk8 -nocrypt)");
-            }
-            throw new IllegalArgumentException(name + " holds no PKCS#8 PEM private key (BEGIN PRIVATE KEY)");
-        }
-        byte[] der;
-        try {
-            der = Base64.getMimeDecoder().decode(text.substring(b + begin.length(), e));
-        } catch (IllegalArgumentException x) {
-            throw new IllegalArgumentException(name + ": the private key's base64 is malformed");
-        }
-        PKCS8EncodedKeySpec spec = new PKCS8EncodedKeySpec(der);
-        for (String alg : new String[] {"EC", "RSA", "Ed25519", "Ed448", "RSASSA-PSS"}) {
-            try {
-                return KeyFactory.getInstance(alg).generatePrivate(spec);
-            } catch (GeneralSecurityException ignored) {
-                // try the next algorithm
-            }
-        }
-        throw new IllegalArgumentException(name + ": unsupported or malformed PKCS#8 private key");
     }
 
     /** Wraps a connected socket in TLS (not yet handshaken) for {@code host}. */

@@ -234,6 +234,14 @@ final class Support {
     static String idgen(String... args) {
         List<String> cmd = new ArrayList<>(List.of(idgenBin()));
         cmd.addAll(List.of(args));
+        return run(cmd);
+    }
+
+    /**
+     * Runs {@code cmd} (a program on PATH, e.g. openssl) to completion (at most 60 s, then
+     * killed by PID) and fails, with its output, unless it exits 0. Returns its output.
+     */
+    static String run(List<String> cmd) {
         Path out = null;
         Process p = null;
         try {

@@ -1,10 +1,13 @@
-package dev.idgen.client;
+package dev.idgen.client.bench;
 
+import dev.idgen.client.IdgenClient;
+import dev.idgen.client.TlsConfig;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
@@ -17,7 +20,10 @@ import java.util.concurrent.atomic.LongAdder;
  * (failed calls are counted in {@code errors}, and the run goes on). {@code --ranges false}
  * asks for ID lists (GET_IDS) instead of runs on version 2 nodes.
  *
- * <pre>java -cp classes dev.idgen.client.Bench --addr 127.0.0.1:7420 --batch 4096 --seconds 5</pre>
+ * <pre>java -cp classes:bench-classes dev.idgen.client.bench.Bench --addr 127.0.0.1:7420 --batch 4096 --seconds 5</pre>
+ *
+ * It is a program beside the library, not part of it (src/bench, outside the jar), and uses only
+ * the client's public API.
  *
  * TLS: {@code --tls-ca FILE} [{@code --tls-cert FILE --tls-key FILE}].
  */
@@ -133,7 +139,7 @@ public final class Bench {
                 if (e != null) {
                     // Counted, reported, and the loop goes on after a pause (no spinning).
                     errors.increment();
-                    error.compareAndSet(null, IdgenClient.unwrap(e));
+                    error.compareAndSet(null, e instanceof CompletionException && e.getCause() != null ? e.getCause() : e);
                     CompletableFuture.delayedExecutor(10, TimeUnit.MILLISECONDS).execute(this::next);
                     return;
                 }
