@@ -766,7 +766,7 @@ def dockerfile(root):
     )
     for pkg in ("protobuf-compiler", "libprotobuf-dev", "libclang-dev", "clang"):
         check(re.search(rf"\b{re.escape(pkg)}\b", text) is not None, f"builder installs {pkg}")
-    check(re.search(r'^ARG FEATURES="etcd"', text, re.M) is not None, 'ARG FEATURES="etcd" (or "etcd fdb")')
+    check(re.search(r'^ARG FEATURES="etcd postgres"', text, re.M) is not None, 'ARG FEATURES="etcd postgres" (or with fdb)')
     check(re.search(r'^ARG REVISION=', text, re.M) is not None, "ARG REVISION")
     check(re.search(r'^ARG FDB_VERSION=\d+\.\d+\.\d+$', text, re.M) is not None, "ARG FDB_VERSION")
     check("IDGEN_BUILD_REVISION=\"$REVISION\"" in text, "the build records REVISION for idgen --version")

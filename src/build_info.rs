@@ -9,7 +9,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The git revision the binary was built from (12 hex digits), or "unknown".
 pub const REVISION: &str = env!("IDGEN_BUILD_REVISION");
 
-/// The optional cargo features compiled in: `etcd` (the etcd store), `fdb` (FoundationDB).
+/// The optional cargo features compiled in: `etcd` (the etcd store), `fdb` (FoundationDB),
+/// `postgres` (PostgreSQL).
 pub fn features() -> Vec<&'static str> {
     let mut features = Vec::new();
     if cfg!(feature = "etcd") {
@@ -17,6 +18,9 @@ pub fn features() -> Vec<&'static str> {
     }
     if cfg!(feature = "fdb") {
         features.push("fdb");
+    }
+    if cfg!(feature = "postgres") {
+        features.push("postgres");
     }
     features
 }
@@ -43,7 +47,12 @@ mod tests {
         assert!(!REVISION.is_empty());
         assert_eq!(line.contains("etcd"), cfg!(feature = "etcd"), "{line}");
         assert_eq!(line.contains("fdb"), cfg!(feature = "fdb"), "{line}");
-        if !cfg!(feature = "etcd") && !cfg!(feature = "fdb") {
+        assert_eq!(
+            line.contains("postgres"),
+            cfg!(feature = "postgres"),
+            "{line}"
+        );
+        if features().is_empty() {
             assert!(line.ends_with("features: none)"), "{line}");
         }
     }

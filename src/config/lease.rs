@@ -4,8 +4,9 @@
 //! [`LeaseConfig`].
 //!
 //! Secrets are never settings: the etcd password comes from the file `etcd_password_file`
-//! names or from the environment variable [`ETCD_PASSWORD_ENV`], not from a flag or the TOML
-//! file, and `--check-config` prints the file's path, never the password.
+//! names or from the environment variable [`ETCD_PASSWORD_ENV`] (PostgreSQL's from
+//! `postgres_password_file` or [`POSTGRES_PASSWORD_ENV`]), not from a flag, the TOML file or
+//! the store URL, and `--check-config` prints the file's path, never the password.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,6 +22,9 @@ use super::{de, duration, err, ser, ConfigError};
 
 /// The environment variable that may hold the etcd password instead of `etcd_password_file`.
 pub const ETCD_PASSWORD_ENV: &str = "IDGEN_ETCD_PASSWORD";
+/// The environment variable that may hold the PostgreSQL password instead of
+/// `postgres_password_file`.
+pub const POSTGRES_PASSWORD_ENV: &str = "IDGEN_POSTGRES_PASSWORD";
 
 settings! {
     /// The `[lease]` settings as given: flags, `IDGEN_*` variables, the file's `[lease]`.
@@ -29,7 +33,8 @@ settings! {
     #[command(next_help_heading = "Store and lease ([lease] in the file)")]
     pub struct LeaseArgs {
         /// Coordination store: `embedded`, `embedded:/dir`, `etcd://host:port[,host:port…][/prefix]`,
-        /// `etcds://…` (etcd over TLS), `fdb:/path/to/fdb.cluster` or `memory`.
+        /// `etcds://…` (etcd over TLS), `fdb:/path/to/fdb.cluster`,
+        /// `postgres://user@host:port/database[?prefix=p]` or `memory`.
         #[arg(long, env = "IDGEN_STORE")]
         pub store: Option<String>,
         /// Directory for local state (the embedded store).
@@ -82,6 +87,16 @@ settings! {
         #[arg(skip)]
         #[serde(skip)]
         pub etcd_password: Option<Secret>,
+        /// postgres:// only: file holding the PostgreSQL role's password (one trailing line
+        /// break is ignored); or set IDGEN_POSTGRES_PASSWORD instead [default: none: no
+        /// password, e.g. a trusted local socket or peer].
+        #[arg(long, env = "IDGEN_POSTGRES_PASSWORD_FILE")]
+        pub postgres_password_file: Option<PathBuf>,
+        /// The PostgreSQL password itself: no flag and no file key; filled from
+        /// IDGEN_POSTGRES_PASSWORD when the section is resolved.
+        #[arg(skip)]
+        #[serde(skip)]
+        pub postgres_password: Option<Secret>,
         /// fdb: only: this node's certificate chain (PEM) for FoundationDB's TLS (network
         /// option TLS_CERT_PATH; coordinators written host:port:tls in the cluster file use
         /// TLS); needs --fdb-tls-key [default: none: FoundationDB's own].
@@ -133,6 +148,9 @@ pub struct LeaseSection {
     /// The file's path, never its content.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etcd_password_file: Option<PathBuf>,
+    /// The file's path, never its content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres_password_file: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fdb_tls_cert: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -162,6 +180,7 @@ impl Default for LeaseSection {
             etcd_server_name: None,
             etcd_user: None,
             etcd_password_file: None,
+            postgres_password_file: None,
             fdb_tls_cert: None,
             fdb_tls_key: None,
             fdb_tls_ca: None,
@@ -227,6 +246,7 @@ impl LeaseSection {
         let access = StoreAccess {
             etcd: etcd_access(&store, &given, password)?,
             fdb: fdb_tls(&store, &given)?,
+            postgres_password: postgres_password(&store, &given)?,
         };
         let namespace = given.namespace.unwrap_or(d.namespace);
         if namespace.is_empty()
@@ -260,6 +280,7 @@ impl LeaseSection {
             etcd_server_name: given.etcd_server_name,
             etcd_user: given.etcd_user,
             etcd_password_file: given.etcd_password_file,
+            postgres_password_file: given.postgres_password_file,
             fdb_tls_cert: given.fdb_tls_cert,
             fdb_tls_key: given.fdb_tls_key,
             fdb_tls_ca: given.fdb_tls_ca,
@@ -282,6 +303,11 @@ impl LeaseSection {
     /// printed configuration, not even as a path).
     pub fn etcd_password_from_env(&self) -> bool {
         self.access.etcd.user.is_some() && self.etcd_password_file.is_none()
+    }
+
+    /// Whether the PostgreSQL password was read from [`POSTGRES_PASSWORD_ENV`].
+    pub fn postgres_password_from_env(&self) -> bool {
+        self.access.postgres_password.is_some() && self.postgres_password_file.is_none()
     }
 
     /// The lease keeper's settings, for `workers` worker IDs.
@@ -425,6 +451,38 @@ fn etcd_access(
         }
     };
     Ok(access::EtcdAccess { tls, user })
+}
+
+/// The PostgreSQL password, from its file or the environment (one way, for a postgres:// store
+/// only).
+fn postgres_password(store: &StoreUrl, given: &LeaseArgs) -> Result<Option<Secret>, ConfigError> {
+    let from_env = match &given.postgres_password {
+        Some(p) => Some(p.expose().to_string()),
+        None => std::env::var(POSTGRES_PASSWORD_ENV).ok(),
+    };
+    if !matches!(store, StoreUrl::Postgres(_)) {
+        return match (&given.postgres_password_file, &from_env) {
+            (Some(_), _) => Err(err(format!(
+                "postgres_password_file is set but the store is {store}: it is for a \
+                 postgres:// store"
+            ))),
+            _ => Ok(None),
+        };
+    }
+    match (&given.postgres_password_file, from_env) {
+        (Some(_), Some(_)) => Err(err(format!(
+            "postgres_password_file and {POSTGRES_PASSWORD_ENV} are both set: give the \
+             PostgreSQL password one way"
+        ))),
+        (Some(path), None) => access::read_password("postgres_password_file", path)
+            .map(Some)
+            .map_err(err),
+        (None, Some(p)) if p.is_empty() => {
+            Err(err(format!("{POSTGRES_PASSWORD_ENV} is set but empty")))
+        }
+        (None, Some(p)) => Ok(Some(Secret::new(p))),
+        (None, None) => Ok(None),
+    }
 }
 
 /// FoundationDB's TLS settings, their files checked.
@@ -737,5 +795,61 @@ mod tests {
             e.starts_with("fdb_tls_ca is set but the store is embedded"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_postgres_password_comes_from_a_file_or_the_environment_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pg-password");
+        std::fs::write(&file, "pg secret\n").unwrap();
+        let url = "postgres://idgen@127.0.0.1:5432/idgen";
+        let s = resolve(|l| {
+            l.store = Some(url.into());
+            l.postgres_password_file = Some(file.clone());
+        })
+        .unwrap();
+        assert_eq!(
+            s.access.postgres_password.as_ref().map(Secret::expose),
+            Some("pg secret")
+        );
+        assert!(!s.postgres_password_from_env());
+        assert!(!format!("{s:?}").contains("pg secret"));
+        let s = resolve(|l| {
+            l.store = Some(url.into());
+            l.postgres_password = Some(Secret::new("from env"));
+        })
+        .unwrap();
+        assert_eq!(
+            s.access.postgres_password.as_ref().map(Secret::expose),
+            Some("from env")
+        );
+        assert!(s.postgres_password_from_env());
+
+        let both = resolve(|l| {
+            l.store = Some(url.into());
+            l.postgres_password_file = Some(file.clone());
+            l.postgres_password = Some(Secret::new("x"));
+        })
+        .unwrap_err();
+        assert!(both.contains("are both set"), "{both}");
+        let empty = resolve(|l| {
+            l.store = Some(url.into());
+            l.postgres_password = Some(Secret::new(""));
+        })
+        .unwrap_err();
+        assert!(empty.contains("is set but empty"), "{empty}");
+        let elsewhere = resolve(|l| {
+            l.store = Some("etcd://127.0.0.1:2379/idgen".into());
+            l.postgres_password_file = Some(file.clone());
+        })
+        .unwrap_err();
+        assert!(
+            elsewhere.contains("postgres_password_file is set but the store is etcd"),
+            "{elsewhere}"
+        );
+        // A password in the URL is refused, naming the right way.
+        let in_url =
+            resolve(|l| l.store = Some("postgres://idgen:pw@127.0.0.1/idgen".into())).unwrap_err();
+        assert!(!in_url.contains("pw@"), "{in_url}");
     }
 }

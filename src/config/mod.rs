@@ -413,6 +413,11 @@ impl ServeConfig {
                     "# the etcd password comes from IDGEN_ETCD_PASSWORD (never written)\n",
                 );
             }
+            if name == "lease" && self.lease.postgres_password_from_env() {
+                out.push_str(
+                    "# the PostgreSQL password comes from IDGEN_POSTGRES_PASSWORD (never written)\n",
+                );
+            }
         }
         Ok(out)
     }

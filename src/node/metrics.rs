@@ -330,13 +330,14 @@ fn worker_capacity(s: &Scrape<'_>) -> u64 {
     }
 }
 
-/// The kind of store: `memory`, `embedded`, `etcd` (either scheme) or `fdb`.
+/// The kind of store: `memory`, `embedded`, `etcd` (either scheme), `fdb` or `postgres`.
 fn store_kind(url: &StoreUrl) -> &'static str {
     match url {
         StoreUrl::Memory => "memory",
         StoreUrl::Embedded { .. } => "embedded",
         StoreUrl::Etcd { .. } => "etcd",
         StoreUrl::Fdb { .. } => "fdb",
+        StoreUrl::Postgres(_) => "postgres",
     }
 }
 

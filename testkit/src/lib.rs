@@ -7,6 +7,7 @@
 //! | [`fake`] | [`FakeServer`]: a scriptable in-process idgen server, plaintext or TLS ([`ServerTls`]) |
 //! | [`node`] | [`NodeProc`]: a real `idgen serve` process, and plain HTTP requests |
 //! | [`etcd`] | [`EtcdCluster`]: a real etcd of 1 or 3 members on loopback, plaintext or TLS ([`EtcdTls`]) |
+//! | [`postgres`] | [`PgServer`]: a real PostgreSQL server on loopback |
 //!
 //! The handshake is the protocol crate's (`idgen_protocol::client::Handshake`), as in every
 //! client; only the loopback interface is used.
@@ -16,12 +17,14 @@ pub mod conn;
 pub mod etcd;
 pub mod fake;
 pub mod node;
+pub mod postgres;
 
 pub use certs::{CertFiles, TestCa, Validity};
 pub use conn::{closes_within, TestConn, Timeouts};
 pub use etcd::{EtcdCluster, EtcdTls};
 pub use fake::{FakeServer, ServerTls};
 pub use node::NodeProc;
+pub use postgres::PgServer;
 
 /// The wall clock, ms since the Unix epoch.
 pub fn wall_ms() -> u64 {

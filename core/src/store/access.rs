@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | etcd (`etcds://`) | TLS: an authority bundle, optionally a client certificate and key (mutual TLS), the name to verify | `etcd_ca`, `etcd_cert`, `etcd_key`, `etcd_server_name` |
 //! | etcd | etcd's own authentication: a user and its password | `etcd_user`, `etcd_password_file` or `IDGEN_ETCD_PASSWORD` |
+//! | PostgreSQL | the role's password | `postgres_password_file` or `IDGEN_POSTGRES_PASSWORD` |
 //! | FoundationDB | FoundationDB's TLS network options, passed through as paths | `fdb_tls_cert`, `fdb_tls_key`, `fdb_tls_ca`, `fdb_tls_verify_peers` |
 //!
 //! Secrets (a private key, a password) are held in [`Secret`], whose `Debug` prints nothing of
@@ -99,6 +100,8 @@ impl FdbTls {
 pub struct StoreAccess {
     pub etcd: EtcdAccess,
     pub fdb: FdbTls,
+    /// The PostgreSQL role's password (`postgres_password_file` or `IDGEN_POSTGRES_PASSWORD`).
+    pub postgres_password: Option<Secret>,
 }
 
 fn read_text(setting: &str, path: &Path) -> Result<String, String> {

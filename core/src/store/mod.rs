@@ -8,6 +8,7 @@
 //! | embedded (default) | [`embedded`] | `embedded` or `embedded:/path/to/dir` | one redb write transaction, fsynced |
 //! | etcd (feature `etcd`) | `etcd` | `etcd://host:port[,host:port…][/namespace]`, `etcds://…` over TLS | `Txn` comparing `mod_revision` / `version = 0`, then writes |
 //! | FoundationDB (feature `fdb`) | `fdb` | `fdb:/etc/foundationdb/fdb.cluster` | one FDB transaction re-reading the checked keys (`db.run`, which retries) |
+//! | PostgreSQL (feature `postgres`) | `postgres` | `postgres://user@host:port/database[?prefix=p]` | one `SERIALIZABLE` transaction reading the checked versions, then writes |
 //! | in memory (tests) | [`memory`] | `memory` | a mutex |
 //!
 //! What an adapter needs beyond the URL to reach an authenticated store (TLS material, an etcd
@@ -31,7 +32,8 @@
 //!
 //! [`KvStore::put_expiring`] writes a key that the store removes by itself some time after the
 //! last write, where the store can ([`KvStore::expires_keys`]): etcd attaches an etcd lease, so
-//! etcd's own clock (one clock, shared by every node) removes the key of a writer that stopped.
+//! etcd's own clock (one clock, shared by every node) removes the key of a writer that stopped;
+//! PostgreSQL stores an expiry by the database server's clock and reads past it as absent.
 //! The embedded, memory and FoundationDB stores cannot: they do a plain put, and say so. Nodes
 //! publish their clock key this way (`crate::drift`); an acquirer treats a holder whose clock
 //! key is gone as dead (`crate::lease`).
@@ -53,8 +55,12 @@ pub mod etcd;
 #[cfg(feature = "fdb")]
 pub mod fdb;
 pub mod memory;
+mod pg_url;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 pub use access::{EtcdAccess, FdbTls, Secret, StoreAccess};
+pub use pg_url::PgUrl;
 
 /// What a read saw of a key: 0 for absent, otherwise a number that changes on every write.
 pub type Version = u64;
@@ -275,6 +281,8 @@ pub enum StoreUrl {
     },
     /// `fdb:/path/to/fdb.cluster` (or `fdb:` for the default cluster file).
     Fdb { cluster_file: Option<String> },
+    /// `postgres://[user@]host[:port][,…][/database][?prefix=p]`.
+    Postgres(PgUrl),
     /// `memory`: nothing persists; for tests and demos only.
     Memory,
 }
@@ -327,6 +335,9 @@ impl std::str::FromStr for StoreUrl {
                 tls,
             });
         }
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return s.parse().map(StoreUrl::Postgres);
+        }
         if let Some(path) = s.strip_prefix("fdb:") {
             let path = path.strip_prefix("//").unwrap_or(path);
             return Ok(StoreUrl::Fdb {
@@ -334,7 +345,7 @@ impl std::str::FromStr for StoreUrl {
             });
         }
         Err(format!(
-            "{s:?} is not a store URL: use `embedded`, `embedded:/dir`, `etcd://host:port[,host:port…][/prefix]` (`etcds://` for TLS), `fdb:/path/to/fdb.cluster` or `memory`"
+            "{s:?} is not a store URL: use `embedded`, `embedded:/dir`, `etcd://host:port[,host:port…][/prefix]` (`etcds://` for TLS), `fdb:/path/to/fdb.cluster`, `postgres://user@host:port/database` or `memory`"
         ))
     }
 }
@@ -352,6 +363,10 @@ impl StoreUrl {
             #[cfg(not(feature = "fdb"))]
             StoreUrl::Fdb { .. } => Some(
                 "this idgen was built without FoundationDB support: rebuild with `--features fdb` (needs libfdb_c)",
+            ),
+            #[cfg(not(feature = "postgres"))]
+            StoreUrl::Postgres(_) => Some(
+                "this idgen was built without PostgreSQL support: rebuild with `--features postgres`",
             ),
             _ => None,
         }
@@ -379,6 +394,7 @@ impl fmt::Display for StoreUrl {
             StoreUrl::Fdb {
                 cluster_file: Some(p),
             } => write!(f, "fdb:{p}"),
+            StoreUrl::Postgres(u) => u.fmt(f),
             StoreUrl::Memory => f.write_str("memory"),
         }
     }
@@ -392,7 +408,7 @@ pub async fn open(
     access: &StoreAccess,
 ) -> Result<Arc<dyn KvStore>, StoreError> {
     // A build without a store's feature refuses its URL below and has no use for its access.
-    #[cfg(not(all(feature = "etcd", feature = "fdb")))]
+    #[cfg(not(all(feature = "etcd", feature = "fdb", feature = "postgres")))]
     let _ = access;
     match url {
         StoreUrl::Embedded { dir } => {
@@ -419,6 +435,14 @@ pub async fn open(
         )?)),
         #[cfg(not(feature = "fdb"))]
         StoreUrl::Fdb { .. } => Err(StoreError::Invalid(
+            url.unsupported().unwrap_or_default().into(),
+        )),
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(u) => Ok(Arc::new(
+            postgres::PgStore::connect(u, access.postgres_password.as_ref()).await?,
+        )),
+        #[cfg(not(feature = "postgres"))]
+        StoreUrl::Postgres(_) => Err(StoreError::Invalid(
             url.unsupported().unwrap_or_default().into(),
         )),
         StoreUrl::Memory => Ok(Arc::new(memory::MemoryStore::new())),
@@ -504,6 +528,15 @@ mod tests {
             ),
             ("fdb:", StoreUrl::Fdb { cluster_file: None }),
             ("memory", StoreUrl::Memory),
+            (
+                "postgres://idgen@127.0.0.1:5432/idgen",
+                StoreUrl::Postgres(PgUrl {
+                    user: Some("idgen".into()),
+                    hosts: vec![("127.0.0.1".into(), 5432)],
+                    database: Some("idgen".into()),
+                    prefix: String::new(),
+                }),
+            ),
         ];
         for (text, want) in cases {
             let got: StoreUrl = text.parse().unwrap();
@@ -520,7 +553,8 @@ mod tests {
             "https://host:2379",
             "redis://x",
             "embedded:",
-            "postgres://db",
+            "postgres://",
+            "postgres://user:secret@db",
         ] {
             let err = bad.parse::<StoreUrl>().unwrap_err();
             assert!(!err.is_empty(), "{bad}");
