@@ -174,3 +174,52 @@ fn node_fails_closed_without_postgres_and_serves_again_when_it_returns() {
         back.elapsed()
     );
 }
+
+/// A node reaches a TLS-only PostgreSQL that asks for a client certificate: with the authority,
+/// the certificate and the key from its flags it leases and serves; without the certificate it
+/// stops before it listens, with the server's reason.
+#[test]
+fn a_node_leases_over_tls_with_a_client_certificate() {
+    let ca = idgen_testkit::TestCa::new("postgres node ca");
+    let server = PgServer::start_tls(&ca, true);
+    let client = ca.client("idgen");
+    let url = server.url("idgen-tls");
+    let ca_path = ca.ca.to_str().unwrap();
+    let env = [("IDGEN_POSTGRES_PASSWORD", PASSWORD)];
+    let node = NodeProc::try_start(
+        &[
+            "--store",
+            &url,
+            "--node-id",
+            "tls",
+            "--postgres-ca",
+            ca_path,
+            "--postgres-cert",
+            client.cert.to_str().unwrap(),
+            "--postgres-key",
+            client.key.to_str().unwrap(),
+        ],
+        &env,
+    )
+    .unwrap_or_else(|e| panic!("idgen did not start over TLS: {e}"));
+    let mut c = TestConn::open(node.addr);
+    assert_eq!(
+        c.get_ids(100).expect("IDs over a TLS-leased range").len(),
+        100
+    );
+
+    let err = NodeProc::try_start(
+        &[
+            "--store",
+            &url,
+            "--node-id",
+            "no-cert",
+            "--postgres-ca",
+            ca_path,
+        ],
+        &env,
+    )
+    .err()
+    .expect("a node without the client certificate does not start");
+    assert!(err.contains("certificate"), "{err}");
+}

@@ -5,9 +5,11 @@
 use std::time::{Duration, Instant};
 
 use idgen_core::lease::conformance as lease_conformance;
+use idgen_core::store::access::Identity;
 use idgen_core::store::postgres::PgStore;
-use idgen_core::store::{conformance, Commit, KvStore, PgUrl, Secret, StoreError, Txn};
+use idgen_core::store::{conformance, Commit, KvStore, PgTls, PgUrl, Secret, StoreError, Txn};
 use idgen_testkit::postgres::{PgServer, PASSWORD};
+use idgen_testkit::TestCa;
 
 /// How long one failing call may take before we call it a hang.
 const FAIL_WITHIN: Duration = Duration::from_secs(5);
@@ -16,7 +18,7 @@ const RECOVER_WITHIN: Duration = Duration::from_secs(20);
 
 async fn connect(server: &PgServer, prefix: &str) -> PgStore {
     let url: PgUrl = server.url(prefix).parse().unwrap();
-    PgStore::connect(&url, Some(&Secret::new(PASSWORD)))
+    PgStore::connect(&url, Some(&Secret::new(PASSWORD)), None)
         .await
         .unwrap_or_else(|e| {
             panic!(
@@ -78,7 +80,7 @@ async fn nodes_connecting_together_create_one_schema() {
         .map(|_| {
             let url = url.clone();
             let pw = pw.clone();
-            tokio::spawn(async move { PgStore::connect(&url, Some(&pw)).await.map(|_| ()) })
+            tokio::spawn(async move { PgStore::connect(&url, Some(&pw), None).await.map(|_| ()) })
         })
         .collect();
     for t in tries {
@@ -148,7 +150,7 @@ async fn a_wrong_password_or_no_server_is_a_clear_error_quickly() {
     let server = PgServer::start();
     let url: PgUrl = server.url("x").parse().unwrap();
     let start = Instant::now();
-    let err = PgStore::connect(&url, Some(&Secret::new("not-the-password")))
+    let err = PgStore::connect(&url, Some(&Secret::new("not-the-password")), None)
         .await
         .err()
         .expect("a wrong password is refused");
@@ -166,7 +168,7 @@ async fn a_wrong_password_or_no_server_is_a_clear_error_quickly() {
         .parse()
         .unwrap();
     let start = Instant::now();
-    let err = PgStore::connect(&url, Some(&Secret::new(PASSWORD)))
+    let err = PgStore::connect(&url, Some(&Secret::new(PASSWORD)), None)
         .await
         .err()
         .expect("nothing listens there");
@@ -214,4 +216,89 @@ async fn postgres_down_fails_fast_and_recovers_by_itself() {
     assert_eq!(k.value, b"1", "the failed commit did not apply");
     assert_eq!(k.version, seen.version);
     assert_eq!(store.scan(b"").await.unwrap().len(), 2);
+}
+
+fn tls(ca: &TestCa, client: Option<&str>) -> PgTls {
+    PgTls {
+        ca_pem: ca.ca_pem.clone(),
+        identity: client.map(|name| {
+            let c = ca.client(name);
+            Identity {
+                cert_pem: c.cert_pem,
+                key_pem: Secret::new(c.key_pem),
+            }
+        }),
+    }
+}
+
+async fn try_tls(url: &str, tls: Option<&PgTls>) -> Result<PgStore, StoreError> {
+    let url: PgUrl = url.parse().unwrap();
+    PgStore::connect(&url, Some(&Secret::new(PASSWORD)), tls).await
+}
+
+/// A server that takes TLS only: the store conforms over TLS with its authority; a plain
+/// connection, another authority, or TLS towards a server without it are refused as
+/// configuration errors (`Invalid`: a starting node stops and says why), never retried into
+/// a plain connection.
+#[tokio::test]
+async fn over_tls_the_store_conforms_and_nothing_unverified_gets_through() {
+    let ca = TestCa::new("postgres test ca");
+    let server = PgServer::start_tls(&ca, false);
+    let url = server.url("idgen-tls");
+    assert!(url.contains("sslmode=verify-full"), "{url}");
+    let store = try_tls(&url, Some(&tls(&ca, None)))
+        .await
+        .unwrap_or_else(|e| panic!("TLS connect: {e}\n{}", server.log_tail(20)));
+    conformance::run(&store, "t/").await.unwrap();
+
+    let plain = url.replace("sslmode=verify-full", "sslmode=disable");
+    let err = try_tls(&plain, None)
+        .await
+        .err()
+        .expect("plain is rejected");
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    assert!(err.to_string().contains("no encryption"), "{err}");
+
+    let other = TestCa::new("another authority");
+    let err = try_tls(&url, Some(&tls(&other, None)))
+        .await
+        .err()
+        .expect("a certificate of another authority is refused");
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+
+    // TLS asked of a server without it: refused, not continued in the clear.
+    let bare = PgServer::start();
+    let err = try_tls(
+        &format!("{}?sslmode=verify-full", bare.url("")),
+        Some(&tls(&ca, None)),
+    )
+    .await
+    .err()
+    .expect("a server without TLS is refused");
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    assert!(err.to_string().contains("does not support TLS"), "{err}");
+}
+
+/// A server that asks for a client certificate naming the role: none, or one naming another
+/// role, is refused; the role's own is taken.
+#[tokio::test]
+async fn a_client_certificate_is_presented_when_the_server_asks() {
+    let ca = TestCa::new("postgres client ca");
+    let server = PgServer::start_tls(&ca, true);
+    let url = server.url("idgen-mtls");
+    let err = try_tls(&url, Some(&tls(&ca, None)))
+        .await
+        .err()
+        .expect("no client certificate is refused");
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    let err = try_tls(&url, Some(&tls(&ca, Some("someone-else"))))
+        .await
+        .err()
+        .expect("a certificate for another role is refused");
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    let store = try_tls(&url, Some(&tls(&ca, Some("idgen"))))
+        .await
+        .unwrap_or_else(|e| panic!("mutual TLS: {e}\n{}", server.log_tail(20)));
+    assert_eq!(put(&store, "k", "v").await.unwrap(), Commit::Applied);
 }

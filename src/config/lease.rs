@@ -97,6 +97,17 @@ settings! {
         #[arg(skip)]
         #[serde(skip)]
         pub postgres_password: Option<Secret>,
+        /// postgres:// with sslmode=verify-full only: the authorities (PEM bundle) the
+        /// server's certificate must chain to; required there [default: none].
+        #[arg(long, env = "IDGEN_POSTGRES_CA")]
+        pub postgres_ca: Option<PathBuf>,
+        /// sslmode=verify-full only: client certificate chain (PEM), for a server that asks
+        /// for one; needs --postgres-key [default: none].
+        #[arg(long, env = "IDGEN_POSTGRES_CERT")]
+        pub postgres_cert: Option<PathBuf>,
+        /// The private key (PEM) of --postgres-cert [default: none].
+        #[arg(long, env = "IDGEN_POSTGRES_KEY")]
+        pub postgres_key: Option<PathBuf>,
         /// fdb: only: this node's certificate chain (PEM) for FoundationDB's TLS (network
         /// option TLS_CERT_PATH; coordinators written host:port:tls in the cluster file use
         /// TLS); needs --fdb-tls-key [default: none: FoundationDB's own].
@@ -152,6 +163,12 @@ pub struct LeaseSection {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postgres_password_file: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres_ca: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres_cert: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres_key: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fdb_tls_cert: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fdb_tls_key: Option<PathBuf>,
@@ -181,6 +198,9 @@ impl Default for LeaseSection {
             etcd_user: None,
             etcd_password_file: None,
             postgres_password_file: None,
+            postgres_ca: None,
+            postgres_cert: None,
+            postgres_key: None,
             fdb_tls_cert: None,
             fdb_tls_key: None,
             fdb_tls_ca: None,
@@ -247,6 +267,7 @@ impl LeaseSection {
             etcd: etcd_access(&store, &given, password)?,
             fdb: fdb_tls(&store, &given)?,
             postgres_password: postgres_password(&store, &given)?,
+            postgres_tls: postgres_tls(&store, &given)?,
         };
         let namespace = given.namespace.unwrap_or(d.namespace);
         if namespace.is_empty()
@@ -281,6 +302,9 @@ impl LeaseSection {
             etcd_user: given.etcd_user,
             etcd_password_file: given.etcd_password_file,
             postgres_password_file: given.postgres_password_file,
+            postgres_ca: given.postgres_ca,
+            postgres_cert: given.postgres_cert,
+            postgres_key: given.postgres_key,
             fdb_tls_cert: given.fdb_tls_cert,
             fdb_tls_key: given.fdb_tls_key,
             fdb_tls_ca: given.fdb_tls_ca,
@@ -483,6 +507,65 @@ fn postgres_password(store: &StoreUrl, given: &LeaseArgs) -> Result<Option<Secre
         (None, Some(p)) => Ok(Some(Secret::new(p))),
         (None, None) => Ok(None),
     }
+}
+
+/// PostgreSQL's TLS material, read and checked: for `sslmode=verify-full` only, and required
+/// there.
+fn postgres_tls(store: &StoreUrl, given: &LeaseArgs) -> Result<Option<access::PgTls>, ConfigError> {
+    let settings = [
+        ("postgres_ca", given.postgres_ca.is_some()),
+        ("postgres_cert", given.postgres_cert.is_some()),
+        ("postgres_key", given.postgres_key.is_some()),
+    ];
+    let tls = match store {
+        StoreUrl::Postgres(u) => u.tls,
+        other => {
+            return match first_given(&settings) {
+                Some(name) => Err(err(format!(
+                    "{name} is set but the store is {other}: it is for a postgres:// store"
+                ))),
+                None => Ok(None),
+            }
+        }
+    };
+    if !tls {
+        return match first_given(&settings) {
+            Some(name) => Err(err(format!(
+                "{name} is a TLS setting but the store {store} is plaintext: add \
+                 sslmode=verify-full to the store URL"
+            ))),
+            None => Ok(None),
+        };
+    }
+    let Some(ca) = &given.postgres_ca else {
+        return Err(err(format!(
+            "postgres_ca: the store {store} is PostgreSQL over TLS and needs the authorities \
+             (PEM bundle) its certificate chains to (--postgres-ca); for the system's \
+             authorities name their bundle, e.g. /etc/ssl/certs/ca-certificates.crt"
+        )));
+    };
+    let identity = match (&given.postgres_cert, &given.postgres_key) {
+        (Some(cert), Some(key)) => Some(
+            access::read_identity(("postgres_cert", cert), ("postgres_key", key)).map_err(err)?,
+        ),
+        (Some(_), None) => {
+            return Err(err(
+                "postgres_cert is set without postgres_key: a client certificate needs its \
+                 private key (--postgres-key)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(err(
+                "postgres_key is set without postgres_cert: the private key needs its client \
+                 certificate (--postgres-cert)",
+            ))
+        }
+        (None, None) => None,
+    };
+    Ok(Some(access::PgTls {
+        ca_pem: access::read_ca_bundle("postgres_ca", ca).map_err(err)?,
+        identity,
+    }))
 }
 
 /// FoundationDB's TLS settings, their files checked.
@@ -851,5 +934,64 @@ mod tests {
         let in_url =
             resolve(|l| l.store = Some("postgres://idgen:pw@127.0.0.1/idgen".into())).unwrap_err();
         assert!(!in_url.contains("pw@"), "{in_url}");
+    }
+
+    #[test]
+    fn postgres_tls_needs_verify_full_and_its_authorities() {
+        let ca = TestCa::new("pg test ca");
+        let client = ca.client("idgen");
+        let tls_url = "postgres://idgen@db:5432/idgen?sslmode=verify-full";
+        let s = resolve(|l| {
+            l.store = Some(tls_url.into());
+            l.postgres_ca = Some(ca.ca.clone());
+            l.postgres_cert = Some(client.cert.clone());
+            l.postgres_key = Some(client.key.clone());
+        })
+        .unwrap();
+        let tls = s.access.postgres_tls.as_ref().expect("TLS");
+        assert_eq!(tls.ca_pem, ca.ca_pem);
+        assert!(tls.identity.is_some());
+        assert!(!format!("{s:?}").contains(&client.key_pem));
+
+        type Case<'a> = (Box<dyn Fn(&mut LeaseArgs) + 'a>, &'a str);
+        let cases: Vec<Case> = vec![
+            (
+                Box::new(|l: &mut LeaseArgs| l.store = Some(tls_url.into())),
+                "postgres_ca: the store",
+            ),
+            (
+                Box::new(|l: &mut LeaseArgs| {
+                    l.store = Some("postgres://idgen@db/idgen".into());
+                    l.postgres_ca = Some(ca.ca.clone());
+                }),
+                "postgres_ca is a TLS setting but the store",
+            ),
+            (
+                Box::new(|l: &mut LeaseArgs| {
+                    l.store = Some("embedded".into());
+                    l.postgres_ca = Some(ca.ca.clone());
+                }),
+                "postgres_ca is set but the store is embedded",
+            ),
+            (
+                Box::new(|l: &mut LeaseArgs| {
+                    l.store = Some(tls_url.into());
+                    l.postgres_ca = Some(ca.ca.clone());
+                    l.postgres_cert = Some(client.cert.clone());
+                }),
+                "postgres_cert is set without postgres_key",
+            ),
+            (
+                Box::new(|l: &mut LeaseArgs| {
+                    l.store = Some(tls_url.into());
+                    l.postgres_ca = Some(client.key.clone());
+                }),
+                "postgres_ca:",
+            ),
+        ];
+        for (f, want) in cases {
+            let e = resolve(f).unwrap_err();
+            assert!(e.contains(want), "{e} (wanted {want})");
+        }
     }
 }

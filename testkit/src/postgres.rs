@@ -9,6 +9,11 @@
 //! logs in with [`PASSWORD`] over `scram-sha-256`; the server listens on 127.0.0.1 only, at a
 //! port found free, with its socket in the same directory. [`PgServer::stop`] and
 //! [`PgServer::start_again`] take it down (a fast shutdown) and up; dropping it stops it.
+//!
+//! [`PgServer::start_tls`] serves TLS only (`hostssl`; plain TCP connections are rejected),
+//! with a server certificate of a [`TestCa`] for `localhost`, 127.0.0.1 and ::1, and, when
+//! asked, requires a client certificate of that authority whose common name is the role
+//! (`clientcert=verify-full`) as well as the password.
 
 use std::fs::File;
 use std::io::Read;
@@ -16,6 +21,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::certs::TestCa;
 
 /// How long the server may take to accept connections.
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -30,6 +37,8 @@ pub struct PgServer {
     port: u16,
     /// The user (and group) the server runs as, when the tests run as root.
     owner: Option<(u32, u32)>,
+    /// Settings passed with `-c` at every start (TLS).
+    settings: Vec<String>,
     child: Option<Child>,
     _dir: tempfile::TempDir,
 }
@@ -83,6 +92,17 @@ fn tail(path: &Path, lines: usize) -> String {
 impl PgServer {
     /// Makes a cluster and starts it; returns once it accepts connections.
     pub fn start() -> PgServer {
+        Self::start_with(None)
+    }
+
+    /// As [`start`](Self::start), serving TLS only, with a server certificate of `ca`; with
+    /// `client_cert`, a client must also present a certificate of `ca` naming the role
+    /// (`idgen`).
+    pub fn start_tls(ca: &TestCa, client_cert: bool) -> PgServer {
+        Self::start_with(Some((ca, client_cert)))
+    }
+
+    fn start_with(tls: Option<(&TestCa, bool)>) -> PgServer {
         let bin = pg_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("idgen-pg-")
@@ -125,6 +145,47 @@ impl PgServer {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let mut settings = Vec::new();
+        if let Some((ca, client_cert)) = tls {
+            let server = ca.server();
+            let own = |name: &str, text: &str, mode: u32| -> String {
+                use std::os::unix::fs::PermissionsExt;
+                let path = data.join(name);
+                std::fs::write(&path, text).unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+                if let Some((uid, gid)) = owner {
+                    std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown (root?)");
+                }
+                path.display().to_string()
+            };
+            settings.push("ssl=on".to_string());
+            settings.push(format!(
+                "ssl_cert_file={}",
+                own("server.crt", &server.cert_pem, 0o644)
+            ));
+            settings.push(format!(
+                "ssl_key_file={}",
+                own("server.key", &server.key_pem, 0o600)
+            ));
+            let client = if client_cert {
+                settings.push(format!(
+                    "ssl_ca_file={}",
+                    own("root.crt", &ca.ca_pem, 0o644)
+                ));
+                " clientcert=verify-full"
+            } else {
+                ""
+            };
+            own(
+                "pg_hba.conf",
+                &format!(
+                    "local all all scram-sha-256\n\
+                     hostssl all all 127.0.0.1/32 scram-sha-256{client}\n\
+                     hostnossl all all 127.0.0.1/32 reject\n"
+                ),
+                0o600,
+            );
+        }
         let log = dir.path().join("postgres.log");
         let mut server = PgServer {
             bin,
@@ -132,6 +193,7 @@ impl PgServer {
             log,
             port: 0,
             owner,
+            settings,
             child: None,
             _dir: dir,
         };
@@ -168,6 +230,7 @@ impl PgServer {
             // A test server: durability of the machine's disk is not what is tested.
             .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
             .args(["-c", "full_page_writes=off", "-c", "max_connections=100"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log);
@@ -214,12 +277,19 @@ impl PgServer {
     }
 
     /// The store URL for the `idgen` role and the `postgres` database, keys under `prefix`
-    /// (none when empty).
+    /// (none when empty); with `sslmode=verify-full` for a TLS server.
     pub fn url(&self, prefix: &str) -> String {
-        let mut u = format!("postgres://idgen@127.0.0.1:{}/postgres", self.port);
+        let mut params = Vec::new();
         if !prefix.is_empty() {
-            u.push_str("?prefix=");
-            u.push_str(prefix);
+            params.push(format!("prefix={prefix}"));
+        }
+        if !self.settings.is_empty() {
+            params.push("sslmode=verify-full".to_string());
+        }
+        let mut u = format!("postgres://idgen@127.0.0.1:{}/postgres", self.port);
+        if !params.is_empty() {
+            u.push('?');
+            u.push_str(&params.join("&"));
         }
         u
     }

@@ -10,6 +10,7 @@
 //! | etcd (`etcds://`) | TLS: an authority bundle, optionally a client certificate and key (mutual TLS), the name to verify | `etcd_ca`, `etcd_cert`, `etcd_key`, `etcd_server_name` |
 //! | etcd | etcd's own authentication: a user and its password | `etcd_user`, `etcd_password_file` or `IDGEN_ETCD_PASSWORD` |
 //! | PostgreSQL | the role's password | `postgres_password_file` or `IDGEN_POSTGRES_PASSWORD` |
+//! | PostgreSQL (`sslmode=verify-full`) | TLS: an authority bundle, optionally a client certificate and key | `postgres_ca`, `postgres_cert`, `postgres_key` |
 //! | FoundationDB | FoundationDB's TLS network options, passed through as paths | `fdb_tls_cert`, `fdb_tls_key`, `fdb_tls_ca`, `fdb_tls_verify_peers` |
 //!
 //! Secrets (a private key, a password) are held in [`Secret`], whose `Debug` prints nothing of
@@ -60,6 +61,17 @@ pub struct EtcdTls {
     pub server_name: Option<String>,
 }
 
+/// TLS towards PostgreSQL (`sslmode=verify-full`): the server's certificate must chain to
+/// `ca_pem` and name the host the URL names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgTls {
+    /// The authorities PostgreSQL's server certificates must chain to, PEM.
+    pub ca_pem: String,
+    /// The client certificate and key, for a server that asks for one (`clientcert` in
+    /// `pg_hba.conf`, or the `cert` method).
+    pub identity: Option<Identity>,
+}
+
 /// An etcd user and its password (etcd's `auth enable`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdUser {
@@ -102,6 +114,8 @@ pub struct StoreAccess {
     pub fdb: FdbTls,
     /// The PostgreSQL role's password (`postgres_password_file` or `IDGEN_POSTGRES_PASSWORD`).
     pub postgres_password: Option<Secret>,
+    /// TLS towards PostgreSQL, with `sslmode=verify-full`.
+    pub postgres_tls: Option<PgTls>,
 }
 
 fn read_text(setting: &str, path: &Path) -> Result<String, String> {
@@ -168,7 +182,7 @@ fn parse_key(setting: &str, path: &Path, pem: &Secret) -> Result<PrivateKeyDer<'
     })
 }
 
-/// Reads a client certificate and its key for rustls (etcd's TLS), and checks that the key is
+/// Reads a client certificate and its key for rustls (etcd's and PostgreSQL's TLS), and checks that the key is
 /// one rustls can sign with and belongs to the certificate.
 pub fn read_identity(
     (cert_setting, cert_path): (&str, &Path),

@@ -59,7 +59,7 @@ mod pg_url;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
-pub use access::{EtcdAccess, FdbTls, Secret, StoreAccess};
+pub use access::{EtcdAccess, FdbTls, PgTls, Secret, StoreAccess};
 pub use pg_url::PgUrl;
 
 /// What a read saw of a key: 0 for absent, otherwise a number that changes on every write.
@@ -439,7 +439,12 @@ pub async fn open(
         )),
         #[cfg(feature = "postgres")]
         StoreUrl::Postgres(u) => Ok(Arc::new(
-            postgres::PgStore::connect(u, access.postgres_password.as_ref()).await?,
+            postgres::PgStore::connect(
+                u,
+                access.postgres_password.as_ref(),
+                access.postgres_tls.as_ref(),
+            )
+            .await?,
         )),
         #[cfg(not(feature = "postgres"))]
         StoreUrl::Postgres(_) => Err(StoreError::Invalid(
@@ -535,6 +540,7 @@ mod tests {
                     hosts: vec![("127.0.0.1".into(), 5432)],
                     database: Some("idgen".into()),
                     prefix: String::new(),
+                    tls: false,
                 }),
             ),
         ];

@@ -8,6 +8,9 @@ pub struct PgUrl {
     pub hosts: Vec<(String, u16)>,
     pub database: Option<String>,
     pub prefix: String,
+    /// `sslmode=verify-full`: TLS, the server's certificate checked against `postgres_ca` and
+    /// the host's name. Without it (`sslmode=disable`, the default) the connection is plain.
+    pub tls: bool,
 }
 
 impl std::str::FromStr for PgUrl {
@@ -44,16 +47,25 @@ impl std::str::FromStr for PgUrl {
         }
         let mut parsed = Vec::new();
         for h in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-            let (host, port) = match h.rsplit_once(':') {
-                Some((host, port)) if !host.ends_with(']') || h.starts_with('[') => {
-                    let port = port
-                        .parse::<u16>()
-                        .map_err(|_| format!("{s:?}: PostgreSQL host {h:?} is not host[:port]"))?;
-                    (host, port)
+            let bad =
+                || format!("{s:?}: PostgreSQL host {h:?} is not host[:port] or [ipv6][:port]");
+            let (host, port) = if let Some(v6) = h.strip_prefix('[') {
+                let (host, after) = v6.split_once(']').ok_or_else(bad)?;
+                match after {
+                    "" => (host, None),
+                    _ => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
                 }
-                _ => (h, 5432),
+            } else {
+                match h.split_once(':') {
+                    Some((host, port)) if !port.contains(':') => (host, Some(port)),
+                    Some(_) => return Err(bad()),
+                    None => (h, None),
+                }
             };
-            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let port = match port {
+                Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(bad)?,
+                None => 5432,
+            };
             if host.is_empty() {
                 return Err(format!("{s:?}: PostgreSQL host {h:?} has no name"));
             }
@@ -63,13 +75,24 @@ impl std::str::FromStr for PgUrl {
             return Err(format!("{s:?}: postgres:// needs at least one host"));
         }
         let mut prefix = String::new();
+        let mut tls = false;
         for pair in query.into_iter().flat_map(|q| q.split('&')) {
             match pair.split_once('=') {
                 Some(("prefix", p)) => prefix = p.trim_matches('/').to_string(),
+                Some(("sslmode", "disable")) => tls = false,
+                Some(("sslmode", "verify-full")) => tls = true,
+                Some(("sslmode", other)) => {
+                    return Err(format!(
+                        "{s:?}: sslmode={other} is not offered: use sslmode=verify-full (TLS, \
+                         the server's certificate checked against postgres_ca and its host \
+                         name) or sslmode=disable (no TLS); modes that encrypt without checking \
+                         whom they talk to are refused"
+                    ))
+                }
                 _ => {
                     return Err(format!(
-                        "{s:?}: unknown parameter {pair:?} (only prefix=… is known; TLS is not \
-                         supported yet)"
+                        "{s:?}: unknown parameter {pair:?} (known: prefix=…, \
+                         sslmode=verify-full|disable)"
                     ))
                 }
             }
@@ -79,6 +102,7 @@ impl std::str::FromStr for PgUrl {
             hosts: parsed,
             database,
             prefix,
+            tls,
         })
     }
 }
@@ -104,8 +128,15 @@ impl std::fmt::Display for PgUrl {
         if let Some(d) = &self.database {
             write!(f, "/{d}")?;
         }
+        let mut params = Vec::new();
         if !self.prefix.is_empty() {
-            write!(f, "?prefix={}", self.prefix)?;
+            params.push(format!("prefix={}", self.prefix));
+        }
+        if self.tls {
+            params.push("sslmode=verify-full".to_string());
+        }
+        if !params.is_empty() {
+            write!(f, "?{}", params.join("&"))?;
         }
         Ok(())
     }
@@ -140,9 +171,34 @@ mod tests {
             "postgres://idgen@db1:5433,db2:5432/idgen?prefix=prod"
         );
         assert_eq!(u.to_string().parse::<PgUrl>().unwrap(), u);
+        assert!(!u.tls);
         let v6: PgUrl = "postgres://[::1]:5432".parse().unwrap();
         assert_eq!(v6.hosts, vec![("::1".to_string(), 5432)]);
         assert_eq!(v6.to_string(), "postgres://[::1]:5432");
+        let v6: PgUrl = "postgres://[::1],[fe80::1]:6000".parse().unwrap();
+        assert_eq!(
+            v6.hosts,
+            vec![("::1".to_string(), 5432), ("fe80::1".to_string(), 6000)]
+        );
+        let t: PgUrl = "postgresql://idgen@db/idgen?sslmode=verify-full&prefix=a"
+            .parse()
+            .unwrap();
+        assert!(t.tls);
+        assert_eq!(
+            t.to_string(),
+            "postgres://idgen@db:5432/idgen?prefix=a&sslmode=verify-full"
+        );
+        assert_eq!(t.to_string().parse::<PgUrl>().unwrap(), t);
+        assert!(
+            !"postgres://db?sslmode=disable"
+                .parse::<PgUrl>()
+                .unwrap()
+                .tls
+        );
+        let weak = "postgres://db?sslmode=require"
+            .parse::<PgUrl>()
+            .unwrap_err();
+        assert!(weak.contains("verify-full"), "{weak}");
 
         let err = "postgres://idgen:hunter2@db/idgen"
             .parse::<PgUrl>()
@@ -154,6 +210,13 @@ mod tests {
             "postgres://db:notaport",
             "postgres://@db",
             "postgres://db?sslmode=require",
+            "postgres://db?sslmode=prefer",
+            "postgres://db?sslmode=verify-ca",
+            "postgres://db?other=1",
+            "postgres://::1",
+            "postgres://[::1",
+            "postgres://[::1]x",
+            "postgres://db:0",
             "http://db",
         ] {
             assert!(bad.parse::<PgUrl>().is_err(), "{bad}");

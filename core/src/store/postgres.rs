@@ -25,17 +25,29 @@
 //! - **Bounded.** Every call, from taking a connection to the answer, ends within
 //!   [`CALL_TIMEOUT`]; a connection that failed is dropped and the pool opens a new one.
 //!
-//! The URL: `postgres://[user@]host[:port][/database][?prefix=p]`; the password comes from
-//! [`StoreAccess`](super::StoreAccess) (a file or the environment), never from the URL, so it
-//! stays off command lines and out of logs. Keys are stored under `prefix` (as etcd's).
+//! The URL: `postgres://[user@]host[:port][,…][/database][?prefix=p][&sslmode=verify-full]`;
+//! the password comes from [`StoreAccess`](super::StoreAccess) (a file or the environment),
+//! never from the URL, so it stays off command lines and out of logs. Keys are stored under
+//! `prefix` (as etcd's).
+//!
+//! **TLS** (`sslmode=verify-full`): rustls on ring; the server's certificate must chain to
+//! `postgres_ca` and name the host the URL names, and a server that does not offer TLS is
+//! refused, never talked to in the clear. A client certificate is presented when one is given.
+//! Without it (`sslmode=disable`) the connection is plain: a private network or a local proxy.
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::{BoxFuture, Check, Commit, Entry, KvStore, PgUrl, Secret, StoreError, Write};
+use super::{BoxFuture, Check, Commit, Entry, KvStore, PgTls, PgUrl, Secret, StoreError, Write};
 
 /// The most time one call may take, connection included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -96,8 +108,20 @@ fn is_refusal(e: &tokio_postgres::Error) -> bool {
     })
 }
 
+/// A TLS failure that waiting will not cure: a certificate that does not verify, a server
+/// without TLS.
+fn is_tls_refusal(text: &str) -> bool {
+    [
+        "invalid peer certificate",
+        "server does not support TLS",
+        "CertificateRequired",
+    ]
+    .iter()
+    .any(|t| text.contains(t))
+}
+
 fn unavailable(what: &str, e: &tokio_postgres::Error) -> StoreError {
-    if is_refusal(e) {
+    if is_refusal(e) || is_tls_refusal(&explain(e)) {
         StoreError::Invalid(format!("PostgreSQL {what}: {}", explain(e)))
     } else {
         StoreError::Unavailable(format!("PostgreSQL {what}: {}", explain(e)))
@@ -113,8 +137,13 @@ fn is_conflict(e: &tokio_postgres::Error) -> bool {
 
 impl PgStore {
     /// Connects (one connection first, so a wrong address or password fails here), creates
-    /// the schema if it is missing and checks its version.
-    pub async fn connect(url: &PgUrl, password: Option<&Secret>) -> Result<PgStore, StoreError> {
+    /// the schema if it is missing and checks its version. `tls` is required when the URL
+    /// says `sslmode=verify-full`, and refused otherwise.
+    pub async fn connect(
+        url: &PgUrl,
+        password: Option<&Secret>,
+        tls: Option<&PgTls>,
+    ) -> Result<PgStore, StoreError> {
         let mut cfg = tokio_postgres::Config::new();
         for (h, p) in &url.hosts {
             cfg.host(h).port(*p);
@@ -130,13 +159,32 @@ impl PgStore {
         cfg.connect_timeout(CONNECT_TIMEOUT);
         // A read-write primary, when several hosts are named (a failover pair).
         cfg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
-        let manager = Manager::from_config(
-            cfg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match (url.tls, tls) {
+            (true, Some(tls)) => {
+                // Require: no fallback to a plain connection when the server declines TLS.
+                cfg.ssl_mode(SslMode::Require);
+                let connector = MakeRustlsConnect::new(client_config(tls)?);
+                Manager::from_config(cfg, connector, manager_config)
+            }
+            (false, None) => {
+                cfg.ssl_mode(SslMode::Disable);
+                Manager::from_config(cfg, NoTls, manager_config)
+            }
+            (true, None) => {
+                return Err(StoreError::Invalid(format!(
+                    "{url} asks for TLS: give the authorities of the server's certificate \
+                     (postgres_ca)"
+                )))
+            }
+            (false, Some(_)) => {
+                return Err(StoreError::Invalid(format!(
+                    "TLS material is given but {url} is plaintext: add sslmode=verify-full"
+                )))
+            }
+        };
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -360,6 +408,38 @@ impl PgStore {
             Err(_) => Err(StoreError::Unknown(format!(
                 "PostgreSQL commit: no answer within {CALL_TIMEOUT:?}"
             ))),
+        }
+    }
+}
+
+/// The rustls client configuration for `tls`: ring, TLS 1.2 and 1.3, the server verified
+/// against `ca_pem` (rustls checks the name too), the client certificate when given.
+fn client_config(tls: &PgTls) -> Result<rustls::ClientConfig, StoreError> {
+    let invalid = |what: &str, e: &dyn std::fmt::Display| {
+        StoreError::Invalid(format!("PostgreSQL TLS: {what}: {e}"))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(tls.ca_pem.as_bytes()) {
+        let cert = cert.map_err(|e| invalid("postgres_ca", &e))?;
+        roots.add(cert).map_err(|e| invalid("postgres_ca", &e))?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| invalid("protocol versions", &e))?
+    .with_root_certificates(roots);
+    match &tls.identity {
+        None => Ok(builder.with_no_client_auth()),
+        Some(id) => {
+            let chain = CertificateDer::pem_slice_iter(id.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| invalid("postgres_cert", &e))?;
+            let key = PrivateKeyDer::from_pem_slice(id.key_pem.expose().as_bytes())
+                .map_err(|e| invalid("postgres_key", &e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| invalid("postgres_cert", &e))
         }
     }
 }
