@@ -1,13 +1,15 @@
 //! The PostgreSQL store against a real PostgreSQL 15 (`idgen_testkit::postgres`): the store,
 //! lease and sequence conformance suites, expiry by the database's clock, a wrong password,
-//! and behaviour when the server stops and comes back.
+//! batched commits, TLS, and behaviour when the server stops and comes back.
 
 use std::time::{Duration, Instant};
 
 use idgen_core::lease::conformance as lease_conformance;
 use idgen_core::store::access::Identity;
 use idgen_core::store::postgres::PgStore;
-use idgen_core::store::{conformance, Commit, KvStore, PgTls, PgUrl, Secret, StoreError, Txn};
+use idgen_core::store::{
+    conformance, Check, Commit, KvStore, PgTls, PgUrl, Secret, StoreError, Txn, Write,
+};
 use idgen_testkit::postgres::{PgServer, PASSWORD};
 use idgen_testkit::TestCa;
 
@@ -68,6 +70,87 @@ async fn postgres_store_conforms_in_independent_namespaces() {
     put(&b, "t/other", "x").await.unwrap();
     assert_eq!(a.get(b"t/a").await.unwrap().unwrap(), before);
     assert_eq!(a.describe(), format!("postgres {}", server.url("idgen-a")));
+}
+
+/// A commit reads all its checked versions in one statement and writes in one upsert and one
+/// delete: one stale check among many writes nothing, and within a commit the last write of a
+/// key wins, as if the writes ran one after the other.
+#[tokio::test]
+async fn a_batched_commit_keeps_every_check_and_the_order_of_writes() {
+    let server = PgServer::start();
+    let store = connect(&server, "batch").await;
+    let put = |k: &str, v: &str| Write::Put {
+        key: k.as_bytes().to_vec(),
+        value: v.as_bytes().to_vec(),
+    };
+    let del = |k: &str| Write::Delete {
+        key: k.as_bytes().to_vec(),
+    };
+    let writes: Vec<Write> = (0..100).map(|i| put(&format!("k{i:03}"), "1")).collect();
+    assert_eq!(store.commit(&[], &writes).await.unwrap(), Commit::Applied);
+    let entries = store.scan(b"k").await.unwrap();
+    assert_eq!(entries.len(), 100);
+    let mut checks: Vec<Check> = entries
+        .iter()
+        .map(|e| Check {
+            key: e.key.clone(),
+            version: e.version,
+        })
+        .collect();
+    checks.push(Check {
+        key: b"absent".to_vec(),
+        version: 0,
+    });
+    // One stale version among 101 checks: nothing is written.
+    let mut stale = checks.clone();
+    stale[57].version += 1_000;
+    let rewrite: Vec<Write> = (0..100).map(|i| put(&format!("k{i:03}"), "2")).collect();
+    assert_eq!(
+        store.commit(&stale, &rewrite).await.unwrap(),
+        Commit::Conflict
+    );
+    assert!(store
+        .scan(b"k")
+        .await
+        .unwrap()
+        .iter()
+        .all(|e| e.value == b"1"));
+    // An absent key checked as present: nothing is written either.
+    let mut present = checks.clone();
+    present[100].version = 1;
+    assert_eq!(
+        store.commit(&present, &rewrite).await.unwrap(),
+        Commit::Conflict
+    );
+    // All current: applied, with the last write of each key winning.
+    let mixed = vec![
+        put("k000", "put then deleted"),
+        del("k000"),
+        del("k001"),
+        put("k001", "deleted then put"),
+        put("k002", "first"),
+        put("k002", "second"),
+        put("absent", "now present"),
+    ];
+    assert_eq!(
+        store.commit(&checks, &mixed).await.unwrap(),
+        Commit::Applied
+    );
+    assert_eq!(store.get(b"k000").await.unwrap(), None);
+    let value = |e: Option<idgen_core::store::Entry>| e.map(|e| e.value);
+    assert_eq!(
+        value(store.get(b"k001").await.unwrap()),
+        Some(b"deleted then put".to_vec())
+    );
+    assert_eq!(
+        value(store.get(b"k002").await.unwrap()),
+        Some(b"second".to_vec())
+    );
+    assert_eq!(
+        value(store.get(b"absent").await.unwrap()),
+        Some(b"now present".to_vec())
+    );
+    assert_eq!(store.scan(b"k").await.unwrap().len(), 99);
 }
 
 /// Two nodes creating the schema at once: both connect, one schema.

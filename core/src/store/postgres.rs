@@ -70,6 +70,29 @@ CREATE TABLE IF NOT EXISTS idgen_schema (version integer NOT NULL);
 INSERT INTO idgen_schema (version) SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM idgen_schema);
 ";
 
+/// A key's value and version, unless it expired.
+const GET: &str = "SELECT value, version FROM idgen_kv WHERE key = $1 \
+                   AND (expires_at IS NULL OR expires_at > now())";
+/// The keys from `$1` up to `$2` (exclusive), in key order: an index range, so a scan reads
+/// (and, serializable, locks) its prefix only.
+const SCAN: &str = "SELECT key, value, version FROM idgen_kv WHERE key >= $1 AND key < $2 \
+                    AND (expires_at IS NULL OR expires_at > now()) ORDER BY key";
+/// Every key from `$1` on (a prefix with no key above it: empty, or all 0xff).
+const SCAN_FROM: &str = "SELECT key, value, version FROM idgen_kv WHERE key >= $1 \
+                         AND (expires_at IS NULL OR expires_at > now()) ORDER BY key";
+/// The versions of the keys of `$1` that exist and have not expired.
+const CHECK: &str = "SELECT key, version FROM idgen_kv WHERE key = ANY($1) \
+                     AND (expires_at IS NULL OR expires_at > now())";
+/// Writes the keys of `$1` with the values of `$2` (distinct keys), each a new version,
+/// expiring `$3` from now (none: never).
+const PUT: &str = "INSERT INTO idgen_kv (key, value, version, expires_at) \
+                   SELECT k, v, nextval('idgen_kv_version'), now() + $3::text::interval \
+                   FROM unnest($1::bytea[], $2::bytea[]) AS w(k, v) \
+                   ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, \
+                   version = EXCLUDED.version, expires_at = EXCLUDED.expires_at";
+/// Deletes the keys of `$1`.
+const DELETE: &str = "DELETE FROM idgen_kv WHERE key = ANY($1)";
+
 /// The PostgreSQL store.
 pub struct PgStore {
     pool: Pool,
@@ -279,12 +302,12 @@ impl PgStore {
     async fn get_inner(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
         let client = self.client().await?;
         let full = self.full(key);
+        let stmt = client
+            .prepare_cached(GET)
+            .await
+            .map_err(|e| unavailable("get", &e))?;
         let row = client
-            .query_opt(
-                "SELECT value, version FROM idgen_kv WHERE key = $1 \
-                 AND (expires_at IS NULL OR expires_at > now())",
-                &[&full],
-            )
+            .query_opt(&stmt, &[&full])
             .await
             .map_err(|e| unavailable("get", &e))?;
         row.map(|r| self.entry(full, r.get(0), r.get(1)))
@@ -294,34 +317,26 @@ impl PgStore {
     async fn scan_inner(&self, prefix: &[u8]) -> Result<Vec<Entry>, StoreError> {
         let client = self.client().await?;
         let from = self.full(prefix);
-        let to = upper_bound(&from);
-        let rows =
-            match &to {
-                Some(to) => client
-                    .query(
-                        "SELECT key, value, version FROM idgen_kv WHERE key >= $1 AND key < $2 \
-                         AND (expires_at IS NULL OR expires_at > now()) ORDER BY key",
-                        &[&from, to],
-                    )
-                    .await,
-                None => {
-                    client
-                        .query(
-                            "SELECT key, value, version FROM idgen_kv WHERE key >= $1 \
-                         AND (expires_at IS NULL OR expires_at > now()) ORDER BY key",
-                            &[&from],
-                        )
-                        .await
-                }
-            }
-            .map_err(|e| unavailable("scan", &e))?;
+        let rows = match upper_bound(&from) {
+            Some(to) => match client.prepare_cached(SCAN).await {
+                Ok(stmt) => client.query(&stmt, &[&from, &to]).await,
+                Err(e) => Err(e),
+            },
+            None => match client.prepare_cached(SCAN_FROM).await {
+                Ok(stmt) => client.query(&stmt, &[&from]).await,
+                Err(e) => Err(e),
+            },
+        }
+        .map_err(|e| unavailable("scan", &e))?;
         rows.into_iter()
             .map(|r| self.entry(r.get(0), r.get(1), r.get(2)))
             .collect()
     }
 
-    /// The commit's transaction: `Ok(None)` when a check failed (rolled back). Errors before
-    /// `COMMIT` is sent are `Unavailable`; the caller judges the `COMMIT` itself.
+    /// The commit's transaction: at most five round trips whatever its size (begin, one read
+    /// of every checked version, one upsert of every put, one delete of every deleted key,
+    /// commit), each statement prepared once per connection. Errors before `COMMIT` is sent
+    /// are `Unavailable` (or a conflict); the `COMMIT` itself is judged apart.
     async fn commit_inner(
         &self,
         checks: &[Check],
@@ -342,44 +357,62 @@ impl PgStore {
                 Err(unavailable(what, &e))
             }
         };
-        for c in checks {
-            let row = match tx
-                .query_opt(
-                    "SELECT version FROM idgen_kv WHERE key = $1 \
-                     AND (expires_at IS NULL OR expires_at > now())",
-                    &[&self.full(&c.key)],
-                )
-                .await
-            {
-                Ok(r) => r,
+        if !checks.is_empty() {
+            let keys: Vec<Vec<u8>> = checks.iter().map(|c| self.full(&c.key)).collect();
+            let rows = match tx.prepare_cached(CHECK).await {
+                Ok(stmt) => tx.query(&stmt, &[&keys]).await,
+                Err(e) => Err(e),
+            };
+            let rows = match rows {
+                Ok(rows) => rows,
                 Err(e) => return conflict_or("check", e),
             };
-            let now = row.map_or(0, |r| r.get::<_, i64>(0));
-            if u64::try_from(now).ok() != Some(c.version) {
-                // Nothing written; the transaction rolls back when dropped.
-                return Ok(Commit::Conflict);
+            let found: std::collections::HashMap<Vec<u8>, i64> =
+                rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            for (c, key) in checks.iter().zip(&keys) {
+                let now = found.get(key).copied().unwrap_or(0);
+                if u64::try_from(now).ok() != Some(c.version) {
+                    // Nothing written; the transaction rolls back when dropped.
+                    return Ok(Commit::Conflict);
+                }
             }
         }
-        let expires = expires_ms.map(|ms| format!("{ms} milliseconds"));
+        // The last write of a key wins, as in the other stores: a put then a delete of one key
+        // is a delete, a delete then a put a put.
+        let mut last: std::collections::BTreeMap<Vec<u8>, Option<&[u8]>> = Default::default();
         for w in writes {
-            let done = match w {
-                Write::Put { key, value } => {
-                    tx.execute(
-                        "INSERT INTO idgen_kv (key, value, version, expires_at) \
-                         VALUES ($1, $2, nextval('idgen_kv_version'), now() + $3::text::interval) \
-                         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, \
-                         version = EXCLUDED.version, expires_at = EXCLUDED.expires_at",
-                        &[&self.full(key), value, &expires],
-                    )
-                    .await
+            match w {
+                Write::Put { key, value } => last.insert(self.full(key), Some(value.as_slice())),
+                Write::Delete { key } => last.insert(self.full(key), None),
+            };
+        }
+        let (mut put_keys, mut put_values, mut deletes) = (Vec::new(), Vec::new(), Vec::new());
+        for (key, value) in last {
+            match value {
+                Some(v) => {
+                    put_keys.push(key);
+                    put_values.push(v);
                 }
-                Write::Delete { key } => {
-                    tx.execute("DELETE FROM idgen_kv WHERE key = $1", &[&self.full(key)])
-                        .await
-                }
+                None => deletes.push(key),
+            }
+        }
+        if !put_keys.is_empty() {
+            let expires = expires_ms.map(|ms| format!("{ms} milliseconds"));
+            let done = match tx.prepare_cached(PUT).await {
+                Ok(stmt) => tx.execute(&stmt, &[&put_keys, &put_values, &expires]).await,
+                Err(e) => Err(e),
             };
             if let Err(e) = done {
                 return conflict_or("write", e);
+            }
+        }
+        if !deletes.is_empty() {
+            let done = match tx.prepare_cached(DELETE).await {
+                Ok(stmt) => tx.execute(&stmt, &[&deletes]).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = done {
+                return conflict_or("delete", e);
             }
         }
         match tx.commit().await {
