@@ -5,6 +5,7 @@
 
 pub mod docs;
 pub mod etcd;
+pub mod lease_cases;
 pub mod logs;
 
 #[allow(unused_imports)] // each test binary uses a different part
