@@ -96,7 +96,7 @@ from .errors import (
     ServerError,
     UnavailableError,
 )
-from .protocol import ErrorFrame, HelloOk, Ids, Pong, Values
+from .protocol import ErrorFrame, HelloOk, Ids, Pong, Ranges, Values
 
 __all__ = ["Client", "Layout", "IdParts", "NodeState"]
 
@@ -201,7 +201,7 @@ class _Slot:
 
     def __init__(self, kind: int, expect: int):
         self.event = threading.Event()
-        self.kind = kind  # protocol.OP_GET_IDS, OP_GET_VALUES or OP_PING
+        self.kind = kind  # protocol.OP_GET_IDS, OP_GET_RANGES, OP_GET_VALUES or OP_PING
         self.expect = expect  # the count asked for, or the PING token
         # What the reader set: the IDs (list of int), the VALUES frame, or True for a PONG.
         self.result: object = None
@@ -441,6 +441,8 @@ class _Connection:
                 expect, frame = arg
             elif op == protocol.OP_GET_IDS and isinstance(arg, int):
                 expect, frame = arg, protocol.encode_get_ids(arg)
+            elif op == protocol.OP_GET_RANGES and isinstance(arg, int):
+                expect, frame = arg, protocol.encode_get_ranges(arg)
             elif op == protocol.OP_PING and isinstance(arg, int):
                 expect, frame = arg, protocol.encode_ping(arg)
             else:
@@ -486,7 +488,8 @@ class _Connection:
         """:meth:`wait` for a GET_IDS slot: its IDs."""
         ids = self.wait(slot, timeout)
         # The reader sets a GET_IDS slot only to the IDs it checked (``_dispatch``).
-        assert slot.kind == protocol.OP_GET_IDS and isinstance(ids, list), slot.kind
+        assert slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES), slot.kind
+        assert isinstance(ids, list)
         return ids
 
     def wait_values(self, slot: _Slot, timeout: float) -> Values:
@@ -561,9 +564,11 @@ class _Connection:
                     )
                 )
             return
-        if slot.kind == protocol.OP_GET_IDS:
-            if not isinstance(frame, Ids):
-                err = ProtocolError(f"GET_IDS answered with {type(frame).__name__}")
+        if slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES):
+            # GET_IDS is answered with IDS, GET_RANGES with RANGES: never the other.
+            wanted = Ids if slot.kind == protocol.OP_GET_IDS else Ranges
+            if not isinstance(frame, wanted):
+                err = ProtocolError(f"{wanted.__name__.upper()} expected, got {type(frame).__name__}")
             elif len(frame.ids) != slot.expect:
                 err = ProtocolError(f"asked for {slot.expect} IDs, got {len(frame.ids)}")
             elif frame.ids[0] <= self._last_id:
@@ -959,7 +964,10 @@ class Client:
             counts = [max_batch] * (n // max_batch)
             if n % max_batch:
                 counts.append(n % max_batch)
-        slots = conn.submit([(protocol.OP_GET_IDS, c) for c in counts])
+        # Version 2 and later: RANGES, the same IDs as runs (a few bytes for thousands, and
+        # expanded by range() rather than unpacked one by one).
+        op = protocol.OP_GET_RANGES if conn.hello.version >= protocol.RANGES_VERSION else protocol.OP_GET_IDS
+        slots = conn.submit([(op, c) for c in counts])
         self._stats.add("requests", len(slots))
         if len(slots) == 1:
             ids = conn.wait_ids(slots[0], self._timeout)

@@ -1,7 +1,8 @@
 """Frame encoder and decoder for the idgen wire protocol, versions 1 to 3 (protocol/PROTOCOL.md).
 
-The client offers versions 1..=3 and uses GET_IDS and PING (version 1) on every connection,
-GET_VALUES (version 3) for named sequences on a connection that negotiated version 3.
+The client offers versions 1..=3 and uses PING (version 1) on every connection, GET_RANGES
+(version 2) for IDs on a connection that negotiated version 2 or later (GET_IDS on a version 1
+one), GET_VALUES (version 3) for named sequences on a connection that negotiated version 3.
 
 Pure functions, no I/O: the client feeds received bytes to :func:`decode_response` and
 writes what the ``encode_*`` functions return. Framing faults raise
@@ -19,6 +20,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "MIN_PROTOCOL_VERSION",
     "SEQUENCES_VERSION",
+    "RANGES_VERSION",
     "MAGIC",
     "DEFAULT_MAX_BATCH",
     "DEFAULT_MAX_RESPONSE_FRAME",
@@ -28,11 +30,13 @@ __all__ = [
     "MODE_STRICT",
     "HelloOk",
     "Ids",
+    "Ranges",
     "Pong",
     "Values",
     "ErrorFrame",
     "encode_hello",
     "encode_get_ids",
+    "encode_get_ranges",
     "encode_ping",
     "encode_get_values",
     "check_sequence_name",
@@ -47,15 +51,19 @@ PROTOCOL_VERSION = 3
 MIN_PROTOCOL_VERSION = 1
 #: The first version with GET_VALUES/VALUES (named sequences).
 SEQUENCES_VERSION = 3
+#: The first version with GET_RANGES/RANGES (IDs as runs of consecutive integers).
+RANGES_VERSION = 2
 MAGIC = b"IDGN"
 
 OP_HELLO = 0x01
 OP_GET_IDS = 0x02
 OP_PING = 0x03
+OP_GET_RANGES = 0x04
 OP_GET_VALUES = 0x05
 OP_HELLO_OK = 0x81
 OP_IDS = 0x82
 OP_PONG = 0x83
+OP_RANGES = 0x84
 OP_VALUES = 0x85
 OP_ERROR = 0xFF
 
@@ -84,6 +92,7 @@ DEFAULT_MAX_RESPONSE_FRAME = 5 + 8 * DEFAULT_MAX_BATCH
 _HELLO_OK = struct.Struct(">HQBBBBIIIIH")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_RUN = struct.Struct(">QI")
 
 
 class HelloOk(NamedTuple):
@@ -104,6 +113,13 @@ class HelloOk(NamedTuple):
 
 class Ids(NamedTuple):
     """IDS (0x82): the IDs of one GET_IDS, in increasing order."""
+
+    ids: List[int]
+
+
+class Ranges(NamedTuple):
+    """RANGES (0x84, version 2): the IDs of one GET_RANGES, sent as runs of consecutive
+    integers and expanded here, in increasing order."""
 
     ids: List[int]
 
@@ -147,7 +163,7 @@ class ErrorFrame(NamedTuple):
         return _status.retry_elsewhere(self.status)
 
 
-Response = Union[HelloOk, Ids, Pong, Values, ErrorFrame]
+Response = Union[HelloOk, Ids, Ranges, Pong, Values, ErrorFrame]
 
 
 # ---------------------------------------------------------------------------------------
@@ -170,6 +186,14 @@ def encode_get_ids(count: int) -> bytes:
     if not 0 <= count <= MAX_U32:
         raise ValueError(f"GET_IDS count {count} does not fit in a u32")
     return struct.pack(">IBI", 5, OP_GET_IDS, count)
+
+
+def encode_get_ranges(count: int) -> bytes:
+    """GET_RANGES (0x04, version 2) for ``count`` IDs, answered with RANGES: the same count
+    rules as GET_IDS."""
+    if not 0 <= count <= MAX_U32:
+        raise ValueError(f"GET_RANGES count {count} does not fit in a u32")
+    return struct.pack(">IBI", 5, OP_GET_RANGES, count)
 
 
 def encode_ping(token: int) -> bytes:
@@ -322,6 +346,9 @@ def _check_header(
     elif opcode == OP_IDS:
         if length < 5 + 8 or (length - 5) % 8 != 0:
             raise _bad(f"IDS length {length} is not 5 + 8 * count with count >= 1")
+    elif opcode == OP_RANGES:
+        if length < 9 + 12 or (length - 9) % 12 != 0:
+            raise _bad(f"RANGES length {length} is not 9 + 12 * runs with runs >= 1")
     elif opcode == OP_VALUES:
         if length < 6 + 8 or (length - 6) % 8 != 0:
             raise _bad(f"VALUES length {length} is not 6 + 8 * count with count >= 1")
@@ -339,8 +366,9 @@ def _check_header(
         raise _bad(f"unknown response opcode 0x{opcode:02x}")
 
 
-def _parse_body(opcode: int, body: bytes) -> Response:
-    """Parse a complete frame body (everything after the opcode byte)."""
+def _parse_body(opcode: int, body: bytes, max_frame: int = DEFAULT_MAX_RESPONSE_FRAME) -> Response:
+    """Parse a complete frame body (everything after the opcode byte). ``max_frame`` bounds
+    the IDs a RANGES frame may expand to: no more than an IDS frame within it could hold."""
     if opcode == OP_IDS:
         (count,) = _U32.unpack_from(body, 0)
         if count == 0:
@@ -351,6 +379,29 @@ def _parse_body(opcode: int, body: bytes) -> Response:
         if max(body[4::8]) >= 0x80:
             raise _bad("IDS holds an ID with the top bit set")
         return Ids(list(struct.unpack_from(f">{count}Q", body, 4)))
+    if opcode == OP_RANGES:
+        total, runs = struct.unpack_from(">II", body, 0)
+        if 8 + 12 * runs != len(body):
+            raise _bad(f"RANGES runs {runs} disagrees with frame length {len(body) + 1}")
+        # Checked before anything is expanded: a frame of a few bytes cannot claim 2^32 IDs.
+        if total > (max_frame - 5) // 8:
+            raise _bad(f"RANGES total {total} is more than a response may carry")
+        ids: List[int] = []
+        next_free = 0  # the smallest ID the next run may start at
+        for first, count in _RUN.iter_unpack(body[8:]):
+            if count == 0:
+                raise _bad("RANGES holds a run of count 0")
+            if len(ids) + count > total:
+                raise _bad(f"RANGES runs hold more than its total {total}")
+            if first < next_free:
+                raise _bad("RANGES runs are not strictly increasing and disjoint")
+            next_free = first + count
+            if next_free - 1 > MAX_VALUE:
+                raise _bad("RANGES holds an ID with the top bit set")
+            ids.extend(range(first, next_free))
+        if len(ids) != total:
+            raise _bad(f"RANGES total {total} disagrees with its runs ({len(ids)} IDs)")
+        return Ranges(ids)
     if opcode == OP_VALUES:
         mode = body[0]
         (count,) = _U32.unpack_from(body, 1)
@@ -412,4 +463,4 @@ def decode_response(
     end = 4 + length
     if len(buf) < end:
         return None
-    return _parse_body(opcode, bytes(buf[5:end])), end
+    return _parse_body(opcode, bytes(buf[5:end]), max_frame), end

@@ -193,6 +193,14 @@ def ids_bytes(ids):
     return struct.pack(f">IBI{len(ids)}Q", 5 + 8 * len(ids), 0x82, len(ids), *ids)
 
 
+def ranges_bytes(ids, run=1000):
+    """A RANGES frame of consecutive ``ids``, in runs of at most ``run`` IDs."""
+    runs = [(ids[i], len(ids[i : i + run])) for i in range(0, len(ids), run)]
+    body = struct.pack(">BII", 0x84, len(ids), len(runs))
+    body += b"".join(struct.pack(">QI", first, n) for first, n in runs)
+    return struct.pack(">I", len(body)) + body
+
+
 def pong_bytes(token):
     return struct.pack(">IBQ", 9, 0x83, token)
 
@@ -230,8 +238,10 @@ class FakeNode:
       answers the next one with ERROR 305 RANGE_CHANGED and closes; every later connection
       is greeted with ``hello_after`` (default ``hello``) and served.
 
-    Serving answers GET_IDS with IDS (from one counter shared by all connections, so IDs
-    never repeat) and PING with PONG. ``requests`` counts the request frames received after
+    Serving answers GET_IDS with IDS and GET_RANGES with RANGES, runs of at most 1,000 IDs
+    (as a version 2 node does when ``hello.version >= 2``, else ``202 UNKNOWN_OPCODE``), from
+    one counter shared by all connections, so IDs never repeat, and PING with PONG;
+    ``ops`` lists the opcode of every GET_IDS and GET_RANGES received. ``requests`` counts the request frames received after
     the handshake; ``ids_by_connection[i]`` lists the IDs sent on the ``i``-th connection.
     ``hellos`` holds each connection's HELLO frame.
 
@@ -260,6 +270,7 @@ class FakeNode:
         self.status = status
         self.serve_before = serve_before
         self.requests = 0
+        self.ops = []
         self.connections = 0
         self.ids_by_connection = []
         self.tls_sessions = []
@@ -351,6 +362,11 @@ class FakeNode:
             return pong_bytes(struct.unpack(">Q", body[1:9])[0])
         if body[0] == 0x05:
             return self._answer_values(body)
+        ranges = body[0] == protocol.OP_GET_RANGES
+        with self._lock:
+            self.ops.append(body[0])
+        if ranges and self.hello.version < 2:
+            return error_bytes(202, "unknown opcode 0x04")
         (count,) = struct.unpack(">I", body[1:5])
         if count == 0:
             return error_bytes(200, "count 0")
@@ -360,7 +376,7 @@ class FakeNode:
             ids = list(range(self._next_id, self._next_id + count))
             self._next_id += count
         sent.extend(ids)
-        return ids_bytes(ids)
+        return ranges_bytes(ids) if ranges else ids_bytes(ids)
 
     def _answer_values(self, body):
         if self.hello.version < 3:
