@@ -1205,14 +1205,19 @@ def main():
     metrics_text = Path(sys.argv[2]).read_text(encoding="utf-8")
     serve_help = Path(sys.argv[3]).read_text(encoding="utf-8")
     invocations = []
-    nodes = compose(root, "docker-compose.yml", "fdb:/var/fdb/fdb.cluster", invocations)
-    nodes_etcd = compose(
-        root,
-        "docker-compose.etcd.yml",
-        "etcd://etcd1:2379,etcd2:2379,etcd3:2379/idgen",
-        invocations,
-    )
-    check(nodes == nodes_etcd, "both compose files have the same nodes")
+    # The default compose file runs a store this machine can run (etcd); each other store has
+    # its own file.
+    composes = {
+        "docker-compose.yml": "etcd://etcd1:2379,etcd2:2379,etcd3:2379/idgen",
+        "docker-compose.fdb.yml": "fdb:/var/fdb/fdb.cluster",
+    }
+    present = sorted(p.name for p in (root / "deploy").glob("docker-compose*.yml"))
+    check(present == sorted(composes), f"every compose file in deploy/ is checked ({present})")
+    nodes = None
+    for name, store in composes.items():
+        got = compose(root, name, store, invocations)
+        nodes = got if nodes is None else nodes
+        check(got == nodes, f"{name}: the nodes of docker-compose.yml ({got})")
     haproxy(root, nodes)
     rendered = {}
     for arg in sys.argv[5:]:
