@@ -7,11 +7,14 @@ Run by scripts/validate-deploy (with a venv that has PyYAML):
 
 ROOT is the repository; METRICS_FILE a scrape of a running node's /metrics (a node with TLS
 on, so that the TLS metric families the alerts use exist); SERVE_HELP_FILE the output of
-`idgen serve --help`; each OVERLAY=RENDERED an overlay of deploy/k8s/overlays (etcd, fdb) and
-the file `kubectl kustomize` rendered it into. Prints one line per check and exits 1 if any fails.
-Writes to INVOCATIONS_OUT the `idgen serve` command lines the deploy files run, one per line
-as `what<US>VAR=value …<US>args…` (US: the 0x1f unit separator; shell-quoted), for validate-deploy to run each with
---check-config.
+`idgen serve --help`; each OVERLAY=RENDERED an overlay of deploy/k8s/overlays (etcd, fdb,
+postgres: every directory there) and the file `kubectl kustomize` rendered it into. Prints one
+line per check and exits 1 if any fails. Writes to INVOCATIONS_OUT the `idgen serve` command
+lines the deploy files run, one per line as `what<US>VAR=value …<US>args…` (US: the 0x1f unit
+separator; shell-quoted), for validate-deploy to run each with --check-config. While the build
+has no PostgreSQL TLS (no --postgres-ca in SERVE_HELP_FILE), a command line with it is written
+twice: as it is (validate-deploy expects this build to refuse its sslmode) and without its TLS
+settings (checked in full).
 
     check-deploy.py --queries ROOT PROMETHEUS_URL
 
@@ -54,6 +57,14 @@ def load_all(path):
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
+def env_of(svc):
+    """A compose service's environment as a dict (it may be written as a list of VAR=value)."""
+    env = svc.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) if "=" in e else (e, "") for e in env)
+    return {k: str(v) for k, v in env.items()}
+
+
 def compose(root, name, store, invocations):
     print(f"{name}:")
     doc = load_all(root / "deploy" / name)[0]
@@ -63,7 +74,7 @@ def compose(root, name, store, invocations):
     ids = []
     for k, svc in sorted(nodes.items()):
         cmd = svc["command"]
-        env = svc.get("environment", {})
+        env = env_of(svc)
         arg = lambda flag: cmd[cmd.index(flag) + 1] if flag in cmd else None  # noqa: E731
         ids.append(arg("--node-id"))
         check(arg("--store") == store, f"{k}: --store {arg('--store')}")
@@ -78,10 +89,20 @@ def compose(root, name, store, invocations):
             f"{k}: stop_grace_period {grace:g}s > drain {drain:g}s + shutdown {shut:g}s",
         )
         check(svc.get("ports") is None, f"{k}: publishes no ports (HAProxy does)")
+        check(
+            not any(re.search(r"--[a-z-]*password(?!-file)", a) for a in cmd)
+            and not re.search(r"://[^/@]*:[^/@]*@", arg("--store") or ""),
+            f"{k}: no password on the command line (a flag, or user:password@ in the store URL)",
+        )
         invocations.append(
             (f"{name} {k}", {kk: str(vv) for kk, vv in env.items()}, cmd[1:])
         )
     check(len(set(ids)) == len(ids) and None not in ids, f"distinct --node-id {ids}")
+    in_env = sorted(
+        f"{k}: {var}" for k, svc in services.items() for var in env_of(svc)
+        if var.endswith("PASSWORD")
+    )
+    check(not in_env, f"no password in any service's environment, only files ({in_env})")
     hap = services.get("haproxy", {})
     check(
         any("haproxy.cfg" in v for v in hap.get("volumes", [])),
@@ -92,6 +113,374 @@ def compose(root, name, store, invocations):
         "haproxy publishes on the host's loopback only",
     )
     return sorted(nodes)
+
+
+# ---- PostgreSQL: the store URL, the password and TLS files, and what a check must catch -----
+
+# The PostgreSQL TLS settings' variables. Until `idgen serve --help` lists --postgres-ca (the
+# TLS work, merged separately), command lines that use them are also checked without them.
+PG_TLS_VARS = ("IDGEN_POSTGRES_CA", "IDGEN_POSTGRES_CERT", "IDGEN_POSTGRES_KEY")
+PG_TLS_FLAGS = ("--postgres-ca", "--postgres-cert", "--postgres-key")
+
+
+def pg_url(store):
+    """(user, [(host, port)], database, {parameter: value}) of a postgres:// URL, or None."""
+    m = re.fullmatch(
+        r"postgres(?:ql)?://(?:([^@/?]*)@)?([^/?]+)(?:/([^?]*))?(?:\?(.*))?", store or ""
+    )
+    if m is None:
+        return None
+    hosts = []
+    for h in m.group(2).split(","):
+        host, _, port = h.rpartition(":")
+        if not host:
+            host, port = h, "5432"
+        if not port.isdigit():
+            return None
+        hosts.append((host, int(port)))
+    pairs = [kv for kv in (m.group(4) or "").split("&") if kv]
+    params = dict(kv.split("=", 1) if "=" in kv else (kv, "") for kv in pairs)
+    return m.group(1), hosts, m.group(3) or None, params
+
+
+def compose_setting(svc, key):
+    """A compose service's `idgen serve` setting: its flag in the command, else its variable."""
+    cmd, env = svc.get("command") or [], env_of(svc)
+    flag = "--" + key.replace("_", "-")
+    for i, a in enumerate(cmd):
+        if a == flag and i + 1 < len(cmd):
+            return cmd[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return env.get("IDGEN_" + key.upper())
+
+
+def pg_compose_problems(doc, demo, ignored):
+    """What is wrong with a PostgreSQL compose file: the nodes' store URL (a role, never a
+    password; sslmode=verify-full unless `demo`), the password and TLS files as compose secrets
+    the service lists, from files under a directory deploy/.gitignore keeps out of git
+    (`ignored`); for the demo, its postgres service: the same password secret, the role and
+    database of the URL, a health check the nodes wait for, no published port."""
+    problems = []
+    services = doc.get("services") or {}
+    top = doc.get("secrets") or {}
+    nodes = {k: v for k, v in services.items() if re.fullmatch(r"idgen\d+", k)}
+    if not nodes:
+        return ["no idgen nodes"]
+
+    def secret_file(svc, path, what):
+        m = re.fullmatch(r"/run/secrets/([A-Za-z0-9._-]+)", path or "")
+        if m is None:
+            problems.append(f"{what} {path} is not a compose secret (/run/secrets/NAME)")
+            return None
+        name = m.group(1)
+        listed = [x if isinstance(x, str) else x.get("source") for x in svc.get("secrets") or []]
+        if name not in listed:
+            problems.append(f"{what}: the service does not list the secret {name}")
+        f = (top.get(name) or {}).get("file")
+        if not f:
+            problems.append(f"{what}: no top-level secret {name} from a file")
+            return None
+        parts = Path(f).parts
+        if len(parts) < 2 or not {f"{parts[0]}/", f"/{parts[0]}/"} & ignored:
+            problems.append(f"{what}: {f} is not in a directory deploy/.gitignore lists")
+        return f
+
+    urls, pw_files = {}, set()
+    for k, svc in sorted(nodes.items()):
+        env = env_of(svc)
+        url = pg_url(compose_setting(svc, "store"))
+        if url is None:
+            problems.append(f"{k}: the store is not postgres://ROLE@HOST:PORT/DATABASE")
+            continue
+        urls[k] = url
+        user, _, _, params = url
+        if not user or ":" in user:
+            problems.append(f"{k}: the URL must name a role, without a password ({user!r})")
+        if "IDGEN_POSTGRES_PASSWORD" in env:
+            problems.append(f"{k}: the password itself in the environment")
+        pw = compose_setting(svc, "postgres_password_file")
+        if pw is None:
+            problems.append(f"{k}: no postgres_password_file")
+        else:
+            pw_files.add(secret_file(svc, pw, f"{k}: postgres_password_file"))
+        tls = {
+            key: compose_setting(svc, key)
+            for key in ("postgres_ca", "postgres_cert", "postgres_key")
+        }
+        if not demo:
+            if params.get("sslmode") != "verify-full":
+                problems.append(f"{k}: no sslmode=verify-full in the URL ({params})")
+            if tls["postgres_ca"] is None:
+                problems.append(f"{k}: no postgres_ca (verify-full needs the authorities)")
+        if (tls["postgres_cert"] is None) != (tls["postgres_key"] is None):
+            problems.append(f"{k}: only one of postgres_cert and postgres_key")
+        for key, path in tls.items():
+            if path is not None:
+                secret_file(svc, path, f"{k}: {key}")
+    if len({(u[0], tuple(u[1]), u[2], tuple(sorted(u[3].items()))) for u in urls.values()}) > 1:
+        problems.append("the nodes name different stores")
+    if len(pw_files) > 1:
+        problems.append(f"the nodes read different password files {sorted(map(str, pw_files))}")
+    if not demo:
+        return problems
+    pg = services.get("postgres")
+    if pg is None:
+        return problems + ["no postgres service"]
+    penv = env_of(pg)
+    pg_pw = secret_file(pg, penv.get("POSTGRES_PASSWORD_FILE"), "postgres: POSTGRES_PASSWORD_FILE")
+    if pg_pw not in pw_files or len(pw_files) != 1:
+        problems.append(
+            f"postgres sets the password from {pg_pw}, the nodes read {sorted(map(str, pw_files))}"
+        )
+    user = penv.get("POSTGRES_USER", "postgres")
+    for k, (u, hosts, db, _) in sorted(urls.items()):
+        if hosts != [("postgres", 5432)] or u != user or db != penv.get("POSTGRES_DB", user):
+            want = f"{user}@postgres:5432/{penv.get('POSTGRES_DB', user)}"
+            problems.append(f"{k}: the URL is not {want}")
+        dep = (nodes[k].get("depends_on") or {})
+        dep = dep.get("postgres", {}) if isinstance(dep, dict) else {}
+        if dep.get("condition") != "service_healthy":
+            problems.append(f"{k}: does not wait for postgres to be healthy (depends_on condition)")
+    if not (pg.get("healthcheck") or {}).get("test"):
+        problems.append("postgres: no health check")
+    if pg.get("ports"):
+        problems.append(f"postgres: publishes {pg['ports']}")
+    return problems
+
+
+def pg_compose(root, name, demo):
+    """The checks of pg_compose_problems on a compose file, and on broken copies of it, each of
+    which they must catch."""
+    print(f"{name} (PostgreSQL):")
+    doc = load_all(root / "deploy" / name)[0]
+    ignored = set((root / "deploy" / ".gitignore").read_text(encoding="utf-8").split())
+    problems = pg_compose_problems(doc, demo, ignored)
+    check(
+        not problems,
+        "the store URL names a role, no password; the password"
+        + ("" if demo else " and the CA (sslmode=verify-full)")
+        + " from compose secrets the nodes list, files under a directory deploy/.gitignore lists"
+        + ("; postgres sets the same password, serves the URL's role and database, is "
+           "health-checked before the nodes start and publishes no port" if demo else "")
+        + (f": {problems}" if problems else ""),
+    )
+
+    def node(d):
+        return d["services"]["idgen1"]
+
+    def set_store(d, f):
+        cmd = node(d)["command"]
+        i = cmd.index("--store") + 1
+        cmd[i] = f(cmd[i])
+
+    breaks = {
+        "the password in the environment": lambda d: (
+            node(d)["environment"].pop("IDGEN_POSTGRES_PASSWORD_FILE"),
+            node(d)["environment"].__setitem__("IDGEN_POSTGRES_PASSWORD", "x"),
+        ),
+        "the password in the URL": lambda d: set_store(
+            d, lambda u: u.replace("idgen@", "idgen:x@")),
+        "a secret the service does not list": lambda d: node(d)["secrets"].remove(
+            "postgres-password"),
+        "the password file outside the secrets": lambda d: node(d)["environment"].__setitem__(
+            "IDGEN_POSTGRES_PASSWORD_FILE", "/etc/idgen/password"),
+        "a secret file git would commit": lambda d: d["secrets"]["postgres-password"].__setitem__(
+            "file", "./password"),
+        "a client certificate without its key": lambda d: (
+            node(d)["environment"].__setitem__(
+                "IDGEN_POSTGRES_CERT", "/run/secrets/postgres-password")),
+    }
+    if demo:
+        breaks.update({
+            "postgres with another password file": lambda d: d["services"]["postgres"][
+                "environment"].__setitem__("POSTGRES_PASSWORD_FILE", "/run/secrets/other"),
+            "a node that does not wait for postgres": lambda d: node(d).__setitem__(
+                "depends_on", ["postgres"]),
+            "postgres published": lambda d: d["services"]["postgres"].__setitem__(
+                "ports", ["5432:5432"]),
+            "another host": lambda d: set_store(d, lambda u: u.replace("@postgres:", "@db:")),
+        })
+    else:
+        breaks.update({
+            "no sslmode": lambda d: set_store(d, lambda u: u.split("?")[0]),
+            "sslmode=require (no name check)": lambda d: set_store(
+                d, lambda u: u.replace("verify-full", "require")),
+            "no CA": lambda d: node(d)["environment"].pop("IDGEN_POSTGRES_CA"),
+        })
+    missed = []
+    for what, brk in breaks.items():
+        broken = yaml.safe_load(yaml.safe_dump(doc))
+        # The nodes share one anchor in the file; in the copy each has its own.
+        brk(broken)
+        if not pg_compose_problems(broken, demo, ignored):
+            missed.append(what)
+    check(not missed, f"the checks catch each of {len(breaks)} broken copies (missed: {missed})")
+
+
+def pg_k8s_problems(c, pod, np):
+    """What is wrong with a rendered StatefulSet's PostgreSQL wiring: IDGEN_STORE names a role
+    and no password, with sslmode=verify-full; the password file is key `password` of the
+    Secret idgen-postgres, the CA (and a client certificate and key, both or neither) keys of
+    idgen-postgres-tls, each mounted read-only as a directory (no subPath); no Secret goes into
+    the environment; the NetworkPolicy lets the pods reach every port of the URL."""
+    problems = []
+    env = {e["name"]: e for e in c.get("env", [])}
+
+    def val(name):
+        return env.get(name, {}).get("value")
+
+    for name, e in sorted(env.items()):
+        if "secretKeyRef" in (e.get("valueFrom") or {}):
+            problems.append(f"{name} from a Secret into the environment (mount it as a file)")
+    if "IDGEN_POSTGRES_PASSWORD" in env:
+        problems.append("IDGEN_POSTGRES_PASSWORD: the password itself in the environment")
+    url = pg_url(val("IDGEN_STORE"))
+    if url is None:
+        return problems + [f"IDGEN_STORE {val('IDGEN_STORE')} is not postgres://…"]
+    user, hosts, _, params = url
+    if not user or ":" in user:
+        problems.append(f"the URL must name a role, without a password ({user!r})")
+    if params.get("sslmode") != "verify-full":
+        problems.append(f"no sslmode=verify-full in the URL ({params})")
+    mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+
+    def from_secret(var, secret, key):
+        path = val(var)
+        if path is None:
+            problems.append(f"{var} is not set")
+            return
+        path = Path(path)
+        m = mounts.get(str(path.parent))
+        s = vols.get(m["name"], {}).get("secret", {}) if m else {}
+        if not (m and s.get("secretName") == secret and path.name == key and not s.get("items")):
+            problems.append(f"{var} {path} is not key {key} of the Secret {secret} in its mount")
+        elif not (m.get("readOnly") is True and "subPath" not in m):
+            problems.append(f"{var}: the Secret is not mounted read-only without subPath")
+
+    from_secret("IDGEN_POSTGRES_PASSWORD_FILE", "idgen-postgres", "password")
+    from_secret("IDGEN_POSTGRES_CA", "idgen-postgres-tls", "ca.crt")
+    if ("IDGEN_POSTGRES_CERT" in env) != ("IDGEN_POSTGRES_KEY" in env):
+        problems.append("only one of IDGEN_POSTGRES_CERT and IDGEN_POSTGRES_KEY")
+    elif "IDGEN_POSTGRES_CERT" in env:
+        from_secret("IDGEN_POSTGRES_CERT", "idgen-postgres-tls", "tls.crt")
+        from_secret("IDGEN_POSTGRES_KEY", "idgen-postgres-tls", "tls.key")
+    egress = np["spec"].get("egress", [])
+    for port in sorted({p for _, p in hosts}):
+        if not any(
+            rule.get("to")
+            and any(
+                p.get("protocol", "TCP") == "TCP"
+                and p["port"] <= port <= p.get("endPort", p["port"])
+                for p in rule.get("ports", [])
+            )
+            for rule in egress
+        ):
+            problems.append(f"no egress rule to TCP {port} (the URL's port)")
+    return problems
+
+
+def postgres_store(c, pod, np):
+    """pg_k8s_problems on the rendered overlay, and on broken copies, each of which it must
+    catch."""
+    problems = pg_k8s_problems(c, pod, np)
+    check(
+        not problems,
+        "IDGEN_STORE names a role, no password, sslmode=verify-full; the password file is key "
+        "`password` of the Secret idgen-postgres, the CA key ca.crt of idgen-postgres-tls, both "
+        "mounted read-only without subPath; no Secret in the environment; egress to the URL's "
+        f"ports{': ' if problems else ''}{problems if problems else ''}",
+    )
+
+    def env(cc):
+        return {e["name"]: e for e in cc["env"]}
+
+    def set_env(cc, name, **value):
+        cc["env"] = [e for e in cc["env"] if e["name"] != name]
+        if value:
+            cc["env"].append({"name": name, **value})
+
+    def mount(cc, path):
+        return next(m for m in cc["volumeMounts"] if m["mountPath"] == path)
+
+    breaks = {
+        "no sslmode": lambda cc, pp, nn: set_env(
+            cc, "IDGEN_STORE", value=env(cc)["IDGEN_STORE"]["value"].split("?")[0]),
+        "the password from a secretKeyRef variable": lambda cc, pp, nn: (
+            set_env(cc, "IDGEN_POSTGRES_PASSWORD_FILE"),
+            set_env(cc, "IDGEN_POSTGRES_PASSWORD", valueFrom={
+                "secretKeyRef": {"name": "idgen-postgres", "key": "password"}})),
+        "the password in the URL": lambda cc, pp, nn: set_env(
+            cc, "IDGEN_STORE", value=env(cc)["IDGEN_STORE"]["value"].replace("idgen@", "idgen:x@")),
+        "the password file outside its Secret": lambda cc, pp, nn: set_env(
+            cc, "IDGEN_POSTGRES_PASSWORD_FILE", value="/etc/idgen/tls/password"),
+        "a subPath mount": lambda cc, pp, nn: mount(cc, "/etc/idgen/postgres").__setitem__(
+            "subPath", "password"),
+        "the CA from the password's Secret": lambda cc, pp, nn: set_env(
+            cc, "IDGEN_POSTGRES_CA", value="/etc/idgen/postgres/ca.crt"),
+        "no CA": lambda cc, pp, nn: set_env(cc, "IDGEN_POSTGRES_CA"),
+        "a client certificate without its key": lambda cc, pp, nn: set_env(
+            cc, "IDGEN_POSTGRES_CERT", value="/etc/idgen/postgres-tls/tls.crt"),
+        "no egress to PostgreSQL's port": lambda cc, pp, nn: nn["spec"].__setitem__(
+            "egress", nn["spec"]["egress"][1:]),
+    }
+    missed = []
+    for what, brk in breaks.items():
+        cc, pp, nn = (yaml.safe_load(yaml.safe_dump(x)) for x in (c, pod, np))
+        brk(cc, pp, nn)
+        if not pg_k8s_problems(cc, pp, nn):
+            missed.append(what)
+    check(not missed, f"the checks catch each of {len(breaks)} broken copies (missed: {missed})")
+
+
+def uses_pg_tls(env, args):
+    values = list(env.values()) + list(args)
+    return (
+        any(k in PG_TLS_VARS for k in env)
+        or any("sslmode=" in v for v in values)
+        or any(a.split("=", 1)[0] in PG_TLS_FLAGS for a in args)
+    )
+
+
+def without_pg_tls(env, args):
+    """A command line without its PostgreSQL TLS settings: no sslmode in the URL, no
+    --postgres-ca/cert/key, no IDGEN_POSTGRES_CA/CERT/KEY."""
+
+    def url(v):
+        if not v.startswith(("postgres://", "postgresql://")) or "?" not in v:
+            return v
+        base, q = v.split("?", 1)
+        q = "&".join(kv for kv in q.split("&") if kv and not kv.startswith("sslmode="))
+        return f"{base}?{q}" if q else base
+
+    env = {k: url(v) for k, v in env.items() if k not in PG_TLS_VARS}
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in PG_TLS_FLAGS:
+            skip = True
+        elif a.split("=", 1)[0] not in PG_TLS_FLAGS:
+            out.append(url(a))
+    return env, out
+
+
+def variables(serve_help, invocations, pg_tls_built):
+    """Every IDGEN_* variable the deploy files set is one `idgen serve --help` lists (an
+    unknown one would be ignored without a word)."""
+    print("IDGEN_* variables:")
+    known = set(re.findall(r"\[env: (IDGEN_[A-Z0-9_]+)=", serve_help))
+    pending = set() if pg_tls_built else set(PG_TLS_VARS)
+    used = {k for _, env, _ in invocations for k in env}
+    unknown = sorted(used - known - pending)
+    check(
+        len(known) > 30 and not unknown,
+        f"the {len(used)} variables set are among the {len(known)} of `idgen serve --help`"
+        + ("" if pg_tls_built
+           else f" or the PostgreSQL TLS ones this build lacks {sorted(pending & used)}")
+        + (f" (unknown: {unknown})" if unknown else ""),
+    )
 
 
 def haproxy(root, node_names):
@@ -205,7 +594,7 @@ def k8s(root, overlay, docs, invocations):
     )
     spread(pod, labels, "idgen")
     store = envv.get("IDGEN_STORE", "")
-    want = {"etcd": "etcd://", "fdb": "fdb:"}.get(overlay, "?")
+    want = {"etcd": "etcd://", "fdb": "fdb:", "postgres": "postgres://"}.get(overlay, "?")
     check(store.startswith(want), f"IDGEN_STORE {store} (the {overlay} store)")
     check(
         c["image"].startswith("idgen:") and c["image"].endswith(f":{overlay}"),
@@ -258,6 +647,8 @@ def k8s(root, overlay, docs, invocations):
         fdb_store(store, c, pod, by_kind)
     elif overlay == "etcd":
         etcd_store(store, by_kind, np)
+    elif overlay == "postgres":
+        postgres_store(c, pod, np)
     monitoring(root, by_kind, svcs, sts, ports, setting)
     run_env = {k: v for k, v in envv.items()}
     run_env["IDGEN_NODE_ID"] = f"{sts['metadata']['name']}-0"
@@ -489,7 +880,8 @@ def monitoring(root, by_kind, svcs, sts, ports, setting):
 
 def k8s_overlays(rendered):
     """What the overlays share is the base: the same idgen objects and labels, apart from what
-    each overlay is for (the store, its volume, the image tag, the store's egress rule)."""
+    each overlay is for (the store and its settings, their volumes, the image tag, the store's
+    egress rule)."""
     print("k8s/overlays (across):")
 
     def base_part(docs):
@@ -503,7 +895,11 @@ def k8s_overlays(rendered):
             if d["kind"] == "StatefulSet":
                 pod = d["spec"]["template"]["spec"]
                 (c,) = pod["containers"]
-                c["env"] = [e for e in c["env"] if e["name"] != "IDGEN_STORE"]
+                c["env"] = [
+                    e for e in c["env"]
+                    if e["name"] != "IDGEN_STORE"
+                    and not e["name"].startswith(("IDGEN_POSTGRES_", "IDGEN_ETCD_", "IDGEN_FDB_"))
+                ]
                 c["image"] = c["image"].split(":")[0]
                 keep = {"tls", "tmp"}
                 c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] in keep]
@@ -704,10 +1100,16 @@ def network_policy(by_kind, labels, ports, setting):
 
     check(allows(53, "UDP") and allows(53, "TCP"), "egress to DNS (53 UDP and TCP)")
     store = setting("store") or "embedded"
-    store_port = 4500 if store.startswith("fdb:") else 2379 if store.startswith("etcd") else None
+    url = pg_url(store)
+    store_ports = (
+        [4500] if store.startswith("fdb:")
+        else [2379] if store.startswith("etcd")
+        else sorted({port for _, port in url[1]}) if url
+        else []
+    )
     check(
-        store_port is not None and allows(store_port, "TCP"),
-        f"egress to the store ({store}: TCP {store_port})",
+        bool(store_ports) and all(allows(p, "TCP") for p in store_ports),
+        f"egress to the store ({store}: TCP {store_ports})",
     )
     everything = sorted(
         (p.get("protocol", "TCP"), p["port"], p.get("endPort", p["port"]))
@@ -717,7 +1119,7 @@ def network_policy(by_kind, labels, ports, setting):
     check(
         all(rule.get("ports") for rule in egress)
         and all(
-            lo == hi == 53 or (proto == "TCP" and lo <= (store_port or -1) <= hi)
+            lo == hi == 53 or (proto == "TCP" and any(lo <= p <= hi for p in store_ports))
             for proto, lo, hi in everything
         ),
         f"egress to nothing else ({everything})",
@@ -1205,25 +1607,51 @@ def main():
     metrics_text = Path(sys.argv[2]).read_text(encoding="utf-8")
     serve_help = Path(sys.argv[3]).read_text(encoding="utf-8")
     invocations = []
-    nodes = compose(root, "docker-compose.yml", "fdb:/var/fdb/fdb.cluster", invocations)
-    nodes_etcd = compose(
-        root,
-        "docker-compose.etcd.yml",
-        "etcd://etcd1:2379,etcd2:2379,etcd3:2379/idgen",
-        invocations,
-    )
-    check(nodes == nodes_etcd, "both compose files have the same nodes")
+    # The default compose file runs a store this machine can run (etcd); each other store has
+    # its own file.
+    composes = {
+        "docker-compose.yml": "etcd://etcd1:2379,etcd2:2379,etcd3:2379/idgen",
+        "docker-compose.fdb.yml": "fdb:/var/fdb/fdb.cluster",
+        "docker-compose.postgres.yml":
+            "postgres://idgen@pg1.example.com:5432,pg2.example.com:5432/idgen?sslmode=verify-full",
+        "docker-compose.postgres-demo.yml": "postgres://idgen@postgres:5432/idgen",
+    }
+    present = sorted(p.name for p in (root / "deploy").glob("docker-compose*.yml"))
+    check(present == sorted(composes), f"every compose file in deploy/ is checked ({present})")
+    nodes = None
+    for name, store in composes.items():
+        got = compose(root, name, store, invocations)
+        nodes = got if nodes is None else nodes
+        check(got == nodes, f"{name}: the nodes of docker-compose.yml ({got})")
+    pg_compose(root, "docker-compose.postgres.yml", demo=False)
+    pg_compose(root, "docker-compose.postgres-demo.yml", demo=True)
     haproxy(root, nodes)
     rendered = {}
     for arg in sys.argv[5:]:
         overlay, path = arg.split("=", 1)
         rendered[overlay] = load_all(path)
         k8s(root, overlay, rendered[overlay], invocations)
-    check(sorted(rendered) == ["etcd", "fdb"], f"both overlays rendered ({sorted(rendered)})")
+    overlays = sorted(
+        p.name for p in (root / "deploy" / "k8s" / "overlays").iterdir() if p.is_dir()
+    )
+    check(
+        sorted(rendered) == overlays == ["etcd", "fdb", "postgres"],
+        f"every overlay rendered ({sorted(rendered)}; in deploy/k8s/overlays: {overlays})",
+    )
     k8s_overlays(rendered)
     dockerfile(root)
     systemd(root, invocations)
     toml_sample(root, serve_help)
+    pg_tls_built = re.search(r"^\s+--postgres-ca\b", serve_help, re.M) is not None
+    variables(serve_help, invocations, pg_tls_built)
+    if not pg_tls_built:
+        # validate-deploy expects this build to refuse each of these as it is (its sslmode),
+        # and checks each in full without its TLS settings.
+        for what, env, args in list(invocations):
+            if uses_pg_tls(env, args):
+                env2, args2 = without_pg_tls(env, args)
+                what2 = f"{what} without its PostgreSQL TLS settings (this build has none)"
+                invocations.append((what2, env2, args2))
     alerts(root, metrics_text)
     dashboard(root, metrics_text)
     with open(sys.argv[4], "w", encoding="utf-8") as out:

@@ -385,3 +385,107 @@ async fn a_client_certificate_is_presented_when_the_server_asks() {
         .unwrap_or_else(|e| panic!("mutual TLS: {e}\n{}", server.log_tail(20)));
     assert_eq!(put(&store, "k", "v").await.unwrap(), Commit::Applied);
 }
+
+/// The privileges docs/OPERATIONS.md ("PostgreSQL", "The role and its privileges") gives a
+/// node's role: `CREATE` on the schema for the first start only; then, on tables another role
+/// owns, `SELECT`, `INSERT`, `UPDATE`, `DELETE` on idgen_kv, `USAGE` on the sequence
+/// idgen_kv_version and `SELECT` on idgen_schema are enough for every call, and each of them
+/// is needed.
+#[tokio::test(flavor = "current_thread")]
+async fn after_the_first_start_the_documented_privileges_are_enough() {
+    let server = PgServer::start();
+    let node_pw = "node-password";
+    server.sql(&format!(
+        "CREATE SCHEMA ids; \
+         CREATE ROLE idgen_owner LOGIN PASSWORD '{PASSWORD}'; \
+         CREATE ROLE idgen_node LOGIN PASSWORD '{node_pw}'; \
+         ALTER ROLE idgen_owner SET search_path = ids; \
+         ALTER ROLE idgen_node SET search_path = ids; \
+         GRANT USAGE ON SCHEMA ids TO idgen_owner, idgen_node"
+    ));
+    let url = |user: &str| -> PgUrl {
+        format!(
+            "postgres://{user}@127.0.0.1:{}/postgres?prefix=priv",
+            server.port()
+        )
+        .parse()
+        .unwrap()
+    };
+    let (owner_url, owner_pw) = (url("idgen_owner"), Secret::new(PASSWORD));
+    let as_owner = || PgStore::connect(&owner_url, Some(&owner_pw), None);
+
+    // Without CREATE on the schema the first start is refused, and says why.
+    let err = as_owner().await.err().expect("no CREATE, no tables");
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("permission denied for schema ids"),
+        "{err}"
+    );
+
+    // With it the first start creates the tables; without it again, the owner still starts.
+    server.sql("GRANT CREATE ON SCHEMA ids TO idgen_owner");
+    let owner = as_owner().await.expect("the first start, with CREATE");
+    assert_eq!(
+        put(&owner, "k", "by the owner").await.unwrap(),
+        Commit::Applied
+    );
+    drop(owner);
+    server.sql("REVOKE CREATE ON SCHEMA ids FROM idgen_owner");
+    let owner = as_owner().await.expect("a later start, without CREATE");
+    assert!(owner.get(b"k").await.unwrap().is_some());
+    drop(owner);
+
+    // A node role that owns nothing, with the listed grants only: every call works.
+    const GRANTS: [(&str, &str); 6] = [
+        ("SELECT", "TABLE ids.idgen_kv"),
+        ("INSERT", "TABLE ids.idgen_kv"),
+        ("UPDATE", "TABLE ids.idgen_kv"),
+        ("DELETE", "TABLE ids.idgen_kv"),
+        ("USAGE", "SEQUENCE ids.idgen_kv_version"),
+        ("SELECT", "TABLE ids.idgen_schema"),
+    ];
+    for (what, on) in GRANTS {
+        server.sql(&format!("GRANT {what} ON {on} TO idgen_node"));
+    }
+    let (node_url, node_secret) = (url("idgen_node"), Secret::new(node_pw));
+    let as_node = || PgStore::connect(&node_url, Some(&node_secret), None);
+    let node = as_node().await.expect("the node role");
+    lease_conformance::run(&node, "lease").await;
+    idgen_core::sequence::conformance::run(&node, "seq").await;
+    drop(node);
+
+    // Each grant is needed: without it, connecting or one of the calls is refused.
+    async fn every_call(store: &PgStore) -> Result<(), StoreError> {
+        let mut t = Txn::new(store);
+        t.get(b"each").await?;
+        t.put(b"each".to_vec(), b"1".to_vec());
+        t.commit().await?;
+        put(store, "each", "2").await?; // an update of the key
+        store
+            .put_expiring(b"each-expiring", b"1", Duration::from_secs(10))
+            .await?;
+        store.scan(b"").await?;
+        let mut t = Txn::new(store);
+        t.delete(b"each".to_vec());
+        t.commit().await?;
+        Ok(())
+    }
+    every_call(&as_node().await.unwrap())
+        .await
+        .expect("every call, with every grant");
+    for (what, on) in GRANTS {
+        server.sql(&format!("REVOKE {what} ON {on} FROM idgen_node"));
+        let r = match as_node().await {
+            Ok(store) => every_call(&store).await,
+            Err(e) => Err(e),
+        };
+        let err = r
+            .err()
+            .unwrap_or_else(|| panic!("without {what} on {on}, nothing failed"));
+        assert!(
+            err.to_string().contains("permission denied"),
+            "without {what} on {on}: {err}"
+        );
+        server.sql(&format!("GRANT {what} ON {on} TO idgen_node"));
+    }
+}

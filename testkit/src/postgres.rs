@@ -294,6 +294,34 @@ impl PgServer {
         u
     }
 
+    /// Runs `sql` (statements separated by `;`, one transaction) with `psql` as the `idgen`
+    /// role, a superuser, in the `postgres` database; panics with psql's message when it fails.
+    pub fn sql(&self, sql: &str) {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "idgen",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
+            .env("PGPASSWORD", PASSWORD)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.join("psql").display()));
+        assert!(
+            out.status.success(),
+            "psql -c {sql:?} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Whether the server is running.
     pub fn is_running(&self) -> bool {
         self.child.is_some()

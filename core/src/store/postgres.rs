@@ -8,7 +8,10 @@
 //!
 //! - **Schema.** Created on first use by the first node that connects (`CREATE … IF NOT
 //!   EXISTS` under an advisory lock, so two nodes starting together do not race), in the
-//!   database the URL names and the connecting role's `search_path`. A schema of another
+//!   database the URL names and the connecting role's `search_path`. Only when one of the
+//!   three is missing: PostgreSQL checks the `CREATE` privilege on the schema even for a
+//!   `CREATE … IF NOT EXISTS` of a table that exists, so a node that finds them needs no
+//!   `CREATE`, only `SELECT` on `idgen_schema` and its reads and writes. A schema of another
 //!   version is refused, never changed.
 //! - **Versions.** A write takes `nextval('idgen_kv_version')`: positive, never reused, so a
 //!   key's version changes on every write, also across a delete and a new put.
@@ -239,9 +242,23 @@ impl PgStore {
         tx.execute("SELECT pg_advisory_xact_lock(1768187749)", &[])
             .await
             .map_err(|e| unavailable("advisory lock", &e))?;
-        tx.batch_execute(SCHEMA)
+        // Created only when missing, so that a role without CREATE on the schema can start
+        // once the tables exist (see the module docs).
+        let present: bool = tx
+            .query_one(
+                "SELECT to_regclass('idgen_kv') IS NOT NULL \
+                 AND to_regclass('idgen_kv_version') IS NOT NULL \
+                 AND to_regclass('idgen_schema') IS NOT NULL",
+                &[],
+            )
             .await
-            .map_err(|e| StoreError::Invalid(format!("PostgreSQL schema: {}", explain(&e))))?;
+            .map_err(|e| unavailable("schema lookup", &e))?
+            .get(0);
+        if !present {
+            tx.batch_execute(SCHEMA)
+                .await
+                .map_err(|e| StoreError::Invalid(format!("PostgreSQL schema: {}", explain(&e))))?;
+        }
         let rows = tx
             .query("SELECT version FROM idgen_schema", &[])
             .await
