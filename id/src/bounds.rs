@@ -92,10 +92,10 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    /// The largest ID of the interval's last millisecond (`hi - 1`).
+    /// The largest ID of the interval's last millisecond (`hi - 1`; `hi > lo` for every
+    /// interval [`Layout::bounds`] accepts, and a hand-made `hi` of 0 gives 0, never a wrap).
     pub const fn last(&self) -> Id {
-        // hi > lo >= 0 for every interval `Layout::bounds` accepts.
-        Id(self.hi.0 - 1)
+        Id(self.hi.0.saturating_sub(1))
     }
 
     /// Whether `id` lies in `[lo, hi)`.

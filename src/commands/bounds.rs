@@ -16,8 +16,11 @@ use serde_json::json;
 pub fn parse_time(flag: &str, text: &str) -> Result<u64, String> {
     let t = text.trim();
     if let Ok(ms) = t.parse::<i128>() {
+        if ms < 0 {
+            return Err(format!("--{flag} {t} is before 1970, before any ID epoch"));
+        }
         return u64::try_from(ms).map_err(|_| {
-            format!("--{flag} {t}: out of range (ms since the Unix epoch, from 0 to 2^64 - 1)")
+            format!("--{flag} {t}: out of range (ms since the Unix epoch, at most 2^64 - 1)")
         });
     }
     let time = humantime::parse_rfc3339_weak(t).map_err(|e| {
@@ -101,6 +104,8 @@ mod tests {
             Ok(DEFAULT_EPOCH_MS)
         );
         let e = parse_time("to", "-1").unwrap_err();
+        assert!(e.contains("--to -1") && e.contains("before 1970"), "{e}");
+        let e = parse_time("to", "18446744073709551616").unwrap_err();
         assert!(e.contains("--to") && e.contains("out of range"), "{e}");
         // Before 1970: refused (humantime reads no earlier dates).
         let e = parse_time("from", "1969-12-31T23:59:59Z").unwrap_err();
