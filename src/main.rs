@@ -38,6 +38,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The IDs of a time interval [from, to), for a range query: the smallest and the largest
+    /// ID, and the SQL clause `WHERE id >= … AND id < …`.
+    Bounds {
+        /// Start of the interval (inclusive): RFC 3339 or ms since the Unix epoch.
+        #[arg(long)]
+        from: String,
+        /// End of the interval (exclusive): RFC 3339 or ms since the Unix epoch.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        layout: LayoutSource,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a cluster from its store: layout, every lease, free worker IDs per region.
     Inspect(Box<InspectArgs>),
     /// Named sequences in the store: create, alter, drop, list, get (against the store, as
@@ -133,6 +148,12 @@ fn main() -> ExitCode {
         } => ("health", health(&addr, ready, &timeout, &tls)),
         Command::Layout(args) => ("layout", layout_calc(&args)),
         Command::Decode { ids, layout, json } => ("decode", decode(&ids, &layout, json)),
+        Command::Bounds {
+            from,
+            to,
+            layout,
+            json,
+        } => ("bounds", bounds(&from, &to, &layout, json)),
         Command::Inspect(mut args) => {
             args.origins = origins("inspect", &matches);
             ("inspect", inspect(&args))
@@ -231,6 +252,15 @@ fn decode(ids: &[String], layout: &LayoutSource, json: bool) -> Result<(), Failu
         out.push('\n');
     }
     write_stdout(out.as_bytes())
+}
+
+fn bounds(from: &str, to: &str, layout: &LayoutSource, json: bool) -> Result<(), Failure> {
+    use idgen::commands::bounds::{parse_time, report};
+    let from = parse_time("from", from).map_err(Failure::Usage)?;
+    let to = parse_time("to", to).map_err(Failure::Usage)?;
+    let layout = layout.layout()?;
+    let text = report(&layout, from, to, json).map_err(Failure::Usage)?;
+    write_stdout(format!("{text}\n").as_bytes())
 }
 
 fn inspect(args: &InspectArgs) -> Result<(), Failure> {

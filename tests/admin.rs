@@ -341,6 +341,45 @@ fn the_admin_port_answers_head_405_and_encoded_ids_as_before() {
     }
 }
 
+/// `idgen bounds --addr`: the layout read from the node; the live IDs of an interval lie in
+/// its bounds, and those of the millisecond after it do not.
+#[test]
+fn bounds_hold_the_live_ids_of_their_interval() {
+    let node = start(&["--store", "memory", "--shards", "1"]);
+    let mut c = TestConn::open(node.addr);
+    let hello = c.hello.unwrap();
+    let ids = c.get_ids(9000).unwrap();
+    let time = |id: u64| hello.epoch_ms + hello.decompose(id).timestamp;
+    let (first, last) = (time(ids[0]), time(ids[8999]));
+    let bounds = |from: u64, to: u64| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))
+            .args(["bounds", "--json", "--addr", &node.addr.to_string()])
+            .args(["--from", &from.to_string(), "--to", &to.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = json(std::str::from_utf8(&out.stdout).unwrap());
+        let (lo, hi) = (v["lo"].as_u64().unwrap(), v["hi"].as_u64().unwrap());
+        assert_eq!(v["first"].as_u64(), Some(lo));
+        assert_eq!(v["last"].as_u64(), Some(hi - 1));
+        assert_eq!(v["sql"], format!("WHERE id >= {lo} AND id < {hi}"));
+        (lo, hi)
+    };
+    let (lo, hi) = bounds(first, last + 1);
+    assert!(ids.iter().all(|id| (lo..hi).contains(id)), "{lo}..{hi}");
+    let (lo, hi) = bounds(last + 1, last + 2);
+    assert!(ids.iter().all(|id| !(lo..hi).contains(id)), "{lo}..{hi}");
+    // Only the IDs of the first millisecond, and all of them.
+    let (lo, hi) = bounds(first, first + 1);
+    for id in &ids {
+        assert_eq!((lo..hi).contains(id), time(*id) == first, "{id}");
+    }
+}
+
 #[test]
 fn decode_agrees_with_the_layout_on_live_ids() {
     let node = start(&[

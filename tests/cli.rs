@@ -490,6 +490,16 @@ fn the_documented_exit_statuses_are_the_real_ones() {
             0,
         ),
         (vec!["decode", "123456789"], 0),
+        (
+            vec![
+                "bounds",
+                "--from",
+                "2026-01-01T00:00:00Z",
+                "--to",
+                "1767225601000",
+            ],
+            0,
+        ),
         (vec!["layout", "--nodes", "3", "--peak-rate", "1M"], 0),
         (vec!["completions", "bash"], 0),
         (vec!["man"], 0),
@@ -501,6 +511,10 @@ fn the_documented_exit_statuses_are_the_real_ones() {
         ),
         (vec!["get", "--addr", &closed], 1),
         (vec!["decode", "--addr", &closed, "1"], 1),
+        (
+            vec!["bounds", "--addr", &closed, "--from", "1", "--to", "2"],
+            1,
+        ),
         (vec!["inspect", "--store", "memory"], 1),
         (
             vec![
@@ -549,6 +563,9 @@ fn the_documented_exit_statuses_are_the_real_ones() {
         (vec!["get", "--addr", &closed, "--tls-ca", missing], 2),
         (vec!["get", "--count", "0"], 2),
         (vec!["decode", "12x"], 2),
+        (vec!["bounds", "--from", "yesterday", "--to", "1"], 2),
+        (vec!["bounds", "--from", "1", "--to", "2"], 2),
+        (vec!["bounds", "--from", "2026-01-01T00:00:00Z"], 2),
         (
             vec!["decode", "--addr", &closed, "--tls-ca", missing, "1"],
             2,
@@ -762,6 +779,7 @@ fn a_connection_error_names_the_address_once() {
     for args in [
         vec!["get", "--addr", &closed],
         vec!["decode", "--addr", &closed, "1"],
+        vec!["bounds", "--addr", &closed, "--from", "1", "--to", "2"],
         vec!["health", "--addr", &closed],
     ] {
         let out = idgen(&args, &[]);

@@ -7,6 +7,7 @@
 //! | [`Parts`] | an ID taken apart: timestamp, unix_ms, region, worker, node, sequence |
 //! | [`WorkerRange`] | a contiguous range of worker IDs, `first .. first + count` |
 //! | [`forms`] | the text forms: decimal, base62, Crockford base32 |
+//! | [`Bounds`] | the IDs of a time interval, for range queries ([`Layout::bounds`], [`TimeError`]) |
 //!
 //! No dependencies, no I/O, no clock: time is passed in where it matters
 //! ([`Layout::check_epoch`]).
@@ -28,8 +29,11 @@
 
 use std::fmt;
 
+mod bounds;
 pub mod forms;
 mod layout;
+
+pub use bounds::{Bounds, TimeError};
 
 pub use forms::FormError;
 pub use layout::{

@@ -1,6 +1,8 @@
-//! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen layout` ([`calc`]),
-//! `idgen health` ([`health`]), `idgen seq` ([`seq`]); their exit statuses ([`exit`]).
+//! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen bounds` ([`bounds`]),
+//! `idgen layout` ([`calc`]), `idgen health` ([`health`]), `idgen seq` ([`seq`]); their exit
+//! statuses ([`exit`]).
 
+pub mod bounds;
 pub mod calc;
 pub mod exit;
 pub mod health;

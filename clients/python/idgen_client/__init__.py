@@ -8,6 +8,7 @@ Standard library only. Quick start::
         one = client.next_id()
         many = client.next_ids(10_000)        # increasing, from one node, all or nothing
         parts = client.decode(one)            # IdParts(unix_ms, timestamp, worker, region, sequence)
+        lo, hi = client.layout.bounds(from_ms, to_ms)   # WHERE id >= lo AND id < hi
 
     # Named sequences (protocol version 3; created with `idgen seq create NAME`):
     with Client(["10.0.0.1:7420"], sequence_prefetch=100) as client:
@@ -19,7 +20,15 @@ String forms and masking live in :mod:`idgen_client.forms`; the frame codec in
 """
 
 from . import forms, protocol
-from .client import Client, IdParts, Layout
+from .client import (
+    AfterLastTimestamp,
+    BeforeEpoch,
+    Client,
+    EmptyInterval,
+    IdParts,
+    Layout,
+    TimeBoundsError,
+)
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -38,6 +47,10 @@ __all__ = [
     "Client",
     "IdParts",
     "Layout",
+    "TimeBoundsError",
+    "BeforeEpoch",
+    "AfterLastTimestamp",
+    "EmptyInterval",
     "MaskKey",
     "IdgenError",
     "ServerError",

@@ -134,6 +134,37 @@ class IdParts(NamedTuple):
     sequence: int  #: the sequence within the millisecond
 
 
+class TimeBoundsError(ValueError):
+    """A time or interval without IDs in a layout (``clients/vectors/BOUNDS.md``)."""
+
+    #: ``before_epoch``, ``after_last`` or ``empty``, as the shared vectors name it.
+    kind = ""
+
+
+class BeforeEpoch(TimeBoundsError):
+    """The time is before the layout's epoch: no ID has it."""
+
+    kind = "before_epoch"
+
+
+class AfterLastTimestamp(TimeBoundsError):
+    """The time is after the layout's last millisecond: no ID has it."""
+
+    kind = "after_last"
+
+
+class EmptyInterval(TimeBoundsError):
+    """The interval ``[from_ms, to_ms)`` holds no millisecond: ``to_ms <= from_ms``."""
+
+    kind = "empty"
+
+
+def _unix_ms(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} is an int (ms since the Unix epoch), not {type(value).__name__}")
+    return value
+
+
 class Layout(NamedTuple):
     """The ID layout a cluster announces in HELLO_OK, and the node's ``max_batch``."""
 
@@ -171,6 +202,56 @@ class Layout(NamedTuple):
         region = worker >> (w - r) if r else 0
         timestamp = id_ >> (w + s)
         return IdParts(self.epoch_ms + timestamp, timestamp, worker, region, sequence)
+
+    @property
+    def last_unix_ms(self) -> int:
+        """The last Unix millisecond an ID of this layout can hold."""
+        return self.epoch_ms + (1 << self.timestamp_bits) - 1
+
+    def _timestamp_at(self, name: str, unix_ms: int) -> int:
+        unix_ms = _unix_ms(name, unix_ms)
+        if unix_ms < self.epoch_ms:
+            raise BeforeEpoch(
+                f"{name} {unix_ms} ms is before the layout's epoch {self.epoch_ms} ms: "
+                "no ID has that time"
+            )
+        if unix_ms > self.last_unix_ms:
+            raise AfterLastTimestamp(
+                f"{name} {unix_ms} ms is after the layout's last timestamp "
+                f"{self.last_unix_ms} ms: no ID has that time"
+            )
+        return unix_ms - self.epoch_ms
+
+    def min_id_at(self, unix_ms: int) -> int:
+        """The smallest ID at ``unix_ms`` (ms since the Unix epoch): worker 0, sequence 0.
+
+        Raises :class:`BeforeEpoch` or :class:`AfterLastTimestamp` for a time the layout
+        cannot hold."""
+        shift = self.worker_bits + self.sequence_bits
+        return self._timestamp_at("unix_ms", unix_ms) << shift
+
+    def max_id_at(self, unix_ms: int) -> int:
+        """The largest ID at ``unix_ms``: the last worker of the last region, the last
+        sequence."""
+        shift = self.worker_bits + self.sequence_bits
+        return (self._timestamp_at("unix_ms", unix_ms) << shift) | ((1 << shift) - 1)
+
+    def bounds(self, from_ms: int, to_ms: int) -> Tuple[int, int]:
+        """``(lo, hi)`` for the interval ``[from_ms, to_ms)``: every ID whose time lies in it,
+        and no other, satisfies ``lo <= id < hi`` (for SQL: ``WHERE id >= lo AND id < hi``;
+        the interval's largest ID is ``hi - 1``).
+
+        ``to_ms`` may be at most :attr:`last_unix_ms`, so ``hi`` fits a signed 64-bit
+        column. Raises :class:`BeforeEpoch`, :class:`AfterLastTimestamp` or
+        :class:`EmptyInterval` (all :class:`ValueError`)."""
+        shift = self.worker_bits + self.sequence_bits
+        lo = self._timestamp_at("from_ms", from_ms) << shift
+        if _unix_ms("to_ms", to_ms) <= from_ms:
+            raise EmptyInterval(
+                f"the interval [{from_ms}, {to_ms}) ms is empty: the end must be after the start"
+            )
+        hi = self._timestamp_at("to_ms", to_ms) << shift
+        return lo, hi
 
 
 def _parse_node(node: str) -> Tuple[str, int]:

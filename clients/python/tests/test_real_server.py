@@ -29,6 +29,23 @@ class RealServer(unittest.TestCase):
         self.addCleanup(c.close)
         return c
 
+    def test_live_ids_lie_in_the_bounds_of_their_time(self):
+        client = self.client()
+        ids = client.next_ids(5000)
+        layout = client.layout
+        times = [layout.decode(i).unix_ms for i in ids]
+        first, last = min(times), max(times)
+        lo, hi = layout.bounds(first, last + 1)
+        self.assertTrue(all(lo <= i < hi for i in ids), (lo, hi))
+        # The first millisecond's bounds hold exactly its IDs; the next one's none of them.
+        lo, hi = layout.bounds(first, first + 1)
+        self.assertEqual([i for i in ids if lo <= i < hi], [i for i, t in zip(ids, times) if t == first])
+        lo, hi = layout.bounds(last + 1, last + 2)
+        self.assertFalse(any(lo <= i < hi for i in ids))
+        for i, t in zip(ids[:50], times):
+            self.assertLessEqual(layout.min_id_at(t), i)
+            self.assertLessEqual(i, layout.max_id_at(t))
+
     def test_20000_ids_from_8_threads_unique_and_increasing_per_thread(self):
         client = self.client(timeout=5.0)
         per_thread = 2500

@@ -149,6 +149,9 @@
 //! let id = client.next_id().await?;
 //! let parts = client.layout().decompose(id);
 //! println!("{id}: issued at {} ms, worker {}", parts.unix_ms, parts.worker);
+//! // The IDs of the last minute, for a range query: lo <= id < hi.
+//! let b = client.layout().bounds(parts.unix_ms - 60_000, parts.unix_ms + 1).expect("bounds");
+//! println!("WHERE id >= {} AND id < {}", b.lo, b.hi);
 //!
 //! // Clones share the connection; their requests are pipelined on it.
 //! let other = client.clone();
@@ -193,9 +196,10 @@ pub use client::{Client, ClientOptions};
 pub use error::{Error, TlsError, TlsErrorKind};
 // Re-exported because the client's API hands these out: an application needs only this crate.
 /// The ID model, shared with the server and the protocol crate (`idgen-id`): the layout the
-/// server announced ([`Client::layout`]), the parts of an ID, worker ranges, and the text
-/// forms.
-pub use idgen_id::{forms, Id, Layout, LayoutError, Parts, WorkerRange};
+/// server announced ([`Client::layout`]), the parts of an ID, worker ranges, the text forms,
+/// and the ID bounds of a time interval for range queries ([`Layout::bounds`],
+/// [`Layout::min_id_at`], [`Layout::max_id_at`]).
+pub use idgen_id::{forms, Bounds, Id, Layout, LayoutError, Parts, TimeError, WorkerRange};
 pub use idgen_protocol::{FrameError, ServerHello, Status};
 /// The former name of [`Parts`].
 pub type IdParts = Parts;

@@ -58,6 +58,31 @@ export interface IdParts {
   readonly sequence: number;
 }
 
+/** Why a time or interval has no IDs in a layout (clients/vectors/BOUNDS.md). */
+export type TimeBoundsKind = "before_epoch" | "after_last" | "empty";
+
+/**
+ * A time or interval without IDs in a layout ({@link Layout.bounds}, {@link Layout.minIdAt},
+ * {@link Layout.maxIdAt}): a time before the epoch, after the last timestamp, or an empty
+ * interval; `kind` says which.
+ */
+export class TimeBoundsError extends RangeError {
+  readonly kind: TimeBoundsKind;
+
+  constructor(kind: TimeBoundsKind, message: string) {
+    super(message);
+    this.name = "TimeBoundsError";
+    this.kind = kind;
+  }
+}
+
+/** A time in ms since the Unix epoch as a bigint; a number must be an integer. */
+function unixMs(name: string, value: bigint | number): bigint {
+  if (typeof value === "bigint") return value;
+  if (typeof value === "number" && Number.isSafeInteger(value)) return BigInt(value);
+  throw new TypeError(`${name} must be an integer number of ms since the Unix epoch (number or bigint), not ${String(value)}`);
+}
+
 /** The ID layout a cluster announces in HELLO_OK. */
 export class Layout {
   readonly epochMs: bigint;
@@ -96,6 +121,54 @@ export class Layout {
     const timestamp = id >> (w + s);
     const unixMs = Number(this.epochMs + timestamp);
     return { unixMs, date: new Date(unixMs), timestamp: Number(timestamp), worker, region, sequence };
+  }
+
+  /** The last Unix millisecond an ID of this layout can hold. */
+  get lastUnixMs(): bigint {
+    return this.epochMs + (1n << BigInt(this.timestampBits)) - 1n;
+  }
+
+  private timestampAt(name: string, value: bigint | number): bigint {
+    const t = unixMs(name, value);
+    if (t < this.epochMs) {
+      throw new TimeBoundsError("before_epoch", `${name} ${t} ms is before the layout's epoch ${this.epochMs} ms: no ID has that time`);
+    }
+    if (t > this.lastUnixMs) {
+      throw new TimeBoundsError(
+        "after_last",
+        `${name} ${t} ms is after the layout's last timestamp ${this.lastUnixMs} ms: no ID has that time`,
+      );
+    }
+    return t - this.epochMs;
+  }
+
+  /** The smallest ID at `unixMs` (ms since the Unix epoch): worker 0, sequence 0. Throws a
+   * {@link TimeBoundsError} for a time the layout cannot hold. */
+  minIdAt(unixMs: bigint | number): bigint {
+    return this.timestampAt("time", unixMs) << BigInt(this.workerBits + this.sequenceBits);
+  }
+
+  /** The largest ID at `unixMs`: the last worker of the last region, the last sequence. */
+  maxIdAt(unixMs: bigint | number): bigint {
+    const shift = BigInt(this.workerBits + this.sequenceBits);
+    return (this.timestampAt("time", unixMs) << shift) | ((1n << shift) - 1n);
+  }
+
+  /**
+   * The IDs of the interval `[fromMs, toMs)`: every ID whose time lies in it, and no other,
+   * satisfies `lo <= id < hi` (for SQL: `WHERE id >= lo AND id < hi`; the largest is `hi - 1n`).
+   * `toMs` may be at most {@link lastUnixMs}, so `hi` fits a signed 64-bit column. Throws a
+   * {@link TimeBoundsError} (before_epoch, after_last, empty).
+   */
+  bounds(fromMs: bigint | number, toMs: bigint | number): { lo: bigint; hi: bigint } {
+    const shift = BigInt(this.workerBits + this.sequenceBits);
+    const from = unixMs("fromMs", fromMs);
+    const lo = this.timestampAt("fromMs", from) << shift;
+    const to = unixMs("toMs", toMs);
+    if (to <= from) {
+      throw new TimeBoundsError("empty", `the interval [${from}, ${to}) ms is empty: the end must be after the start`);
+    }
+    return { lo, hi: this.timestampAt("toMs", to) << shift };
   }
 
   toString(): string {

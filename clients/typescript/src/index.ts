@@ -5,8 +5,8 @@
  * everywhere (never `number`).
  */
 
-export { Client, Layout, formatId, parseNode } from "./client.js";
-export type { CallOptions, ClientOptions, ClientStats, IdForm, IdParts, NodeState, TlsOptions } from "./client.js";
+export { Client, Layout, TimeBoundsError, formatId, parseNode } from "./client.js";
+export type { CallOptions, ClientOptions, ClientStats, IdForm, IdParts, NodeState, TimeBoundsKind, TlsOptions } from "./client.js";
 export { PrefetchPool } from "./prefetch.js";
 export type { PrefetchOptions, PrefetchStats } from "./prefetch.js";
 export type { SequenceBufferState } from "./sequences.js";

@@ -2,7 +2,8 @@ package dev.idgen.client;
 
 /**
  * The ID layout a cluster announces in HELLO_OK: the epoch and the bit widths of timestamp,
- * worker (region bits included) and sequence. {@link #decode(long)} takes an ID apart.
+ * worker (region bits included) and sequence. {@link #decode(long)} takes an ID apart;
+ * {@link #bounds(long, long)} gives the IDs of a time interval, for a range query.
  */
 public record Layout(long epochMs, int timestampBits, int workerBits, int sequenceBits, int regionBits) {
     /** An ID taken apart. */
@@ -18,5 +19,71 @@ public record Layout(long epochMs, int timestampBits, int workerBits, int sequen
         long region = regionBits == 0 ? 0 : worker >>> (workerBits - regionBits);
         long timestamp = id >>> (workerBits + sequenceBits);
         return new Parts(epochMs + timestamp, timestamp, worker, region, sequence);
+    }
+
+    /**
+     * The IDs of a time interval: every ID whose time lies in it satisfies {@code lo <= id < hi}
+     * (for SQL: {@code WHERE id >= lo AND id < hi}).
+     */
+    public record Bounds(long lo, long hi) {
+        /** The largest ID of the interval ({@code hi - 1}). */
+        public long last() {
+            return hi - 1;
+        }
+    }
+
+    /** The last Unix millisecond an ID of this layout can hold (saturating at Long.MAX_VALUE). */
+    public long lastUnixMs() {
+        long span = timestampBits >= 63 ? Long.MAX_VALUE : (1L << timestampBits) - 1;
+        return epochMs > Long.MAX_VALUE - span ? Long.MAX_VALUE : epochMs + span;
+    }
+
+    private long timestampAt(String name, long unixMs) {
+        if (unixMs < epochMs) {
+            throw new TimeBoundsException(TimeBoundsException.Kind.BEFORE_EPOCH,
+                    name + " " + unixMs + " ms is before the layout's epoch " + epochMs + " ms: no ID has that time");
+        }
+        if (unixMs > lastUnixMs()) {
+            throw new TimeBoundsException(TimeBoundsException.Kind.AFTER_LAST,
+                    name + " " + unixMs + " ms is after the layout's last timestamp " + lastUnixMs()
+                            + " ms: no ID has that time");
+        }
+        return unixMs - epochMs;
+    }
+
+    /**
+     * The smallest ID at {@code unixMs} (ms since the Unix epoch): worker 0, sequence 0.
+     *
+     * @throws TimeBoundsException for a time before the epoch or after {@link #lastUnixMs()}
+     */
+    public long minIdAt(long unixMs) {
+        return timestampAt("time", unixMs) << (workerBits + sequenceBits);
+    }
+
+    /**
+     * The largest ID at {@code unixMs}: the last worker of the last region, the last sequence.
+     *
+     * @throws TimeBoundsException for a time before the epoch or after {@link #lastUnixMs()}
+     */
+    public long maxIdAt(long unixMs) {
+        int shift = workerBits + sequenceBits;
+        return (timestampAt("time", unixMs) << shift) | ((1L << shift) - 1);
+    }
+
+    /**
+     * The IDs of the interval {@code [fromMs, toMs)}: every ID whose time lies in it, and no
+     * other, satisfies {@code lo <= id < hi}. {@code toMs} may be at most {@link #lastUnixMs()},
+     * so {@code hi} always fits a {@code long}.
+     *
+     * @throws TimeBoundsException for a time the layout cannot hold, or {@code toMs <= fromMs}
+     */
+    public Bounds bounds(long fromMs, long toMs) {
+        int shift = workerBits + sequenceBits;
+        long lo = timestampAt("from", fromMs) << shift;
+        if (toMs <= fromMs) {
+            throw new TimeBoundsException(TimeBoundsException.Kind.EMPTY,
+                    "the interval [" + fromMs + ", " + toMs + ") ms is empty: the end must be after the start");
+        }
+        return new Bounds(lo, timestampAt("to", toMs) << shift);
     }
 }
