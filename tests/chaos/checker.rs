@@ -156,6 +156,23 @@ pub(crate) fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
         for n in &f.notes {
             println!("    {n}");
         }
+        if !errs.is_empty() {
+            // Which nodes' clients saw them (a fault may find a node still recovering from the
+            // one before).
+            let mut by_node: Vec<(usize, usize)> = Vec::new();
+            for e in &errs {
+                match by_node.iter_mut().find(|(n, _)| *n == e.node) {
+                    Some((_, k)) => *k += 1,
+                    None => by_node.push((e.node, 1)),
+                }
+            }
+            by_node.sort_unstable();
+            let by_node: Vec<String> = by_node
+                .iter()
+                .map(|(n, k)| format!("node {n}: {k}"))
+                .collect();
+            println!("    errors by node: {}", by_node.join(", "));
+        }
         match f.expect {
             Expect::Anything => {}
             Expect::NoClockErrors => {

@@ -148,8 +148,31 @@ impl Chaos {
         );
         self.settle();
         std::thread::sleep(Duration::from_secs(1));
-        // Back to true time: a forward step, harmless.
+        // Back to true time: a step ahead of 5 s, which the node refuses IDs over until its
+        // peers' clocks confirm it (about 2.7 s). Waited out here, so that the next fault is
+        // not blamed for it.
+        let believed = |c: &Cluster| c.node(i).log().matches("clock_step_believed").count();
+        let before = believed(&self.c);
         self.c.set_clock(i, "+0");
+        let back = Instant::now();
+        while believed(&self.c) == before && back.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let note = if believed(&self.c) > before {
+            format!(
+                "clock back to true time: the step believed after {} ms",
+                ms(back.elapsed())
+            )
+        } else {
+            "clock back to true time: no step believed within 10 s".to_string()
+        };
+        let r = self.c.wait_serving(Duration::from_secs(20));
+        r.unwrap_or_else(|e| panic!("seed {}: {e}", self.seed));
+        let serving = ms(back.elapsed());
+        if let Some(f) = self.faults.last_mut() {
+            f.notes
+                .push(format!("{note}, serving again after {serving} ms"));
+        }
     }
 
     pub(crate) fn clock_back_5ms(&mut self, i: usize) {
