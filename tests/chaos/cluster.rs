@@ -234,6 +234,38 @@ impl Cluster {
     }
 }
 
+/// The node's lease renewals since it last started, from its `/metrics`: how many succeeded
+/// and failed, the successful ones' mean duration and how many took over 250 ms (what a
+/// store's latency costs: a lease is renewed every third of the TTL from the last start).
+pub(crate) fn renewal_summary(p: &NodeProc) -> String {
+    let Some(admin) = p.admin else {
+        return "no admin listener".into();
+    };
+    let text = match node::try_http(admin, "GET", "/metrics", None, Duration::from_secs(5)) {
+        Ok((200, body)) => body,
+        Ok((s, _)) => return format!("/metrics answered {s}"),
+        Err(e) => return format!("/metrics: {e}"),
+    };
+    let value = |series: &str| -> Option<f64> {
+        let line = text.lines().find(|l| l.starts_with(series))?;
+        line.rsplit(' ').next()?.parse().ok()
+    };
+    let h = "idgen_lease_renewal_duration_seconds";
+    let ok = value(&format!("{h}_count{{result=\"ok\""));
+    let sum = value(&format!("{h}_sum{{result=\"ok\""));
+    let fast = value(&format!("{h}_bucket{{result=\"ok\",le=\"0.25\""));
+    let failed = value(&format!("{h}_count{{result=\"failed\""));
+    match (ok, sum) {
+        (Some(n), Some(sum)) if n > 0.0 => format!(
+            "{n} renewals ok (mean {:.0} ms, {} over 250 ms), {} failed",
+            sum / n * 1000.0,
+            fast.map_or("?".into(), |f| (n - f).to_string()),
+            failed.unwrap_or(0.0)
+        ),
+        _ => "no renewal yet".into(),
+    }
+}
+
 /// The node's current lease range `(first, count)`, from its last `lease acquired` log line.
 pub(crate) fn lease_range(p: &NodeProc) -> Option<(u32, u32)> {
     // The text log may carry ANSI colours: drop `ESC [ … m`.

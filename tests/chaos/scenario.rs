@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::checker::check;
-use crate::cluster::{Cluster, Store, StoreKind};
+use crate::cluster::{renewal_summary, Cluster, Store, StoreKind};
 use crate::faults::Chaos;
 use crate::history::{History, Shared};
 use crate::sequences;
@@ -144,6 +144,14 @@ pub(crate) fn run(kind: StoreKind, seed: u64, mixed: Duration, long: bool) -> Su
     ch.forward_1h(n);
     std::thread::sleep(Duration::from_millis(500));
 
+    for i in 0..MAIN {
+        if let Some(p) = &ch.c.nodes[i] {
+            println!(
+                "chaos[{seed}]: node {i} since its last start: {}",
+                renewal_summary(p)
+            );
+        }
+    }
     shared.stop.store(true, Ordering::Relaxed);
     let end = Instant::now();
     if let Some(f) = ch.faults.last_mut() {
