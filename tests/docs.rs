@@ -389,6 +389,9 @@ fn version_names_the_revision_and_the_features() {
     if cfg!(feature = "fdb") {
         want.push("fdb");
     }
+    if cfg!(feature = "postgres") {
+        want.push("postgres");
+    }
     let want = if want.is_empty() {
         "none".to_string()
     } else {
