@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::faults::{Chaos, Expect, StopCheck};
+use crate::faults::{Chaos, Expect, Outage, StopCheck};
 use crate::history::{ErrRec, History};
 use crate::scenario::Summary;
 use crate::{ms, MAIN};
@@ -18,12 +18,18 @@ pub(crate) struct Safety {
     pub(crate) outside: u64,
     pub(crate) violations: Vec<String>,
     pub(crate) stop_lines: Vec<String>,
+    pub(crate) outage_lines: Vec<String>,
 }
 
 /// The safety checks, over everything every client received: no ID twice (as overlaps of
 /// runs, sorted per first ID), strictly increasing per connection and inside the connection's
-/// HELLO range (counted as the answers arrived), and the paused nodes' ceiling bounds.
-pub(crate) fn check_safety(hist: &History, stop_checks: &[StopCheck]) -> Safety {
+/// HELLO range (counted as the answers arrived), the paused nodes' ceiling bounds, and every
+/// node's ceiling bound while the store was down.
+pub(crate) fn check_safety(
+    hist: &History,
+    stop_checks: &[StopCheck],
+    outages: &[Outage],
+) -> Safety {
     let mut out = Safety::default();
     // 1. Duplicates: runs of every connection, sorted by first ID; a run that starts below
     //    the end of the runs before it overlaps them.
@@ -92,6 +98,42 @@ pub(crate) fn check_safety(hist: &History, stop_checks: &[StopCheck]) -> Safety 
         }
         out.stop_lines.push(line);
     }
+
+    // 5. The store down: whatever any node issued meanwhile lies below the stop time + TTL
+    //    (until the store is being started again). Timestamps are compared in Unix ms (the
+    //    connection's epoch added); a run's last ID carries its latest timestamp.
+    for o in outages {
+        let (mut during, mut beyond, mut latest) = (0u64, 0u64, None::<u64>);
+        for c in &hist.conns {
+            for (b, &(at, _)) in c.batches.iter().enumerate() {
+                if at < o.down || at >= o.restarting {
+                    continue;
+                }
+                for &(first, n) in c.batch_runs(b) {
+                    during += u64::from(n);
+                    let last = first + u64::from(n) - 1;
+                    let at_ms = c.hello.epoch_ms + c.hello.decompose(last).timestamp;
+                    if at_ms >= o.bound_unix_ms {
+                        beyond += u64::from(n);
+                    }
+                    latest = latest.max(Some(at_ms));
+                }
+            }
+        }
+        let line = format!(
+            "{}: {during} IDs received while the store was down ({} ms), {beyond} at or beyond the stop time + TTL{}",
+            o.name,
+            ms(o.restarting - o.down),
+            latest.map_or(String::new(), |l| format!(
+                " (the latest timestamped {} ms from it)",
+                l as i64 - o.bound_unix_ms as i64
+            ))
+        );
+        if beyond > 0 {
+            out.violations.push(line.clone());
+        }
+        out.outage_lines.push(line);
+    }
     out
 }
 
@@ -110,10 +152,10 @@ pub(crate) fn peak_rss_mib() -> f64 {
 pub(crate) fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
     let seed = ch.seed;
     let checking = Instant::now();
-    let mut safety = check_safety(hist, &ch.stop_checks);
+    let mut safety = check_safety(hist, &ch.stop_checks, &ch.outages);
     let check_time = checking.elapsed();
     let mut violations = std::mem::take(&mut safety.violations);
-    let stop_lines = &safety.stop_lines;
+    let (stop_lines, outage_lines) = (&safety.stop_lines, &safety.outage_lines);
     let total = safety.ids;
     let (dups, not_increasing, outside) = (safety.dups, safety.not_increasing, safety.outside);
 
@@ -156,6 +198,23 @@ pub(crate) fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
         for n in &f.notes {
             println!("    {n}");
         }
+        if !errs.is_empty() {
+            // Which nodes' clients saw them (a fault may find a node still recovering from the
+            // one before).
+            let mut by_node: Vec<(usize, usize)> = Vec::new();
+            for e in &errs {
+                match by_node.iter_mut().find(|(n, _)| *n == e.node) {
+                    Some((_, k)) => *k += 1,
+                    None => by_node.push((e.node, 1)),
+                }
+            }
+            by_node.sort_unstable();
+            let by_node: Vec<String> = by_node
+                .iter()
+                .map(|(n, k)| format!("node {n}: {k}"))
+                .collect();
+            println!("    errors by node: {}", by_node.join(", "));
+        }
         match f.expect {
             Expect::Anything => {}
             Expect::NoClockErrors => {
@@ -175,20 +234,53 @@ pub(crate) fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
                     violations.push(format!("{}: no {s} error seen", f.name));
                 }
             }
-            Expect::FailClosedWithin(d) => {
+            Expect::FailClosed {
+                within,
+                status,
+                recover_within,
+            } => {
                 for n in 0..MAIN {
-                    let first = errs.iter().filter(|e| e.node == n).map(|e| e.at).min();
+                    let first = errs
+                        .iter()
+                        .filter(|e| e.node == n && e.what.contains(status))
+                        .map(|e| e.at)
+                        .min();
                     match first {
-                        Some(t) if t - f.injected <= d => {}
+                        Some(t) if t - f.injected <= within => {}
                         Some(t) => violations.push(format!(
-                            "{}: node {n} failed closed only after {} ms (allowed {} ms)",
+                            "{}: node {n} failed closed ({status}) only after {} ms (allowed {} ms)",
                             f.name,
                             ms(t - f.injected),
-                            ms(d)
+                            ms(within)
                         )),
-                        None => {
-                            violations.push(format!("{}: node {n} never failed closed", f.name))
-                        }
+                        None => violations.push(format!(
+                            "{}: node {n} never failed closed with {status}",
+                            f.name
+                        )),
+                    }
+                    let served = hist
+                        .conns
+                        .iter()
+                        .filter(|c| c.node == n)
+                        .flat_map(|c| c.batches.iter().map(|b| b.0))
+                        .filter(|&t| t >= f.cleared && t < f.until)
+                        .min();
+                    match served {
+                        Some(t) if t - f.cleared <= recover_within => println!(
+                            "    node {n}: first {status} {} ms after the injection, IDs again {} ms after the store's return",
+                            first.map_or("-".into(), |t| ms(t - f.injected).to_string()),
+                            ms(t - f.cleared)
+                        ),
+                        Some(t) => violations.push(format!(
+                            "{}: node {n} served again only {} ms after the store's return (allowed {} ms)",
+                            f.name,
+                            ms(t - f.cleared),
+                            ms(recover_within)
+                        )),
+                        None => violations.push(format!(
+                            "{}: node {n} did not serve again after the store's return",
+                            f.name
+                        )),
                     }
                 }
             }
@@ -204,7 +296,7 @@ pub(crate) fn check(ch: &Chaos, hist: &History, started: Instant) -> Summary {
             println!("    {n} × {k}");
         }
     }
-    for l in stop_lines {
+    for l in stop_lines.iter().chain(outage_lines) {
         println!("{l}");
     }
     println!(
@@ -237,7 +329,7 @@ mod tests {
     use idgen_protocol::ServerHello;
 
     use super::check_safety;
-    use crate::faults::StopCheck;
+    use crate::faults::{Outage, StopCheck};
     use crate::history::{ConnLog, History};
     use crate::Rng;
 
@@ -278,7 +370,7 @@ mod tests {
     #[test]
     pub(crate) fn the_checker_passes_a_clean_history_and_counts_it_in_runs() {
         let h = synthetic_history(7, 12);
-        let s = check_safety(&h, &[]);
+        let s = check_safety(&h, &[], &[]);
         assert!(s.violations.is_empty(), "{:?}", s.violations);
         assert_eq!((s.dups, s.not_increasing, s.outside), (0, 0, 0));
         assert_eq!(s.runs, 12 * 200, "one run per batch: {s:?}");
@@ -303,7 +395,7 @@ mod tests {
             h.conns[to].hello = h.conns[from].hello;
             h.conns[to].last = None;
             h.conns[to].push(Instant::now(), [dup]);
-            let s = check_safety(&h, &[]);
+            let s = check_safety(&h, &[], &[]);
             assert_eq!(s.dups, 1, "seed {seed}: {s:?}");
             assert!(
                 s.violations.iter().any(|v| v.contains("duplicate")),
@@ -325,7 +417,7 @@ mod tests {
             Instant::now(),
             first + u64::from(n) - half..first + u64::from(n) + 10,
         );
-        let s = check_safety(&h, &[]);
+        let s = check_safety(&h, &[], &[]);
         assert_eq!(s.dups, half, "{s:?}");
     }
 
@@ -339,7 +431,7 @@ mod tests {
             // Below the connection's last ID, but no duplicate: a fresh timestamp far below.
             let back = last - (50_000 << 22);
             h.conns[k].push(Instant::now(), [back]);
-            let s = check_safety(&h, &[]);
+            let s = check_safety(&h, &[], &[]);
             assert_eq!(s.not_increasing, 1, "seed {seed}: {s:?}");
             assert_eq!(s.dups, 0, "seed {seed}");
             assert!(s.violations.iter().any(|v| v.contains("not increasing")));
@@ -351,7 +443,7 @@ mod tests {
             let ts = (last >> 22) + 1;
             let w = (c.hello.workers.first + 2) % 8;
             c.push(Instant::now(), [(ts << 22) | (w << 19)]);
-            let s = check_safety(&h, &[]);
+            let s = check_safety(&h, &[], &[]);
             assert_eq!(s.outside, 1, "seed {seed}: {s:?}");
             assert!(s
                 .violations
@@ -380,9 +472,46 @@ mod tests {
             old_range: (0, 2),
             taken_by_successor: true,
         };
-        let s = check_safety(&h, &[check]);
+        let s = check_safety(&h, &[check], &[]);
         assert!(
             s.violations.iter().any(|v| v.contains("1 at or beyond")),
+            "{s:?}"
+        );
+    }
+
+    #[test]
+    pub(crate) fn the_checker_finds_an_id_beyond_the_ceiling_while_the_store_was_down() {
+        let mut h = synthetic_history(9, 3);
+        let down = Instant::now();
+        let c = &mut h.conns[1];
+        let last = c.last.unwrap();
+        let bound_ts = (last >> 22) + 5;
+        let w = c.hello.workers.first;
+        // Below the bound while the store is down: allowed; at the bound: a violation; beyond
+        // it once the store is being started again: allowed.
+        c.push(
+            down + Duration::from_millis(1),
+            [((bound_ts - 1) << 22) | (w << 19)],
+        );
+        c.push(
+            down + Duration::from_millis(2),
+            [(bound_ts << 22) | (w << 19)],
+        );
+        c.push(
+            down + Duration::from_secs(2),
+            [((bound_ts + 1) << 22) | (w << 19)],
+        );
+        let outage = Outage {
+            name: "the store stopped".into(),
+            down,
+            restarting: down + Duration::from_secs(1),
+            bound_unix_ms: c.hello.epoch_ms + bound_ts,
+        };
+        let s = check_safety(&h, &[], &[outage]);
+        assert_eq!(s.violations.len(), 1, "{s:?}");
+        assert!(
+            s.violations[0]
+                .contains("2 IDs received while the store was down (1000 ms), 1 at or beyond"),
             "{s:?}"
         );
     }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::{lease_range, Cluster};
 use crate::common::node::http;
 use crate::workload::connect;
-use crate::{ms, unix_ms, Rng, SAFETY, TTL};
+use crate::{ms, unix_ms, Rng, RECOVER_WITHIN, SAFETY, TTL};
 
 /// One injected fault, for the report.
 pub(crate) struct Fault {
@@ -13,7 +13,7 @@ pub(crate) struct Fault {
     /// Nodes whose clients are expected to notice (empty: all).
     pub(crate) nodes: Vec<usize>,
     pub(crate) injected: Instant,
-    /// When the fault was removed (restart, SIGCONT, clock restored, etcd back).
+    /// When the fault was removed (restart, SIGCONT, clock restored, the store back).
     pub(crate) cleared: Instant,
     /// End of its observation window (the next fault's start).
     pub(crate) until: Instant,
@@ -32,8 +32,28 @@ pub(crate) enum Expect {
     NoClockErrors,
     /// Errors with this status text must appear (the clock step back of 10 s: 301).
     Status(&'static str),
-    /// Every node fails closed within this long of the injection (store gone).
-    FailClosedWithin(Duration),
+    /// The whole store gone past the TTL: every main node's clients get an error with status
+    /// text `status` within `within` of the injection, and IDs again within `recover_within`
+    /// of the store's return (the fault's `cleared`).
+    FailClosed {
+        within: Duration,
+        status: &'static str,
+        recover_within: Duration,
+    },
+}
+
+/// A store outage: from `down` (the store stopped) until `restarting` (the store being
+/// started again) no node may issue an ID whose timestamp is at or beyond `bound_unix_ms`
+/// (the stop time + TTL: a bound on every node's lease ceiling, since no renewal can succeed
+/// meanwhile). Checked on every ID received in that window, on every node. The window ends
+/// when the store's start begins, not when it is seen serving: nodes may renew (and rightly
+/// issue beyond the bound) as soon as it answers them, before the harness's readiness probe
+/// does.
+pub(crate) struct Outage {
+    pub(crate) name: String,
+    pub(crate) down: Instant,
+    pub(crate) restarting: Instant,
+    pub(crate) bound_unix_ms: u64,
 }
 
 /// The SIGSTOP check: after `cont`, until `released`, node `node` must issue no ID whose
@@ -53,10 +73,12 @@ pub(crate) struct Chaos {
     pub(crate) c: Cluster,
     pub(crate) faults: Vec<Fault>,
     pub(crate) stop_checks: Vec<StopCheck>,
+    pub(crate) outages: Vec<Outage>,
     pub(crate) rng: Rng,
     pub(crate) last_kill: Instant,
     /// When etcd last got a member back (a restarted cluster, or a new leader, extends every
-    /// etcd lease: a dead node's clock key lives on that long again).
+    /// etcd lease: a dead node's clock key lives on that long again). PostgreSQL's expiring
+    /// keys keep their end through a restart: its return does not move this.
     pub(crate) last_store_back: Instant,
 }
 
@@ -102,10 +124,10 @@ impl Chaos {
     }
 
     /// Waits until killed nodes' leases have expired and passed the safety period, and their
-    /// clock keys have expired in etcd.
+    /// clock keys have expired in the store.
     pub(crate) fn wait_space_settled(&mut self) {
         // A killed node's worker IDs free up once its lease has passed the safety period
-        // *and* its clock key has expired in etcd (etcd counts lease TTLs in whole seconds
+        // *and* its clock key has expired in the store (etcd counts lease TTLs in whole seconds
         // and checks them twice a second): until then it counts as alive.
         let key_gone = idgen_core::drift::CLOCK_KEY_TTL + Duration::from_millis(1500);
         let ready = (self.last_kill + (TTL + SAFETY).max(key_gone))
@@ -148,8 +170,31 @@ impl Chaos {
         );
         self.settle();
         std::thread::sleep(Duration::from_secs(1));
-        // Back to true time: a forward step, harmless.
+        // Back to true time: a step ahead of 5 s, which the node refuses IDs over until its
+        // peers' clocks confirm it (about 2.7 s). Waited out here, so that the next fault is
+        // not blamed for it.
+        let believed = |c: &Cluster| c.node(i).log().matches("clock_step_believed").count();
+        let before = believed(&self.c);
         self.c.set_clock(i, "+0");
+        let back = Instant::now();
+        while believed(&self.c) == before && back.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let note = if believed(&self.c) > before {
+            format!(
+                "clock back to true time: the step believed after {} ms",
+                ms(back.elapsed())
+            )
+        } else {
+            "clock back to true time: no step believed within 10 s".to_string()
+        };
+        let r = self.c.wait_serving(Duration::from_secs(20));
+        r.unwrap_or_else(|e| panic!("seed {}: {e}", self.seed));
+        let serving = ms(back.elapsed());
+        if let Some(f) = self.faults.last_mut() {
+            f.notes
+                .push(format!("{note}, serving again after {serving} ms"));
+        }
     }
 
     pub(crate) fn clock_back_5ms(&mut self, i: usize) {
@@ -233,7 +278,7 @@ impl Chaos {
     pub(crate) fn etcd_member(&mut self) {
         let m = self.rng.below(3) as usize;
         let t = Instant::now();
-        self.c.etcd.kill(m);
+        self.c.store.etcd().kill(m);
         std::thread::sleep(Duration::from_secs(3));
         self.fault(
             &format!("etcd member m{m} killed for 3 s"),
@@ -241,35 +286,106 @@ impl Chaos {
             t,
             vec![],
         );
-        self.c.etcd.restart(m);
+        self.c.store.etcd().restart(m);
         self.last_store_back = Instant::now();
         self.settle();
     }
 
-    pub(crate) fn etcd_all(&mut self) {
-        let t = Instant::now();
-        self.c.etcd.stop_all();
-        // Past the TTL: every node must run into its ceiling.
-        std::thread::sleep(TTL + Duration::from_millis(2000));
-        self.c.etcd.start_all();
-        self.last_store_back = Instant::now();
-        let back = t.elapsed();
-        self.fault(
-            "whole etcd cluster stopped past the TTL",
-            vec![],
-            t,
-            vec![format!("etcd back after {} ms", ms(back))],
-        );
-        self.expect(Expect::FailClosedWithin(TTL + Duration::from_millis(1500)));
+    /// Stops the whole store and returns `(stopped, stopped at in Unix ms)`: the start of an
+    /// [`Outage`].
+    fn stop_store(&mut self) -> (Instant, u64) {
+        self.c.store.stop();
+        (Instant::now(), unix_ms())
+    }
+
+    /// Starts the whole store again, records the outage since `down`, and returns when it
+    /// serves again.
+    fn start_store(&mut self, name: &str, (down, down_unix): (Instant, u64)) -> Instant {
+        let restarting = Instant::now();
+        self.c.store.start_again();
+        let back = Instant::now();
+        if self.c.store.return_extends_expiring_keys() {
+            self.last_store_back = back;
+        }
+        self.outages.push(Outage {
+            name: name.into(),
+            down,
+            restarting,
+            bound_unix_ms: down_unix + ms(TTL),
+        });
+        back
+    }
+
+    /// Waits until every main node serves again after the store's return, and is ready (its
+    /// lease renewed since: a node still serving on the lease it held before the outage would
+    /// run into its ceiling during the next fault, which would be blamed for it), and notes
+    /// how long each took.
+    fn note_serving_again(&mut self, back: Instant) {
         let r = self.c.wait_serving(Duration::from_secs(20));
-        let d = r.unwrap_or_else(|e| panic!("seed {}: {e}", self.seed));
+        r.unwrap_or_else(|e| panic!("seed {}: {e}", self.seed));
+        let serving = back.elapsed();
+        let r = self.c.wait_ready(Duration::from_secs(20));
+        r.unwrap_or_else(|e| panic!("seed {}: {e}", self.seed));
+        let ready = back.elapsed();
         if let Some(f) = self.faults.last_mut() {
             f.notes.push(format!(
-                "all nodes serving {} ms after etcd came back",
-                ms(d)
+                "all nodes serving {} ms and ready {} ms after the store came back",
+                ms(serving),
+                ms(ready)
             ));
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+
+    /// The whole store stopped past the TTL, then started: every node must fail closed and,
+    /// once the store is back, serve again on its own.
+    pub(crate) fn store_down(&mut self) {
+        let name = format!("{} stopped past the TTL", self.c.store.name());
+        let t = Instant::now();
+        let down = self.stop_store();
+        // Past the TTL: every node must run into its ceiling.
+        std::thread::sleep(TTL + Duration::from_millis(2000));
+        let back = self.start_store(&name, down);
+        self.fault(
+            &name,
+            vec![],
+            t,
+            vec![format!(
+                "stopped in {} ms, serving again {} ms after the injection",
+                ms(down.0 - t),
+                ms(back - t)
+            )],
+        );
+        self.expect(Expect::FailClosed {
+            within: TTL + Duration::from_millis(1500),
+            status: "UNAVAILABLE_LEASE",
+            recover_within: RECOVER_WITHIN,
+        });
+        self.note_serving_again(back);
+    }
+
+    /// The whole store restarted under load: stopped, held down for up to a second (picked by
+    /// the seed), started again. Shorter than the TTL, so nodes may ride it out; whatever they
+    /// answer, nothing beyond their ceilings while it is down, and all serve afterwards.
+    pub(crate) fn store_restart(&mut self) {
+        let name = format!("{} restarted", self.c.store.name());
+        let hold = Duration::from_millis(self.rng.below(1000));
+        let t = Instant::now();
+        let down = self.stop_store();
+        std::thread::sleep(hold);
+        let back = self.start_store(&name, down);
+        self.fault(
+            &name,
+            vec![],
+            t,
+            vec![format!(
+                "stopped in {} ms, held down {} ms, serving again {} ms after it stopped",
+                ms(down.0 - t),
+                ms(hold),
+                ms(back - down.0)
+            )],
+        );
+        self.note_serving_again(back);
     }
 
     /// SIGSTOP node `i` past its TTL while successors take the worker space (its range too),

@@ -6,8 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::checker::check;
-use crate::cluster::Cluster;
-use crate::common::etcd::EtcdCluster;
+use crate::cluster::{renewal_summary, Cluster, Store, StoreKind};
 use crate::faults::Chaos;
 use crate::history::{History, Shared};
 use crate::sequences;
@@ -20,16 +19,19 @@ pub(crate) struct Summary {
     pub(crate) faults: usize,
 }
 
-pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
+pub(crate) fn run(kind: StoreKind, seed: u64, mixed: Duration, long: bool) -> Summary {
     assert!(
         std::path::Path::new(FAKETIME_LIB).exists(),
         "libfaketime is missing: install Debian's `faketime` (scripts/test does)"
     );
-    println!("chaos: seed {seed} (IDGEN_CHAOS_SEED={seed} reproduces), mixed phase {mixed:?}");
+    println!(
+        "chaos: store {kind:?}, seed {seed} (IDGEN_CHAOS_SEED={seed} reproduces), mixed phase {mixed:?}"
+    );
     let started = Instant::now();
-    let etcd = EtcdCluster::start(3);
-    let url = etcd.url(&format!("chaos{seed}"));
-    sequences::create(&url);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::start(kind, &dir);
+    let store_args = store.args(&format!("chaos{seed}"));
+    sequences::create(&store_args);
     let shared = Arc::new(Shared {
         addrs: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
         stop: AtomicBool::new(false),
@@ -59,9 +61,9 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
     .map(|s| s.to_string())
     .collect();
     let cluster = Cluster {
-        etcd,
-        url,
-        dir: tempfile::tempdir().unwrap(),
+        store,
+        store_args,
+        dir,
         nodes: (0..=SLOTS).map(|_| None).collect(),
         shared: Arc::clone(&shared),
         base_args,
@@ -71,6 +73,7 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
         c: cluster,
         faults: Vec::new(),
         stop_checks: Vec::new(),
+        outages: Vec::new(),
         rng: Rng(seed),
         last_kill: Instant::now() - Duration::from_secs(60),
         last_store_back: Instant::now() - Duration::from_secs(60),
@@ -99,6 +102,14 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
     std::thread::sleep(Duration::from_secs(1));
     ch.fault("none (baseline)", vec![], Instant::now(), vec![]);
 
+    // The store's two faults: etcd loses one member, then all of them past the TTL;
+    // PostgreSQL is restarted (held down under a second), then stopped past the TTL.
+    let store_fault = |ch: &mut Chaos, k: usize| match (kind, k) {
+        (StoreKind::Etcd, 0) => ch.etcd_member(),
+        (StoreKind::Postgres, 0) => ch.store_restart(),
+        _ => ch.store_down(),
+    };
+
     // Each fault on its own, on nodes picked by the seed.
     let pick = |rng: &mut Rng| rng.below(MAIN as u64) as usize;
     let n = pick(&mut ch.rng);
@@ -109,8 +120,8 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
     ch.clock_back_10s(n);
     let n = pick(&mut ch.rng);
     ch.stop_cont(n);
-    ch.etcd_member();
-    ch.etcd_all();
+    store_fault(&mut ch, 0);
+    store_fault(&mut ch, 1);
     let n = pick(&mut ch.rng);
     ch.restart_behind(n);
 
@@ -123,8 +134,8 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
             1 => ch.clock_back_5ms(n),
             2 => ch.clock_back_10s(n),
             3 => ch.stop_cont(n),
-            4 => ch.etcd_member(),
-            5 => ch.etcd_all(),
+            4 => store_fault(&mut ch, 0),
+            5 => store_fault(&mut ch, 1),
             _ => ch.restart_behind(n),
         }
     }
@@ -133,6 +144,14 @@ pub(crate) fn run(seed: u64, mixed: Duration, long: bool) -> Summary {
     ch.forward_1h(n);
     std::thread::sleep(Duration::from_millis(500));
 
+    for i in 0..MAIN {
+        if let Some(p) = &ch.c.nodes[i] {
+            println!(
+                "chaos[{seed}]: node {i} since its last start: {}",
+                renewal_summary(p)
+            );
+        }
+    }
     shared.stop.store(true, Ordering::Relaxed);
     let end = Instant::now();
     if let Some(f) = ch.faults.last_mut() {

@@ -26,11 +26,14 @@ const DEPTH: usize = 4;
 /// Between two rounds of one client: at most 800 calls a second per client thread.
 const ROUND_PAUSE: Duration = Duration::from_millis(5);
 
-/// Creates the sequences in the cluster's namespace.
-pub(crate) fn create(url: &str) {
+/// Creates the sequences in the cluster's namespace, on the store `store_args` name (`--store
+/// URL`, and a password file for PostgreSQL).
+pub(crate) fn create(store_args: &[String]) {
     for (name, strict) in SEQUENCES {
         let mode = if strict { "strict" } else { "dense" };
-        seq(&["create", name, "--mode", mode, "--store", url]);
+        let mut args = vec!["create", name, "--mode", mode];
+        args.extend(store_args.iter().map(String::as_str));
+        seq(&args);
     }
 }
 
