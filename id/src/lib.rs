@@ -7,6 +7,7 @@
 //! | [`Parts`] | an ID taken apart: timestamp, unix_ms, region, worker, node, sequence |
 //! | [`WorkerRange`] | a contiguous range of worker IDs, `first .. first + count` |
 //! | [`forms`] | the text forms: decimal, base62, Crockford base32 |
+//! | [`Layout::uuid_v7`], [`Layout::decode_uuid_v7`] | an ID as a version 7 UUID whose worker and sequence make it unique ([`UuidError`], [`UuidParts`]) |
 //!
 //! No dependencies, no I/O, no clock: time is passed in where it matters
 //! ([`Layout::check_epoch`]).
@@ -30,12 +31,14 @@ use std::fmt;
 
 pub mod forms;
 mod layout;
+mod uuid;
 
 pub use forms::FormError;
 pub use layout::{
     Layout, LayoutError, Parts, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS,
     DEFAULT_WORKER_BITS, PAYLOAD_BITS,
 };
+pub use uuid::{UuidError, UuidParts, MAX_UUID_UNIX_MS, UUID_PAYLOAD_BITS, UUID_VERSION};
 
 /// A 64-bit ID. The sign bit is always zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
