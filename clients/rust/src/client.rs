@@ -803,7 +803,7 @@ fn answer(pending: &mut VecDeque<Pending>, response: Answer<'_>) -> Result<(), E
                         failed.get_or_insert(e);
                     }
                 }
-                Answer::Pong(_) | Answer::Values(_) => {
+                Answer::Pong(_) | Answer::Values(_) | Answer::Uuids(_) => {
                     return Err(Error::UnexpectedResponse(format!(
                         "{response:?} in answer to GET_IDS of {part}"
                     )))
