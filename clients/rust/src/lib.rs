@@ -197,6 +197,8 @@ pub use error::{Error, TlsError, TlsErrorKind};
 /// forms.
 pub use idgen_id::{forms, Id, Layout, LayoutError, Parts, WorkerRange};
 pub use idgen_protocol::{FrameError, ServerHello, Status};
+/// The `uuid` crate, whose `Uuid`s [`Client::next_uuids`] hands out.
+pub use uuid;
 /// The former name of [`Parts`].
 pub type IdParts = Parts;
 pub use pool::{NodeInfo, Pool, PoolOptions};
