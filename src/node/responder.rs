@@ -607,9 +607,10 @@ impl Responder {
             })
         };
         match result {
-            Ok(Progress::Done) if beyond_uuids.is_some() => {
+            Ok(_) if beyond_uuids.is_some() => {
                 // The layout's time is past what a UUIDv7 holds: no node of the cluster can
-                // make one (PROTOCOL.md §3.7).
+                // make one (PROTOCOL.md §3.7). Not a partial batch, and no place kept in line.
+                self.ctx.gen.borrow_mut().abandon(&mut p.fill);
                 out.truncate(p.mark);
                 let message = beyond_uuids.map(|e| e.to_string()).unwrap_or_default();
                 encode_error(Status::EXHAUSTED, &message, out);
