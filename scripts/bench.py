@@ -396,6 +396,10 @@ def http_runs(seconds, batch=65536):
             ("GET /health/live (same listener)", f"http://{api}/health/live", None, 0),
             ("POST /ids", f"http://{api}/ids", post, 1),
             ("POST /ids/batch 100", f"http://{api}/ids/batch", batch100, 100),
+            # Version 7 UUIDs made from the same IDs (random bits, text forms): their cost
+            # beside the plain IDs'.
+            ("POST /uuids", f"http://{api}/uuids", post, 1),
+            ("POST /uuids/batch 100", f"http://{api}/uuids/batch", batch100, 100),
             ("GET /health/live (admin port)", f"http://{admin}/health/live", None, 0)]:
         before = scrape(admin)
         rps, lat, errors = wrk(url, seconds, str(script) if script else None)

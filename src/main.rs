@@ -27,9 +27,10 @@ struct Cli {
 enum Command {
     /// Run a node: lease worker IDs and answer the ID protocol.
     Serve(Box<ServeArgs>),
-    /// Decode IDs: time (RFC 3339, UTC), region, worker, sequence.
+    /// Decode IDs and UUIDs: time (RFC 3339, UTC), region, worker, sequence.
     Decode {
-        /// IDs in decimal (or the base62 / base32 forms of the clients).
+        /// IDs in decimal (or the base62 / base32 forms of the clients), or version 7 UUIDs
+        /// from `POST /uuids` or GET_UUIDS.
         #[arg(required = true)]
         ids: Vec<String>,
         #[command(flatten)]

@@ -261,6 +261,121 @@ fn http_api_answers_the_seed_calls_with_js_safe_ids_and_clear_errors() {
     assert!(d["time"].as_str().unwrap().ends_with('Z'));
 }
 
+#[test]
+fn http_uuids_are_version_7_uuids_of_the_shards_ids_and_decode_back() {
+    let node = start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--max-batch",
+        "100",
+        "--http-listen",
+        "127.0.0.1:0",
+    ]);
+    let admin = node.admin.unwrap();
+    let api = node.http.expect("HTTP ID API address");
+    let hello = TestConn::open(node.addr).hello.unwrap();
+    let layout = hello.layout().unwrap();
+    let uuid_of = |text: &str| {
+        let u = uuid::Uuid::parse_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(u.get_version_num(), 7, "{u}");
+        assert_eq!(u.get_variant(), uuid::Variant::RFC4122, "{u}");
+        assert_eq!(u.hyphenated().to_string(), text, "lower-case, hyphenated");
+        u
+    };
+    let id_before = json(&http(api, "POST", "/ids", None).1)["id"]
+        .as_u64()
+        .unwrap();
+    let (s, b) = http(api, "POST", "/uuids", None);
+    assert_eq!(s, 200, "{b}");
+    let v = json(&b);
+    assert_eq!(v.as_object().unwrap().len(), 1, "{b}");
+    let one = uuid_of(v["uuid"].as_str().unwrap());
+    let decoded = layout.decode_uuid_v7(*one.as_bytes()).unwrap();
+    assert!(decoded.id.0 > id_before, "made from the shard's next ID");
+    assert!(hello.workers.contains(decoded.parts.worker));
+
+    let (s, b) = http(api, "POST", "/uuids/batch", Some(r#"{"count": 100}"#));
+    assert_eq!(s, 200, "{b}");
+    let uuids: Vec<uuid::Uuid> = json(&b)["uuids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| uuid_of(x.as_str().unwrap()))
+        .collect();
+    assert_eq!(uuids.len(), 100);
+    assert!(uuids[0] > one && uuids.windows(2).all(|w| w[0] < w[1]));
+    let last = layout.decode_uuid_v7(*uuids[99].as_bytes()).unwrap().id.0;
+    let id_after = json(&http(api, "POST", "/ids", None).1)["id"]
+        .as_u64()
+        .unwrap();
+    assert!(id_after > last, "IDs and UUIDs share the shard's order");
+
+    // The ID batch endpoint's count bounds and body errors.
+    for (method, path, body, want) in [
+        ("POST", "/uuids/batch", Some(r#"{"count": 0}"#), 400),
+        ("POST", "/uuids/batch", Some(r#"{"count": 101}"#), 400),
+        ("POST", "/uuids/batch", Some(r#"{"cnt": 3}"#), 400),
+        ("POST", "/uuids/batch", Some("not json"), 400),
+        ("GET", "/uuids", None, 405),
+        ("GET", "/uuids/batch", None, 405),
+    ] {
+        let (s, b) = http(api, method, path, body);
+        assert_eq!(s, want, "{method} {path} {body:?}: {b}");
+        assert_eq!(json(&b)["status"].as_u64(), Some(u64::from(want)));
+    }
+
+    // GET /ids/{uuid} on the admin address: the ID it was made from, decoded.
+    for text in [
+        one.hyphenated().to_string(),
+        one.simple().to_string(),
+        one.hyphenated().to_string().to_uppercase(),
+        one.urn().to_string(),
+    ] {
+        let (s, b) = http(admin, "GET", &format!("/ids/{text}"), None);
+        assert_eq!(s, 200, "{text}: {b}");
+        let d = json(&b);
+        assert_eq!(
+            d["uuid"].as_str(),
+            Some(one.hyphenated().to_string().as_str())
+        );
+        assert_eq!(d["id"].as_u64(), Some(decoded.id.0));
+        assert_eq!(d["worker"].as_u64(), Some(decoded.parts.worker));
+        assert_eq!(d["sequence"].as_u64(), Some(decoded.parts.sequence));
+        assert_eq!(d["unix_ms"].as_u64(), Some(decoded.parts.unix_ms));
+    }
+    // Hostile input: each a 400 that says what is wrong.
+    let mut v4 = *one.as_bytes();
+    v4[6] = 0x40 | (v4[6] & 0x0F);
+    let mut variant = *one.as_bytes();
+    variant[8] &= 0x3F;
+    let mut before_epoch = *one.as_bytes();
+    before_epoch[..6].fill(0);
+    for (text, says) in [
+        (uuid::Uuid::from_bytes(v4).to_string(), "version is 4"),
+        (uuid::Uuid::from_bytes(variant).to_string(), "variant"),
+        (
+            uuid::Uuid::from_bytes(before_epoch).to_string(),
+            "before the layout's epoch",
+        ),
+        (
+            "0190zzzz-4c7b-7800-8000-123456789abc".to_string(),
+            "not a UUID",
+        ),
+        (
+            "019b71b4-4c7b-7800-8000-123456789abcd".to_string(),
+            "not a UUID",
+        ),
+        (uuid::Uuid::nil().to_string(), "version is 0"),
+    ] {
+        let (s, b) = http(admin, "GET", &format!("/ids/{text}"), None);
+        assert_eq!(s, 400, "{text}: {b}");
+        let message = json(&b)["error"].as_str().unwrap().to_string();
+        assert!(message.contains(says), "{text}: {message}");
+    }
+}
+
 /// One request, written as given, on a fresh connection that the server must close: the
 /// answer's head lines (without `date`, which changes) and its body.
 fn exchange(addr: std::net::SocketAddr, request: &str) -> (Vec<String>, String) {

@@ -1026,3 +1026,57 @@ fn seq_commands_create_alter_drop_and_list_sequences_in_the_store() {
     assert_eq!(event["event"], "sequence_dropped");
     assert_eq!(event["name"], "invoice.tenant-42");
 }
+
+#[test]
+fn decode_takes_apart_a_uuid_and_refuses_other_uuids_clearly() {
+    // The default layout, which `idgen decode` uses without --addr or --config.
+    let layout = idgen_id::Layout::default();
+    let id = layout.compose(63_072_000_123, 512, 7).unwrap();
+    let bytes = layout.uuid_v7(id, 0x0123_4567_89AB).unwrap();
+    let u = uuid::Uuid::from_bytes(bytes).hyphenated().to_string();
+    let out = idgen(&["decode", &u], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line = text(&out.stdout);
+    assert!(
+        line.starts_with(&format!("{u}  id={id}  time=2028-01-01T00:00:00.123Z"))
+            && line.contains("worker=512  sequence=7"),
+        "{line}"
+    );
+    let out = idgen(&["decode", "--json", &u.to_uppercase()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["uuid"].as_str(), Some(u.as_str()));
+    assert_eq!(v["id"].as_u64(), Some(id.0));
+    assert_eq!(
+        (v["worker"].as_u64(), v["sequence"].as_u64()),
+        (Some(512), Some(7))
+    );
+    // Hostile input: a usage error (2) that says what is wrong, never a panic.
+    let mut v4 = bytes;
+    v4[6] = 0x40 | (v4[6] & 0x0F);
+    let mut variant = bytes;
+    variant[8] |= 0xC0;
+    for (arg, says) in [
+        (
+            uuid::Uuid::from_bytes(v4).to_string(),
+            "not a version 7 UUID",
+        ),
+        (uuid::Uuid::from_bytes(variant).to_string(), "variant"),
+        (
+            "019b71b4-4c7b-7800-8000-12345678zzzz".to_string(),
+            "not a UUID",
+        ),
+        (
+            "{019b71b4-4c7b-7800-8000-123456789abc".to_string(),
+            "not a UUID",
+        ),
+    ] {
+        let out = idgen(&["decode", &arg], &[]);
+        assert_eq!(out.status.code(), Some(2), "{arg}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(says) && !err.contains("panicked"),
+            "{arg}: {err}"
+        );
+    }
+}

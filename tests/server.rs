@@ -33,8 +33,11 @@ fn assert_usable(c: &mut TestConn, what: &str) {
 
 #[test]
 fn the_shared_request_vectors_hold_against_the_real_server() {
-    let vectors: Vec<Value> =
+    let mut vectors: Vec<Value> =
         serde_json::from_str(include_str!("../protocol/tests/vectors.json")).expect("vectors");
+    let v4: Vec<Value> =
+        serde_json::from_str(include_str!("../protocol/tests/vectors_v4.json")).expect("vectors");
+    vectors.extend(v4);
     // The default node's embedded store holds the sequences the GET_VALUES vectors name.
     let data = tempfile::tempdir().unwrap();
     for v in &vectors {
@@ -139,6 +142,10 @@ fn the_shared_request_vectors_hold_against_the_real_server() {
                 }
                 ("PING", Response::Pong(token)) => {
                     assert_eq!(token.to_string(), d["token"].as_str().unwrap(), "{name}");
+                }
+                ("GET_UUIDS", Response::Uuids(uuids)) => {
+                    assert_eq!(uuids.len() as u64, d["count"].as_u64().unwrap(), "{name}");
+                    assert!(uuids.windows(2).all(|w| w[0] < w[1]), "{name}");
                 }
                 ("GET_VALUES", Response::Values { values, .. }) => {
                     assert_eq!(values.len() as u64, d["count"].as_u64().unwrap(), "{name}");
@@ -1204,6 +1211,100 @@ fn range_answers_on_version_2_and_an_unknown_opcode_on_version_1() {
         other => panic!("{other:?}"),
     }
     assert_usable(&mut v1, "after 0x04 on version 1");
+}
+
+#[test]
+fn uuids_on_version_4_are_the_shards_ids_as_version_7_uuids() {
+    let node = NodeProc::start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--workers-per-shard",
+        "2",
+    ]);
+    let mut c = TestConn::open_version(node.addr, 4);
+    let hello = *c.hello();
+    assert_eq!(hello.version, 4);
+    let layout = hello.layout().unwrap();
+    let before = c.get_ids(3).unwrap();
+    // A whole max_batch of UUIDs: the largest UUIDS frame (1 MiB) fits the version 4 limit.
+    c.send(&Request::GetUuids { count: 65_536 });
+    let uuids = match c.recv() {
+        Some(Response::Uuids(u)) => u,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(uuids.len(), 65_536);
+    assert!(
+        uuids.windows(2).all(|w| w[0] < w[1]),
+        "UUIDs increase on their connection"
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut last = before[2];
+    let mut randoms = HashSet::new();
+    for u in &uuids {
+        let d = layout.decode_uuid_v7(*u).expect("a UUID of this layout");
+        assert!(d.id.0 > last, "made from the shard's next IDs, in order");
+        last = d.id.0;
+        assert!(hello.workers.contains(d.parts.worker));
+        assert!(
+            d.parts.unix_ms.abs_diff(now_ms) < 10_000,
+            "{}",
+            d.parts.unix_ms
+        );
+        assert_eq!(d.random_bits, 52);
+        randoms.insert(d.random);
+    }
+    // 52 random bits each: 65 536 draws collide with probability about 2^-21.
+    assert!(randoms.len() >= 65_530, "{} distinct", randoms.len());
+    let after = c.get_ids(1).unwrap();
+    assert!(after[0] > last, "the IDs after them continue the order");
+
+    // GET_IDS's count rules; the connection stays usable.
+    for (count, want) in [
+        (0, Status::INVALID_COUNT),
+        (65_537, Status::BATCH_TOO_LARGE),
+    ] {
+        c.send(&Request::GetUuids { count });
+        match c.recv() {
+            Some(Response::Error { status, .. }) => assert_eq!(status, want),
+            other => panic!("{other:?}"),
+        }
+        assert_usable(&mut c, "after a refused GET_UUIDS");
+    }
+    // Pipelined UUIDs and IDs interleave in one order.
+    for _ in 0..50 {
+        c.send(&Request::GetUuids { count: 7 });
+        c.send(&Request::GetIds { count: 5 });
+    }
+    for _ in 0..50 {
+        let Some(Response::Uuids(u)) = c.recv() else {
+            panic!("UUIDS expected")
+        };
+        for x in u {
+            let id = layout.decode_uuid_v7(x).unwrap().id.0;
+            assert!(id > last);
+            last = id;
+        }
+        let Some(Response::Ids(ids)) = c.recv() else {
+            panic!("IDS expected")
+        };
+        assert!(ids[0] > last);
+        last = ids[4];
+    }
+
+    // A version 3 connection does not know opcode 0x06.
+    let mut v3 = TestConn::open_version(node.addr, 3);
+    assert_eq!(v3.hello.unwrap().version, 3);
+    v3.send(&Request::GetUuids { count: 1 });
+    match v3.recv() {
+        Some(Response::Error { status, .. }) => assert_eq!(status, Status::UNKNOWN_OPCODE),
+        other => panic!("{other:?}"),
+    }
+    assert_usable(&mut v3, "after 0x06 on version 3");
 }
 
 /// Drives `node` with `conns` connections, each keeping `in_flight` requests of `count` IDs

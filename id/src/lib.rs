@@ -8,6 +8,7 @@
 //! | [`WorkerRange`] | a contiguous range of worker IDs, `first .. first + count` |
 //! | [`forms`] | the text forms: decimal, base62, Crockford base32 |
 //! | [`Bounds`] | the IDs of a time interval, for range queries ([`Layout::bounds`], [`TimeError`]) |
+//! | [`Layout::uuid_v7`], [`Layout::decode_uuid_v7`] | an ID as a version 7 UUID whose worker and sequence make it unique ([`UuidError`], [`UuidParts`]) |
 //!
 //! No dependencies, no I/O, no clock: time is passed in where it matters
 //! ([`Layout::check_epoch`]).
@@ -32,6 +33,7 @@ use std::fmt;
 mod bounds;
 pub mod forms;
 mod layout;
+mod uuid;
 
 pub use bounds::{Bounds, TimeError};
 
@@ -40,6 +42,7 @@ pub use layout::{
     Layout, LayoutError, Parts, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS,
     DEFAULT_WORKER_BITS, PAYLOAD_BITS,
 };
+pub use uuid::{UuidError, UuidParts, MAX_UUID_UNIX_MS, UUID_PAYLOAD_BITS, UUID_VERSION};
 
 /// A 64-bit ID. The sign bit is always zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

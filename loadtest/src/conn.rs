@@ -704,6 +704,13 @@ impl State<'_> {
                     self.inflight.push_front((sent, measured));
                     return Some(self.malformed(&format!("unexpected PONG {token}"), &conn.rbuf));
                 }
+                Answer::Uuids(uuids) => {
+                    // Never asked for: the load tester sends no GET_UUIDS.
+                    self.inflight.push_front((sent, measured));
+                    return Some(
+                        self.malformed(&format!("unexpected UUIDS of {}", uuids.len()), &conn.rbuf),
+                    );
+                }
             }
             conn.rbuf.advance(used);
         }

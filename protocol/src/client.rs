@@ -53,9 +53,9 @@ use bytes::BufMut;
 use idgen_id::Layout;
 
 use crate::{
-    decode_response, encode_request, max_response_frame, FrameError, IdsRef, RangesRef, Request,
-    ResponseRef, SeqName, ServerHello, Status, ValuesRef, MAX_SUPPORTED_VERSION,
-    MIN_SUPPORTED_VERSION,
+    decode_response, encode_request, max_response_frame, max_response_frame_for, FrameError,
+    IdsRef, RangesRef, Request, ResponseRef, SeqName, ServerHello, Status, UuidsRef, ValuesRef,
+    MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION,
 };
 
 /// Bytes of a HELLO frame (length prefix included).
@@ -258,6 +258,8 @@ pub enum Awaits {
     Pong(u64),
     /// VALUES of exactly this many values of the named sequence (version 3).
     Values(u32, SeqName),
+    /// UUIDS of exactly this many UUIDs (version 4).
+    Uuids(u32),
 }
 
 impl Awaits {
@@ -269,6 +271,7 @@ impl Awaits {
             Request::GetRanges { count } => Some(Awaits::Ranges(count)),
             Request::Ping { token } => Some(Awaits::Pong(token)),
             Request::GetValues { count, name } => Some(Awaits::Values(count, name)),
+            Request::GetUuids { count } => Some(Awaits::Uuids(count)),
             Request::Hello { .. } => None,
         }
     }
@@ -279,6 +282,7 @@ impl Awaits {
             Awaits::Ranges(n) => format!("in answer to GET_RANGES of {n}"),
             Awaits::Pong(t) => format!("in answer to PING {t}"),
             Awaits::Values(n, name) => format!("in answer to GET_VALUES of {n} of {name}"),
+            Awaits::Uuids(n) => format!("in answer to GET_UUIDS of {n}"),
         }
     }
 }
@@ -295,6 +299,8 @@ pub enum Answer<'a> {
     /// The values asked for with GET_VALUES (exactly the requested count, strictly
     /// increasing).
     Values(ValuesRef<'a>),
+    /// The UUIDs asked for with GET_UUIDS (exactly the requested count, strictly increasing).
+    Uuids(UuidsRef<'a>),
     /// An ERROR, with what to do next. After one that [closes](After::closes), nothing more
     /// is answered on the connection.
     Refused(Refusal<'a>),
@@ -319,7 +325,7 @@ impl ClientConn {
         ClientConn {
             hello,
             layout,
-            max_frame: max_response_frame(hello.max_batch),
+            max_frame: max_response_frame_for(hello.version, hello.max_batch),
             outstanding: VecDeque::new(),
             closed: false,
             exact_counts: true,
@@ -353,6 +359,11 @@ impl ClientConn {
         self.hello.version >= 3
     }
 
+    /// Whether GET_UUIDS may be sent (protocol version 4 or later).
+    pub const fn uuids(&self) -> bool {
+        self.hello.version >= 4
+    }
+
     /// The largest response frame accepted (from the announced `max_batch`).
     pub const fn max_frame(&self) -> u32 {
         self.max_frame
@@ -384,6 +395,11 @@ impl ClientConn {
         self.encode(Awaits::Values(count, name), buf);
     }
 
+    /// Encodes GET_UUIDS of `count` (version 4) and awaits its UUIDS.
+    pub fn get_uuids<B: BufMut + ?Sized>(&mut self, count: u32, buf: &mut B) {
+        self.encode(Awaits::Uuids(count), buf);
+    }
+
     /// Encodes PING with `token` and awaits its PONG.
     pub fn ping<B: BufMut + ?Sized>(&mut self, token: u64, buf: &mut B) {
         self.encode(Awaits::Pong(token), buf);
@@ -396,6 +412,7 @@ impl ClientConn {
             Awaits::Ranges(count) => Request::GetRanges { count },
             Awaits::Pong(token) => Request::Ping { token },
             Awaits::Values(count, name) => Request::GetValues { count, name },
+            Awaits::Uuids(count) => Request::GetUuids { count },
         };
         encode_request(&request, buf);
         self.sent(awaits);
@@ -443,6 +460,11 @@ impl ClientConn {
             {
                 Answer::Values(values)
             }
+            (Awaits::Uuids(n), ResponseRef::Uuids(uuids))
+                if uuids.len() == n as usize || !self.exact_counts =>
+            {
+                Answer::Uuids(uuids)
+            }
             (_, ResponseRef::Error { status, message }) => {
                 let refusal = Refusal::new(status, message);
                 self.closed = refusal.after.closes();
@@ -464,6 +486,7 @@ pub const fn response_name(response: &ResponseRef<'_>) -> &'static str {
         ResponseRef::Error { .. } => "ERROR",
         ResponseRef::Ranges(_) => "RANGES",
         ResponseRef::Values(_) => "VALUES",
+        ResponseRef::Uuids(_) => "UUIDS",
     }
 }
 
@@ -472,6 +495,7 @@ fn describe(response: &ResponseRef<'_>) -> String {
         ResponseRef::Ids(ids) => format!("IDS of {}", ids.len()),
         ResponseRef::Ranges(runs) => format!("RANGES of {}", runs.total()),
         ResponseRef::Values(v) => format!("VALUES of {}", v.len()),
+        ResponseRef::Uuids(u) => format!("UUIDS of {}", u.len()),
         ResponseRef::Pong(t) => format!("PONG {t}"),
         ResponseRef::Error { status, .. } => format!("ERROR {status}"),
         ResponseRef::HelloOk(_) => "HELLO_OK".into(),
@@ -589,15 +613,16 @@ mod tests {
 
     #[test]
     fn answers_are_matched_in_order() {
-        let mut conn = open(3);
-        assert!(conn.values());
+        let mut conn = open(4);
+        assert!(conn.values() && conn.uuids());
         let orders: SeqName = "orders".parse().unwrap();
         let mut out = Vec::new();
         conn.get_ids(2, &mut out);
         conn.get_ranges(5, &mut out);
         conn.ping(77, &mut out);
         conn.get_values(orders, 3, &mut out);
-        assert_eq!(conn.outstanding(), 4);
+        conn.get_uuids(2, &mut out);
+        assert_eq!(conn.outstanding(), 5);
         let mut expected = Vec::new();
         encode_request(&Request::GetIds { count: 2 }, &mut expected);
         encode_request(&Request::GetRanges { count: 5 }, &mut expected);
@@ -609,6 +634,7 @@ mod tests {
             },
             &mut expected,
         );
+        encode_request(&Request::GetUuids { count: 2 }, &mut expected);
         assert_eq!(out, expected);
 
         let mut wire = Vec::new();
@@ -616,6 +642,12 @@ mod tests {
         encode_ranges(&[(100, 3), (200, 2)], &mut wire);
         encode_pong(77, &mut wire);
         crate::encode_values(crate::SeqMode::Dense, &[5, 6, 7], &mut wire);
+        let layout = Layout::default();
+        let uuids = [
+            layout.uuid_v7(1u64, 9).unwrap(),
+            layout.uuid_v7(2u64, 3).unwrap(),
+        ];
+        crate::encode_uuids(&uuids, &mut wire);
         let mut at = 0;
         let mut got = Vec::new();
         while let Some((answer, used)) = conn.decode(&wire[at..]).unwrap() {
@@ -624,13 +656,20 @@ mod tests {
                 Answer::Ranges(r) => format!("ranges {}", r.total()),
                 Answer::Pong(t) => format!("pong {t}"),
                 Answer::Values(v) => format!("values {:?}", v.to_vec()),
+                Answer::Uuids(u) => format!("uuids {}", u.len()),
                 Answer::Refused(r) => format!("refused {}", r.status),
             });
             at += used;
         }
         assert_eq!(
             got,
-            ["ids [10, 11]", "ranges 5", "pong 77", "values [5, 6, 7]"]
+            [
+                "ids [10, 11]",
+                "ranges 5",
+                "pong 77",
+                "values [5, 6, 7]",
+                "uuids 2"
+            ]
         );
         assert_eq!((at, conn.outstanding()), (wire.len(), 0));
     }

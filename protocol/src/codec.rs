@@ -12,8 +12,9 @@ use bytes::{Buf, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{
-    decode_request_for, decode_response, encode_ids, encode_request, max_response_frame, Decoded,
-    FrameError, Limits, Request, Response, ResponseRef, ServerConnState, Status, WorkersBeyondWire,
+    decode_request_for, decode_response, encode_ids, encode_request, max_response_frame,
+    max_response_frame_for, Decoded, FrameError, Limits, Request, Response, ResponseRef,
+    ServerConnState, Status, WorkersBeyondWire,
 };
 
 /// Error of both codecs.
@@ -170,7 +171,7 @@ impl Decoder for ClientCodec {
             }
             Some((response, consumed)) => {
                 if let ResponseRef::HelloOk(h) = response {
-                    self.max_frame = max_response_frame(h.max_batch);
+                    self.max_frame = max_response_frame_for(h.version, h.max_batch);
                 }
                 let owned = response.into_owned();
                 src.advance(consumed);

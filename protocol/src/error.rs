@@ -84,6 +84,11 @@ pub enum FrameError {
     /// of 0 or with the top bit set, values not strictly increasing).
     #[error("VALUES frame: {0}")]
     BadValues(&'static str),
+    /// A UUIDS frame that breaks its rules (count 0 or disagreeing with the length, a UUID
+    /// whose version is not 7 or whose variant is not RFC 9562's, UUIDs not strictly
+    /// increasing).
+    #[error("UUIDS frame: {0}")]
+    BadUuids(&'static str),
     /// A HELLO_OK whose layout is impossible (bits do not sum to 63, or region bits exceed
     /// worker bits).
     #[error("HELLO_OK layout is invalid: timestamp {timestamp_bits} + worker {worker_bits} + sequence {sequence_bits} bits (region {region_bits})")]
@@ -117,6 +122,7 @@ impl FrameError {
             | FrameError::InvalidUtf8
             | FrameError::BadRanges(_)
             | FrameError::BadValues(_)
+            | FrameError::BadUuids(_)
             | FrameError::BadLayout { .. } => Status::BAD_FRAME,
         }
     }

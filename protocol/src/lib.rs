@@ -73,27 +73,28 @@ mod status;
 pub use error::{FrameError, WorkersBeyondWire};
 pub use request::{
     decode_request, decode_request_for, encode_request, Decoded, Request, SeqName, SeqNameError,
-    ServerConnState, GET_IDS_LEN, GET_RANGES_LEN, GET_VALUES_MAX_LEN, GET_VALUES_MIN_LEN,
-    HELLO_LEN, MAX_SEQ_NAME_LEN, MAX_VALUES_PER_CALL, PING_LEN,
+    ServerConnState, GET_IDS_LEN, GET_RANGES_LEN, GET_UUIDS_LEN, GET_VALUES_MAX_LEN,
+    GET_VALUES_MIN_LEN, HELLO_LEN, MAX_SEQ_NAME_LEN, MAX_VALUES_PER_CALL, PING_LEN,
 };
 pub use response::{
     decode_response, encode_error, encode_hello_ok, encode_ids, encode_ids_header, encode_pong,
-    encode_ranges, encode_values, encode_values_header, max_response_frame, truncate_message,
-    IdsIter, IdsRef, RangesIter, RangesRef, Response, ResponseRef, SeqMode, ServerHello, ValuesRef,
-    HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, MAX_VALUES_PER_FRAME,
-    PONG_LEN,
+    encode_ranges, encode_uuids, encode_uuids_header, encode_values, encode_values_header,
+    max_response_frame, max_response_frame_for, truncate_message, IdsIter, IdsRef, RangesIter,
+    RangesRef, Response, ResponseRef, SeqMode, ServerHello, UuidsIter, UuidsRef, ValuesRef,
+    HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, MAX_UUIDS_PER_FRAME,
+    MAX_VALUES_PER_FRAME, PONG_LEN,
 };
 pub use status::{Status, StatusInfo};
 
 // Re-exported because `ServerHello` hands these out: its users need no `idgen-id` of their own.
 /// The ID model HELLO_OK announces ([`ServerHello::layout`], [`ServerHello::workers`]).
-pub use idgen_id::{Layout, LayoutError, Parts, WorkerRange};
+pub use idgen_id::{Layout, LayoutError, Parts, UuidError, UuidParts, WorkerRange};
 
 /// Magic bytes at the start of the HELLO payload.
 pub const MAGIC: [u8; 4] = *b"IDGN";
 /// The newest protocol version this crate implements (version 2 adds GET_RANGES/RANGES,
-/// version 3 GET_VALUES/VALUES: named sequences).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// version 3 GET_VALUES/VALUES: named sequences, version 4 GET_UUIDS/UUIDS: version 7 UUIDs).
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Lowest version this implementation can speak.
 pub const MIN_SUPPORTED_VERSION: u16 = 1;
 /// Highest version this implementation can speak.
@@ -109,6 +110,8 @@ pub const OP_PING: u8 = 0x03;
 pub const OP_GET_RANGES: u8 = 0x04;
 /// Request opcode `GET_VALUES` (version 3; earlier versions decode it as an unknown opcode).
 pub const OP_GET_VALUES: u8 = 0x05;
+/// Request opcode `GET_UUIDS` (version 4; earlier versions decode it as an unknown opcode).
+pub const OP_GET_UUIDS: u8 = 0x06;
 /// The former name of [`OP_GET_RANGES`], from when version 1 only reserved it.
 pub const OP_GET_RANGES_RESERVED: u8 = OP_GET_RANGES;
 /// Response opcode `HELLO_OK`.
@@ -121,6 +124,8 @@ pub const OP_PONG: u8 = 0x83;
 pub const OP_RANGES: u8 = 0x84;
 /// Response opcode `VALUES` (version 3).
 pub const OP_VALUES: u8 = 0x85;
+/// Response opcode `UUIDS` (version 4).
+pub const OP_UUIDS: u8 = 0x86;
 /// Response opcode `ERROR`.
 pub const OP_ERROR: u8 = 0xFF;
 
@@ -204,12 +209,14 @@ mod tests {
     #[test]
     fn negotiation() {
         assert_eq!(negotiate_version(1, 1), Some(1));
-        assert_eq!(negotiate_version(0, 7), Some(3));
-        assert_eq!(negotiate_version(1, u16::MAX), Some(3));
-        assert_eq!(negotiate_version(2, 7), Some(3));
+        assert_eq!(negotiate_version(0, 7), Some(4));
+        assert_eq!(negotiate_version(1, u16::MAX), Some(4));
+        assert_eq!(negotiate_version(2, 7), Some(4));
+        assert_eq!(negotiate_version(1, 3), Some(3));
+        assert_eq!(negotiate_version(4, 4), Some(4));
         assert_eq!(negotiate_version(1, 2), Some(2));
         assert_eq!(negotiate_version(3, 3), Some(3));
-        assert_eq!(negotiate_version(4, 7), None);
+        assert_eq!(negotiate_version(5, 7), None);
         assert_eq!(negotiate_version(0, 0), None);
         assert_eq!(negotiate_version(1, 0), None);
     }

@@ -5,7 +5,8 @@ use bytes::BufMut;
 
 use crate::{
     negotiate_version, FrameError, Limits, Status, MAGIC, MAX_SUPPORTED_VERSION,
-    MIN_SUPPORTED_VERSION, OP_GET_IDS, OP_GET_RANGES, OP_GET_VALUES, OP_HELLO, OP_PING,
+    MIN_SUPPORTED_VERSION, OP_GET_IDS, OP_GET_RANGES, OP_GET_UUIDS, OP_GET_VALUES, OP_HELLO,
+    OP_PING,
 };
 
 /// The longest sequence name GET_VALUES carries.
@@ -120,6 +121,12 @@ pub enum Request {
         /// The sequence.
         name: SeqName,
     },
+    /// `0x06 GET_UUIDS` (version 4): ask for `count` version 7 UUIDs, each made from one ID
+    /// the connection's shard issues (UUIDS).
+    GetUuids {
+        /// Number of UUIDs requested.
+        count: u32,
+    },
 }
 
 /// What [`decode_request`] found in one well-formed frame.
@@ -147,6 +154,8 @@ pub const GET_IDS_LEN: u32 = 5;
 pub const PING_LEN: u32 = 9;
 /// Fixed frame length of GET_RANGES.
 pub const GET_RANGES_LEN: u32 = 5;
+/// Fixed frame length of GET_UUIDS.
+pub const GET_UUIDS_LEN: u32 = 5;
 /// Shortest frame length of GET_VALUES (a one-byte name).
 pub const GET_VALUES_MIN_LEN: u32 = 6;
 /// Longest frame length of GET_VALUES (a 64-byte name).
@@ -173,7 +182,8 @@ pub fn decode_request(buf: &[u8], limits: &Limits) -> Result<Option<(Decoded, us
 }
 
 /// [`decode_request`] for a connection speaking protocol `version` (the one negotiated by
-/// HELLO; 1 before the handshake). Version 2 adds GET_RANGES, version 3 GET_VALUES.
+/// HELLO; 1 before the handshake). Version 2 adds GET_RANGES, version 3 GET_VALUES, version 4
+/// GET_UUIDS.
 pub fn decode_request_for(
     buf: &[u8],
     limits: &Limits,
@@ -181,6 +191,7 @@ pub fn decode_request_for(
 ) -> Result<Option<(Decoded, usize)>, FrameError> {
     let ranges = version >= 2;
     let values = version >= 3;
+    let uuids = version >= 4;
     let Some(&[a, b, c, d]) = buf.get(..4) else {
         return Ok(None);
     };
@@ -202,6 +213,7 @@ pub fn decode_request_for(
         OP_GET_IDS => Some((GET_IDS_LEN, "5")),
         OP_PING => Some((PING_LEN, "9")),
         OP_GET_RANGES if ranges => Some((GET_RANGES_LEN, "5")),
+        OP_GET_UUIDS if uuids => Some((GET_UUIDS_LEN, "5")),
         _ => None,
     };
     if let Some((want, expected)) = fixed {
@@ -272,6 +284,22 @@ pub fn decode_request_for(
                 Decoded::Request(Request::GetRanges { count })
             }
         }
+        OP_GET_UUIDS if uuids => {
+            let count = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+            if count == 0 {
+                Decoded::Reject {
+                    status: Status::INVALID_COUNT,
+                    message: "GET_UUIDS count must be at least 1",
+                }
+            } else if count > limits.max_batch {
+                Decoded::Reject {
+                    status: Status::BATCH_TOO_LARGE,
+                    message: "GET_UUIDS count exceeds max_batch",
+                }
+            } else {
+                Decoded::Request(Request::GetUuids { count })
+            }
+        }
         OP_GET_VALUES if values => {
             let count = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
             if count == 0 {
@@ -338,6 +366,11 @@ pub fn encode_request<B: BufMut + ?Sized>(request: &Request, buf: &mut B) {
             buf.put_u8(OP_GET_RANGES);
             buf.put_u32(count);
         }
+        Request::GetUuids { count } => {
+            buf.put_u32(GET_UUIDS_LEN);
+            buf.put_u8(OP_GET_UUIDS);
+            buf.put_u32(count);
+        }
         Request::GetValues { count, name } => {
             let name = name.as_bytes();
             // At most 64 bytes: fits.
@@ -362,6 +395,7 @@ impl Request {
             Request::GetIds { .. } => GET_IDS_LEN as usize,
             Request::Ping { .. } => PING_LEN as usize,
             Request::GetRanges { .. } => GET_RANGES_LEN as usize,
+            Request::GetUuids { .. } => GET_UUIDS_LEN as usize,
             Request::GetValues { name, .. } => 5 + name.len as usize,
         }
     }
@@ -718,6 +752,49 @@ mod tests {
     }
 
     #[test]
+    fn get_uuids_exists_only_from_version_4() {
+        let mut wire = Vec::new();
+        encode_request(&Request::GetUuids { count: 7 }, &mut wire);
+        assert_eq!(wire, [0, 0, 0, 5, 0x06, 0, 0, 0, 7]);
+        assert_eq!(wire.len(), Request::GetUuids { count: 7 }.encoded_len());
+        assert_eq!(
+            decode_request_for(&wire, &L, 4),
+            Ok(Some((Decoded::Request(Request::GetUuids { count: 7 }), 9)))
+        );
+        // Versions 1 to 3: an unknown opcode, skipped, connection kept.
+        for v in 1..=3 {
+            assert!(matches!(
+                decode_request_for(&wire, &L, v),
+                Ok(Some((
+                    Decoded::Reject {
+                        status: Status::UNKNOWN_OPCODE,
+                        ..
+                    },
+                    9
+                )))
+            ));
+        }
+        // Version 4 enforces its length as soon as the opcode arrives, and GET_IDS's count rules.
+        for long in [&[0u8, 0, 0, 6, 0x06][..], &[0, 0, 0, 4, 0x06]] {
+            assert!(matches!(
+                decode_request_for(long, &L, 4),
+                Err(FrameError::WrongLength { opcode: 0x06, .. })
+            ));
+        }
+        for (count, status) in [
+            (0u32, Status::INVALID_COUNT),
+            (65_537, Status::BATCH_TOO_LARGE),
+        ] {
+            let mut w = Vec::new();
+            encode_request(&Request::GetUuids { count }, &mut w);
+            assert!(matches!(
+                decode_request_for(&w, &L, 4),
+                Ok(Some((Decoded::Reject { status: s, .. }, 9))) if s == status
+            ));
+        }
+    }
+
+    #[test]
     fn sequence_names_follow_the_rule() {
         for good in ["a", "0", "invoice.tenant-42", "a_b", &"z".repeat(64)] {
             let n: SeqName = good.parse().unwrap();
@@ -762,8 +839,8 @@ mod tests {
         assert_eq!(s.check(&hello), Ok(()));
         assert_eq!(
             s.version(),
-            Some(3),
-            "0..=3 picks the highest common version"
+            Some(4),
+            "1..=9 picks the highest common version"
         );
         assert_eq!(s.check(&get), Ok(()));
         assert_eq!(s.check(&reject), Ok(()));
@@ -774,7 +851,7 @@ mod tests {
 
     #[test]
     fn conn_state_version_mismatch() {
-        for (min, max) in [(4, 5), (0, 0), (3, 1), (1, 0)] {
+        for (min, max) in [(5, 6), (0, 0), (3, 1), (1, 0)] {
             let mut s = ServerConnState::new();
             let e = s
                 .check(&Decoded::Request(Request::Hello {

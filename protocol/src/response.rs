@@ -6,7 +6,7 @@ use idgen_id::{Layout, Parts, WorkerRange};
 
 use crate::{
     FrameError, Status, WorkersBeyondWire, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG, OP_RANGES,
-    OP_VALUES,
+    OP_UUIDS, OP_VALUES,
 };
 
 /// Fixed frame length (opcode + payload) of HELLO_OK.
@@ -39,6 +39,91 @@ pub const fn max_response_frame(max_batch: u32) -> u32 {
         frame as u32
     }
 }
+
+/// Largest response frame length a client must accept on a connection that negotiated
+/// `version` with a server whose HELLO_OK announced `max_batch`: [`max_response_frame`], and
+/// from version 4 at least `5 + 16 * max_batch` (a UUIDS frame of `max_batch` UUIDs),
+/// saturating.
+pub const fn max_response_frame_for(version: u16, max_batch: u32) -> u32 {
+    let base = max_response_frame(max_batch);
+    if version < 4 {
+        return base;
+    }
+    let uuids = 5u64 + 16 * max_batch as u64;
+    if uuids <= base as u64 {
+        base
+    } else if uuids > u32::MAX as u64 {
+        u32::MAX
+    } else {
+        uuids as u32
+    }
+}
+
+/// Largest UUID count that fits in one UUIDS frame (its length must fit a `u32`).
+pub const MAX_UUIDS_PER_FRAME: u32 = (u32::MAX - 5) / 16;
+
+/// The UUIDs of a UUIDS frame (version 4), borrowed from the receive buffer and validated:
+/// each a version 7 UUID of RFC 9562's variant, strictly increasing. Each is 16 bytes in the
+/// RFC's (big-endian) byte order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UuidsRef<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> UuidsRef<'a> {
+    /// Number of UUIDs (at least 1 in a decoded frame).
+    pub const fn len(&self) -> usize {
+        self.bytes.len() / 16
+    }
+    /// Always `false` for a decoded frame.
+    pub const fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+    /// The UUIDs in order.
+    pub fn iter(&self) -> UuidsIter<'a> {
+        UuidsIter {
+            chunks: self.bytes.chunks_exact(16),
+        }
+    }
+    /// The UUIDs as a new vector.
+    pub fn to_vec(&self) -> Vec<[u8; 16]> {
+        self.iter().collect()
+    }
+    /// The raw payload bytes (`16 * len()` bytes).
+    pub const fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+impl std::fmt::Debug for UuidsRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(u128::from_be_bytes))
+            .finish()
+    }
+}
+
+/// Iterator over the UUIDs of a [`UuidsRef`].
+#[derive(Debug, Clone)]
+pub struct UuidsIter<'a> {
+    chunks: std::slice::ChunksExact<'a, u8>,
+}
+
+impl Iterator for UuidsIter<'_> {
+    type Item = [u8; 16];
+    fn next(&mut self) -> Option<[u8; 16]> {
+        self.chunks.next().map(|c| {
+            let mut u = [0u8; 16];
+            u.copy_from_slice(c);
+            u
+        })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.chunks.size_hint()
+    }
+}
+
+impl ExactSizeIterator for UuidsIter<'_> {}
 
 /// The HELLO_OK payload: negotiated version, ID layout, and this connection's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -281,6 +366,8 @@ pub enum ResponseRef<'a> {
     Ranges(RangesRef<'a>),
     /// `0x85 VALUES` (version 3): the requested values of a named sequence.
     Values(ValuesRef<'a>),
+    /// `0x86 UUIDS` (version 4): the requested version 7 UUIDs.
+    Uuids(UuidsRef<'a>),
 }
 
 /// The runs of a RANGES frame, validated: each run non-empty, runs strictly increasing and
@@ -354,6 +441,7 @@ impl ResponseRef<'_> {
                 mode: v.mode(),
                 values: v.to_vec(),
             },
+            ResponseRef::Uuids(u) => Response::Uuids(u.to_vec()),
         }
     }
 }
@@ -384,6 +472,8 @@ pub enum Response {
         /// The values, strictly increasing.
         values: Vec<u64>,
     },
+    /// `0x86 UUIDS` (version 4): version 7 UUIDs (non-empty when encoded).
+    Uuids(Vec<[u8; 16]>),
 }
 
 impl Response {
@@ -397,6 +487,7 @@ impl Response {
             Response::Error { status, message } => encode_error(*status, message, buf),
             Response::Ranges(runs) => encode_ranges(runs, buf),
             Response::Values { mode, values } => encode_values(*mode, values, buf),
+            Response::Uuids(uuids) => encode_uuids(uuids, buf),
         }
         Ok(())
     }
@@ -508,6 +599,33 @@ pub fn encode_values<B: BufMut + ?Sized>(mode: SeqMode, values: &[u64], buf: &mu
     }
 }
 
+/// Encode the 9-byte head of a UUIDS frame (version 4: length, opcode, count); the caller
+/// appends exactly `count` UUIDs of 16 bytes.
+///
+/// # Panics
+/// If `count` is 0 or above [`MAX_UUIDS_PER_FRAME`]: UUIDS is never sent empty.
+pub fn encode_uuids_header<B: BufMut + ?Sized>(count: u32, buf: &mut B) {
+    assert!(
+        (1..=MAX_UUIDS_PER_FRAME).contains(&count),
+        "UUIDS count {count} out of range 1..={MAX_UUIDS_PER_FRAME}"
+    );
+    buf.put_u32(5 + 16 * count);
+    buf.put_u8(OP_UUIDS);
+    buf.put_u32(count);
+}
+
+/// Encode a complete UUIDS frame (version 4).
+///
+/// # Panics
+/// Like [`encode_uuids_header`], if `uuids` is empty or too long.
+pub fn encode_uuids<B: BufMut + ?Sized>(uuids: &[[u8; 16]], buf: &mut B) {
+    let count = u32::try_from(uuids.len()).unwrap_or(u32::MAX);
+    encode_uuids_header(count, buf);
+    for u in uuids {
+        buf.put_slice(u);
+    }
+}
+
 /// Encode a PONG frame echoing `token`.
 pub fn encode_pong<B: BufMut + ?Sized>(token: u64, buf: &mut B) {
     buf.put_u32(PONG_LEN);
@@ -584,7 +702,10 @@ pub fn decode_response(
         OP_VALUES if length < 14 || (length - 6) % 8 != 0 => {
             return Err(wrong("6 + 8 * count with count >= 1"))
         }
-        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS | OP_RANGES | OP_VALUES => {}
+        OP_UUIDS if length < 21 || (length - 5) % 16 != 0 => {
+            return Err(wrong("5 + 16 * count with count >= 1"))
+        }
+        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS | OP_RANGES | OP_VALUES | OP_UUIDS => {}
         _ => return Err(FrameError::UnknownResponseOpcode(opcode)),
     }
     if opcode == OP_IDS {
@@ -593,6 +714,16 @@ pub fn decode_response(
             let count = u32::from_be_bytes([a, b, c, d]);
             if count != (length - 5) / 8 {
                 return Err(FrameError::IdsCountMismatch { count, length });
+            }
+        }
+    }
+    if opcode == OP_UUIDS {
+        if let Some(&[a, b, c, d]) = buf.get(5..9) {
+            let count = u32::from_be_bytes([a, b, c, d]);
+            if count != (length - 5) / 16 {
+                return Err(FrameError::BadUuids(
+                    "count disagrees with the frame length",
+                ));
             }
         }
     }
@@ -646,6 +777,23 @@ pub fn decode_response(
             ResponseRef::Ids(IdsRef { bytes })
         }
         OP_PONG => ResponseRef::Pong(be_u64(p)),
+        OP_UUIDS => {
+            let bytes = &p[4..];
+            let mut previous: Option<&[u8]> = None;
+            for u in bytes.chunks_exact(16) {
+                if u[6] >> 4 != 7 {
+                    return Err(FrameError::BadUuids("a UUID's version is not 7"));
+                }
+                if u[8] >> 6 != 0b10 {
+                    return Err(FrameError::BadUuids("a UUID's variant is not RFC 9562's"));
+                }
+                if previous.is_some_and(|prev| prev >= u) {
+                    return Err(FrameError::BadUuids("UUIDs are not strictly increasing"));
+                }
+                previous = Some(u);
+            }
+            ResponseRef::Uuids(UuidsRef { bytes })
+        }
         OP_VALUES => {
             let mode = SeqMode::of_byte(p[0]).unwrap_or(SeqMode::Dense);
             let bytes = &p[5..];
@@ -1038,8 +1186,60 @@ mod tests {
     }
 
     #[test]
+    fn uuids_frames_are_checked() {
+        let layout = Layout::default();
+        let u = |id: u64| layout.uuid_v7(id, 0xABCD).unwrap();
+        round_trip(Response::Uuids(vec![u(1)]));
+        round_trip(Response::Uuids(vec![u(1), u(2), u(1 << 40)]));
+        let mut b = Vec::new();
+        encode_uuids(&[u(1), u(2)], &mut b);
+        assert_eq!(&b[..9], [0, 0, 0, 37, 0x86, 0, 0, 0, 2]);
+        let limit = max_response_frame_for(4, 65536);
+        assert_eq!(limit, 5 + 16 * 65536);
+        assert_eq!(max_response_frame_for(3, 65536), max_response_frame(65536));
+        assert_eq!(max_response_frame_for(4, 0), 258);
+        assert_eq!(max_response_frame_for(4, u32::MAX), u32::MAX);
+        let bad = |bytes: &[u8], why: &str| {
+            assert_eq!(
+                decode_response(bytes, limit),
+                Err(FrameError::BadUuids(match why {
+                    "version" => "a UUID's version is not 7",
+                    "variant" => "a UUID's variant is not RFC 9562's",
+                    "order" => "UUIDs are not strictly increasing",
+                    _ => "count disagrees with the frame length",
+                }))
+            )
+        };
+        // A version 4 UUID, a wrong variant, out of order, equal, a count that disagrees.
+        let mut v4 = b.clone();
+        v4[9 + 6] = 0x40 | (v4[9 + 6] & 0x0F);
+        bad(&v4, "version");
+        let mut variant = b.clone();
+        variant[9 + 16 + 8] &= 0x3F;
+        bad(&variant, "variant");
+        let mut back = Vec::new();
+        encode_uuids(&[u(2), u(1)], &mut back);
+        bad(&back, "order");
+        let mut same = Vec::new();
+        encode_uuids(&[u(2), u(2)], &mut same);
+        bad(&same, "order");
+        let mut count = b.clone();
+        count[8] = 3;
+        bad(&count[..9], "count");
+        // Lengths that are not 5 + 16 * count with count >= 1, from the opcode alone.
+        for length in [5u32, 20, 22, 36] {
+            let mut w = length.to_be_bytes().to_vec();
+            w.push(0x86);
+            assert!(matches!(
+                decode_response(&w, limit),
+                Err(FrameError::WrongLength { opcode: 0x86, .. })
+            ));
+        }
+    }
+
+    #[test]
     fn unknown_response_opcode() {
-        for op in [0x00u8, 0x01, 0x80, 0x86, 0xFE] {
+        for op in [0x00u8, 0x01, 0x80, 0x87, 0xFE] {
             assert_eq!(
                 decode_response(&[0, 0, 0, 1, op], MAX),
                 Err(FrameError::UnknownResponseOpcode(op))

@@ -11,12 +11,26 @@ use idgen_protocol::{
 use serde_json::Value;
 
 fn vectors() -> Vec<Value> {
-    let text = include_str!("vectors.json");
-    serde_json::from_str::<Value>(text)
-        .expect("vectors.json parses")
-        .as_array()
-        .expect("vectors.json is a list")
-        .clone()
+    // The shared vectors of versions 1 to 3, then version 4's (GET_UUIDS/UUIDS), kept apart
+    // so that clients of version 3 check the file they implement.
+    [
+        include_str!("vectors.json"),
+        include_str!("vectors_v4.json"),
+    ]
+    .iter()
+    .flat_map(|text| {
+        serde_json::from_str::<Value>(text)
+            .expect("the vectors parse")
+            .as_array()
+            .expect("the vectors are a list")
+            .clone()
+    })
+    .collect()
+}
+
+fn uuid_hex(v: &Value) -> [u8; 16] {
+    let bytes = unhex(v.as_str().expect("a UUID as 32 hex digits"));
+    bytes.try_into().expect("16 bytes")
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -55,6 +69,9 @@ fn request_from_json(d: &Value) -> Request {
         "PING" => Request::Ping {
             token: dec_u64(&d["token"]),
         },
+        "GET_UUIDS" => Request::GetUuids {
+            count: num(d, "count"),
+        },
         "GET_VALUES" => Request::GetValues {
             count: num(d, "count"),
             name: d["name"]
@@ -86,6 +103,14 @@ fn response_from_json(d: &Value) -> Response {
         }),
         "IDS" => Response::Ids(d["ids"].as_array().unwrap().iter().map(dec_u64).collect()),
         "PONG" => Response::Pong(dec_u64(&d["token"])),
+        "UUIDS" => Response::Uuids(
+            d["uuids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(uuid_hex)
+                .collect(),
+        ),
         "VALUES" => Response::Values {
             mode: match d["mode"].as_str().unwrap() {
                 "dense" => SeqMode::Dense,
@@ -273,6 +298,8 @@ fn vectors_cover_the_protocol() {
         "IDS",
         "PONG",
         "VALUES",
+        "GET_UUIDS",
+        "UUIDS",
         "ERROR",
     ] {
         assert!(ops.contains(op), "no vector decodes {op}");

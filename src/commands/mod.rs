@@ -131,10 +131,27 @@ impl InspectArgs {
     }
 }
 
-/// `idgen decode ID…`: one line per ID (or one JSON object per line with `--json`).
+/// `idgen decode ID…`: one line per ID (or one JSON object per line with `--json`). A version 7
+/// UUID idgen issued is decoded too: the ID it was made from, and its fields.
 pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<String>, String> {
     let mut out = Vec::with_capacity(ids.len());
     for text in ids {
+        if crate::node::admin::looks_like_uuid(text) {
+            let (u, parts) = crate::node::admin::parse_uuid(layout, text)?;
+            if as_json {
+                out.push(crate::node::admin::decoded_uuid_json(layout, &u, &parts).to_string());
+            } else {
+                let p = parts.parts;
+                let time = humantime::format_rfc3339_millis(
+                    std::time::UNIX_EPOCH + Duration::from_millis(p.unix_ms),
+                );
+                out.push(format!(
+                    "{u}  id={}  time={time}  region={}  worker={}  sequence={}",
+                    parts.id, p.region, p.worker, p.sequence
+                ));
+            }
+            continue;
+        }
         let id = crate::node::admin::parse_id(text)?;
         if id >= 1 << 63 {
             return Err(format!("{text}: the sign bit is set; not an idgen ID"));

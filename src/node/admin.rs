@@ -10,7 +10,7 @@
 //! | `GET /health/live` | 200 while the process answers |
 //! | `GET /health/ready` | 200 when the node should get traffic, else 503 with the reasons (JSON) |
 //! | `GET /layout` | the cluster layout, this node's worker range, the timestamp range left |
-//! | `GET /ids/{id}` | the ID decoded (decimal, or base62/base32 forms accepted) |
+//! | `GET /ids/{id}` | the ID decoded (decimal, or base62/base32 forms accepted); a version 7 UUID idgen issued is decoded too (the ID it was made from) |
 //!
 //! Every endpoint answers `HEAD` as it does `GET`, without the body; another method on one of
 //! these paths is 405 (`Allow: GET,HEAD`), any other path 404. IDs above 2^53 lose precision in
@@ -28,7 +28,7 @@ use super::state::NodeState;
 use super::tls::{ServerTls, TlsListener};
 use super::web::{self, error, Reply};
 use idgen_core::clock::{Clock, SystemClock};
-use idgen_id::{Id, Layout};
+use idgen_id::{Id, Layout, UuidParts};
 
 /// What the admin server answers from, shared by its connections.
 struct Admin {
@@ -259,6 +259,31 @@ pub fn decoded_json(layout: &Layout, id: u64) -> Value {
     })
 }
 
+/// Whether `text` is meant as a UUID rather than an ID: an ID's forms are at most 19
+/// characters, a UUID's text forms at least 32 (simple hex; hyphenated, braced and URN longer).
+pub fn looks_like_uuid(text: &str) -> bool {
+    text.trim().len() >= 32
+}
+
+/// Takes apart a UUID idgen issued (`POST /uuids`, GET_UUIDS) with the cluster's layout: the
+/// text parsed by the `uuid` crate (hyphenated, simple, braced or URN), then checked to be
+/// version 7 of RFC 9562's variant with a time the layout covers.
+pub fn parse_uuid(layout: &Layout, text: &str) -> Result<(uuid::Uuid, UuidParts), String> {
+    let t = text.trim();
+    let u = uuid::Uuid::try_parse(t).map_err(|e| format!("{t:?}: not a UUID: {e}"))?;
+    let parts = layout
+        .decode_uuid_v7(*u.as_bytes())
+        .map_err(|e| format!("{u}: {e}"))?;
+    Ok((u, parts))
+}
+
+/// The fields of a UUID idgen issued as JSON: the ID it was made from, decoded, and the UUID.
+pub fn decoded_uuid_json(layout: &Layout, u: &uuid::Uuid, parts: &UuidParts) -> Value {
+    let mut v = decoded_json(layout, parts.id.0);
+    v["uuid"] = json!(u.hyphenated().to_string());
+    v
+}
+
 fn decode_id(state: &NodeState, segment: &str) -> Reply {
     // Percent-decoded, as a path parameter is; a segment that is not UTF-8 once decoded is a
     // bad ID like any other.
@@ -268,6 +293,16 @@ fn decode_id(state: &NodeState, segment: &str) -> Reply {
             "the ID is not UTF-8 text: not a decimal, base62 (11 characters) or base32 (13 characters) ID",
         );
     };
+    if looks_like_uuid(&text) {
+        let layout = state.config.layout;
+        return match parse_uuid(&layout, &text) {
+            Ok((u, parts)) => web::json(
+                StatusCode::OK,
+                decoded_uuid_json(&layout, &u, &parts).to_string(),
+            ),
+            Err(e) => error(StatusCode::BAD_REQUEST, e),
+        };
+    }
     match parse_id(&text) {
         Ok(id) => web::json(
             StatusCode::OK,

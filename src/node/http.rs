@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `POST /ids` | `{"id": 123, "id_str": "123"}`; with `?format=string`: `{"id": "123"}` |
 //! | `POST /ids/batch` with `{"count": N}` | `{"ids": [..], "ids_str": [..]}`; with `?format=string`: `{"ids": ["..", ..]}` |
+//! | `POST /uuids` | `{"uuid": "019b71b4-4c7b-7800-8000-123456789abc"}`: a version 7 UUID made from the next ID (PROTOCOL.md §3.7) |
+//! | `POST /uuids/batch` with `{"count": N}` | `{"uuids": [..]}`, increasing |
 //! | `POST /seq/{name}` | `{"value": N, "value_str": "N"}`: the next value of a named sequence (`idgen seq create`) |
 //! | `POST /seq/{name}/batch` with `{"count": K}` | `{"values": [..], "values_str": [..]}` |
 //! | `GET /health/live` | `{"live": true}` while the shard answers (for load balancers in front of this address) |
@@ -41,12 +43,16 @@ use super::web::{self, error, Reply};
 use idgen_core::generator::Progress;
 use idgen_core::sequence::holder::{HoldError, Holder};
 use idgen_core::sequence::{SequenceError, SequenceName, MAX_BLOCK};
+use idgen_id::{Layout, UuidError};
+use rand::RngExt;
 
 /// Largest request body read (a batch request is `{"count": N}`).
 const MAX_BODY: usize = 4096;
 
 /// What an HTTP connection on a shard needs.
 pub(crate) struct HttpCtx {
+    /// The cluster's layout: what the UUIDs of `POST /uuids` are made with.
+    pub layout: Layout,
     pub gen: Rc<RefCell<Issuer>>,
     /// The node's named sequences (their reservations run on the control thread).
     pub sequences: Arc<Holder>,
@@ -107,6 +113,8 @@ async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
     let op = match (req.uri().path(), req.method()) {
         ("/ids", &Method::POST) => Some(Op::HttpIds),
         ("/ids/batch", &Method::POST) => Some(Op::HttpBatch),
+        ("/uuids", &Method::POST) => Some(Op::HttpUuids),
+        ("/uuids/batch", &Method::POST) => Some(Op::HttpUuidsBatch),
         _ => None,
     };
     let response = route(ctx, req).await;
@@ -149,6 +157,33 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
                 Err(e) => issue_error(ctx, &e),
             }
         }
+        ("/uuids", &Method::POST) => {
+            let mut out = Vec::with_capacity(48);
+            out.extend_from_slice(br#"{"uuid":"#);
+            match issue_uuids(ctx, 1, &mut out).await {
+                Ok(()) => {
+                    out.push(b'}');
+                    web::json(StatusCode::OK, out)
+                }
+                Err(e) => e,
+            }
+        }
+        ("/uuids/batch", &Method::POST) => {
+            let count = match batch_count(req.into_body(), ctx.max_batch, ctx.request_timeout).await
+            {
+                Ok(n) => n,
+                Err(e) => return e,
+            };
+            let mut out = Vec::with_capacity(12 + 39 * count as usize);
+            out.extend_from_slice(br#"{"uuids":["#);
+            match issue_uuids(ctx, count, &mut out).await {
+                Ok(()) => {
+                    out.extend_from_slice(b"]}");
+                    web::json(StatusCode::OK, out)
+                }
+                Err(e) => e,
+            }
+        }
         (path, method) if path.starts_with("/seq/") => {
             let Some((name, many)) = seq_path(path) else {
                 return error(
@@ -189,12 +224,12 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
         ("/health/live", &Method::GET | &Method::HEAD) => {
             web::json(StatusCode::OK, &br#"{"live":true}"#[..])
         }
-        ("/ids" | "/ids/batch", _) => web::not_allowed("POST", "POST"),
+        ("/ids" | "/ids/batch" | "/uuids" | "/uuids/batch", _) => web::not_allowed("POST", "POST"),
         ("/health/live", _) => web::not_allowed("GET, HEAD", "GET, HEAD"),
         _ => error(
             StatusCode::NOT_FOUND,
-            "no such endpoint on the HTTP ID API: POST /ids, POST /ids/batch, POST /seq/{name}, \
-             POST /seq/{name}/batch, GET /health/live (metrics, readiness, /layout and GET \
+            "no such endpoint on the HTTP ID API: POST /ids, POST /ids/batch, POST /uuids, \
+             POST /uuids/batch, POST /seq/{name}, POST /seq/{name}/batch, GET /health/live (metrics, readiness, /layout and GET \
              /ids/{id} are on the admin address)",
         ),
     }
@@ -225,6 +260,46 @@ async fn issue(
     }
     ctx.stats.served(u64::from(count));
     Ok(())
+}
+
+/// `count` IDs as version 7 UUIDs (`idgen_id`'s mapping, random bits from the thread's
+/// CSPRNG), appended to `out` as quoted, comma-separated text forms (`"019b…"`). `Err` is the
+/// answer to send instead.
+async fn issue_uuids(ctx: &HttpCtx, count: u32, out: &mut Vec<u8>) -> Result<(), Reply> {
+    let mut rng = rand::rng();
+    let mut beyond: Option<UuidError> = None;
+    let mut first_one = true;
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let layout = ctx.layout;
+    let issued = issue(ctx, count, |first, n| {
+        for id in first..first + n {
+            match layout.uuid_v7(id, rng.random::<u128>()) {
+                Ok(bytes) => {
+                    if !first_one {
+                        out.push(b',');
+                    }
+                    first_one = false;
+                    out.push(b'"');
+                    let t = uuid::Uuid::from_bytes(bytes)
+                        .hyphenated()
+                        .encode_lower(&mut text);
+                    out.extend_from_slice(t.as_bytes());
+                    out.push(b'"');
+                }
+                Err(e) => beyond = Some(e),
+            }
+        }
+    })
+    .await;
+    match (issued, beyond) {
+        (Err(e), _) => Err(issue_error(ctx, &e)),
+        // The layout's time is past a UUIDv7's 48 bits: no node of the cluster can help.
+        (Ok(()), Some(e)) => {
+            ctx.stats.error(Status::EXHAUSTED);
+            Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+        }
+        (Ok(()), None) => Ok(()),
+    }
 }
 
 #[derive(Deserialize)]

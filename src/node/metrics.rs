@@ -520,10 +520,10 @@ pub const FAMILIES: &[Family] = &[
         &["front", "op"],
         "seconds",
         "Time to answer a request, by front and operation. protocol (get_ids, get_ranges, \
-         hello, ping; refusals under their opcode): from the read that brought the request in \
-         to the write of its answer, one measurement for every request of one read. http (ids, \
-         batch): from the request's head being parsed to its answer being handed to the \
-         connection",
+         hello, ping, get_values, get_uuids; refusals under their opcode): from the read that \
+         brought the request in to the write of its answer, one measurement for every request \
+         of one read. http (ids, batch, uuids, uuids_batch): from the request's head being \
+         parsed to its answer being handed to the connection",
         Buckets::Micros(&REQUEST_BUCKETS_US),
         |s, out| {
             for (op, h) in Op::ALL.iter().zip(s.request_durations()) {

@@ -18,8 +18,9 @@ use idgen_core::sequence::holder::HoldError;
 use idgen_core::sequence::{Mode, SequenceError};
 use idgen_protocol::{
     decode_request, decode_request_for, encode_error, encode_hello_ok, encode_ids_header,
-    encode_pong, encode_ranges, encode_values_header, Decoded, Limits, Request, SeqMode, SeqName,
-    ServerConnState, ServerHello, Status, DEFAULT_MAX_REQUEST_FRAME, MAX_VALUES_PER_CALL,
+    encode_pong, encode_ranges, encode_uuids_header, encode_values_header, Decoded, Limits,
+    Request, SeqMode, SeqName, ServerConnState, ServerHello, Status, DEFAULT_MAX_REQUEST_FRAME,
+    MAX_VALUES_PER_CALL,
 };
 use idgen_protocol::{SINGLE_ID_HEADER, SINGLE_ID_REQUEST};
 
@@ -28,7 +29,8 @@ use super::issuer::{refusal, ClockHold, IssueError};
 use super::telemetry::{bump, Op, ShardStats, BATCH_BUCKETS};
 use idgen_core::generator::{Fill, Progress};
 use idgen_core::histogram::bucket_of;
-use idgen_id::WorkerRange;
+use idgen_id::{Layout, UuidError, WorkerRange};
+use rand::RngExt;
 
 /// A one-ID answer: the protocol's [`SINGLE_ID_HEADER`], then the ID's 8 bytes.
 const SINGLE_ID_ANSWER_LEN: usize = SINGLE_ID_HEADER.len() + 8;
@@ -77,6 +79,8 @@ enum Kind {
     Ids,
     /// GET_RANGES: one RANGES frame.
     Ranges,
+    /// GET_UUIDS: one UUIDS frame of `count` UUIDs, one per ID.
+    Uuids,
     /// A run of `count` one-ID GET_IDS requests, still in the input: one IDS frame each.
     SingleIds,
 }
@@ -306,6 +310,7 @@ impl Responder {
                 Decoded::Request(Request::Hello { .. }) => Some(Op::Hello),
                 Decoded::Request(Request::Ping { .. }) => Some(Op::Ping),
                 Decoded::Request(Request::GetValues { .. }) => Some(Op::GetValues),
+                Decoded::Request(Request::GetUuids { .. }) => Some(Op::GetUuids),
                 // A refused frame (a count out of bounds) counts under its opcode.
                 Decoded::Reject { .. } => input.get(4).copied().and_then(Op::of_opcode),
             };
@@ -339,6 +344,20 @@ impl Responder {
                         kind: Kind::Ranges,
                         count,
                         mark: out.len(),
+                        fill: Fill::new(u64::from(count)),
+                    };
+                    if let Some(at) = self.resume(pending, input, out) {
+                        return Next::Wait(at);
+                    }
+                }
+                Decoded::Request(Request::GetUuids { count }) => {
+                    let mark = out.len();
+                    encode_uuids_header(count, out);
+                    out.reserve(count as usize * 16);
+                    let pending = Pending {
+                        kind: Kind::Uuids,
+                        count,
+                        mark,
                         fill: Fill::new(u64::from(count)),
                     };
                     if let Some(at) = self.resume(pending, input, out) {
@@ -567,6 +586,10 @@ impl Responder {
             return self.resume_single_ids(p, input, out);
         }
         let ranges = p.kind == Kind::Ranges;
+        // GET_UUIDS: the thread's CSPRNG (ChaCha, reseeded from the OS) for the random bits.
+        let mut uuids = (p.kind == Kind::Uuids).then(rand::rng);
+        let mut beyond_uuids = None;
+        let layout = self.ctx.layout;
         let result = {
             let runs = &mut self.runs;
             let mut gen = self.ctx.gen.borrow_mut();
@@ -574,12 +597,26 @@ impl Responder {
                 if ranges {
                     // Each run is part of one request, so its length fits its u32 count.
                     runs.push((first, n as u32));
+                } else if let Some(rng) = uuids.as_mut() {
+                    if let Err(e) = put_uuids(out, &layout, rng, first, n) {
+                        beyond_uuids = Some(e);
+                    }
                 } else {
                     put_run(out, first, n);
                 }
             })
         };
         match result {
+            Ok(_) if beyond_uuids.is_some() => {
+                // The layout's time is past what a UUIDv7 holds: no node of the cluster can
+                // make one (PROTOCOL.md §3.7). Not a partial batch, and no place kept in line.
+                self.ctx.gen.borrow_mut().abandon(&mut p.fill);
+                out.truncate(p.mark);
+                let message = beyond_uuids.map(|e| e.to_string()).unwrap_or_default();
+                encode_error(Status::EXHAUSTED, &message, out);
+                self.ctx.stats.error(Status::EXHAUSTED);
+                None
+            }
             Ok(Progress::Done) => {
                 if ranges {
                     encode_ranges(&self.runs, out);
@@ -624,6 +661,24 @@ pub(super) fn values_refusal(e: &HoldError) -> Status {
         HoldError::Busy => Status::BUSY,
         HoldError::Sequence(_) | HoldError::Timeout(_) => Status::SEQUENCE_UNAVAILABLE,
     }
+}
+
+/// Appends the version 7 UUIDs of the IDs `first .. first + n` (`idgen_id`'s mapping: the
+/// IDs' time, worker and sequence, then random bits from `rng`), 16 bytes each, into room
+/// reserved once: no allocation per UUID.
+#[inline]
+fn put_uuids(
+    out: &mut BytesMut,
+    layout: &Layout,
+    rng: &mut rand::rngs::ThreadRng,
+    first: u64,
+    n: u64,
+) -> Result<(), UuidError> {
+    out.reserve(n as usize * 16);
+    for id in first..first + n {
+        out.extend_from_slice(&layout.uuid_v7(id, rng.random::<u128>())?);
+    }
+    Ok(())
 }
 
 /// Appends the IDs `first .. first + n` big-endian, written straight into the buffer's spare

@@ -238,6 +238,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
             sequences: Arc::clone(&sequences),
         }),
         http: Rc::new(http::HttpCtx {
+            layout,
             gen: Rc::clone(&gen),
             sequences,
             stats: Arc::clone(&stats),

@@ -35,32 +35,43 @@ pub enum Op {
     Ping,
     /// ID protocol `GET_VALUES` (a named sequence's values).
     GetValues,
+    /// ID protocol `GET_UUIDS` (version 7 UUIDs).
+    GetUuids,
     /// HTTP `POST /ids`.
     HttpIds,
     /// HTTP `POST /ids/batch`.
     HttpBatch,
+    /// HTTP `POST /uuids`.
+    HttpUuids,
+    /// HTTP `POST /uuids/batch`.
+    HttpUuidsBatch,
 }
 
 impl Op {
     /// Every kind, in the order of [`ShardStats::request_duration`].
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 10] = [
         Op::GetIds,
         Op::GetRanges,
         Op::Hello,
         Op::Ping,
         Op::GetValues,
+        Op::GetUuids,
         Op::HttpIds,
         Op::HttpBatch,
+        Op::HttpUuids,
+        Op::HttpUuidsBatch,
     ];
 
-    /// The ID protocol's kinds: the first five of [`Op::ALL`].
-    pub const PROTOCOL: usize = 5;
+    /// The ID protocol's kinds: the first six of [`Op::ALL`].
+    pub const PROTOCOL: usize = 6;
 
     /// `protocol` or `http`.
     pub const fn front(self) -> &'static str {
         match self {
-            Op::GetIds | Op::GetRanges | Op::Hello | Op::Ping | Op::GetValues => "protocol",
-            Op::HttpIds | Op::HttpBatch => "http",
+            Op::GetIds | Op::GetRanges | Op::Hello | Op::Ping | Op::GetValues | Op::GetUuids => {
+                "protocol"
+            }
+            Op::HttpIds | Op::HttpBatch | Op::HttpUuids | Op::HttpUuidsBatch => "http",
         }
     }
 
@@ -72,8 +83,11 @@ impl Op {
             Op::Hello => "hello",
             Op::Ping => "ping",
             Op::GetValues => "get_values",
+            Op::GetUuids => "get_uuids",
             Op::HttpIds => "ids",
             Op::HttpBatch => "batch",
+            Op::HttpUuids => "uuids",
+            Op::HttpUuidsBatch => "uuids_batch",
         }
     }
 
@@ -86,6 +100,7 @@ impl Op {
             idgen_protocol::OP_HELLO => Some(Op::Hello),
             idgen_protocol::OP_PING => Some(Op::Ping),
             idgen_protocol::OP_GET_VALUES => Some(Op::GetValues),
+            idgen_protocol::OP_GET_UUIDS => Some(Op::GetUuids),
             _ => None,
         }
     }

@@ -490,10 +490,12 @@ where
                         encode_pong(token, &mut out);
                     }
                     // The fake speaks version 1 (its HELLO_OK says so): version-1 decoding
-                    // never yields GET_RANGES or GET_VALUES, and HELLO was answered above.
+                    // never yields GET_RANGES, GET_VALUES or GET_UUIDS, and HELLO was answered
+                    // above.
                     Request::Hello { .. }
                     | Request::GetRanges { .. }
-                    | Request::GetValues { .. } => unreachable!(),
+                    | Request::GetValues { .. }
+                    | Request::GetUuids { .. } => unreachable!(),
                 },
                 (Some(Action::Error(status, message)), _) => {
                     encode_error(status, message, &mut out);

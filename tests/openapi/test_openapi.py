@@ -340,6 +340,41 @@ class OpenApiTest(unittest.TestCase):
         self.assertEqual(status, 200, data)
         self.assertEqual(len(json.loads(data)["ids"]), 2)
 
+    def test_post_uuids_are_version_7_and_increase(self):
+        import uuid
+        _, _, v = self.call("api", "POST", "/uuids", expect=200)
+        one = uuid.UUID(v["uuid"])
+        self.assertEqual((one.version, one.variant), (7, uuid.RFC_4122))
+        self.assertEqual(str(one), v["uuid"])
+        for count in (1, 7, MAX_BATCH):
+            _, _, b = self.call("api", "POST", "/uuids/batch", body=json.dumps({"count": count}), expect=200)
+            got = [uuid.UUID(u) for u in b["uuids"]]
+            self.assertEqual(len(got), count)
+            self.assertTrue(all(u.version == 7 and u.variant == uuid.RFC_4122 for u in got))
+            # Python's own ordering of UUIDs (by their 128-bit value) is the issue order.
+            self.assertEqual(got, sorted(set(got)))
+            self.assertGreater(got[0], one)
+            one = got[-1]
+        for body in ('{"count": 0}', json.dumps({"count": MAX_BATCH + 1}), "nope"):
+            self.call("api", "POST", "/uuids/batch", body=body, expect=400)
+
+    def test_decode_a_uuid(self):
+        import uuid
+        _, _, v = self.call("api", "POST", "/uuids", expect=200)
+        u = uuid.UUID(v["uuid"])
+        forms = [str(u), u.hex, str(u).upper(), u.urn, "{" + str(u) + "}"]
+        decoded = [self.call("admin", "GET", f"/ids/{form}", expect=200)[2] for form in forms]
+        self.assertTrue(all(d == decoded[0] for d in decoded), decoded)
+        d = decoded[0]
+        self.assertEqual(d["uuid"], str(u))
+        # The UUID's first 48 bits are the ID's Unix millisecond.
+        self.assertEqual(d["unix_ms"], u.int >> 80)
+        self.assertLess(abs(d["unix_ms"] - time.time() * 1000), 60_000)
+        for bad in (str(uuid.uuid4()), str(uuid.UUID(int=u.int & ~(0b11 << 62))), "0" * 31 + "g",
+                    str(uuid.UUID(int=0))):
+            _, _, e = self.call("admin", "GET", f"/ids/{bad}", expect=400)
+            self.assertEqual(e["status"], 400)
+
     def test_http_id_api_errors(self):
         for path in ("/ids?format=xml", "/ids?format=", "/ids?format"):
             self.call("api", "POST", path, expect=400)
@@ -359,6 +394,7 @@ class OpenApiTest(unittest.TestCase):
             self.assertEqual(v["status"], 400)
         big = '{"count": 1' + " " * 5000 + "}"
         self.call("api", "POST", "/ids/batch", body=big, expect=413)
+        self.call("api", "POST", "/uuids/batch", body=big, expect=413)
 
     def test_post_seq_in_both_forms(self):
         _, _, a = self.call("api", "POST", "/seq/orders", expect=200)
@@ -389,7 +425,7 @@ class OpenApiTest(unittest.TestCase):
         self.call("api", "POST", "/seq/orders/batch", body=big, expect=413)
 
     def test_a_body_that_does_not_arrive_is_408(self):
-        for path in ("/ids/batch", "/seq/orders/batch"):
+        for path in ("/ids/batch", "/seq/orders/batch", "/uuids/batch"):
             head = (
                 f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 "Content-Length: 20\r\n\r\n"
@@ -536,6 +572,8 @@ class OpenApiTest(unittest.TestCase):
                 ("/ids/batch", '{"count": 2}'),
                 ("/seq/orders", None),
                 ("/seq/orders/batch", '{"count": 2}'),
+                ("/uuids", None),
+                ("/uuids/batch", '{"count": 2}'),
             ):
                 if body is None:
                     status, headers, data = request(node.api, "POST", path)

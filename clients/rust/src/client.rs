@@ -125,7 +125,14 @@ enum Command {
         count: u32,
         reply: oneshot::Sender<Result<Fetched, Error>>,
     },
+    Uuids {
+        count: u32,
+        reply: oneshot::Sender<Result<Vec<uuid::Uuid>, Error>>,
+    },
 }
+
+/// The protocol version that has GET_UUIDS.
+pub(crate) const UUIDS_VERSION: u16 = 4;
 
 /// One command waiting for its answers.
 #[derive(Debug)]
@@ -149,6 +156,16 @@ enum Pending {
         got: Option<Fetched>,
         reply: oneshot::Sender<Result<Fetched, Error>>,
     },
+    Uuids {
+        /// UUIDs still to come, over all parts.
+        remaining: u32,
+        /// Largest part (the server's `max_batch`); parts are full except the last.
+        batch: u32,
+        uuids: Vec<uuid::Uuid>,
+        /// The first error among the parts; the caller gets it instead of the UUIDs.
+        failed: Option<Error>,
+        reply: oneshot::Sender<Result<Vec<uuid::Uuid>, Error>>,
+    },
 }
 
 impl Pending {
@@ -157,6 +174,7 @@ impl Pending {
             Pending::Ids { reply, .. } => drop(reply.send(Err(e))),
             Pending::Ping { reply, .. } => drop(reply.send(Err(e))),
             Pending::Values { reply, .. } => drop(reply.send(Err(e))),
+            Pending::Uuids { reply, .. } => drop(reply.send(Err(e))),
         }
     }
 }
@@ -320,6 +338,45 @@ impl Client {
     pub async fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
         check_id_count(n)?;
         self.call(|reply| Command::Ids { count: n, reply }).await
+    }
+
+    /// One version 7 UUID (protocol version 4: GET_UUIDS). See
+    /// [`next_uuids`](Client::next_uuids).
+    pub async fn next_uuid(&self) -> Result<uuid::Uuid, Error> {
+        let uuids = self.next_uuids(1).await?;
+        uuids.first().copied().ok_or_else(|| {
+            // Unreachable: the answer's count is checked.
+            Error::UnexpectedResponse("no UUID in a one-UUID answer".into())
+        })
+    }
+
+    /// `n` RFC 9562 version 7 UUIDs, strictly increasing, all or nothing (protocol version 4:
+    /// GET_UUIDS, answered by UUIDS; `protocol/PROTOCOL.md` §3.7).
+    ///
+    /// Each is made by the node from one ID it issues: its 48-bit Unix millisecond is the
+    /// ID's time, the bits after it the ID's worker and sequence, the rest random. So two
+    /// UUIDs of a cluster are equal only if two of its IDs were (the worker leases exclude
+    /// it), and the UUIDs of one client's connection increase with its IDs.
+    /// [`Layout::decode_uuid_v7`](idgen_id::Layout::decode_uuid_v7) with [`layout`](Client::layout)
+    /// takes one apart.
+    ///
+    /// Like [`next_ids`](Client::next_ids): a count above the node's `max_batch` is sent as
+    /// several requests and joined; `n == 0` is [`Error::InvalidArgument`]; a node that
+    /// negotiated a version below 4 is [`Error::NodeVersion`]; in both cases nothing is sent.
+    pub async fn next_uuids(&self, n: u32) -> Result<Vec<uuid::Uuid>, Error> {
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "a call asks for at least 1 UUID, not 0".into(),
+            ));
+        }
+        let version = self.shared.hello.version;
+        if version < UUIDS_VERSION {
+            return Err(Error::NodeVersion {
+                version,
+                required: UUIDS_VERSION,
+            });
+        }
+        self.call(|reply| Command::Uuids { count: n, reply }).await
     }
 
     /// The next value of the named sequence (protocol version 3). See
@@ -652,6 +709,7 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
             Command::Ids { reply, .. } => drop(reply.send(Err(Error::Closed))),
             Command::Ping { reply, .. } => drop(reply.send(Err(Error::Closed))),
             Command::Values { reply, .. } => drop(reply.send(Err(Error::Closed))),
+            Command::Uuids { reply, .. } => drop(reply.send(Err(Error::Closed))),
         }
         return;
     }
@@ -693,6 +751,30 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
             queue
                 .pending
                 .push_back(Pending::Values { got: None, reply });
+        }
+        Command::Uuids { count, reply } => {
+            if !queue.protocol.uuids() {
+                // Checked by the caller already; never send GET_UUIDS below version 4.
+                let version = queue.protocol.hello().version;
+                let _ = reply.send(Err(Error::NodeVersion {
+                    version,
+                    required: UUIDS_VERSION,
+                }));
+                return;
+            }
+            let mut left = count;
+            while left > 0 {
+                let part = left.min(batch);
+                queue.protocol.get_uuids(part, buf);
+                left -= part;
+            }
+            queue.pending.push_back(Pending::Uuids {
+                remaining: count,
+                batch,
+                uuids: Vec::with_capacity(count.min(1 << 20) as usize),
+                failed: None,
+                reply,
+            });
         }
     }
 }
@@ -803,9 +885,38 @@ fn answer(pending: &mut VecDeque<Pending>, response: Answer<'_>) -> Result<(), E
                         failed.get_or_insert(e);
                     }
                 }
-                Answer::Pong(_) | Answer::Values(_) => {
+                Answer::Pong(_) | Answer::Values(_) | Answer::Uuids(_) => {
                     return Err(Error::UnexpectedResponse(format!(
                         "{response:?} in answer to GET_IDS of {part}"
+                    )))
+                }
+            }
+            *remaining -= part;
+            *remaining == 0 || closing.is_some()
+        }
+        Pending::Uuids {
+            remaining,
+            batch,
+            uuids,
+            failed,
+            reply,
+        } => {
+            let part = (*remaining).min(*batch);
+            match response {
+                Answer::Uuids(got) => {
+                    // Skip the copy when the caller has given up (timed out).
+                    if failed.is_none() && !reply.is_closed() {
+                        uuids.extend(got.iter().map(uuid::Uuid::from_bytes));
+                    }
+                }
+                Answer::Refused(_) => {
+                    if let Some(e) = refused.take() {
+                        failed.get_or_insert(e);
+                    }
+                }
+                _ => {
+                    return Err(Error::UnexpectedResponse(format!(
+                        "{response:?} in answer to GET_UUIDS of {part}"
                     )))
                 }
             }
@@ -860,6 +971,17 @@ fn finish(entry: Pending, refused: Option<Error>) {
             let _ = reply.send(match failed {
                 Some(e) => Err(e),
                 None => Ok(ids),
+            });
+        }
+        Pending::Uuids {
+            uuids,
+            failed,
+            reply,
+            ..
+        } => {
+            let _ = reply.send(match failed {
+                Some(e) => Err(e),
+                None => Ok(uuids),
             });
         }
         Pending::Ping { reply, .. } => {

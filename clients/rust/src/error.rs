@@ -65,13 +65,22 @@ pub enum Error {
     /// need version 3, and a node that answered HELLO with version 1 or 2 has none over
     /// this protocol. Nothing was sent, and a [`Pool`](crate::Pool) tries no other node for
     /// it. The connection stays usable for IDs.
-    #[error("the node speaks protocol version {version}; named sequences need version {required}")]
+    #[error("the node speaks protocol version {version}; {} need version {required}", needs(.required))]
     NodeVersion {
         /// The version the node negotiated.
         version: u16,
         /// The version the call needs.
         required: u16,
     },
+}
+
+/// What a call that needs protocol `required` asks for: named sequences (3), UUIDs (4).
+fn needs(required: &u16) -> &'static str {
+    if *required >= crate::client::UUIDS_VERSION {
+        "UUIDs"
+    } else {
+        "named sequences"
+    }
 }
 
 impl Error {

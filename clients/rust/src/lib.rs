@@ -201,6 +201,8 @@ pub use error::{Error, TlsError, TlsErrorKind};
 /// [`Layout::min_id_at`], [`Layout::max_id_at`]).
 pub use idgen_id::{forms, Bounds, Id, Layout, LayoutError, Parts, TimeError, WorkerRange};
 pub use idgen_protocol::{FrameError, ServerHello, Status};
+/// The `uuid` crate, whose `Uuid`s [`Client::next_uuids`] hands out.
+pub use uuid;
 /// The former name of [`Parts`].
 pub type IdParts = Parts;
 pub use pool::{NodeInfo, Pool, PoolOptions};

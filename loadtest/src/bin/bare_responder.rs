@@ -117,6 +117,12 @@ async fn serve(mut stream: TcpStream, next: Rc<Cell<u64>>) {
                         wbuf.extend_from_slice(&v.to_be_bytes());
                     }
                 }
+                // Not a floor the load tester measures: refused like an unknown request.
+                Decoded::Request(Request::GetUuids { .. }) => encode_error(
+                    Status::UNKNOWN_OPCODE,
+                    "the bare responder serves no UUIDs",
+                    &mut wbuf,
+                ),
                 Decoded::Reject { status, message } => encode_error(status, message, &mut wbuf),
             }
         }

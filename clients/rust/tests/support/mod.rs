@@ -242,6 +242,9 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, hello: ServerHello) {
                     encode_ranges(&[(next_id, count)], &mut out);
                     next_id += u64::from(count);
                 }
+                Decoded::Request(Request::GetUuids { .. }) => {
+                    encode_error(Status::UNKNOWN_OPCODE, "no UUIDs here", &mut out);
+                }
                 Decoded::Request(Request::GetValues { count, name }) => {
                     ctl.requests
                         .lock()

@@ -1,0 +1,115 @@
+//! Version 7 UUIDs (protocol version 4, GET_UUIDS) against a real node: the `idgen` binary
+//! of `IDGEN_BIN` (or the one Cargo built, `cargo build -p idgen`); without one these tests
+//! fail, they never skip.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use idgen_client::{Client, Error};
+
+mod support;
+use idgen_testkit::node::NodeProc;
+
+fn node(args: &[&str]) -> NodeProc {
+    let mut all = vec!["--store", "memory", "--shards", "1"];
+    all.extend_from_slice(args);
+    NodeProc::try_start(&all, &[]).unwrap_or_else(|e| panic!("idgen serve did not start: {e}"))
+}
+
+fn run<F: std::future::Future<Output = ()>>(node: &NodeProc, f: F) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let outcome = rt.block_on(async { tokio::time::timeout(Duration::from_secs(60), f).await });
+    assert!(outcome.is_ok(), "timed out; node log:\n{}", node.log());
+}
+
+#[test]
+fn uuids_are_version_7_increasing_and_decode_to_the_connections_ids() {
+    // A small max_batch: a call above it is split into several GET_UUIDS and joined.
+    let node = node(&["--max-batch", "1000"]);
+    run(&node, async {
+        let client = Client::connect(node.addr).await.unwrap();
+        assert_eq!(client.hello().version, 4);
+        let layout = client.layout();
+        let workers = client.hello().workers;
+        let before = client.next_id().await.unwrap();
+        let one = client.next_uuid().await.unwrap();
+        let many = client.next_uuids(2_500).await.unwrap();
+        let after = client.next_id().await.unwrap();
+        assert_eq!(many.len(), 2_500);
+        let all: Vec<uuid::Uuid> = std::iter::once(one).chain(many).collect();
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "strictly increasing");
+        let mut last = before;
+        let mut seen = HashSet::new();
+        for u in &all {
+            assert_eq!(u.get_version_num(), 7, "{u}");
+            assert_eq!(u.get_variant(), uuid::Variant::RFC4122, "{u}");
+            // The `uuid` crate reads the same millisecond the node wrote.
+            let (secs, nanos) = u.get_timestamp().expect("a v7 timestamp").to_unix();
+            let d = layout.decode_uuid_v7(*u.as_bytes()).unwrap();
+            assert_eq!(secs * 1000 + u64::from(nanos / 1_000_000), d.parts.unix_ms);
+            assert!(
+                d.id.0 > last,
+                "made from this connection's next IDs, in order"
+            );
+            last = d.id.0;
+            assert!(workers.contains(d.parts.worker));
+            assert!(seen.insert(d.id));
+        }
+        assert!(after > last);
+    });
+}
+
+#[test]
+fn a_count_of_0_is_refused_before_sending_and_counts_above_max_batch_are_split() {
+    let node = node(&["--max-batch", "10"]);
+    run(&node, async {
+        let client = Client::connect(node.addr).await.unwrap();
+        assert!(matches!(
+            client.next_uuids(0).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        // Still usable afterwards.
+        assert_eq!(client.next_uuids(25).await.unwrap().len(), 25);
+    });
+}
+
+/// A node that negotiated version 3 (the fake node of `support`, announcing 3): no UUIDs,
+/// refused before anything is sent, and the connection stays usable.
+#[test]
+fn a_version_3_node_gets_no_get_uuids() {
+    let (rt, fake) = support::SeqNode::spawn(support::Config::default());
+    rt.block_on(async {
+        let client = Client::connect(fake.addr).await.unwrap();
+        assert_eq!(client.hello().version, 3);
+        let e = client.next_uuids(3).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::NodeVersion {
+                    version: 3,
+                    required: 4
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "the node speaks protocol version 3; UUIDs need version 4"
+        );
+        assert!(!e.closes_connection());
+        assert!(
+            client.next_id().await.is_ok(),
+            "the connection stays usable"
+        );
+        assert!(
+            fake.control
+                .frames()
+                .iter()
+                .all(|f| f.get(4) != Some(&idgen_protocol::OP_GET_UUIDS)),
+            "no GET_UUIDS was sent"
+        );
+    });
+}
