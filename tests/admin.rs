@@ -24,6 +24,26 @@ fn start(extra: &[&str]) -> NodeProc {
     NodeProc::start(&args)
 }
 
+/// The `name="value"` pairs of a label set, split at the commas between them: a comma inside
+/// a quoted value (`features="etcd,postgres"`) is part of the value, and `\"` does not end it.
+fn label_pairs(labels: &str) -> Vec<&str> {
+    let (mut pairs, mut start, mut quoted, mut escaped) = (Vec::new(), 0, false, false);
+    for (i, c) in labels.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                pairs.push(&labels[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    pairs.push(&labels[start..]);
+    pairs
+}
+
 /// A strict reading of the Prometheus text format 0.0.4: every sample belongs to a family
 /// declared by `# TYPE` before it, names and labels are well-formed, values are numbers.
 fn parse_prometheus(text: &str) -> HashMap<String, f64> {
@@ -61,7 +81,7 @@ fn parse_prometheus(text: &str) -> HashMap<String, f64> {
         if let Some(labels) = series.strip_prefix(name) {
             if !labels.is_empty() {
                 assert!(labels.starts_with('{') && labels.ends_with('}'), "{line:?}");
-                for pair in labels[1..labels.len() - 1].split(',') {
+                for pair in label_pairs(&labels[1..labels.len() - 1]) {
                     let (k, v) = pair.split_once('=').expect("label pair");
                     assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
                     assert!(v.starts_with('"') && v.ends_with('"'), "{line:?}");
