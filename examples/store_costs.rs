@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Starts a one-member etcd and a PostgreSQL on loopback (the test kit's, as the tests do: the
-//! Debian packages `etcd-server` and `postgresql`), then on each store:
+//! Debian packages `etcd-server` and `postgresql`; PostgreSQL durable, with `fsync` and
+//! `synchronous_commit` on, since etcd syncs its log too), then on each store:
 //!
 //! - `CYCLES` lease lives one after the other: acquire 8 worker IDs, renew 3 times, release;
 //!   each step timed (median, 99th percentile, worst);
@@ -165,7 +166,8 @@ fn pg_connections(server: &PgServer) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let etcd = EtcdCluster::start(1);
-    let pg = PgServer::start();
+    // Durable, as etcd is (it syncs its log on every commit): the test servers are not.
+    let pg = PgServer::start_durable();
     let e = EtcdStore::connect(etcd.endpoints(), "costs".into())
         .await
         .expect("etcd");
@@ -174,7 +176,11 @@ async fn main() {
         .await
         .expect("PostgreSQL");
     costs("etcd 3.4 (one member, loopback)", &e).await;
-    costs("PostgreSQL (loopback, SERIALIZABLE)", &p).await;
+    costs(
+        "PostgreSQL (loopback, SERIALIZABLE, fsync and synchronous_commit on)",
+        &p,
+    )
+    .await;
 
     let p = std::sync::Arc::new(p);
     let e = std::sync::Arc::new(e);

@@ -37,8 +37,10 @@ pub struct PgServer {
     port: u16,
     /// The user (and group) the server runs as, when the tests run as root.
     owner: Option<(u32, u32)>,
-    /// Settings passed with `-c` at every start (TLS).
+    /// Settings passed with `-c` at every start (TLS; durability), after the defaults.
     settings: Vec<String>,
+    /// Whether the server takes TLS only.
+    tls: bool,
     child: Option<Child>,
     _dir: tempfile::TempDir,
 }
@@ -92,17 +94,24 @@ fn tail(path: &Path, lines: usize) -> String {
 impl PgServer {
     /// Makes a cluster and starts it; returns once it accepts connections.
     pub fn start() -> PgServer {
-        Self::start_with(None)
+        Self::start_with(None, false)
+    }
+
+    /// As [`start`](Self::start), durable as a production server is: `fsync`,
+    /// `synchronous_commit` and `full_page_writes` on (the test servers turn them off), so
+    /// that a commit waits for the disk, for measurements beside etcd, which syncs its log.
+    pub fn start_durable() -> PgServer {
+        Self::start_with(None, true)
     }
 
     /// As [`start`](Self::start), serving TLS only, with a server certificate of `ca`; with
     /// `client_cert`, a client must also present a certificate of `ca` naming the role
     /// (`idgen`).
     pub fn start_tls(ca: &TestCa, client_cert: bool) -> PgServer {
-        Self::start_with(Some((ca, client_cert)))
+        Self::start_with(Some((ca, client_cert)), false)
     }
 
-    fn start_with(tls: Option<(&TestCa, bool)>) -> PgServer {
+    fn start_with(tls: Option<(&TestCa, bool)>, durable: bool) -> PgServer {
         let bin = pg_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("idgen-pg-")
@@ -146,6 +155,11 @@ impl PgServer {
             String::from_utf8_lossy(&out.stderr)
         );
         let mut settings = Vec::new();
+        if durable {
+            for on in ["fsync=on", "synchronous_commit=on", "full_page_writes=on"] {
+                settings.push(on.to_string());
+            }
+        }
         if let Some((ca, client_cert)) = tls {
             let server = ca.server();
             let own = |name: &str, text: &str, mode: u32| -> String {
@@ -194,6 +208,7 @@ impl PgServer {
             port: 0,
             owner,
             settings,
+            tls: tls.is_some(),
             child: None,
             _dir: dir,
         };
@@ -283,7 +298,7 @@ impl PgServer {
         if !prefix.is_empty() {
             params.push(format!("prefix={prefix}"));
         }
-        if !self.settings.is_empty() {
+        if self.tls {
             params.push("sslmode=verify-full".to_string());
         }
         let mut u = format!("postgres://idgen@127.0.0.1:{}/postgres", self.port);
