@@ -21,12 +21,7 @@ async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
         .unwrap_or_else(|e| panic!("connect to {}: {e}", cluster.url(prefix)))
 }
 
-async fn put(store: &dyn KvStore, key: &str, value: &str) -> Result<Commit, StoreError> {
-    let mut t = Txn::new(store);
-    t.get(key.as_bytes()).await?;
-    t.put(key.as_bytes().to_vec(), value.as_bytes().to_vec());
-    t.commit().await
-}
+use common::store_cases::put;
 
 /// Retries `put` until it applies, for up to [`RECOVER_WITHIN`].
 async fn put_eventually(store: &dyn KvStore, key: &str, value: &str) {
@@ -47,33 +42,10 @@ async fn etcd_store_conforms_in_independent_namespaces() {
     let cluster = EtcdCluster::start(1);
     let a = connect(&cluster, "idgen-a").await;
     let b = connect(&cluster, "idgen-b").await;
-    // The same keys in two namespaces: each run starts from an empty namespace.
-    conformance::run(&a, "t/").await.unwrap();
-    conformance::run(&b, "t/").await.unwrap();
-    conformance::run(&a, "u/").await.unwrap();
-    assert_eq!(a.scan(b"").await.unwrap().len(), 8);
-    assert_eq!(b.scan(b"").await.unwrap().len(), 4);
-
-    // Without a namespace, the raw keys show the prefixes, and scans are in key order.
+    // The same keys in two namespaces; without a namespace the raw keys show the prefixes;
+    // the version is the mod_revision, which a write elsewhere does not change.
     let raw = connect(&cluster, "").await;
-    let keys: Vec<String> = raw
-        .scan(b"")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| String::from_utf8(e.key).unwrap())
-        .collect();
-    assert_eq!(keys.len(), 12);
-    assert_eq!(keys[0], "idgen-a/t/a");
-    assert_eq!(keys[11], "idgen-b/t/x");
-    let mut sorted = keys.clone();
-    sorted.sort();
-    assert_eq!(keys, sorted);
-
-    // The version is the mod_revision: a write elsewhere does not change it.
-    let before = a.get(b"t/a").await.unwrap().unwrap();
-    put(&b, "t/other", "x").await.unwrap();
-    assert_eq!(a.get(b"t/a").await.unwrap().unwrap(), before);
+    common::store_cases::conforms_in_independent_namespaces(&a, &b, &raw).await;
 
     assert_eq!(
         a.describe(),

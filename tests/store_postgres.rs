@@ -2,6 +2,8 @@
 //! lease and sequence conformance suites, expiry by the database's clock, a wrong password,
 //! batched commits, TLS, and behaviour when the server stops and comes back.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use idgen_core::lease::conformance as lease_conformance;
@@ -31,44 +33,15 @@ async fn connect(server: &PgServer, prefix: &str) -> PgStore {
         })
 }
 
-async fn put(store: &dyn KvStore, key: &str, value: &str) -> Result<Commit, StoreError> {
-    let mut t = Txn::new(store);
-    t.get(key.as_bytes()).await?;
-    t.put(key.as_bytes().to_vec(), value.as_bytes().to_vec());
-    t.commit().await
-}
+use common::store_cases::put;
 
 #[tokio::test]
 async fn postgres_store_conforms_in_independent_namespaces() {
     let server = PgServer::start();
     let a = connect(&server, "idgen-a").await;
     let b = connect(&server, "idgen-b").await;
-    conformance::run(&a, "t/").await.unwrap();
-    conformance::run(&b, "t/").await.unwrap();
-    conformance::run(&a, "u/").await.unwrap();
-    assert_eq!(a.scan(b"").await.unwrap().len(), 8);
-    assert_eq!(b.scan(b"").await.unwrap().len(), 4);
-
-    // Without a prefix the raw keys show the namespaces, in byte order.
     let raw = connect(&server, "").await;
-    let keys: Vec<String> = raw
-        .scan(b"")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| String::from_utf8(e.key).unwrap())
-        .collect();
-    assert_eq!(keys.len(), 12);
-    assert_eq!(keys[0], "idgen-a/t/a");
-    assert_eq!(keys[11], "idgen-b/t/x");
-    let mut sorted = keys.clone();
-    sorted.sort();
-    assert_eq!(keys, sorted);
-
-    // A key's version changes only when the key is written.
-    let before = a.get(b"t/a").await.unwrap().unwrap();
-    put(&b, "t/other", "x").await.unwrap();
-    assert_eq!(a.get(b"t/a").await.unwrap().unwrap(), before);
+    common::store_cases::conforms_in_independent_namespaces(&a, &b, &raw).await;
     assert_eq!(a.describe(), format!("postgres {}", server.url("idgen-a")));
 }
 

@@ -99,7 +99,9 @@ pub fn etcd_binary() -> PathBuf {
     );
 }
 
-fn tail(path: &Path, lines: usize) -> String {
+/// The last `lines` lines of the file at `path` (empty when it cannot be read), for a failing
+/// test's message.
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let mut s = String::new();
     if let Ok(mut f) = File::open(path) {
         let _ = f.read_to_string(&mut s);

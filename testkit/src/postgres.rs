@@ -16,13 +16,13 @@
 //! (`clientcert=verify-full`) as well as the password.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::certs::TestCa;
+use crate::etcd::tail;
 
 /// How long the server may take to accept connections.
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -80,15 +80,6 @@ fn postgres_user() -> Option<(u32, u32)> {
         (f.len() > 3 && f[0] == "postgres")
             .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))?
     })
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let mut s = String::new();
-    if let Ok(mut f) = File::open(path) {
-        let _ = f.read_to_string(&mut s);
-    }
-    let all: Vec<&str> = s.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 impl PgServer {

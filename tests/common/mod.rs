@@ -7,6 +7,7 @@ pub mod docs;
 pub mod etcd;
 pub mod lease_cases;
 pub mod logs;
+pub mod store_cases;
 
 #[allow(unused_imports)] // each test binary uses a different part
 pub use idgen_testkit::{free_port, node, wall_ms};
