@@ -319,15 +319,13 @@ impl PgStore {
     async fn get_inner(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
         let client = self.client().await?;
         let full = self.full(key);
-        let stmt = client
-            .prepare_cached(GET)
+        let rows = query(&client, GET, &[&full])
             .await
             .map_err(|e| unavailable("get", &e))?;
-        let row = client
-            .query_opt(&stmt, &[&full])
-            .await
-            .map_err(|e| unavailable("get", &e))?;
-        row.map(|r| self.entry(full, r.get(0), r.get(1)))
+        // At most one row: `key` is the primary key.
+        rows.into_iter()
+            .next()
+            .map(|r| self.entry(full, r.get(0), r.get(1)))
             .transpose()
     }
 
@@ -335,14 +333,8 @@ impl PgStore {
         let client = self.client().await?;
         let from = self.full(prefix);
         let rows = match upper_bound(&from) {
-            Some(to) => match client.prepare_cached(SCAN).await {
-                Ok(stmt) => client.query(&stmt, &[&from, &to]).await,
-                Err(e) => Err(e),
-            },
-            None => match client.prepare_cached(SCAN_FROM).await {
-                Ok(stmt) => client.query(&stmt, &[&from]).await,
-                Err(e) => Err(e),
-            },
+            Some(to) => query(&client, SCAN, &[&from, &to]).await,
+            None => query(&client, SCAN_FROM, &[&from]).await,
         }
         .map_err(|e| unavailable("scan", &e))?;
         rows.into_iter()
@@ -376,11 +368,7 @@ impl PgStore {
         };
         if !checks.is_empty() {
             let keys: Vec<Vec<u8>> = checks.iter().map(|c| self.full(&c.key)).collect();
-            let rows = match tx.prepare_cached(CHECK).await {
-                Ok(stmt) => tx.query(&stmt, &[&keys]).await,
-                Err(e) => Err(e),
-            };
-            let rows = match rows {
+            let rows = match query(&tx, CHECK, &[&keys]).await {
                 Ok(rows) => rows,
                 Err(e) => return conflict_or("check", e),
             };
@@ -415,19 +403,13 @@ impl PgStore {
         }
         if !put_keys.is_empty() {
             let expires = expires_ms.map(|ms| format!("{ms} milliseconds"));
-            let done = match tx.prepare_cached(PUT).await {
-                Ok(stmt) => tx.execute(&stmt, &[&put_keys, &put_values, &expires]).await,
-                Err(e) => Err(e),
-            };
+            let done = query(&tx, PUT, &[&put_keys, &put_values, &expires]).await;
             if let Err(e) = done {
                 return conflict_or("write", e);
             }
         }
         if !deletes.is_empty() {
-            let done = match tx.prepare_cached(DELETE).await {
-                Ok(stmt) => tx.execute(&stmt, &[&deletes]).await,
-                Err(e) => Err(e),
-            };
+            let done = query(&tx, DELETE, &[&deletes]).await;
             if let Err(e) = done {
                 return conflict_or("delete", e);
             }
@@ -460,6 +442,17 @@ impl PgStore {
             ))),
         }
     }
+}
+
+/// Runs `sql` with `params` on `client` (a pooled connection or its transaction), the statement
+/// prepared once per connection.
+async fn query(
+    client: &impl deadpool_postgres::GenericClient,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let stmt = client.prepare_cached(sql).await?;
+    client.query(&stmt, params).await
 }
 
 /// The rustls client configuration for `tls`: ring, TLS 1.2 and 1.3, the server verified
