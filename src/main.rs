@@ -61,6 +61,12 @@ enum Command {
     Seq(idgen::commands::seq::SeqArgs),
     /// Work out a bit layout for a deployment: nodes, regions, peak rate, years.
     Layout(idgen::commands::calc::LayoutCalcArgs),
+    /// Change the cluster's records: upgrade their version, raise the floor, fence after a
+    /// restore of the store (against the store, as inspect reads it).
+    Store(idgen::commands::store::StoreArgs),
+    /// Plan a cut-over from a database sequence (or another ID source) whose largest value
+    /// is --max-id: whether this layout's IDs are above it now, the floor, the steps.
+    Migrate(idgen::commands::store::MigrateArgs),
     /// Check a running node's health on its admin port: exit 0 if live (ready with --ready),
     /// 1 if not or if it does not answer. For container health checks.
     Health {
@@ -124,6 +130,11 @@ fn cli() -> clap::Command {
                 .into_iter()
                 .fold(seq, |seq, sub| seq.mut_subcommand(sub, inspect))
         })
+        .mut_subcommand("store", |store| {
+            ["upgrade", "floor", "restored"]
+                .into_iter()
+                .fold(store, |store, sub| store.mut_subcommand(sub, inspect))
+        })
 }
 
 fn main() -> ExitCode {
@@ -164,6 +175,15 @@ fn main() -> ExitCode {
             let origins = origins_of(&["seq", &sub[4..]], &matches);
             (sub, seq(&args.command, origins))
         }
+        Command::Store(args) => {
+            let sub = args.command.name();
+            let origins = origins_of(&["store", &sub[6..]], &matches);
+            (sub, store(&args.command, origins))
+        }
+        Command::Migrate(args) => (
+            "migrate",
+            args.plan().and_then(|text| write_stdout(text.as_bytes())),
+        ),
         Command::Completions { shell } => ("completions", completions(shell)),
         Command::Man { out_dir } => ("man", man(out_dir.as_deref())),
     };
@@ -276,6 +296,30 @@ fn inspect(args: &InspectArgs) -> Result<(), Failure> {
         .block_on(idgen::commands::inspect(&lease, args.json))
         .map_err(Failure::Runtime)?;
     write_stdout(format!("{text}\n").as_bytes())
+}
+
+fn store(cmd: &idgen::commands::store::StoreCommand, origins: Origins) -> Result<(), Failure> {
+    use idgen::commands::store::{layout_for_empty_store, StoreCommand};
+    // Errors name what the user wrote: the flag, the variable or the file key.
+    let args = idgen::commands::InspectArgs {
+        origins,
+        ..cmd.store().clone()
+    };
+    let (lease, log) = args.resolve()?;
+    // Logs (the audit events, the store's warnings) go to stderr; the answer is stdout's alone.
+    init_logging(&log)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    let empty_layout = || match cmd {
+        StoreCommand::Restored { layout, .. } => {
+            layout_for_empty_store(layout, &args, SystemClock::new().wall_ms())
+        }
+        _ => Err(Failure::Runtime("no cluster record".into())),
+    };
+    let text = rt.block_on(idgen::commands::store::run(cmd, &lease, empty_layout))?;
+    write_stdout(text.as_bytes())
 }
 
 fn seq(cmd: &idgen::commands::seq::SeqCommand, origins: Origins) -> Result<(), Failure> {

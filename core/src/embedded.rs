@@ -128,6 +128,10 @@ pub struct EmbeddedConfig {
     /// (a crashed predecessor's, or the store briefly unreachable). `None`: as a node does,
     /// long enough for a crashed predecessor's lease and clock key to run out.
     pub start_within: Option<Duration>,
+    /// Issue no ID at or below this (a cut-over from a database sequence: its largest value):
+    /// the cluster's floor is raised to it, as a node's `min_id` does. Whatever this says, the
+    /// generator obeys the floor the cluster record holds.
+    pub min_id: Option<u64>,
 }
 
 impl Default for EmbeddedConfig {
@@ -142,6 +146,7 @@ impl Default for EmbeddedConfig {
             max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
             max_drift: Duration::from_secs(1),
             start_within: None,
+            min_id: None,
         }
     }
 }
@@ -167,6 +172,7 @@ impl EmbeddedConfig {
         config.ttl = self.ttl;
         config.safety = self.safety;
         config.region = self.region;
+        config.min_id = self.min_id;
         config
     }
 }

@@ -176,9 +176,15 @@ fn known_records_decode() {
             created_unix_ms: 5,
             created_by: "x".into(),
             region_scope: Some(RegionScope::Region(3)),
+            min_id: None,
         }
     );
     assert_eq!(serde_json::to_string(&rec).unwrap(), regional);
+    // A cluster with a floor (record version 3): "min_id" after the scope.
+    let floored = r#"{"layout":{"epoch_ms":1,"timestamp_bits":41,"worker_bits":10,"sequence_bits":12,"region_bits":0},"layout_version":3,"created_unix_ms":5,"created_by":"x","region_scope":"global","min_id":123456789012}"#;
+    let rec: ClusterRecord = serde_json::from_str(floored).unwrap();
+    assert_eq!((rec.layout_version, rec.min_id), (3, Some(123_456_789_012)));
+    assert_eq!(serde_json::to_string(&rec).unwrap(), floored);
     let unscoped = r#"{"layout":{"epoch_ms":1,"timestamp_bits":41,"worker_bits":10,"sequence_bits":12,"region_bits":0},"layout_version":1,"created_unix_ms":5,"created_by":"x"}"#;
     let rec: ClusterRecord = serde_json::from_str(unscoped).unwrap();
     assert_eq!(rec.region_scope, None);

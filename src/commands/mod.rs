@@ -1,6 +1,6 @@
 //! Operator commands: `idgen decode` and `idgen inspect` (here), `idgen bounds` ([`bounds`]),
-//! `idgen layout` ([`calc`]), `idgen health` ([`health`]), `idgen seq` ([`seq`]); their exit
-//! statuses ([`exit`]).
+//! `idgen layout` ([`calc`]), `idgen health` ([`health`]), `idgen seq` ([`seq`]), `idgen store`
+//! and `idgen migrate` ([`store`]); their exit statuses ([`exit`]).
 
 pub mod bounds;
 pub mod calc;
@@ -9,6 +9,7 @@ pub mod health;
 pub mod man;
 pub mod node_conn;
 pub mod seq;
+pub mod store;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -292,6 +293,7 @@ pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, Stri
             "namespace": namespace,
             "layout": cluster.layout,
             "layout_version": cluster.layout_version,
+            "min_id": cluster.min_id,
             "created_unix_ms": cluster.created_unix_ms,
             "leases": leases,
             "regions": regions,
@@ -301,6 +303,15 @@ pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, Stri
     let mut s = String::new();
     s.push_str(&format!("namespace   {namespace} in {url}\n"));
     s.push_str(&format!("layout      {layout}\n"));
+    s.push_str(&format!("records     version {}\n", cluster.layout_version));
+    if let Some(m) = cluster.min_id {
+        s.push_str(&format!(
+            "floor       no ID at or below {m} (IDs issue only after {})\n",
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + Duration::from_millis(layout.decompose(m).unix_ms)
+            )
+        ));
+    }
     s.push_str(&format!(
         "range ends  {} ({} days left)\n\n",
         humantime::format_rfc3339(

@@ -57,6 +57,12 @@ settings! {
         /// How long an expired, unreleased worker ID stays reserved [default: 2 × lease TTL].
         #[arg(long, env = "IDGEN_LEASE_SAFETY")]
         pub lease_safety: Option<String>,
+        /// Issue no ID at or below this one: the largest value of the database sequence (or
+        /// other ID source) this cluster takes over from. Stored as the cluster's floor, which
+        /// every node obeys; needs the cluster's records at version 3 (`idgen store upgrade`).
+        /// `idgen migrate --max-id` plans it [default: none].
+        #[arg(long, env = "IDGEN_MIN_ID")]
+        pub min_id: Option<u64>,
         /// etcds:// only: the authorities (PEM bundle) etcd's certificates must chain to.
         /// Required with etcds://; for the system's authorities name their bundle, e.g.
         /// /etc/ssl/certs/ca-certificates.crt [default: none].
@@ -146,6 +152,9 @@ pub struct LeaseSection {
     pub lease_ttl: Duration,
     #[serde(serialize_with = "ser::duration")]
     pub lease_safety: Duration,
+    /// No ID at or below this (the cluster's floor, raised to it at start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_id: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etcd_ca: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -191,6 +200,7 @@ impl Default for LeaseSection {
             region: RegionScope::Global,
             lease_ttl: DEFAULT_TTL,
             lease_safety: 2 * DEFAULT_TTL,
+            min_id: None,
             etcd_ca: None,
             etcd_cert: None,
             etcd_key: None,
@@ -287,6 +297,9 @@ impl LeaseSection {
         }
         // The safety period follows the TTL unless set.
         let lease_safety = duration("lease_safety", given.lease_safety, 2 * lease_ttl)?;
+        if let Some(m) = given.min_id {
+            check_min_id(m, layout)?;
+        }
         Ok(LeaseSection {
             store,
             data_dir: given.data_dir.unwrap_or(d.data_dir),
@@ -295,6 +308,7 @@ impl LeaseSection {
             region,
             lease_ttl,
             lease_safety,
+            min_id: given.min_id,
             etcd_ca: given.etcd_ca,
             etcd_cert: given.etcd_cert,
             etcd_key: given.etcd_key,
@@ -340,8 +354,27 @@ impl LeaseSection {
         config.ttl = self.lease_ttl;
         config.safety = self.lease_safety;
         config.region = self.region;
+        config.min_id = self.min_id;
         config
     }
+}
+
+/// `min_id` must be an ID of the layout whose time the layout can still pass: a floor at its
+/// last millisecond would leave nothing to issue.
+pub fn check_min_id(m: u64, layout: &Layout) -> Result<(), ConfigError> {
+    let width = u32::from(layout.timestamp_shift()) + u32::from(layout.timestamp_bits());
+    if m.checked_shr(width).unwrap_or(0) != 0 {
+        return Err(err(format!(
+            "min_id {m} is not an ID of the layout: it needs more than the layout's {width} bits"
+        )));
+    }
+    let t = layout.decompose(m).timestamp;
+    if t >= layout.max_timestamp() {
+        return Err(err(format!(
+            "min_id {m} lies at the layout's last millisecond: no ID is left above it"
+        )));
+    }
+    Ok(())
 }
 
 /// The first of these settings that is given, by name.

@@ -54,6 +54,7 @@ pub async fn run(store: &dyn KvStore, namespace_prefix: &str) {
     a_window_over_many_small_records_merges_them_first(store, &ns("merge")).await;
     a_merge_over_never_used_gaps_keeps_every_record_apart(store, &ns("gaps")).await;
     a_holder_that_publishes_its_clock_is_not_taken_over(store, &ns("alive")).await;
+    a_cluster_floor_fences_every_grant_once_asked_for(store, &ns("floor")).await;
 }
 
 fn owner(name: &str) -> Owner {
@@ -719,7 +720,7 @@ async fn one_worker_records_of_earlier_versions_read_as_ranges(store: &dyn KvSto
     // A cluster of a newer version is refused.
     let newer = serde_json::json!({
         "layout": LayoutRecord::from(layout),
-        "layout_version": super::LAYOUT_VERSION + 1,
+        "layout_version": super::RECORD_VERSION_MAX + 1,
         "created_unix_ms": NOW,
         "created_by": "future",
     });
@@ -1069,4 +1070,125 @@ impl<S: KvStore> KvStore for Recording<S> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.put_expiring(key, value, ttl)
     }
+}
+
+async fn a_cluster_floor_fences_every_grant_once_asked_for(store: &dyn KvStore, ns: &str) {
+    use super::{FLOOR_VERSION, LAYOUT_VERSION};
+    let ctx = format!("{} [{ns}]", store.describe());
+    let layout = Layout::default();
+    let with_floor = |name: &str, n: u64, min_id: u64| {
+        let mut config = LeaseConfig::new(ns, n);
+        config.min_id = Some(min_id);
+        Leases::new(store, layout, config, owner(name))
+    };
+    // The largest ID of ID-time F: the floor a cut-over to a sequence whose last value was it
+    // sets, and what a restore fence sets.
+    let floor_at = |t: u64| {
+        layout
+            .compose(t, layout.max_worker(), layout.max_sequence())
+            .unwrap()
+            .0
+    };
+    let f = NOW_ID + 5_000;
+    // A cluster made by a node without a floor stays at version 2: the previous release can
+    // still join it.
+    let a = leases(store, ns, layout, "a", 1);
+    let ga = a.acquire(NOW).await.unwrap();
+    assert_eq!(ga.floor, 0, "{ctx}");
+    let cluster = a.cluster().await.unwrap().unwrap();
+    assert_eq!(
+        (cluster.layout_version, cluster.min_id),
+        (LAYOUT_VERSION, None),
+        "{ctx}"
+    );
+    // A floor is not a side effect of a node starting: on a version-2 cluster it is refused,
+    // and nothing is written.
+    let err = with_floor("b", 1, floor_at(f))
+        .acquire(NOW)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::RecordVersion(m) if m.contains("idgen store upgrade")),
+        "{ctx}: {err:?}"
+    );
+    assert_eq!(a.cluster().await.unwrap().unwrap(), cluster, "{ctx}");
+    // The operator's upgrade, then the floor.
+    assert_eq!(
+        a.upgrade_records().await.unwrap(),
+        (LAYOUT_VERSION, FLOOR_VERSION),
+        "{ctx}"
+    );
+    assert_eq!(
+        a.upgrade_records().await.unwrap(),
+        (FLOOR_VERSION, FLOOR_VERSION),
+        "{ctx}"
+    );
+    let b = with_floor("b", 1, floor_at(f)).acquire(NOW).await.unwrap();
+    assert_eq!(
+        (b.workers.first, b.floor),
+        (1, f),
+        "{ctx}: the floor fences the grant"
+    );
+    let cluster = a.cluster().await.unwrap().unwrap();
+    assert_eq!(
+        (cluster.layout_version, cluster.min_id),
+        (FLOOR_VERSION, Some(floor_at(f))),
+        "{ctx}"
+    );
+    // Every later grant obeys it, also one by a node that was not told (and one whose clock is
+    // behind: its lease_end is the floor, so it issues nothing until its clock passes it).
+    let c = leases(store, ns, layout, "c", 1)
+        .acquire(NOW - 60_000)
+        .await
+        .unwrap();
+    assert_eq!((c.workers.first, c.floor, c.lease_end), (2, f, f), "{ctx}");
+    // Never lowered: a lower min_id changes nothing.
+    let d = with_floor("d", 1, floor_at(NOW_ID - 1))
+        .acquire(NOW)
+        .await
+        .unwrap();
+    assert_eq!(d.floor, f, "{ctx}");
+    assert_eq!(
+        a.cluster().await.unwrap().unwrap().min_id,
+        Some(floor_at(f)),
+        "{ctx}"
+    );
+    // A floor the layout cannot pass, or not an ID of it, is refused before anything is read.
+    let past_end = floor_at(layout.max_timestamp());
+    let err = with_floor("e", 1, past_end).acquire(NOW).await.unwrap_err();
+    assert!(matches!(err, LeaseError::BadRequest(_)), "{ctx}: {err:?}");
+    let err = with_floor("e", 1, 1 << 63).acquire(NOW).await.unwrap_err();
+    assert!(matches!(err, LeaseError::BadRequest(_)), "{ctx}: {err:?}");
+    // A new cluster made by a node with a floor starts at version 3.
+    let ns2 = format!("{ns}.new");
+    let mut config = LeaseConfig::new(ns2.as_str(), 1);
+    config.min_id = Some(floor_at(f));
+    let first = Leases::new(store, layout, config, owner("f"));
+    assert_eq!(first.acquire(NOW).await.unwrap().floor, f, "{ctx}");
+    let created = first.cluster().await.unwrap().unwrap();
+    assert_eq!(
+        (created.layout_version, created.min_id),
+        (FLOOR_VERSION, Some(floor_at(f))),
+        "{ctx}"
+    );
+    // A floor in a record of version 2 (that binaries of version 2 would ignore) is corrupt.
+    let bad = serde_json::json!({
+        "layout": LayoutRecord::from(layout),
+        "layout_version": LAYOUT_VERSION,
+        "created_unix_ms": NOW,
+        "created_by": "hand-edited",
+        "region_scope": "global",
+        "min_id": floor_at(f),
+    });
+    let ns3 = format!("{ns}.bad");
+    let writes = [Write::Put {
+        key: format!("idgen/{ns3}/cluster").into_bytes(),
+        value: bad.to_string().into_bytes(),
+    }];
+    store.commit(&[], &writes).await.unwrap();
+    let err = leases(store, &ns3, layout, "g", 1)
+        .acquire(NOW)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LeaseError::Corrupt { .. }), "{ctx}: {err:?}");
 }

@@ -103,11 +103,19 @@ pub fn clocks_prefix(namespace: &str) -> String {
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// Transaction attempts before giving up on contention.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
-/// The version of the cluster's record formats. 2: worker records cover ranges (`count`).
-/// A node upgrades a cluster of version 1 (its one-worker records read as 1-wide ranges) and
-/// refuses a newer one; binaries of version 1 refuse a cluster of version 2, since they would
-/// read a range record as one worker ID.
+/// The version of the cluster's record formats a node writes when it creates a cluster (and
+/// into worker records). 2: worker records cover ranges (`count`). A node upgrades a cluster of
+/// version 1 (its one-worker records read as 1-wide ranges); binaries of version 1 refuse a
+/// cluster of version 2, since they would read a range record as one worker ID.
 pub const LAYOUT_VERSION: u32 = 2;
+/// Version 3: the cluster record may hold a floor ([`ClusterRecord::min_id`]), which binaries
+/// that read only version 2 would ignore, so they refuse a cluster of version 3. A cluster
+/// moves to it only when an operator asks: `idgen store upgrade` ([`Leases::upgrade_records`]),
+/// or setting a floor on a cluster that is already there; never because a node of this version
+/// started, so a rollback to the previous version stays possible until then.
+pub const FLOOR_VERSION: u32 = 3;
+/// The newest record version this binary reads; a cluster of a newer one is refused.
+pub const RECORD_VERSION_MAX: u32 = FLOOR_VERSION;
 /// The most worker records one transaction reads and rewrites (etcd's default
 /// `--max-txn-ops` is 128, for the compares and the writes each): a grant's compares are these
 /// plus the cluster record and the generation counter, its writes these plus at most four.
@@ -136,6 +144,10 @@ pub struct LeaseConfig {
     /// The most worker records one transaction reads and rewrites ([`MAX_RECORDS_PER_TXN`]
     /// unless a test lowers it to make merges common).
     pub max_records_per_txn: usize,
+    /// The cluster must issue no ID at or below this (a cut-over from a database sequence):
+    /// the cluster record's floor is raised to it if lower, which needs records of
+    /// [`FLOOR_VERSION`]. Whatever this says, every grant obeys the floor the record holds.
+    pub min_id: Option<u64>,
 }
 
 impl LeaseConfig {
@@ -148,6 +160,7 @@ impl LeaseConfig {
             region: RegionScope::Global,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_records_per_txn: MAX_RECORDS_PER_TXN,
+            min_id: None,
         }
     }
 }
@@ -268,6 +281,20 @@ pub struct ClusterRecord {
     /// existed: the next node to check the record writes its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region_scope: Option<RegionScope>,
+    /// The floor: no ID at or below it is ever issued, so every grant's floor is at least its
+    /// timestamp. Set for a cut-over from a database sequence (its largest value) and by a
+    /// restore fence (`idgen store restored`); only ever raised. Only in records of
+    /// [`FLOOR_VERSION`] or newer, which binaries that would ignore it refuse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_id: Option<u64>,
+}
+
+impl ClusterRecord {
+    /// The grant floor the cluster's `min_id` imposes (ID-time ms): IDs whose timestamp is
+    /// above the floor ID's are above it, whatever their worker and sequence.
+    pub fn floor_timestamp(&self, layout: &Layout) -> u64 {
+        self.min_id.map_or(0, |m| layout.decompose(m).timestamp)
+    }
 }
 
 /// Whether a worker ID is held.
@@ -365,6 +392,9 @@ pub enum LeaseError {
     Contention { attempts: u32 },
     #[error("corrupt record at {key}: {detail}")]
     Corrupt { key: String, detail: String },
+    /// The cluster's records are of a version that cannot hold what was asked for.
+    #[error("{0}")]
+    RecordVersion(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -725,28 +755,45 @@ impl<'s> Leases<'s> {
         }
     }
 
-    /// Checks the cluster record (layout and region scope), creating it if this is the first
-    /// node. Runs inside `txn`.
-    async fn check_cluster(&self, txn: &mut Txn<'_>, now_unix_ms: u64) -> Result<(), LeaseError> {
+    /// Checks the cluster record (layout, region scope, record version), creating it if this
+    /// is the first node, and raises its floor to `config.min_id` if that is higher. Runs
+    /// inside `txn`. Returns the grant floor the record's floor imposes (ID-time ms).
+    async fn check_cluster(&self, txn: &mut Txn<'_>, now_unix_ms: u64) -> Result<u64, LeaseError> {
         let key = self.key("cluster");
         let ours = LayoutRecord::from(self.layout);
         let scope = self.config.region;
-        match txn.get(&key).await? {
+        if let Some(m) = self.config.min_id {
+            self.check_min_id(m)?;
+        }
+        let rec = match txn.get(&key).await? {
             Some(raw) => {
                 let mut rec: ClusterRecord =
                     serde_json::from_slice(&raw).map_err(|e| Self::corrupt(&key, e))?;
                 if rec.layout != ours
                     || rec.layout_version == 0
-                    || rec.layout_version > LAYOUT_VERSION
+                    || rec.layout_version > RECORD_VERSION_MAX
                 {
                     let stored = match Layout::try_from(rec.layout) {
                         Ok(l) => l.to_string(),
                         Err(e) => format!("an invalid layout ({e})"),
                     };
                     return Err(LeaseError::LayoutMismatch {
-                        stored: format!("{stored} (layout version {})", rec.layout_version),
-                        ours: format!("{} (layout version {LAYOUT_VERSION})", self.layout),
+                        stored: format!("{stored} (record version {})", rec.layout_version),
+                        ours: format!(
+                            "{} (record versions up to {RECORD_VERSION_MAX})",
+                            self.layout
+                        ),
                     });
+                }
+                if rec.min_id.is_some() && rec.layout_version < FLOOR_VERSION {
+                    // Binaries of that version would read the record and ignore the floor.
+                    return Err(Self::corrupt(
+                        &key,
+                        format!(
+                            "a floor (min_id) in a record of version {}: floors need version {FLOOR_VERSION}",
+                            rec.layout_version
+                        ),
+                    ));
                 }
                 let mut upgrade = false;
                 match rec.region_scope {
@@ -771,31 +818,100 @@ impl<'s> Leases<'s> {
                     rec.layout_version = LAYOUT_VERSION;
                     upgrade = true;
                 }
+                if let Some(m) = self.config.min_id.filter(|&m| rec.min_id < Some(m)) {
+                    if rec.layout_version < FLOOR_VERSION {
+                        return Err(LeaseError::RecordVersion(format!(
+                            "min_id {m} needs the cluster's records at version {FLOOR_VERSION} (they are at {}, which the previous release also reads, so it would ignore the floor): once every node runs this release, run `idgen store upgrade`",
+                            rec.layout_version
+                        )));
+                    }
+                    rec.min_id = Some(m);
+                    upgrade = true;
+                }
                 if upgrade {
                     txn.put(key, to_json(&rec));
                 }
+                rec
             }
             None => {
+                // A new cluster: version 2 unless it starts with a floor, so that a binary of
+                // the previous release can still join it (and a rollback stays possible).
                 let rec = ClusterRecord {
                     layout: ours,
-                    layout_version: LAYOUT_VERSION,
+                    layout_version: if self.config.min_id.is_some() {
+                        FLOOR_VERSION
+                    } else {
+                        LAYOUT_VERSION
+                    },
                     created_unix_ms: now_unix_ms,
                     created_by: self.owner.instance.clone(),
                     region_scope: Some(scope),
+                    min_id: self.config.min_id,
                 };
                 txn.put(key, to_json(&rec));
+                rec
             }
+        };
+        Ok(rec.floor_timestamp(&self.layout))
+    }
+
+    /// A floor must be an ID of the layout whose time the layout can still pass.
+    fn check_min_id(&self, m: u64) -> Result<(), LeaseError> {
+        let width =
+            u32::from(self.layout.timestamp_shift()) + u32::from(self.layout.timestamp_bits());
+        if m.checked_shr(width).unwrap_or(0) != 0 {
+            return Err(LeaseError::BadRequest(format!(
+                "min_id {m} is not an ID of the layout (wider than its {width} bits)"
+            )));
+        }
+        if self.layout.decompose(m).timestamp >= self.layout.max_timestamp() {
+            return Err(LeaseError::BadRequest(format!(
+                "min_id {m} leaves no ID of the layout above it (its time is the layout's last millisecond or later)"
+            )));
         }
         Ok(())
     }
 
-    /// Reads (or creates) the cluster record and returns the stored layout check's outcome;
-    /// for `idgen inspect` and start-up checks that do not acquire.
+    /// Reads (or creates) the cluster record and checks it as an acquisition would (layout,
+    /// region, version; raising its floor to `config.min_id`), for start-up checks and
+    /// operator commands that do not acquire.
     pub async fn ensure_cluster(&self, now_unix_ms: u64) -> Result<(), LeaseError> {
         self.transact(|| async {
             let mut txn = Txn::new(self.store);
             self.check_cluster(&mut txn, now_unix_ms).await?;
             Ok(Attempt::Commit(txn, ()))
+        })
+        .await
+    }
+
+    /// Raises the cluster's records to [`FLOOR_VERSION`], after which binaries that read only
+    /// version 2 refuse the cluster (`idgen store upgrade`: run it once every node runs this
+    /// release). Returns the versions before and after; a cluster already there is left as it
+    /// is. The layout is the record's own (this operation does not compare it with ours).
+    pub async fn upgrade_records(&self) -> Result<(u32, u32), LeaseError> {
+        let key = self.key("cluster");
+        self.transact(|| async {
+            let mut txn = Txn::new(self.store);
+            let Some(raw) = txn.get(&key).await? else {
+                return Err(LeaseError::BadRequest(format!(
+                    "no cluster in namespace {:?}: nothing to upgrade (a new cluster is created at the version its first node writes)",
+                    self.config.namespace
+                )));
+            };
+            let mut rec: ClusterRecord =
+                serde_json::from_slice(&raw).map_err(|e| Self::corrupt(&key, e))?;
+            let before = rec.layout_version;
+            if before == 0 || before > RECORD_VERSION_MAX {
+                return Err(LeaseError::RecordVersion(format!(
+                    "the cluster's records are at version {before}, which this release does not read (it reads 1 to {RECORD_VERSION_MAX})"
+                )));
+            }
+            if before >= FLOOR_VERSION {
+                return Ok(Attempt::Return((before, before)));
+            }
+            rec.layout_version = FLOOR_VERSION;
+            txn.put(key.clone(), to_json(&rec));
+            Ok(Attempt::Commit(txn, (before, FLOOR_VERSION)))
         })
         .await
     }
@@ -842,7 +958,7 @@ impl<'s> Leases<'s> {
         let (mut conflicts, mut merges) = (0, 0);
         loop {
             let mut txn = Txn::new(self.store);
-            self.check_cluster(&mut txn, now_unix_ms).await?;
+            let cluster_floor = self.check_cluster(&mut txn, now_unix_ms).await?;
             // Read (checked) before the scan: a grant or merge that commits after this read,
             // even one that creates a record inside our window, makes our commit fail.
             let generation = self.next_generation(&mut txn).await?;
@@ -871,8 +987,9 @@ impl<'s> Leases<'s> {
                 continue;
             }
             // Every record overlapping the window goes, checked as scanned; the parts that stick
-            // out of the window come back unchanged but narrower.
-            let mut floor = 0u64;
+            // out of the window come back unchanged but narrower. The floor is at least the
+            // cluster's (a cut-over or a restore fence).
+            let mut floor = cluster_floor;
             for s in over {
                 txn.check(&s.entry);
                 txn.delete(s.entry.key.clone());
