@@ -11,6 +11,19 @@ use idgen_testkit::node::{idgen_binary, NodeProc};
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
+/// The IDs a node serves once its clock has passed the floor (up to 20 s): it refuses
+/// before, and recovers by itself.
+fn served_once_the_clock_passes(c: &mut TestConn) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match c.get_ids(500) {
+            Ok(ids) => return ids,
+            Err(e) => assert!(Instant::now() < deadline, "never served again: {e:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Runs `idgen ARGS`; returns (exit code, stdout, stderr).
 fn idgen(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(idgen_binary())
@@ -24,9 +37,10 @@ fn idgen(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// Starts a node on the embedded store in `data`, its wall clock offset by what `offset`
-/// (a libfaketime timestamp file) says, read on every call; the monotonic clock stays real.
-fn node_with_clock(data: &Path, offset: &Path, extra: &[&str]) -> NodeProc {
+/// Starts a node (on the embedded store in `data`, unless `extra` names another), its wall
+/// clock offset by what `offset` (a libfaketime timestamp file) says, read on every call; the
+/// monotonic clock stays real.
+fn node_with_clock(data: Option<&Path>, offset: &Path, extra: &[&str]) -> NodeProc {
     assert!(
         Path::new(LIBFAKETIME).exists(),
         "libfaketime is missing: install Debian's `faketime` (scripts/test does)"
@@ -34,7 +48,7 @@ fn node_with_clock(data: &Path, offset: &Path, extra: &[&str]) -> NodeProc {
     let mut args = vec!["--lease-ttl", "1s"];
     args.extend_from_slice(extra);
     NodeProc::try_start_in(
-        Some(data),
+        data,
         &args,
         &[
             ("LD_PRELOAD", LIBFAKETIME),
@@ -78,14 +92,14 @@ fn a_restored_store_is_fenced_so_a_clock_set_back_issues_nothing_at_or_below_wha
 
     // Before the snapshot: a node whose clock ran two minutes behind.
     std::fs::write(&offset, "-120s\n").unwrap();
-    let mut node = node_with_clock(&data, &offset, &[]);
+    let mut node = node_with_clock(Some(&data), &offset, &[]);
     let before = take(&node, 2_000);
     assert!(node.terminate(Duration::from_secs(10)).success());
     copy_dir(&data, &snapshot);
 
     // After it: the same node on the right time; these IDs are what the restore forgets.
     std::fs::write(&offset, "+0\n").unwrap();
-    let mut node = node_with_clock(&data, &offset, &[]);
+    let mut node = node_with_clock(Some(&data), &offset, &[]);
     let after = take(&node, 2_000);
     assert!(node.terminate(Duration::from_secs(10)).success());
     let largest = *after.iter().max().unwrap();
@@ -123,7 +137,7 @@ fn a_restored_store_is_fenced_so_a_clock_set_back_issues_nothing_at_or_below_wha
     // A node whose clock is a minute behind (past the snapshot's lease ends, before the
     // forgotten IDs): it issues nothing while its clock is below the fence...
     std::fs::write(&offset, "-60s\n").unwrap();
-    let node = node_with_clock(&data, &offset, &[]);
+    let node = node_with_clock(Some(&data), &offset, &[]);
     let mut c = TestConn::open(node.addr);
     match c.get_ids(10) {
         Ok(ids) => panic!("issued {ids:?} with its clock below the fence {floor}"),
@@ -131,14 +145,7 @@ fn a_restored_store_is_fenced_so_a_clock_set_back_issues_nothing_at_or_below_wha
     }
     // ...and once its clock is back, it serves again by itself, above everything issued.
     std::fs::write(&offset, "+0\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let ids = loop {
-        match c.get_ids(500) {
-            Ok(ids) => break ids,
-            Err(e) => assert!(Instant::now() < deadline, "never served again: {e:?}"),
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let ids = served_once_the_clock_passes(&mut c);
     let smallest = *ids.iter().min().unwrap();
     assert!(
         smallest > floor && smallest > largest,
@@ -156,7 +163,7 @@ fn a_cut_over_floor_holds_for_every_node_and_is_never_a_side_effect_of_a_start()
 
     // A cluster made without a floor stays at record version 2 (the previous release can join
     // it, and run it again after a rollback).
-    let mut node = node_with_clock(&data, &offset, &[]);
+    let mut node = node_with_clock(Some(&data), &offset, &[]);
     let first = take(&node, 100);
     assert!(node.terminate(Duration::from_secs(10)).success());
     let (_, inspected, _) = idgen(&["inspect", "--data-dir", data_s, "--json"]);
@@ -194,17 +201,77 @@ fn a_cut_over_floor_holds_for_every_node_and_is_never_a_side_effect_of_a_start()
     let (code, out, err) = idgen(&["store", "floor", "--data-dir", data_s, "--min-id", &m_s]);
     assert_eq!(code, 0, "{out}{err}");
     std::fs::write(&offset, "-60s\n").unwrap();
-    let node = node_with_clock(&data, &offset, &[]);
+    let node = node_with_clock(Some(&data), &offset, &[]);
     let mut c = TestConn::open(node.addr);
     assert!(c.get_ids(1).is_err(), "issued below the floor");
     std::fs::write(&offset, "+0\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let ids = loop {
-        match c.get_ids(500) {
-            Ok(ids) => break ids,
-            Err(e) => assert!(Instant::now() < deadline, "never served: {e:?}"),
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let ids = served_once_the_clock_passes(&mut c);
     assert!(ids.iter().all(|&id| id > m), "{ids:?} vs the floor {m}");
+}
+
+/// The same on etcd: IDs from two nodes, a snapshot, more IDs, the snapshot restored
+/// (`etcdctl snapshot restore`, the records back in time), the fence, and both nodes back with
+/// their clocks a minute behind: nothing at or below what was issued before the restore.
+#[cfg(feature = "etcd")]
+#[test]
+fn an_etcd_snapshot_restored_and_fenced_keeps_clocks_set_back_above_every_id_issued() {
+    use idgen_testkit::etcd::EtcdCluster;
+    let mut etcd = EtcdCluster::start(1);
+    let url = etcd.url("restore");
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("faketime");
+    let snapshot = dir.path().join("snapshot.db");
+    let args = |name: &'static str| ["--store", &url, "--node-id", name].map(str::to_string);
+    let pair = |offset_text: &str| {
+        std::fs::write(&offset, offset_text).unwrap();
+        ["a", "b"].map(|n| {
+            let a = args(n);
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            node_with_clock(None, &offset, &a)
+        })
+    };
+    let issue = |nodes: [NodeProc; 2]| {
+        let ids: Vec<u64> = nodes.iter().flat_map(|n| take(n, 1_000)).collect();
+        for mut n in nodes {
+            assert!(n.terminate(Duration::from_secs(10)).success());
+        }
+        ids
+    };
+    let before = issue(pair("-120s\n"));
+    etcd.snapshot(&snapshot);
+    let after = issue(pair("+0\n"));
+    let largest = *after.iter().max().unwrap();
+    assert!(largest > *before.iter().max().unwrap());
+
+    etcd.restore(&snapshot);
+    let (code, out, err) = idgen(&["store", "upgrade", "--store", &url]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = idgen(&[
+        "store",
+        "restored",
+        "--store",
+        &url,
+        "--lease-ttl",
+        "1s",
+        "--margin",
+        "1s",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let nodes = pair("-60s\n");
+    let mut conns: Vec<TestConn> = nodes.iter().map(|n| TestConn::open(n.addr)).collect();
+    for c in &mut conns {
+        if let Ok(ids) = c.get_ids(10) {
+            panic!("issued {ids:?} with its clock a minute behind the fence");
+        }
+    }
+    std::fs::write(&offset, "+0\n").unwrap();
+    for c in &mut conns {
+        let ids = served_once_the_clock_passes(c);
+        let smallest = *ids.iter().min().unwrap();
+        assert!(
+            smallest > largest,
+            "{smallest} at or below an ID issued before the restore ({largest})"
+        );
+    }
 }

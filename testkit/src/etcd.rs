@@ -99,6 +99,20 @@ pub fn etcd_binary() -> PathBuf {
     );
 }
 
+/// etcdctl (Debian's `etcd-client`), for snapshots: `IDGEN_ETCDCTL` or `/usr/bin/etcdctl`;
+/// panics, saying what to install, if it is missing.
+pub fn etcdctl_binary() -> PathBuf {
+    let bin = std::env::var_os("IDGEN_ETCDCTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/etcdctl"));
+    assert!(
+        bin.exists(),
+        "{} is missing: install Debian's etcd-client (`scripts/deps chaos` does) or set IDGEN_ETCDCTL",
+        bin.display()
+    );
+    bin
+}
+
 /// The last `lines` lines of the file at `path` (empty when it cannot be read), for a failing
 /// test's message.
 pub(crate) fn tail(path: &Path, lines: usize) -> String {
@@ -391,6 +405,63 @@ impl EtcdCluster {
         if let Err(e) = self.wait_healthy(&all) {
             panic!("etcd start_all: {e}");
         }
+    }
+
+    /// Saves a snapshot of the keyspace to `file` (`etcdctl snapshot save`, from member 0).
+    pub fn snapshot(&self, file: &Path) {
+        let mut cmd = Command::new(etcdctl_binary());
+        cmd.env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(&self.endpoints()[0]);
+        if let Some(tls) = &self.tls {
+            assert!(
+                !tls.client_cert_auth,
+                "snapshots of a cluster that asks for client certificates are not supported here"
+            );
+            cmd.arg("--cacert").arg(&tls.ca);
+        }
+        let out = cmd
+            .args(["snapshot", "save"])
+            .arg(file)
+            .output()
+            .expect("run etcdctl");
+        assert!(
+            out.status.success(),
+            "etcdctl snapshot save: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops every member and restores the snapshot `file` into each one's data directory
+    /// (`etcdctl snapshot restore`, as etcd's disaster recovery does: a new cluster of the same
+    /// members, with the snapshot's keys and revisions), then starts them and waits until every
+    /// one is healthy.
+    pub fn restore(&mut self, file: &Path) {
+        self.stop_all();
+        for i in 0..self.members.len() {
+            let m = &self.members[i];
+            std::fs::remove_dir_all(&m.data_dir).expect("remove the member's data");
+            let out = Command::new(etcdctl_binary())
+                .env("ETCDCTL_API", "3")
+                .args(["snapshot", "restore"])
+                .arg(file)
+                .arg("--name")
+                .arg(&m.name)
+                .arg("--data-dir")
+                .arg(&m.data_dir)
+                .args(["--initial-cluster", &self.initial_cluster])
+                .args(["--initial-cluster-token", &self.token])
+                .arg("--initial-advertise-peer-urls")
+                .arg(format!("http://127.0.0.1:{}", m.peer_port))
+                .output()
+                .expect("run etcdctl");
+            assert!(
+                out.status.success(),
+                "etcdctl snapshot restore: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        self.start_all();
     }
 
     /// Whether member `i` is running (as far as this harness knows).
