@@ -683,3 +683,37 @@ fn a_handle_whose_draws_keep_failing_answers_each_call() {
         assert!(matches!(handle.next_id(), Err(EmbeddedError::Closed)));
     }
 }
+
+/// An embedded generator told to keep above `min_id` (a cut-over from a database sequence)
+/// issues only IDs above it: its first grant is fenced by the cluster's floor. One started
+/// without it afterwards on the same store obeys the floor too.
+#[test]
+fn min_id_fences_every_embedded_generator_of_the_cluster() {
+    let rt = runtime();
+    let store: Arc<dyn KvStore> = Arc::new(MemoryStore::new());
+    let layout = Layout::default();
+    let now_id = layout.id_time(SystemClock::new().wall_ms()).unwrap();
+    // The old sequence's last value has a time 300 ms ahead of now in this layout.
+    let m = layout.compose(now_id + 300, 5, 6).unwrap().0;
+    let with_floor = EmbeddedConfig {
+        min_id: Some(m),
+        ..config(1_000)
+    };
+    let a = rt
+        .block_on(Embedded::start(Arc::clone(&store), "cut", with_floor))
+        .unwrap();
+    let first = loop {
+        match a.next_id() {
+            Ok(id) => break id,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    assert!(first.0 > m, "{} at or below the floor {m}", first.0);
+    let b = rt
+        .block_on(Embedded::start(Arc::clone(&store), "cut", config(1_000)))
+        .unwrap();
+    let id = b.next_id().unwrap();
+    assert!(id.0 > m, "{} at or below the floor {m}", id.0);
+    rt.block_on(a.shutdown()).unwrap();
+    rt.block_on(b.shutdown()).unwrap();
+}
