@@ -275,3 +275,56 @@ fn an_etcd_snapshot_restored_and_fenced_keeps_clocks_set_back_above_every_id_iss
         );
     }
 }
+
+/// Trusted time: the kernel's view of its clock (adjtimex) is on /metrics, and with
+/// `--require-sync` a node refuses to start on a clock the kernel calls unsynchronised (or with
+/// an error bound above --max-drift), and starts on one it calls synchronised. The test reads
+/// the same kernel, so it checks whichever side this machine is on.
+#[test]
+fn the_kernel_s_clock_state_is_reported_and_require_sync_refuses_an_unsynchronised_clock() {
+    use idgen_core::sync::KernelSync;
+    let kernel = KernelSync::read().expect("adjtimex");
+    let ok = kernel.problem(Duration::from_secs(1)).is_none();
+
+    let node = NodeProc::start(&["--admin-listen", "127.0.0.1:0"]);
+    let (status, metrics) = idgen_testkit::node::http(node.admin.unwrap(), "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("idgen_clock_synchronized "))
+        .expect("idgen_clock_synchronized on /metrics");
+    assert_eq!(
+        line,
+        format!("idgen_clock_synchronized {}", u8::from(kernel.synchronized))
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("idgen_clock_max_error_seconds ")),
+        "{metrics}"
+    );
+    // Off by default: the state is reported, the node is ready either way.
+    let (ready, body) =
+        idgen_testkit::node::http(node.admin.unwrap(), "GET", "/health/ready", None);
+    assert_eq!(ready, 200, "{body}");
+
+    let required = NodeProc::try_start(&["--require-sync", "--admin-listen", "127.0.0.1:0"], &[]);
+    match (ok, required) {
+        (false, Err(log)) => assert!(
+            log.contains("require_sync is on") && log.contains("clock"),
+            "{log}"
+        ),
+        (false, Ok(_)) => {
+            panic!("started with require_sync on a clock the kernel calls {kernel:?}")
+        }
+        (true, Ok(n)) => {
+            let (ready, body) =
+                idgen_testkit::node::http(n.admin.unwrap(), "GET", "/health/ready", None);
+            assert_eq!(ready, 200, "{body}");
+        }
+        (true, Err(log)) => panic!("refused a synchronised clock ({kernel:?}): {log}"),
+    }
+    // The setting is validated like any other.
+    let (code, _, err) = idgen(&["serve", "--check-config", "--require-sync=maybe"]);
+    assert_eq!(code, 2, "{err}");
+}

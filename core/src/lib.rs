@@ -35,6 +35,7 @@ pub mod lease;
 pub mod member;
 pub mod sequence;
 pub mod store;
+pub mod sync;
 
 /// What this crate's unit tests share.
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! `[clock]`: how the node treats its clock. The generators take the rollback wait, the clock
-//! watch the drift, the range watch the warning.
+//! watch the drift, the range watch the warning; the start and readiness checks whether the
+//! kernel's clock must be synchronised.
 
 use std::time::Duration;
 
@@ -25,6 +26,18 @@ settings! {
         /// Warn when the layout's timestamp range has less than this left.
         #[arg(long, env = "IDGEN_RANGE_WARNING")]
         pub range_warning: Option<String>,
+        /// Refuse to start, and turn not ready, while the kernel says the clock is not
+        /// synchronised (adjtimex: no NTP client disciplines it) or bounds its error above
+        /// --max-drift; `--require-sync` alone means true. Off: the state is only reported
+        /// (metrics, a warning at start).
+        #[arg(
+            long,
+            env = "IDGEN_REQUIRE_SYNC",
+            num_args = 0..=1,
+            require_equals = true,
+            default_missing_value = "true"
+        )]
+        pub require_sync: Option<bool>,
     }
 }
 
@@ -37,6 +50,7 @@ pub struct ClockSection {
     pub max_drift: Duration,
     #[serde(serialize_with = "ser::duration")]
     pub range_warning: Duration,
+    pub require_sync: bool,
 }
 
 impl Default for ClockSection {
@@ -45,6 +59,7 @@ impl Default for ClockSection {
             max_rollback_wait: DEFAULT_MAX_ROLLBACK_WAIT,
             max_drift: Duration::from_secs(1),
             range_warning: Duration::from_secs(365 * 86_400),
+            require_sync: false,
         }
     }
 }
@@ -67,6 +82,7 @@ impl ClockSection {
             max_rollback_wait,
             max_drift: duration("max_drift", given.max_drift, d.max_drift)?,
             range_warning: duration("range_warning", given.range_warning, d.range_warning)?,
+            require_sync: given.require_sync.unwrap_or(d.require_sync),
         })
     }
 }

@@ -238,6 +238,7 @@ fn the_printed_configuration_reads_back_as_itself() {
         region: Some("2".into()),
         lease_ttl: Some("3s".into()),
         lease_safety: Some("7s".into()),
+        min_id: Some(5_000_000),
         ..LeaseArgs::default()
     };
     s.layout = LayoutArgs {
@@ -251,6 +252,7 @@ fn the_printed_configuration_reads_back_as_itself() {
         max_rollback_wait: Some("0s".into()),
         max_drift: Some("250ms".into()),
         range_warning: Some("30days".into()),
+        require_sync: Some(true),
     };
     s.admin.admin_listen = Some("[::1]:7421".into());
     s.admin.admin_request_timeout = Some("20s".into());

@@ -27,6 +27,7 @@ use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::lease::keeper::RENEWAL_BUCKETS_US;
 use idgen_core::sequence::holder::{SeqStats, COMMIT_BUCKETS_US};
 use idgen_core::store::StoreUrl;
+use idgen_core::sync::KernelSync;
 
 /// A family's Prometheus type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -710,6 +711,54 @@ pub const FAMILIES: &[Family] = &[
             let (_, peers) = s.node.clock_watch.drift_summary();
             out.value(&[], peers as u64)
         },
+    ),
+    shown(
+        Shown::OnLinux,
+        family(
+            "idgen_clock_synchronized",
+            Gauge,
+            &[],
+            "",
+            "1 when the kernel says the clock is synchronised (adjtimex: an NTP client disciplines it), else 0; absent where it cannot be read",
+            |_, out| {
+                match KernelSync::read() {
+                    Ok(k) => out.value(&[], k.synchronized),
+                    Err(_) => Ok(()),
+                }
+            },
+        ),
+    ),
+    shown(
+        Shown::OnLinux,
+        family(
+            "idgen_clock_max_error_seconds",
+            Gauge,
+            &[],
+            "seconds",
+            "The kernel's bound on the clock's error (adjtimex maxerror): set by the NTP client, growing while nobody updates it",
+            |_, out| {
+                match KernelSync::read() {
+                    Ok(k) => out.value(&[], k.max_error_us as f64 / 1e6),
+                    Err(_) => Ok(()),
+                }
+            },
+        ),
+    ),
+    shown(
+        Shown::OnLinux,
+        family(
+            "idgen_clock_estimated_error_seconds",
+            Gauge,
+            &[],
+            "seconds",
+            "The kernel's estimate of the clock's error (adjtimex esterror)",
+            |_, out| {
+                match KernelSync::read() {
+                    Ok(k) => out.value(&[], k.est_error_us as f64 / 1e6),
+                    Err(_) => Ok(()),
+                }
+            },
+        ),
     ),
     // The node.
     family(

@@ -177,6 +177,16 @@ impl Node {
             &config.lease.namespace,
             tokio::runtime::Handle::current(),
         );
+        match state::kernel_sync_problem(config.clock.max_drift) {
+            Some(why) if config.clock.require_sync => {
+                return Err(ServeError::Clock(format!("{why} (require_sync is on)")))
+            }
+            Some(why) => tracing::warn!(
+                event = "clock_unsynchronized",
+                "{why}; serving anyway (IDs stay unique; their order across nodes follows the clocks). Set require_sync to refuse"
+            ),
+            None => {}
+        }
         let (member, view) = Member::join(store, settings, owner, clock).await?;
         let member = Arc::new(member);
         let lease = member.lease();

@@ -31,7 +31,8 @@ pub struct NodeState {
 impl NodeState {
     /// Why the node is not ready, if it is not. Ready means: it holds a lease with more than
     /// half a TTL left (renewals are every third of one, so two have failed when this turns),
-    /// no shard's clock is behind, it is not draining, and its clock agrees with its peers.
+    /// no shard's clock is behind, it is not draining, its clock agrees with its peers, and
+    /// (with `require_sync`) the kernel says its clock is synchronised.
     pub fn not_ready_reasons(&self) -> Vec<String> {
         let mut reasons = Vec::new();
         let now = SystemClock::new().wall_ms();
@@ -72,6 +73,22 @@ impl NodeState {
         if let Some(drift) = self.clock_watch.excessive_drift() {
             reasons.push(drift);
         }
+        if self.config.clock.require_sync {
+            if let Some(why) = kernel_sync_problem(self.config.clock.max_drift) {
+                reasons.push(why);
+            }
+        }
         reasons
+    }
+}
+
+/// Why the kernel's clock does not count as synchronised within `max_error` (its flag, its
+/// error bound), or that it cannot be read; `None` when it does.
+pub fn kernel_sync_problem(max_error: std::time::Duration) -> Option<String> {
+    match idgen_core::sync::KernelSync::read() {
+        Ok(k) => k.problem(max_error),
+        Err(e) => Some(format!(
+            "cannot read the kernel's clock synchronisation state: {e}"
+        )),
     }
 }
