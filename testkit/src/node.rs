@@ -98,10 +98,22 @@ impl NodeProc {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<NodeProc, String> {
+        Self::try_start_binary(&idgen_binary(), uid, data_dir, args, env)
+    }
+
+    /// As [`try_start_as`](Self::try_start_as), running the `idgen` binary at `bin` (another
+    /// release's, for mixed-version tests).
+    pub fn try_start_binary(
+        bin: &Path,
+        uid: Option<u32>,
+        data_dir: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<NodeProc, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("idgen.log");
         let data = data_dir.map_or_else(|| dir.path().join("data"), Path::to_path_buf);
-        let mut cmd = Command::new(idgen_binary());
+        let mut cmd = Command::new(bin);
         cmd.arg("serve");
         // Base flags the caller does not set itself.
         for pair in BASE_ARGS.chunks(2) {
