@@ -20,6 +20,7 @@ public record Layout(long epochMs, int timestampBits, int workerBits, int sequen
      *     variant, or a time before the epoch or past the layout's last millisecond
      */
     public UuidParts decodeUuid(java.util.UUID uuid) {
+        java.util.Objects.requireNonNull(uuid, "uuid");
         if (uuid.version() != 7) {
             throw new IllegalArgumentException("UUID " + uuid + " is of version " + uuid.version() + ", not 7");
         }

@@ -166,6 +166,7 @@ class UuidsTest {
                     () -> l.decodeUuid(UUID.fromString(k.getKey())), k.getKey());
             assertTrue(e.getMessage().contains(k.getValue()), e.getMessage());
         }
+        assertThrows(NullPointerException.class, () -> l.decodeUuid(null));
     }
 
     @Test
