@@ -5,6 +5,7 @@ loopback only, every load bounded in time.
 
     scripts/bench [--seconds 5] [--out docs/bench] [--skip-build] [--quick] [--cores N]
     scripts/bench --cost-only | --compare OLD_IDGEN_BINARY | --tls-only | --http-only | --clients-only
+    scripts/bench --uuids-only
 
 Cost, not only speed: every server row carries the server's CPU time (user + system, from
 /proc, the server process and its children) per request and per ID, sampled inside the load
@@ -229,6 +230,17 @@ WORKLOADS = [
 ]
 # The workloads whose system calls per request are counted (an extra short run each).
 SYSCALL_WORKLOADS = ["1 ID/req, 50 conn × 128", "1 request in flight"]
+# The workloads run a second time asking for version 7 UUIDs (GET_UUIDS, protocol version 4)
+# instead of IDs, on the same node in the same run: "<workload>, UUIDs" (issue 30).
+UUID_WORKLOADS = ["big batches", "1 ID/req, 50 conn × 128", "1 request in flight"]
+UUIDS = ", UUIDs"
+
+
+def uuid_runs(addr, seconds, label, server_pid, threads=1):
+    """The UUID_WORKLOADS with --uuids against `addr`: each UUID counts as one ID."""
+    return [loadtest(["--addr", addr, "--uuids", *args], seconds, label, name + UUIDS, server_pid,
+                     threads)
+            for name, args in WORKLOADS if name in UUID_WORKLOADS]
 
 
 def start_idgen(shards, workers=64, binary=None, extra=()):
@@ -266,6 +278,8 @@ def idgen_runs(seconds, shards, workers=64, only_ranges=False, binary=None, labe
                          "big batches, range answers", server.pid, threads))
     # The layout's limit for this worker range: 4,096 IDs per worker ID per millisecond.
     rows[-1]["range_limit_ids_per_sec"] = shards * workers * 4096 * 1000
+    if not only_ranges:
+        rows += uuid_runs(addr, seconds, label, server.pid, threads)
     stop(server)
     shutil.rmtree(data, ignore_errors=True)
     return rows
@@ -292,8 +306,33 @@ def bare_runs(seconds):
     rows = [loadtest(["--addr", addr, *args], seconds, BARE, name, server.pid) for name, args in WORKLOADS]
     rows.append(loadtest(["--addr", addr, "--ranges", *WORKLOADS[0][1]], seconds, BARE,
                          "big batches, range answers", server.pid))
+    rows += uuid_runs(addr, seconds, BARE, server.pid)
     stop(server)
     return rows
+
+
+def print_uuids(rows):
+    """Version 7 UUIDs beside plain IDs, per system and workload, from rows of one run: the
+    rate of each, and the server's CPU per ID and per UUID."""
+    by = {(r["system"], r["workload"]): r for r in rows}
+    print("UUIDv7 beside plain IDs (same node, same run; GET_UUIDS vs GET_IDS)")
+    print(f"{'system':<32} {'workload':<26} {'IDs/s':>14} {'UUIDs/s':>14} {'÷':>6} "
+          f"{'ns/ID':>8} {'ns/UUID':>8} {'÷':>6} {'p50 µs ID/UUID':>15} {'p99 µs ID/UUID':>15}")
+    for (system, workload), u in by.items():
+        if not workload.endswith(UUIDS):
+            continue
+        i = by.get((system, workload[:-len(UUIDS)]))
+        if i is None:
+            continue
+        ns_i, ns_u = i.get("server_cpu_ns_per_id"), u.get("server_cpu_ns_per_id")
+        cost = f"{ns_i:>8.2f} {ns_u:>8.2f} {ns_u / ns_i:>6.2f}" if ns_i and ns_u else f"{'-':>8} {'-':>8} {'-':>6}"
+        li, lu = i.get("latency_us", {}), u.get("latency_us", {})
+        print(f"{system:<32} {workload[:-len(UUIDS)]:<26} {i['ids_per_sec']:>14,.0f} "
+              f"{u['ids_per_sec']:>14,.0f} {u['ids_per_sec'] / i['ids_per_sec']:>6.2f} {cost} "
+              f"{li.get('p50', 0):>7.1f}/{lu.get('p50', 0):<7.1f} {li.get('p99', 0):>7.1f}/{lu.get('p99', 0):<7.1f}")
+    print("÷: UUIDs over IDs (rate; server CPU per UUID over per ID); ns/ID, ns/UUID: server CPU "
+          "time (user + system, /proc) per ID or UUID handed out; the floor answers UUIDs from its "
+          "counter with random bits 0")
 
 
 # The second write pattern: each connection writes a whole window of --pipeline requests in one
@@ -1008,7 +1047,7 @@ def print_costs(rows, title):
         # One ID per request compares CPU per request; batches compare CPU per ID.
         key, col = (("ns_per_id", "server_cpu_ns_per_id") if r["workload"].startswith("big")
                     else ("ns_per_request", "server_cpu_ns_per_request"))
-        peer = best.get(r["workload"].replace(", range answers", ""), {}).get(key)
+        peer = best.get(r["workload"].replace(", range answers", "").replace(UUIDS, ""), {}).get(key)
         r["cpu_ratio_to_best_peer"] = r[col] / peer if peer else None
         bare = floor.get(r["workload"], {}).get(col)
         r["cpu_ratio_to_floor"] = r[col] / bare if bare else None
@@ -1214,6 +1253,10 @@ def main():
     ap.add_argument("--cost-only", action="store_true",
                     help="only the cost rows (idgen, Redis, PostgreSQL; shared and pinned), system "
                          "calls, the targets and the model (prints, writes nothing)")
+    ap.add_argument("--uuids-only", action="store_true",
+                    help="only version 7 UUIDs beside plain IDs: one node and the floor, each "
+                         "workload of UUID_WORKLOADS with GET_IDS and with GET_UUIDS (prints, "
+                         "writes nothing)")
     ap.add_argument("--sequences-only", action="store_true",
                     help="only the named sequences against Redis INCR and PostgreSQL nextval "
                          "(scripts/bench-sequences; prints, writes nothing)")
@@ -1240,6 +1283,30 @@ def main():
 
     if a.compare:
         return only(lambda: compare_runs(seconds, a.compare), lambda _: None)
+    if a.uuids_only:
+        def uuids():
+            rows = []
+            server, addr, data = start_idgen(1)
+            for name, args in WORKLOADS:
+                if name in UUID_WORKLOADS:
+                    rows.append(loadtest(["--addr", addr, *args], seconds, "idgen (1 shard)", name,
+                                         server.pid))
+            rows += uuid_runs(addr, seconds, "idgen (1 shard)", server.pid)
+            stop(server)
+            shutil.rmtree(data, ignore_errors=True)
+            server, addr = start_bare()
+            for name, args in WORKLOADS:
+                if name in UUID_WORKLOADS:
+                    rows.append(loadtest(["--addr", addr, *args], seconds, BARE, name, server.pid))
+            rows += uuid_runs(addr, seconds, BARE, server.pid)
+            stop(server)
+            return rows
+
+        def show(rows):
+            print_costs(rows, "shared: server and load generator on every CPU")
+            print()
+            print_uuids(rows)
+        return only(uuids, show)
     if a.sequences_only:
         return only(sequence_runs, lambda lines: print("\n".join(lines)))
     if a.http_only:
@@ -1267,6 +1334,8 @@ def main():
             print_costs(rows, "shared: server and load generator on every CPU")
             print()
             print_costs(pin, "pinned: server on CPU 0, load generator on the others")
+            print()
+            print_uuids(rows + pin)
             print()
             print_syscalls(sys_rows)
             targets(rows, sys_rows, None, "shared")
@@ -1324,6 +1393,9 @@ def main():
         if r["workload"] == "big batches":
             # Range answers compete with the same peers as big batches.
             peers = peers + [{**r, "workload": "big batches, range answers"}]
+        if r["workload"] in UUID_WORKLOADS:
+            # UUIDs compete with the same peers as the IDs they are made from.
+            peers = peers + [{**r, "workload": r["workload"] + UUIDS}]
     print(f"{'system':<32} {'workload':<28} {'IDs/s':>14} {'req/s':>12} {'p50 µs':>8} {'p99 µs':>8} {'× best peer':>11} {'× limit':>8}")
     for r in rows:
         best = max((p["ids_per_sec"] for p in peers if p["workload"] == r["workload"]), default=0)
@@ -1337,6 +1409,8 @@ def main():
     print_costs(rows, "cost, shared: server and load generator on every CPU")
     print()
     print_costs(pin_rows, "cost, pinned: server on CPU 0, load generator on the others")
+    print()
+    print_uuids(rows + pin_rows)
     print()
     print_syscalls(syscall_rows)
     print()

@@ -43,9 +43,9 @@ type Options struct {
 	// is refilled in the background when it holds fewer than LowWater IDs (default
 	// Prefetch/4).
 	Prefetch, LowWater int
-	// MaxVersion is the highest protocol version offered (1, 2 or 3; default 3). Version 2
+	// MaxVersion is the highest protocol version offered (1 to 4; default 4). Version 2
 	// answers batches as runs of consecutive IDs, expanded here; version 3 adds named
-	// sequences (NextValue, NextValues).
+	// sequences (NextValue, NextValues); version 4 UUIDs (NextUUID, NextUUIDs).
 	MaxVersion uint16
 	// SequencePrefetch is K, the number of values NextValue/NextValues ask for at once per
 	// dense sequence, keeping the rest in a buffer per sequence name to answer later calls
@@ -106,6 +106,7 @@ type stats struct {
 	connects, requests, ids, pings, nodeFailures, failovers atomic.Int64
 	prefetchRefills, prefetchServed                         atomic.Int64
 	valueRequests, values, valuesBuffered                   atomic.Int64
+	uuidRequests, uuids                                     atomic.Int64
 }
 
 // Stats are a client's counters.
@@ -121,6 +122,8 @@ type Stats struct {
 	ValueRequests   int64 // GET_VALUES frames sent
 	Values          int64 // sequence values received in VALUES frames
 	ValuesBuffered  int64 // sequence values handed out from a prefetch buffer, without a request of their call
+	UUIDRequests    int64 // GET_UUIDS frames sent
+	UUIDs           int64 // UUIDs received in UUIDS frames
 }
 
 // NodeState is one node's state, from Client.Nodes.
@@ -181,9 +184,9 @@ func NewClient(opts Options) (*Client, error) {
 	switch opts.MaxVersion {
 	case 0:
 		opts.MaxVersion = MaxProtocolVersion
-	case 1, 2, 3:
+	case 1, 2, 3, 4:
 	default:
-		return nil, fmt.Errorf("idgen: Options.MaxVersion %d: this client speaks versions 1 to 3", opts.MaxVersion)
+		return nil, fmt.Errorf("idgen: Options.MaxVersion %d: this client speaks versions 1 to 4", opts.MaxVersion)
 	}
 	if opts.SequencePrefetch < 0 || opts.SequencePrefetch > MaxValuesPerCall {
 		return nil, fmt.Errorf("idgen: Options.SequencePrefetch %d: must be in 0..=%d", opts.SequencePrefetch, MaxValuesPerCall)
@@ -291,6 +294,78 @@ func (c *Client) NextIDs(ctx context.Context, n int) ([]uint64, error) {
 	return ids, err
 }
 
+// NextUUID returns one version 7 UUID. See NextUUIDs.
+func (c *Client) NextUUID(ctx context.Context) (UUID, error) {
+	u, err := c.NextUUIDs(ctx, 1)
+	if err != nil {
+		return UUID{}, err
+	}
+	return u[0], nil
+}
+
+// NextUUIDs returns n RFC 9562 version 7 UUIDs from one node, strictly increasing, all or
+// nothing (protocol version 4: GET_UUIDS, protocol/PROTOCOL.md §3.7). The node makes each
+// from one ID it issues (the ID's millisecond, then its worker and sequence, then random
+// bits), so they are unique across the cluster as its IDs are, and on one connection they
+// continue its IDs' order; Layout.DecodeUUID takes one apart.
+//
+// Like NextIDs: a count above the node's max_batch is sent as several requests and joined,
+// a failed part fails the whole call over or fails, and an n outside 1..=16777216 fails
+// with ErrInvalidArgument before anything is sent. Every answer is checked (the count,
+// version 7, the variant bits, strictly increasing on the connection); one that fails is a
+// *ProtocolError and the call fails over. A node that negotiated a version below 4 (or
+// Options.MaxVersion below 4) fails the call with a *VersionError (ErrUUIDsUnsupported) at
+// once: nothing sent, no other node tried. The prefetch pool serves IDs only.
+func (c *Client) NextUUIDs(ctx context.Context, n int) ([]UUID, error) {
+	if n < 1 || n > maxIDsPerCall {
+		return nil, argError("NextUUIDs: n = %d: must be in 1..=%d", n, maxIDsPerCall)
+	}
+	if c.closed.Load() {
+		return nil, c.errClosed()
+	}
+	if c.opts.MaxVersion < UUIDsVersion {
+		return nil, &VersionError{Version: c.opts.MaxVersion, Required: UUIDsVersion}
+	}
+	var uuids []UUID
+	err := c.withFailover(ctx, func(cc *conn) error {
+		var err error
+		uuids, err = c.fetchUUIDs(ctx, cc, n)
+		return err
+	})
+	return uuids, err
+}
+
+// fetchUUIDs asks one connection for n UUIDs, split by its max_batch.
+func (c *Client) fetchUUIDs(ctx context.Context, cc *conn, n int) ([]UUID, error) {
+	if cc.hello.Version < UUIDsVersion {
+		return nil, &VersionError{Node: cc.node, Version: cc.hello.Version, Required: UUIDsVersion}
+	}
+	batch := int(cc.hello.MaxBatch)
+	if batch < 1 {
+		batch = 1
+	}
+	parts := (n + batch - 1) / batch
+	uuids := make([]UUID, n)
+	r := newRequest(parts)
+	for i := range r.slots {
+		lo := i * batch
+		hi := lo + batch
+		if hi > n {
+			hi = n
+		}
+		r.slots[i].op = opGetUUIDs
+		r.slots[i].uuids = uuids[lo:hi]
+	}
+	if err := cc.submit(r); err != nil {
+		return nil, err
+	}
+	c.stats.uuidRequests.Add(int64(parts))
+	if err := r.wait(ctx, cc.node); err != nil {
+		return nil, err
+	}
+	return uuids, nil
+}
+
 // Ping sends a PING to a node (with failover) and returns the round-trip time.
 func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
 	var rtt time.Duration
@@ -336,6 +411,7 @@ func (c *Client) Stats() Stats {
 		Pings: s.pings.Load(), NodeFailures: s.nodeFailures.Load(), Failovers: s.failovers.Load(),
 		PrefetchRefills: s.prefetchRefills.Load(), PrefetchServed: s.prefetchServed.Load(),
 		ValueRequests: s.valueRequests.Load(), Values: s.values.Load(), ValuesBuffered: s.valuesBuffered.Load(),
+		UUIDRequests: s.uuidRequests.Load(), UUIDs: s.uuids.Load(),
 	}
 }
 
@@ -456,7 +532,7 @@ func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error 
 			if ctx.Err() != nil {
 				return err // the context's error, from the wait or the dial
 			}
-			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrSequencesUnsupported) {
+			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrSequencesUnsupported) || errors.Is(err, ErrUUIDsUnsupported) {
 				// Refused before sending (the call does not fit this node's limits, or the
 				// node is too old for it): nothing to retry, the node is fine.
 				return err

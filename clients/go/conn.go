@@ -42,8 +42,9 @@ const (
 // slot is one request frame waiting for its answer.
 type slot struct {
 	req   *request
-	op    byte     // opGetIDs, opGetRanges, opGetValues or opPing
+	op    byte     // opGetIDs, opGetRanges, opGetValues, opGetUUIDs or opPing
 	dst   []uint64 // where the IDs (or a sequence's values) go
+	uuids []UUID   // GET_UUIDS: where the UUIDs go
 	token uint64
 	name  string       // GET_VALUES: the sequence
 	mode  SequenceMode // GET_VALUES: the mode VALUES announced (set by the reader)
@@ -130,6 +131,10 @@ type conn struct {
 	kick    chan struct{}
 	closing chan struct{} // closed when err is set
 	done    sync.WaitGroup
+
+	// The reader goroutine's own: the last UUID answered on this connection.
+	lastUUID     UUID
+	haveLastUUID bool
 }
 
 // alive reports whether the connection has not failed.
@@ -174,6 +179,8 @@ func (c *conn) submit(r *request) error {
 			c.wbuf = appendGetRanges(c.wbuf, uint32(len(s.dst)))
 		case opGetValues:
 			c.wbuf = appendGetValues(c.wbuf, uint32(len(s.dst)), s.name)
+		case opGetUUIDs:
+			c.wbuf = appendGetUUIDs(c.wbuf, uint32(len(s.uuids)))
 		case opPing:
 			c.wbuf = appendPing(c.wbuf, s.token)
 		}
@@ -406,6 +413,17 @@ func (c *conn) answer(s *slot, op byte, body []byte, last *uint64, haveLast *boo
 		}
 		s.mode = mode
 		c.stats.values.Add(int64(n))
+	case op == opUUIDs && s.op == opGetUUIDs:
+		n := uuidsCount(body)
+		if n != len(s.uuids) {
+			return nil, &ProtocolError{Detail: fmt.Sprintf("UUIDS of %d in answer to GET_UUIDS of %d", n, len(s.uuids))}
+		}
+		var err error
+		if c.lastUUID, err = parseUUIDs(body, s.uuids, c.lastUUID, c.haveLastUUID); err != nil {
+			return nil, err
+		}
+		c.haveLastUUID = true
+		c.stats.uuids.Add(int64(n))
 	case op == opPong && s.op == opPing:
 		if token := beUint64(body); token != s.token {
 			return nil, &ProtocolError{Detail: fmt.Sprintf("PONG %d in answer to PING %d", token, s.token)}
@@ -431,6 +449,8 @@ func opName(op byte) string {
 		return "GET_RANGES"
 	case opGetValues:
 		return "GET_VALUES"
+	case opGetUUIDs:
+		return "GET_UUIDS"
 	case opPing:
 		return "PING"
 	case opHelloOK:
@@ -441,6 +461,8 @@ func opName(op byte) string {
 		return "RANGES"
 	case opValues:
 		return "VALUES"
+	case opUUIDs:
+		return "UUIDS"
 	case opPong:
 		return "PONG"
 	case opError:

@@ -24,6 +24,9 @@ var (
 	// ErrSequencesUnsupported matches every *VersionError: named sequences need protocol
 	// version 3, and the node (or Options.MaxVersion) speaks an older one.
 	ErrSequencesUnsupported = errors.New("idgen: named sequences need protocol version 3")
+	// ErrUUIDsUnsupported matches every *VersionError of a UUID call (Required 4): UUIDs need
+	// protocol version 4, and the node (or Options.MaxVersion) speaks an older one.
+	ErrUUIDsUnsupported = errors.New("idgen: UUIDs need protocol version 4")
 )
 
 // argError is an ErrInvalidArgument with what was wrong.
@@ -31,24 +34,39 @@ func argError(format string, args ...any) error {
 	return fmt.Errorf("idgen: "+format+": %w", append(args, ErrInvalidArgument)...)
 }
 
-// VersionError: a named-sequence call met a node that negotiated protocol version 1 or 2
-// (or the client offers no more than that: Options.MaxVersion). Sequences are not reachable
-// over that version; nothing was sent, no other node was tried and the node is not marked
-// down. It matches ErrSequencesUnsupported.
+// VersionError: a named-sequence call met a node that negotiated protocol version 1 or 2, or
+// a UUID call one that negotiated a version below 4 (or the client offers no more than that:
+// Options.MaxVersion). The call's requests are not reachable over that version; nothing was
+// sent, no other node was tried and the node is not marked down. It matches
+// ErrSequencesUnsupported (Required 3, or 0) or ErrUUIDsUnsupported (Required 4).
 type VersionError struct {
-	Node    string // "host:port" of the node; "" when Options.MaxVersion is the limit
-	Version uint16 // the version the node negotiated (or Options.MaxVersion)
+	Node     string // "host:port" of the node; "" when Options.MaxVersion is the limit
+	Version  uint16 // the version the node negotiated (or Options.MaxVersion)
+	Required uint16 // the version the call needs: 3 (named sequences; also when 0) or 4 (UUIDs)
+}
+
+func (e *VersionError) what() (string, uint16) {
+	if e.Required >= UUIDsVersion {
+		return "UUIDs", e.Required
+	}
+	return "named sequences", 3
 }
 
 func (e *VersionError) Error() string {
+	what, required := e.what()
 	if e.Node == "" {
-		return fmt.Sprintf("idgen: the client offers protocol versions up to %d (Options.MaxVersion); named sequences need version 3", e.Version)
+		return fmt.Sprintf("idgen: the client offers protocol versions up to %d (Options.MaxVersion); %s need version %d", e.Version, what, required)
 	}
-	return fmt.Sprintf("idgen: %s: the node speaks protocol version %d; named sequences need version 3", e.Node, e.Version)
+	return fmt.Sprintf("idgen: %s: the node speaks protocol version %d; %s need version %d", e.Node, e.Version, what, required)
 }
 
-// Is matches ErrSequencesUnsupported.
-func (e *VersionError) Is(target error) bool { return target == ErrSequencesUnsupported }
+// Is matches ErrSequencesUnsupported, or ErrUUIDsUnsupported for a UUID call.
+func (e *VersionError) Is(target error) bool {
+	if e.Required >= UUIDsVersion {
+		return target == ErrUUIDsUnsupported
+	}
+	return target == ErrSequencesUnsupported
+}
 
 // Retrying a failed call on another node is always safe: a server never sends an ID twice,
 // so a request that failed (or was abandoned) leaves at most a gap, never a duplicate.

@@ -1,6 +1,7 @@
 package idgen
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
@@ -11,20 +12,25 @@ import (
 
 const (
 	// MinProtocolVersion and MaxProtocolVersion bound the versions this client speaks.
-	// Version 2 adds GET_RANGES/RANGES, version 3 GET_VALUES/VALUES (named sequences).
+	// Version 2 adds GET_RANGES/RANGES, version 3 GET_VALUES/VALUES (named sequences),
+	// version 4 GET_UUIDS/UUIDS (version 7 UUIDs).
 	MinProtocolVersion = 1
-	MaxProtocolVersion = 3
+	MaxProtocolVersion = 4
+	// UUIDsVersion is the first protocol version with GET_UUIDS.
+	UUIDsVersion = 4
 
 	opHello     = 0x01
 	opGetIDs    = 0x02
 	opPing      = 0x03
 	opGetRanges = 0x04
 	opGetValues = 0x05
+	opGetUUIDs  = 0x06
 	opHelloOK   = 0x81
 	opIDs       = 0x82
 	opPong      = 0x83
 	opRanges    = 0x84
 	opValues    = 0x85
+	opUUIDs     = 0x86
 	opError     = 0xFF
 
 	helloOKLength  = 33
@@ -120,6 +126,12 @@ func appendGetValues(b []byte, count uint32, name string) []byte {
 	return append(b, name...)
 }
 
+// appendGetUUIDs appends GET_UUIDS (version 4) of count.
+func appendGetUUIDs(b []byte, count uint32) []byte {
+	b = append(b, 0, 0, 0, 5, opGetUUIDs)
+	return binary.BigEndian.AppendUint32(b, count)
+}
+
 // appendPing appends PING with token.
 func appendPing(b []byte, token uint64) []byte {
 	b = append(b, 0, 0, 0, 9, opPing)
@@ -128,10 +140,13 @@ func appendPing(b []byte, token uint64) []byte {
 
 // responseFrameLimit is the client's response limit once max_batch and the version are
 // known: max(5 + 8 * max_batch, 258) (PROTOCOL.md section 7), and from version 3 one byte
-// more, since a VALUES of max_batch values (its mode byte) is 6 + 8 * max_batch long.
+// more, since a VALUES of max_batch values (its mode byte) is 6 + 8 * max_batch long; from
+// version 4 5 + 16 * max_batch, a UUIDS of max_batch UUIDs.
 func responseFrameLimit(maxBatch uint32, version uint16) uint32 {
 	l := uint64(5) + 8*uint64(maxBatch)
-	if version >= 3 {
+	if version >= UUIDsVersion {
+		l = 5 + 16*uint64(maxBatch)
+	} else if version >= 3 {
 		l++
 	}
 	if l < errorMaxLength {
@@ -203,6 +218,18 @@ func frameHeader(buf []byte, maxFrame uint32, version uint16) (int, error) {
 				return 0, badFrame("VALUES count %d disagrees with frame length %d", count, length)
 			}
 		}
+	case opUUIDs:
+		if version < UUIDsVersion {
+			return 0, badFrame("UUIDS (0x86) on a version %d connection", version)
+		}
+		if length < 5+16 || (length-5)%16 != 0 {
+			return 0, badFrame("UUIDS length %d is not 5 + 16 * count with count >= 1", length)
+		}
+		if len(buf) >= 9 {
+			if count := binary.BigEndian.Uint32(buf[5:]); count != (length-5)/16 {
+				return 0, badFrame("UUIDS count %d disagrees with frame length %d", count, length)
+			}
+		}
 	case opError:
 		if length < errorMinLength || length > errorMaxLength {
 			return 0, badFrame("ERROR length %d outside %d..=%d", length, errorMinLength, errorMaxLength)
@@ -265,6 +292,32 @@ func parseIDs(body []byte, dst []uint64, last uint64, any bool) (uint64, error) 
 		}
 		dst[i] = id
 		last, any = id, true
+	}
+	return last, nil
+}
+
+// uuidsCount is the count of a UUIDS body (checked against the frame length by frameHeader).
+func uuidsCount(body []byte) int { return int(binary.BigEndian.Uint32(body)) }
+
+// parseUUIDs decodes a UUIDS body into dst (len(dst) must be the body's count). Each UUID must
+// be of version 7 and RFC 9562's variant, and they must be strictly increasing, above last
+// when any (the connection's last UUID so far). It returns the last UUID.
+func parseUUIDs(body []byte, dst []UUID, last UUID, any bool) (UUID, error) {
+	p := body[4:]
+	for i := range dst {
+		var u UUID
+		copy(u[:], p[16*i:])
+		if v := u.Version(); v != 7 {
+			return last, badFrame("UUIDS holds a UUID of version %d, not 7", v)
+		}
+		if !u.uuidVariantOK() {
+			return last, badFrame("UUIDS holds a UUID whose variant bits are %02b, not 10", u[8]>>6)
+		}
+		if any && bytes.Compare(u[:], last[:]) <= 0 {
+			return last, badFrame("UUIDS: UUID %s does not increase on %s", u, last)
+		}
+		dst[i] = u
+		last, any = u, true
 	}
 	return last, nil
 }
@@ -368,6 +421,7 @@ type response struct {
 	ids     []uint64
 	mode    SequenceMode // VALUES
 	values  []uint64     // VALUES
+	uuids   []UUID       // UUIDS
 	token   uint64
 	status  Status
 	message string
@@ -402,6 +456,9 @@ func decodeResponse(buf []byte, maxFrame uint32, version uint16) (response, int,
 		r.mode, n = valuesHeader(body)
 		r.values = make([]uint64, n)
 		err = parseValues(body, r.values)
+	case opUUIDs:
+		r.uuids = make([]UUID, uuidsCount(body))
+		_, err = parseUUIDs(body, r.uuids, UUID{}, false)
 	case opPong:
 		r.token = binary.BigEndian.Uint64(body)
 	case opError:

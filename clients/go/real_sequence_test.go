@@ -40,7 +40,7 @@ func TestRealNodeDenseAndStrictSequencesGiveUniqueIncreasingValues(t *testing.T)
 	if err != nil {
 		t.Fatalf("%v; node log:\n%s", err, n.logTail())
 	}
-	if st := nodeState(c, n.addr); st.Hello == nil || st.Hello.Version != 3 {
+	if st := nodeState(c, n.addr); st.Hello == nil || st.Hello.Version != MaxProtocolVersion { // 4: sequences since 3
 		t.Fatalf("negotiated %+v", st.Hello)
 	}
 	names := []string{"orders", "ledger"}

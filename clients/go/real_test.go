@@ -398,3 +398,62 @@ func TestRealNodeRefusesNothingButBadCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRealNodeUUIDsAreVersion7IncreasingAndMadeFromTheConnectionsIDs(t *testing.T) {
+	n := startNode(t, "--max-batch", "1000")
+	c := newClient(t, Options{Nodes: []string{n.addr}})
+	ctx := bg(t, 10*time.Second)
+	before, err := c.NextID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := c.NextUUID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	many, err := c.NextUUIDs(ctx, 2500) // three GET_UUIDS, joined
+	if err != nil || len(many) != 2500 {
+		t.Fatalf("%v %d", err, len(many))
+	}
+	after, err := c.NextID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Layout(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := nodeState(c, n.addr).Hello
+	if h.Version != 4 {
+		t.Fatalf("negotiated %d", h.Version)
+	}
+	last := before
+	now := uint64(time.Now().UnixMilli())
+	for i, u := range append([]UUID{one}, many...) {
+		p, err := l.DecodeUUID(u)
+		if err != nil || u.Version() != 7 {
+			t.Fatalf("%d: %s: %v", i, u, err)
+		}
+		if p.ID <= last {
+			t.Fatalf("%d: %s was made from ID %d, not above %d", i, u, p.ID, last)
+		}
+		last = p.ID
+		if p.Worker < h.WorkerFirst || p.Worker >= h.WorkerFirst+h.WorkerCount || p.UnixMs > now+1000 || p.UnixMs+60000 < now {
+			t.Fatalf("%d: %s: %+v", i, u, p)
+		}
+	}
+	if after <= last {
+		t.Fatalf("the next ID %d is not above the UUIDs' %d", after, last)
+	}
+	if s := c.Stats(); s.UUIDRequests != 4 || s.UUIDs != 2501 {
+		t.Fatalf("%+v", s)
+	}
+	// A client limited to version 3 on the same node: ErrUUIDsUnsupported, IDs still served.
+	old := newClient(t, Options{Nodes: []string{n.addr}, MaxVersion: 3})
+	if _, err := old.NextUUID(ctx); !errors.Is(err, ErrUUIDsUnsupported) {
+		t.Fatalf("MaxVersion 3: %v", err)
+	}
+	if _, err := old.NextID(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -369,6 +370,9 @@ type fakeNode struct {
 	tlsConf     *tls.Config
 	killed      chan struct{}
 
+	// uuidAnswer, when set, makes the answer to every GET_UUIDS (of count) instead.
+	uuidAnswer func(count uint32) []byte
+
 	mu          sync.Mutex
 	seqs        map[string]*fakeSeq // GET_VALUES answers, by name
 	valueReqs   []fakeValueReq      // every GET_VALUES received, in order
@@ -574,6 +578,31 @@ func (f *fakeNode) answer(body []byte, index int, h ServerHello) []byte {
 			return errorBytes(StatusUnknownOpcode, "unknown opcode")
 		}
 		return f.answerValues(body, h)
+	case opGetUUIDs:
+		if h.Version < 4 {
+			return errorBytes(StatusUnknownOpcode, "unknown opcode")
+		}
+		count := binary.BigEndian.Uint32(body[1:])
+		if count == 0 {
+			return errorBytes(StatusInvalidCount, "count 0")
+		}
+		if count > h.MaxBatch {
+			return errorBytes(StatusBatchTooLarge, "batch too large")
+		}
+		if f.uuidAnswer != nil {
+			return f.uuidAnswer(count)
+		}
+		f.mu.Lock()
+		first := f.nextID
+		f.nextID += uint64(count)
+		uuids := make([]UUID, count)
+		for i := range uuids {
+			id := first + uint64(i)
+			f.idsByConn[index] = append(f.idsByConn[index], id)
+			uuids[i] = fakeUUIDOf(h, id, id*0x9E3779B97F4A7C15)
+		}
+		f.mu.Unlock()
+		return uuidsBytes(uuids)
 	}
 	return errorBytes(StatusUnknownOpcode, "unknown opcode")
 }
@@ -683,6 +712,44 @@ func (f *fakeNode) answerValues(body []byte, h ServerHello) []byte {
 }
 
 // seqHello is a version 3 node's HELLO_OK (the default request frame limit of 128).
+// fakeUUIDOf is the version 7 UUID a node of h's layout makes from id with random in its
+// random bits (PROTOCOL.md section 3.7), written out with math/big, independently of the
+// client's decoder.
+func fakeUUIDOf(h ServerHello, id, random uint64) UUID {
+	lowBits := uint(h.WorkerBits) + uint(h.SequenceBits)
+	randomBits := 74 - lowBits
+	one := big.NewInt(1)
+	mask := func(bits uint) *big.Int { return new(big.Int).Sub(new(big.Int).Lsh(one, bits), one) }
+	low := new(big.Int).And(new(big.Int).SetUint64(id), mask(lowBits))
+	payload := new(big.Int).Lsh(low, randomBits)
+	payload.Or(payload, new(big.Int).And(new(big.Int).SetUint64(random), mask(randomBits)))
+	u := new(big.Int).Lsh(new(big.Int).SetUint64(h.EpochMs+id>>lowBits), 80)
+	u.Or(u, new(big.Int).Lsh(big.NewInt(7), 76))
+	u.Or(u, new(big.Int).Lsh(new(big.Int).Rsh(payload, 62), 64))
+	u.Or(u, new(big.Int).Lsh(big.NewInt(2), 62))
+	u.Or(u, new(big.Int).And(payload, mask(62)))
+	var out UUID
+	u.FillBytes(out[:])
+	return out
+}
+
+// uuidsBytes is a UUIDS frame of uuids.
+func uuidsBytes(uuids []UUID) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 5+16*uint32(len(uuids)))
+	b = append(b, opUUIDs)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(uuids)))
+	for _, u := range uuids {
+		b = append(b, u[:]...)
+	}
+	return b
+}
+
+func uuidHello() ServerHello {
+	h := defaultHello()
+	h.Version, h.MaxRequestFrame = 4, 128
+	return h
+}
+
 func seqHello() ServerHello {
 	h := defaultHello()
 	h.Version, h.MaxRequestFrame = 3, 128

@@ -62,7 +62,13 @@ func loadVectors(t *testing.T) []vector {
 	if len(vs) < 50 {
 		t.Fatalf("only %d vectors", len(vs))
 	}
-	return vs
+	// Version 4's cases (GET_UUIDS, UUIDS): a version 4 client passes both files.
+	var v4 []vector
+	loadJSON(t, "protocol/tests/vectors_v4.json", &v4)
+	if len(v4) < 10 {
+		t.Fatalf("only %d version 4 vectors", len(v4))
+	}
+	return append(vs, v4...)
 }
 
 func (v vector) bytes(t *testing.T) []byte {
@@ -99,6 +105,8 @@ func encodeRequest(t *testing.T, d map[string]any) []byte {
 		return appendGetRanges(nil, uint32(num(t, d["count"])))
 	case "PING":
 		return appendPing(nil, num(t, d["token"]))
+	case "GET_UUIDS":
+		return appendGetUUIDs(nil, uint32(num(t, d["count"])))
 	case "GET_VALUES":
 		name, ok := d["name"].(string)
 		if !ok {
@@ -138,6 +146,12 @@ func asDecoded(r response) map[string]any {
 			values[i] = strconv.FormatUint(v, 10)
 		}
 		return map[string]any{"op": "VALUES", "mode": r.mode.String(), "values": values}
+	case opUUIDs:
+		uuids := make([]any, len(r.uuids))
+		for i, u := range r.uuids {
+			uuids[i] = hex.EncodeToString(u[:])
+		}
+		return map[string]any{"op": "UUIDS", "uuids": uuids}
 	case opPong:
 		return map[string]any{"op": "PONG", "token": strconv.FormatUint(r.token, 10)}
 	case opError:
@@ -181,9 +195,11 @@ func TestResponseVectors(t *testing.T) {
 		}
 		raw := v.bytes(t)
 		// Every vector holds for every version the client speaks, but VALUES (0x85), which
-		// exists from version 3 only: before it, it is an unknown response opcode.
+		// exists from version 3 only, and UUIDS (0x86), from version 4 only: before, each is
+		// an unknown response opcode.
 		isValues := len(raw) > 4 && raw[4] == opValues
-		for _, version := range []uint16{1, 2, 3} {
+		isUUIDs := len(raw) > 4 && raw[4] == opUUIDs
+		for _, version := range []uint16{1, 2, 3, 4} {
 			t.Run(v.Name+"/v"+strconv.Itoa(int(version)), func(t *testing.T) {
 				r, used, err := decodeResponse(raw, v.MaxFrame, version)
 				switch {
@@ -191,6 +207,11 @@ func TestResponseVectors(t *testing.T) {
 					counts["values before v3"]++
 					if pe, ok := err.(*ProtocolError); !ok || pe.Status != StatusBadFrame {
 						t.Fatalf("VALUES on a version %d connection: used %d, err %v, want BAD_FRAME", version, used, err)
+					}
+				case isUUIDs && version < 4:
+					counts["uuids before v4"]++
+					if pe, ok := err.(*ProtocolError); !ok || pe.Status != StatusBadFrame {
+						t.Fatalf("UUIDS on a version %d connection: used %d, err %v, want BAD_FRAME", version, used, err)
 					}
 				case v.Decoded != nil:
 					counts["decoded"]++
@@ -235,7 +256,7 @@ func TestResponseVectors(t *testing.T) {
 			})
 		}
 	}
-	if counts["decoded"] < 30 || counts["error"] < 20 || counts["incomplete"] < 4 || counts["values before v3"] < 20 {
+	if counts["decoded"] < 30 || counts["error"] < 20 || counts["incomplete"] < 4 || counts["values before v3"] < 20 || counts["uuids before v4"] < 20 {
 		t.Fatalf("too few response vectors: %v", counts)
 	}
 }

@@ -106,6 +106,12 @@ pub struct Cli {
     #[arg(long)]
     pub ranges: bool,
 
+    /// Ask for version 7 UUIDs (GET_UUIDS of --batch, protocol version 4) instead of IDs:
+    /// each UUID counts as one ID, and --verify checks the IDs they were made from (the
+    /// node's layout takes each apart). idgen target only.
+    #[arg(long, conflicts_with_all = ["ranges", "sequence"])]
+    pub uuids: bool,
+
     /// Print one JSON object at the end instead of the table.
     #[arg(long)]
     pub json: bool,

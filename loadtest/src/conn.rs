@@ -64,6 +64,8 @@ pub struct Config {
     pub verify: bool,
     /// GET_RANGES instead of GET_IDS (protocol version 2).
     pub ranges: bool,
+    /// GET_UUIDS instead of GET_IDS (protocol version 4).
+    pub uuids: bool,
     pub start: Instant,
     /// Requests sent (closed loop) or scheduled (open loop) before this are not measured.
     pub warmup_end: Instant,
@@ -95,6 +97,7 @@ impl Config {
         batch: u32,
         verify: bool,
         ranges: bool,
+        uuids: bool,
         start: Instant,
         warmup_end: Instant,
         end: Option<Instant>,
@@ -110,6 +113,7 @@ impl Config {
                 sequence.map(|name| Request::GetValues { count: batch, name })
             }
             Target::Idgen if ranges => Some(Request::GetRanges { count: batch }),
+            Target::Idgen if uuids => Some(Request::GetUuids { count: batch }),
             Target::Idgen => Some(Request::GetIds { count: batch }),
             Target::Redis | Target::Http => None,
         };
@@ -135,6 +139,7 @@ impl Config {
             batch,
             verify,
             ranges,
+            uuids,
             start,
             warmup_end,
             end,
@@ -375,6 +380,12 @@ async fn connect(cfg: &Config, which: usize) -> Result<Conn, ConnectError> {
     if cfg.ranges && !protocol.ranges() {
         return Err(ConnectError::Fatal(format!(
             "{addr}: --ranges needs protocol version 2, the server speaks version {}",
+            hello.version
+        )));
+    }
+    if cfg.uuids && !protocol.uuids() {
+        return Err(ConnectError::Fatal(format!(
+            "{addr}: --uuids needs protocol version 4, the server speaks version {}",
             hello.version
         )));
     }
@@ -649,6 +660,8 @@ impl State<'_> {
         let Some(protocol) = conn.protocol.as_mut() else {
             return Some(self.malformed("an idgen answer before the handshake", &conn.rbuf));
         };
+        // Every HELLO_OK the handshake accepted has a valid layout.
+        let layout = protocol.hello().layout().unwrap_or_default();
         loop {
             let (answer, used) = match protocol.decode(&conn.rbuf) {
                 Ok(Some(r)) => r,
@@ -704,12 +717,26 @@ impl State<'_> {
                     self.inflight.push_front((sent, measured));
                     return Some(self.malformed(&format!("unexpected PONG {token}"), &conn.rbuf));
                 }
+                Answer::Uuids(uuids) if self.cfg.verify => {
+                    // The protocol checked version, variant and order; the IDs the UUIDs were
+                    // made from are what --verify keeps (unique, increasing per connection).
+                    let ids: Result<Vec<u64>, _> = uuids
+                        .iter()
+                        .map(|u| layout.decode_uuid_v7(u).map(|d| d.id.0))
+                        .collect();
+                    match ids {
+                        Ok(ids) => self.answer_ids(sent, measured, now, ids.len(), ids.into_iter()),
+                        Err(e) => {
+                            self.inflight.push_front((sent, measured));
+                            return Some(self.malformed(
+                                &format!("a UUID not of the node's layout: {e}"),
+                                &conn.rbuf,
+                            ));
+                        }
+                    }
+                }
                 Answer::Uuids(uuids) => {
-                    // Never asked for: the load tester sends no GET_UUIDS.
-                    self.inflight.push_front((sent, measured));
-                    return Some(
-                        self.malformed(&format!("unexpected UUIDS of {}", uuids.len()), &conn.rbuf),
-                    );
+                    self.answer_ids(sent, measured, now, uuids.len(), std::iter::empty())
                 }
             }
             conn.rbuf.advance(used);

@@ -157,6 +157,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
     if cli.ranges && cli.target != Target::Idgen {
         return Err("--ranges is for the idgen target (GET_RANGES) only".into());
     }
+    if cli.uuids && cli.target != Target::Idgen {
+        return Err("--uuids is for the idgen target (GET_UUIDS) only".into());
+    }
     if cli.sequence.is_some() && cli.target == Target::Redis {
         return Err(
             "--sequence is for the idgen (GET_VALUES) and http (POST /seq/NAME) targets".into(),
@@ -216,6 +219,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         cli.batch,
         cli.verify,
         cli.ranges,
+        cli.uuids,
         start,
         warmup_end,
         end,

@@ -258,6 +258,21 @@ fn refuses_batch_above_max_batch() {
     assert!(r.stdout.is_empty());
 }
 
+/// The kit's fake speaks protocol version 1: --uuids says it needs version 4 and sends nothing.
+#[test]
+fn uuids_from_a_node_below_version_4_is_a_clear_error() {
+    let addr = start_fake(100, Ids::Shared, &[]);
+    let r = run(&addr, &["--requests", "5", "--uuids"]);
+    assert_eq!(r.code, 2, "stdout: {}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("--uuids needs protocol version 4, the server speaks version 1"),
+        "stderr: {}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty());
+}
+
 #[test]
 fn open_loop_sends_at_the_requested_rate() {
     let addr = start_fake(65536, Ids::Shared, &[]);

@@ -163,3 +163,16 @@ fn ranges_are_refused_for_the_http_target() {
     assert_eq!(r.code, 2, "stdout: {}", r.stdout);
     assert!(r.stderr.contains("--ranges"), "{}", r.stderr);
 }
+
+#[test]
+fn uuids_are_refused_for_the_http_target() {
+    let node = node("10");
+    let addr = node.http.expect("HTTP ID API").to_string();
+    let r = run(&addr, &["--requests", "1", "--uuids"]);
+    assert_eq!(r.code, 2, "stdout: {}", r.stdout);
+    assert!(
+        r.stderr.contains("--uuids is for the idgen target"),
+        "{}",
+        r.stderr
+    );
+}

@@ -189,13 +189,15 @@ fn bare() -> Bare {
 }
 
 #[test]
-fn the_bare_responder_answers_ids_and_ranges_unique_and_in_order() {
+fn the_bare_responder_answers_ids_ranges_and_uuids_unique_and_in_order() {
     let bare = bare();
     // (Debug builds verify every ID: the counts keep each run well under a second.)
     for (extra, batch, requests) in [
         (None, "1", "2000"),
         (None, "100", "500"),
         (Some("--ranges"), "4096", "100"),
+        (Some("--uuids"), "1", "2000"),
+        (Some("--uuids"), "100", "500"),
     ] {
         for pattern in ["refill", "window"] {
             let mut args = vec![

@@ -15,6 +15,12 @@ Standard library only. Quick start::
         order_no = client.next_value("orders")          # dense: answered from a buffer
         invoices = client.next_values("invoices", 3)    # strict: one request per call
 
+    # Version 7 UUIDs made from IDs (protocol version 4), as uuid.UUID:
+    with Client(["10.0.0.1:7420"]) as client:
+        u = client.next_uuid()
+        us = client.next_uuids(100)                     # increasing, from one node
+        client.decode_uuid(u)                           # UuidParts(id, unix_ms, ..., sequence)
+
 String forms and masking live in :mod:`idgen_client.forms`; the frame codec in
 :mod:`idgen_client.protocol`.
 """
@@ -28,6 +34,7 @@ from .client import (
     IdParts,
     Layout,
     TimeBoundsError,
+    UuidParts,
 )
 from .errors import (
     ClientClosedError,
@@ -38,6 +45,7 @@ from .errors import (
     ServerError,
     TLSError,
     UnavailableError,
+    UuidsUnsupportedError,
 )
 from .forms import MaskKey
 
@@ -47,6 +55,7 @@ __all__ = [
     "Client",
     "IdParts",
     "Layout",
+    "UuidParts",
     "TimeBoundsError",
     "BeforeEpoch",
     "AfterLastTimestamp",
@@ -60,6 +69,7 @@ __all__ = [
     "ProtocolError",
     "ClientClosedError",
     "SequencesUnsupportedError",
+    "UuidsUnsupportedError",
     "forms",
     "protocol",
 ]

@@ -57,6 +57,11 @@ same FIFO and failover as GET_IDS, after checking the name, ``n`` and the node's
 sequence only, under a per-name lock so that they leave the buffer in order, each to one
 call; the refill runs in the calling thread (clients/vectors/SEQUENCES.md).
 
+UUIDs: ``next_uuid``/``next_uuids`` send GET_UUIDS (version 4) through the same FIFO and
+failover as GET_IDS (split above ``max_batch`` and re-joined), after checking ``n`` and the
+node's version; each answer is checked (count, version 7, variant, strictly increasing on the
+connection) and handed out as ``uuid.UUID``.
+
 Errors: when a call tried exactly one node (the only one not backing off), that node's error
 is raised as it is (``UnavailableError``, ``ProtocolError`` or ``ServerError``); when it tried
 several, or none could be tried, it raises ``NoNodeAvailable`` listing each node's last error.
@@ -69,6 +74,7 @@ import socket
 import ssl
 import threading
 import time
+import uuid
 import weakref
 from typing import (
     Callable,
@@ -95,15 +101,16 @@ from .errors import (
     SequencesUnsupportedError,
     ServerError,
     UnavailableError,
+    UuidsUnsupportedError,
 )
-from .protocol import ErrorFrame, HelloOk, Ids, Pong, Ranges, Values
+from .protocol import ErrorFrame, HelloOk, Ids, Pong, Ranges, Uuids, Values
 
-__all__ = ["Client", "Layout", "IdParts", "NodeState"]
+__all__ = ["Client", "Layout", "IdParts", "UuidParts", "NodeState"]
 
 _T = TypeVar("_T")
 
-# A request for :meth:`_Connection.submit`: (OP_GET_IDS, count), (OP_PING, token) or
-# (OP_GET_VALUES, (count, the encoded frame)).
+# A request for :meth:`_Connection.submit`: (OP_GET_IDS, count), (OP_GET_UUIDS, count),
+# (OP_PING, token) or (OP_GET_VALUES, (count, the encoded frame)).
 _Request = Tuple[int, Union[int, Tuple[int, bytes]]]
 
 
@@ -128,6 +135,18 @@ class IdParts(NamedTuple):
     """An ID taken apart (PROTOCOL.md section 10)."""
 
     unix_ms: int  #: Unix time in milliseconds of the ID's timestamp
+    timestamp: int  #: milliseconds since the layout's epoch
+    worker: int  #: the full worker field (region bits included)
+    region: int  #: the top ``region_bits`` of the worker field (0 without regions)
+    sequence: int  #: the sequence within the millisecond
+
+
+class UuidParts(NamedTuple):
+    """A version 7 UUID of idgen taken apart (PROTOCOL.md section 10.1): the ID it was made
+    from and that ID's fields."""
+
+    id: int  #: the ID the UUID was made from
+    unix_ms: int  #: Unix time in milliseconds (the UUID's 48-bit ``unix_ts_ms``)
     timestamp: int  #: milliseconds since the layout's epoch
     worker: int  #: the full worker field (region bits included)
     region: int  #: the top ``region_bits`` of the worker field (0 without regions)
@@ -202,6 +221,33 @@ class Layout(NamedTuple):
         region = worker >> (w - r) if r else 0
         timestamp = id_ >> (w + s)
         return IdParts(self.epoch_ms + timestamp, timestamp, worker, region, sequence)
+
+    def decode_uuid(self, value: uuid.UUID) -> UuidParts:
+        """Take a version 7 UUID made by a node of this layout apart: the ID it was made
+        from and its fields. ``ValueError`` says which check failed: not version 7, not
+        RFC 9562's variant, or a time before the epoch or past the layout's range."""
+        if not isinstance(value, uuid.UUID):
+            raise TypeError(f"a UUID is a uuid.UUID, not {type(value).__name__}")
+        u = value.int
+        version = (u >> 76) & 0xF
+        if version != 7:
+            raise ValueError(f"{value} is a version {version} UUID, not version 7")
+        if (u >> 62) & 0b11 != 0b10:
+            raise ValueError(f"{value} is not of RFC 9562's variant (bits 10)")
+        unix_ms = u >> 80
+        if unix_ms < self.epoch_ms:
+            raise ValueError(f"{value}: its time {unix_ms} is before the epoch {self.epoch_ms}")
+        if unix_ms > self.last_unix_ms:
+            raise ValueError(
+                f"{value}: its time {unix_ms} is past the layout's last millisecond "
+                f"{self.last_unix_ms}"
+            )
+        payload = (((u >> 64) & 0xFFF) << 62) | (u & ((1 << 62) - 1))
+        low_bits = self.worker_bits + self.sequence_bits
+        low = payload >> (74 - low_bits)
+        id_ = ((unix_ms - self.epoch_ms) << low_bits) | low
+        parts = self.decode(id_)
+        return UuidParts(id_, *parts)
 
     @property
     def last_unix_ms(self) -> int:
@@ -310,7 +356,7 @@ class _Stats:
         keys = (
             "connects", "requests", "ids", "pings", "node_failures", "failovers",
             "prefetch_refills", "prefetch_served",
-            "value_requests", "values", "value_prefetch_served",
+            "value_requests", "values", "value_prefetch_served", "uuid_requests", "uuids",
         )  # fmt: skip
         with self._lock:
             return {k: self._c.get(k, 0) for k in keys}
@@ -371,6 +417,7 @@ class _Connection:
         self._pending: Deque[_Slot] = collections.deque()
         self._error: Optional[BaseException] = None
         self._last_id = -1
+        self._last_uuid = -1
         host, port = _parse_node(node)
         deadline = time.monotonic() + connect_timeout
         sock = _connect_any(node, host, port, deadline, connect_timeout)
@@ -524,6 +571,8 @@ class _Connection:
                 expect, frame = arg, protocol.encode_get_ids(arg)
             elif op == protocol.OP_GET_RANGES and isinstance(arg, int):
                 expect, frame = arg, protocol.encode_get_ranges(arg)
+            elif op == protocol.OP_GET_UUIDS and isinstance(arg, int):
+                expect, frame = arg, protocol.encode_get_uuids(arg)
             elif op == protocol.OP_PING and isinstance(arg, int):
                 expect, frame = arg, protocol.encode_ping(arg)
             else:
@@ -572,6 +621,13 @@ class _Connection:
         assert slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES), slot.kind
         assert isinstance(ids, list)
         return ids
+
+    def wait_uuids(self, slot: _Slot, timeout: float) -> List[uuid.UUID]:
+        """:meth:`wait` for a GET_UUIDS slot: its UUIDs."""
+        uuids = self.wait(slot, timeout)
+        # The reader sets a GET_UUIDS slot only to the UUIDs it checked (``_dispatch``).
+        assert slot.kind == protocol.OP_GET_UUIDS and isinstance(uuids, list), slot.kind
+        return uuids
 
     def wait_values(self, slot: _Slot, timeout: float) -> Values:
         """:meth:`wait` for a GET_VALUES slot: the VALUES frame."""
@@ -657,6 +713,17 @@ class _Connection:
             else:
                 self._last_id = frame.ids[-1]
                 slot.set(frame.ids)
+                return
+        elif slot.kind == protocol.OP_GET_UUIDS:
+            if not isinstance(frame, Uuids):
+                err = ProtocolError(f"GET_UUIDS answered with {type(frame).__name__}")
+            elif len(frame.uuids) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} UUIDs, got {len(frame.uuids)}")
+            elif frame.uuids[0].int <= self._last_uuid:
+                err = ProtocolError("UUIDs on one connection are not increasing")
+            else:
+                self._last_uuid = frame.uuids[-1].int
+                slot.set(frame.uuids)
                 return
         elif slot.kind == protocol.OP_GET_VALUES:
             if not isinstance(frame, Values):
@@ -871,6 +938,32 @@ class Client:
             raise ValueError(f"n must be at most {_MAX_IDS_PER_CALL} per call")
         return self._with_failover(lambda conn: self._fetch(conn, n))
 
+    def next_uuid(self) -> uuid.UUID:
+        """One version 7 UUID (see :meth:`next_uuids`)."""
+        return self.next_uuids(1)[0]
+
+    def next_uuids(self, n: int) -> List[uuid.UUID]:
+        """``n`` RFC 9562 version 7 UUIDs as ``uuid.UUID``, strictly increasing, from one node
+        (all or nothing; protocol version 4, GET_UUIDS). Each is made by the node from one ID
+        it issues (its millisecond, worker and sequence, then random bits), so they are unique
+        across the cluster as its IDs are; :meth:`decode_uuid` takes one apart.
+
+        Checked before anything is sent: ``n`` an int in ``1 ..`` (``TypeError``,
+        ``ValueError``), and the node must have negotiated version 4 (else
+        :class:`UuidsUnsupportedError`, no other node tried). Above the node's ``max_batch``
+        the request is split into pipelined GET_UUIDS frames and re-joined; failover as for
+        :meth:`next_ids`. The prefetch pool serves IDs only."""
+        self._check_fork()
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, not {type(n).__name__}")
+        if not 1 <= n <= _MAX_IDS_PER_CALL:
+            raise ValueError(f"n must be 1 to {_MAX_IDS_PER_CALL}, not {n}")
+        return self._with_failover(lambda conn: self._fetch_uuids(conn, n))
+
+    def decode_uuid(self, value: uuid.UUID) -> UuidParts:
+        """Take a version 7 UUID apart with :attr:`layout` (see :meth:`Layout.decode_uuid`)."""
+        return self.layout.decode_uuid(value)
+
     def ping(self) -> float:
         """PING a node (with failover); returns the round-trip time in seconds."""
         self._check_fork()
@@ -941,7 +1034,8 @@ class Client:
         received), ``pings``, ``node_failures`` (a node marked down), ``failovers`` (a call
         moved on to another node), ``prefetch_refills``, ``prefetch_served``,
         ``value_requests`` (GET_VALUES frames sent), ``values`` (values received),
-        ``value_prefetch_served`` (values handed out from sequence buffers). A forked child
+        ``value_prefetch_served`` (values handed out from sequence buffers),
+        ``uuid_requests`` (GET_UUIDS frames sent), ``uuids`` (UUIDs received). A forked child
         starts from zero."""
         self._check_fork()
         return self._stats.snapshot()
@@ -1058,6 +1152,21 @@ class Client:
                 ids.extend(conn.wait_ids(slot, self._timeout))
         self._stats.add("ids", len(ids))
         return ids
+
+    def _fetch_uuids(self, conn: _Connection, n: int) -> List[uuid.UUID]:
+        if conn.hello.version < protocol.UUIDS_VERSION:
+            raise UuidsUnsupportedError(conn.hello.version, conn.node)
+        max_batch = conn.hello.max_batch
+        counts = [max_batch] * (n // max_batch)
+        if n % max_batch:
+            counts.append(n % max_batch)
+        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in counts])
+        self._stats.add("uuid_requests", len(slots))
+        uuids: List[uuid.UUID] = []
+        for slot in slots:  # answers arrive in order; a failed part fails the whole call
+            uuids.extend(conn.wait_uuids(slot, self._timeout))
+        self._stats.add("uuids", len(uuids))
+        return uuids
 
     # -- named sequences ----------------------------------------------------------------------
 

@@ -154,5 +154,21 @@ class SequencesUnsupportedError(IdgenError):
         )
 
 
+class UuidsUnsupportedError(IdgenError):
+    """A UUID call (``next_uuid``/``next_uuids``) on a node that negotiated protocol version
+    1, 2 or 3, which has no GET_UUIDS. Raised before anything is sent, and no other node is
+    tried for the call. ``version`` is the node's version, ``required`` 4."""
+
+    def __init__(self, version: int, node: Optional[str] = None, required: int = 4):
+        self.version = version
+        self.required = required
+        self.node = node
+        prefix = f"{node}: " if node else ""
+        super().__init__(
+            f"{prefix}the node speaks protocol version {version}; UUIDs need protocol "
+            f"version {required} (upgrade the node)"
+        )
+
+
 class ClientClosedError(IdgenError):
     """The client (or its connection) was closed by the application."""

@@ -1,8 +1,9 @@
-"""Frame encoder and decoder for the idgen wire protocol, versions 1 to 3 (protocol/PROTOCOL.md).
+"""Frame encoder and decoder for the idgen wire protocol, versions 1 to 4 (protocol/PROTOCOL.md).
 
-The client offers versions 1..=3 and uses PING (version 1) on every connection, GET_RANGES
+The client offers versions 1..=4 and uses PING (version 1) on every connection, GET_RANGES
 (version 2) for IDs on a connection that negotiated version 2 or later (GET_IDS on a version 1
-one), GET_VALUES (version 3) for named sequences on a connection that negotiated version 3.
+one), GET_VALUES (version 3) for named sequences on a connection that negotiated version 3 or
+later, GET_UUIDS (version 4) for version 7 UUIDs on a connection that negotiated version 4.
 
 Pure functions, no I/O: the client feeds received bytes to :func:`decode_response` and
 writes what the ``encode_*`` functions return. Framing faults raise
@@ -11,6 +12,7 @@ writes what the ``encode_*`` functions return. Framing faults raise
 """
 
 import struct
+import uuid
 from typing import List, NamedTuple, Optional, Tuple, Union
 
 from . import status as _status
@@ -21,6 +23,7 @@ __all__ = [
     "MIN_PROTOCOL_VERSION",
     "SEQUENCES_VERSION",
     "RANGES_VERSION",
+    "UUIDS_VERSION",
     "MAGIC",
     "DEFAULT_MAX_BATCH",
     "DEFAULT_MAX_RESPONSE_FRAME",
@@ -33,12 +36,14 @@ __all__ = [
     "Ranges",
     "Pong",
     "Values",
+    "Uuids",
     "ErrorFrame",
     "encode_hello",
     "encode_get_ids",
     "encode_get_ranges",
     "encode_ping",
     "encode_get_values",
+    "encode_get_uuids",
     "check_sequence_name",
     "check_get_values",
     "response_frame_limit",
@@ -46,13 +51,15 @@ __all__ = [
 ]
 
 #: The highest protocol version this client speaks (and offers in HELLO).
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 #: The lowest version it offers (and accepts in HELLO_OK).
 MIN_PROTOCOL_VERSION = 1
 #: The first version with GET_VALUES/VALUES (named sequences).
 SEQUENCES_VERSION = 3
 #: The first version with GET_RANGES/RANGES (IDs as runs of consecutive integers).
 RANGES_VERSION = 2
+#: The first version with GET_UUIDS/UUIDS (version 7 UUIDs made from IDs).
+UUIDS_VERSION = 4
 MAGIC = b"IDGN"
 
 OP_HELLO = 0x01
@@ -60,11 +67,13 @@ OP_GET_IDS = 0x02
 OP_PING = 0x03
 OP_GET_RANGES = 0x04
 OP_GET_VALUES = 0x05
+OP_GET_UUIDS = 0x06
 OP_HELLO_OK = 0x81
 OP_IDS = 0x82
 OP_PONG = 0x83
 OP_RANGES = 0x84
 OP_VALUES = 0x85
+OP_UUIDS = 0x86
 OP_ERROR = 0xFF
 
 #: VALUES' ``mode`` byte.
@@ -144,6 +153,13 @@ class Values(NamedTuple):
         return _MODE_NAMES[self.mode]
 
 
+class Uuids(NamedTuple):
+    """UUIDS (0x86, version 4): the UUIDs of one GET_UUIDS, each of version 7 and RFC 9562's
+    variant, strictly increasing."""
+
+    uuids: List[uuid.UUID]
+
+
 class ErrorFrame(NamedTuple):
     """ERROR (0xFF): a status and a human-readable message."""
 
@@ -163,7 +179,7 @@ class ErrorFrame(NamedTuple):
         return _status.retry_elsewhere(self.status)
 
 
-Response = Union[HelloOk, Ids, Ranges, Pong, Values, ErrorFrame]
+Response = Union[HelloOk, Ids, Ranges, Pong, Values, Uuids, ErrorFrame]
 
 
 # ---------------------------------------------------------------------------------------
@@ -194,6 +210,13 @@ def encode_get_ranges(count: int) -> bytes:
     if not 0 <= count <= MAX_U32:
         raise ValueError(f"GET_RANGES count {count} does not fit in a u32")
     return struct.pack(">IBI", 5, OP_GET_RANGES, count)
+
+
+def encode_get_uuids(count: int) -> bytes:
+    """GET_UUIDS (0x06, version 4) for ``count`` version 7 UUIDs, answered with UUIDS."""
+    if not 0 <= count <= MAX_U32:
+        raise ValueError(f"GET_UUIDS count {count} does not fit in a u32")
+    return struct.pack(">IBI", 5, OP_GET_UUIDS, count)
 
 
 def encode_ping(token: int) -> bytes:
@@ -314,7 +337,10 @@ def check_get_values(
 def response_frame_limit(max_batch: int, version: int = 1) -> int:
     """The client's response frame limit once max_batch is known: max(5 + 8 * max_batch, 258)
     (PROTOCOL.md section 7). From version 3 one byte more, ``6 + 8 * max_batch``: a VALUES
-    frame of ``max_batch`` values (its ``mode`` byte) must fit too."""
+    frame of ``max_batch`` values (its ``mode`` byte) must fit too; from version 4
+    ``5 + 16 * max_batch``, a UUIDS frame of ``max_batch`` UUIDs."""
+    if version >= UUIDS_VERSION:
+        return max(5 + 16 * max_batch, ERROR_MAX_LENGTH)
     if version >= SEQUENCES_VERSION:
         return max(6 + 8 * min(max_batch, MAX_VALUES_PER_CALL), 5 + 8 * max_batch, ERROR_MAX_LENGTH)
     return max(5 + 8 * max_batch, ERROR_MAX_LENGTH)
@@ -359,6 +385,14 @@ def _check_header(
             (count,) = _U32.unpack_from(buf, 6)
             if count != (length - 6) // 8:
                 raise _bad(f"VALUES count {count} disagrees with frame length {length}")
+    elif opcode == OP_UUIDS:
+        if length < 5 + 16 or (length - 5) % 16 != 0:
+            raise _bad(f"UUIDS length {length} is not 5 + 16 * count with count >= 1")
+        # The count as soon as it has arrived, before the body.
+        if len(buf) >= 9:
+            (count,) = _U32.unpack_from(buf, 5)
+            if count != (length - 5) // 16:
+                raise _bad(f"UUIDS count {count} disagrees with frame length {length}")
     elif opcode == OP_ERROR:
         if not ERROR_MIN_LENGTH <= length <= ERROR_MAX_LENGTH:
             raise _bad(f"ERROR length {length} outside {ERROR_MIN_LENGTH}..={ERROR_MAX_LENGTH}")
@@ -418,6 +452,24 @@ def _parse_body(opcode: int, body: bytes, max_frame: int = DEFAULT_MAX_RESPONSE_
                 raise _bad(f"VALUES not strictly increasing ({previous} then {v})")
             previous = v
         return Values(mode, values)
+    if opcode == OP_UUIDS:
+        (count,) = _U32.unpack_from(body, 0)
+        if count == 0 or 4 + 16 * count != len(body):  # unreachable after _check_header
+            raise _bad(f"UUIDS count {count} disagrees with frame length {len(body) + 1}")
+        uuids = []
+        previous = -1
+        for k in range(count):
+            raw = body[4 + 16 * k : 20 + 16 * k]
+            if raw[6] >> 4 != 7:
+                raise _bad(f"UUIDS holds a UUID of version {raw[6] >> 4}, not 7")
+            if raw[8] >> 6 != 0b10:
+                raise _bad(f"UUIDS holds a UUID whose variant bits are {raw[8] >> 6:02b}, not 10")
+            value = int.from_bytes(raw, "big")
+            if value <= previous:
+                raise _bad("UUIDS not strictly increasing")
+            previous = value
+            uuids.append(uuid.UUID(bytes=raw))
+        return Uuids(uuids)
     if opcode == OP_PONG:
         return Pong(_U64.unpack(body)[0])
     if opcode == OP_ERROR:

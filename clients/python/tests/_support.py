@@ -212,6 +212,23 @@ def values_bytes(mode, values):
     )
 
 
+def uuids_bytes(uuids):
+    """A UUIDS frame (0x86) of 16-byte ``uuids``."""
+    return struct.pack(">IBI", 5 + 16 * len(uuids), 0x86, len(uuids)) + b"".join(uuids)
+
+
+def uuid_of(hello, id_, random=0):
+    """The version 7 UUID (16 bytes) a node of ``hello``'s layout makes from ``id_`` with
+    ``random`` in its random bits (PROTOCOL.md section 3.7), written out independently of the
+    client's decoder."""
+    low_bits = hello.worker_bits + hello.sequence_bits
+    unix_ms = hello.epoch_ms + (id_ >> low_bits)
+    random_bits = 74 - low_bits
+    payload = ((id_ & ((1 << low_bits) - 1)) << random_bits) | (random & ((1 << random_bits) - 1))
+    u = (unix_ms << 80) | (0x7 << 76) | ((payload >> 62) << 64) | (0b10 << 62) | (payload & ((1 << 62) - 1))
+    return u.to_bytes(16, "big")
+
+
 class FakeSequence:
     """A sequence a :class:`FakeNode` serves: ``mode`` 0 (dense) or 1 (strict), values from
     ``start`` by ``step`` up to ``max``; ``status`` (an int) answers every GET_VALUES for it
@@ -251,6 +268,11 @@ class FakeNode:
     ``307``. ``value_requests`` lists ``(name, count)`` of every GET_VALUES received (in
     every mode).
 
+    GET_UUIDS (0x06) is answered as a version 4 node does when ``hello.version >= 4`` (else
+    ``202 UNKNOWN_OPCODE``): the version 7 UUIDs (:func:`uuid_of`, random bits from the
+    counter) of IDs from the same counter, recorded in ``ids_by_connection``; ``uuid_answer``,
+    when set, makes the answer instead (a function of the count, returning the frame's bytes).
+
     With ``tls`` (a server-side ``ssl.SSLContext``, see :func:`server_tls`) every connection
     speaks TLS from the first byte; ``tls_sessions`` lists ``(alpn, has_client_cert)`` of
     each completed handshake and ``tls_failures`` the error of each failed one.
@@ -259,9 +281,10 @@ class FakeNode:
 
     def __init__(
         self, hello, mode, status=300, serve_before=0, hello_after=None, tls=None, first_id=1 << 40,
-        sequences=None,
+        sequences=None, uuid_answer=None,
     ):  # fmt: skip
         self.hello = hello
+        self.uuid_answer = uuid_answer
         self.sequences = dict(sequences or {})
         self.value_requests = []
         self.hellos = []
@@ -362,6 +385,8 @@ class FakeNode:
             return pong_bytes(struct.unpack(">Q", body[1:9])[0])
         if body[0] == 0x05:
             return self._answer_values(body)
+        if body[0] == 0x06:
+            return self._answer_uuids(body, sent)
         ranges = body[0] == protocol.OP_GET_RANGES
         with self._lock:
             self.ops.append(body[0])
@@ -377,6 +402,24 @@ class FakeNode:
             self._next_id += count
         sent.extend(ids)
         return ranges_bytes(ids) if ranges else ids_bytes(ids)
+
+    def _answer_uuids(self, body, sent):
+        with self._lock:
+            self.ops.append(body[0])
+        if self.hello.version < 4:
+            return error_bytes(202, "unknown opcode 0x06")
+        (count,) = struct.unpack(">I", body[1:5])
+        if count == 0:
+            return error_bytes(200, "count 0")
+        if count > self.hello.max_batch:
+            return error_bytes(201, "batch too large")
+        if self.uuid_answer is not None:
+            return self.uuid_answer(count)
+        with self._lock:
+            ids = list(range(self._next_id, self._next_id + count))
+            self._next_id += count
+        sent.extend(ids)
+        return uuids_bytes([uuid_of(self.hello, i, random=i * 0x9E3779B97F4A7C15) for i in ids])
 
     def _answer_values(self, body):
         if self.hello.version < 3:

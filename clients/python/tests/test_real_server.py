@@ -3,6 +3,7 @@
 import threading
 import time
 import unittest
+import uuid
 
 import _support
 from idgen_client import Client, ServerError
@@ -45,6 +46,27 @@ class RealServer(unittest.TestCase):
         for i, t in zip(ids[:50], times):
             self.assertLessEqual(layout.min_id_at(t), i)
             self.assertLessEqual(i, layout.max_id_at(t))
+
+    def test_uuids_are_version_7_increasing_and_made_from_the_connections_ids(self):
+        client = self.client()
+        before = client.next_ids(1)[0]
+        max_batch = client.layout.max_batch
+        one = client.next_uuid()
+        many = client.next_uuids(max_batch + 10)  # two GET_UUIDS, re-joined
+        after = client.next_ids(1)[0]
+        got = [one] + many
+        self.assertEqual(len(got), max_batch + 11)
+        self.assertTrue(all(isinstance(u, uuid.UUID) for u in got))
+        self.assertTrue(all(u.version == 7 and u.variant == uuid.RFC_4122 for u in got))
+        self.assertTrue(all(a < b for a, b in zip(got, got[1:])), "strictly increasing")
+        ids = [client.decode_uuid(u).id for u in got]
+        self.assertTrue(all(a < b for a, b in zip(ids, ids[1:])))
+        self.assertLess(before, ids[0], "they continue the connection's IDs")
+        self.assertLess(ids[-1], after)
+        parts = client.decode_uuid(one)
+        self.assertEqual(parts.unix_ms, one.int >> 80)
+        self.assertLess(abs(parts.unix_ms - time.time() * 1000), 60_000, "made now")
+        self.assertEqual(client.stats()["uuid_requests"], 3)
 
     def test_20000_ids_from_8_threads_unique_and_increasing_per_thread(self):
         client = self.client(timeout=5.0)

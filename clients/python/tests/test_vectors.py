@@ -6,7 +6,10 @@ import unittest
 import _support  # noqa: F401  (puts idgen_client on the path when not installed)
 from idgen_client import ProtocolError, protocol
 
-VECTORS = _support.load_json("protocol/tests/vectors.json")
+# Version 4's cases (GET_UUIDS, UUIDS) are a file of their own; a version 4 client passes both.
+VECTORS = _support.load_json("protocol/tests/vectors.json") + _support.load_json(
+    "protocol/tests/vectors_v4.json"
+)
 
 
 def encode_request(decoded):
@@ -19,6 +22,8 @@ def encode_request(decoded):
         return protocol.encode_ping(int(decoded["token"]))
     if op == "GET_VALUES":
         return protocol.encode_get_values(decoded["name"], decoded["count"])
+    if op == "GET_UUIDS":
+        return protocol.encode_get_uuids(decoded["count"])
     raise AssertionError(f"unknown request op {op}")
 
 
@@ -34,6 +39,8 @@ def as_decoded(frame):
         return {"op": "PONG", "token": str(frame.token)}
     if isinstance(frame, protocol.Values):
         return {"op": "VALUES", "mode": frame.mode_name, "values": [str(v) for v in frame.values]}
+    if isinstance(frame, protocol.Uuids):
+        return {"op": "UUIDS", "uuids": [u.hex for u in frame.uuids]}
     if isinstance(frame, protocol.ErrorFrame):
         return {
             "op": "ERROR",
@@ -151,10 +158,11 @@ class RequestGetValuesVectors(unittest.TestCase):
                 frame = protocol.encode_get_values(name, count)
                 self.assertEqual(frame[: len(raw)].hex(), raw.hex())
 
-    def test_the_client_hello_offers_versions_1_to_3(self):
-        self.assertEqual(protocol.encode_hello().hex(), "00000009014944474e00010003")
-        picks = {c["name"]: c for c in VECTORS if c["name"] == "hello_range_0_to_3_picks_3"}
-        self.assertEqual(picks["hello_range_0_to_3_picks_3"]["negotiated_version"], 3)
+    def test_the_client_hello_offers_versions_1_to_4(self):
+        self.assertEqual(protocol.encode_hello().hex(), "00000009014944474e00010004")
+        picks = {c["name"]: c for c in VECTORS if c["name"] == "hello_range_1_to_4_picks_4"}
+        self.assertEqual(picks["hello_range_1_to_4_picks_4"]["hex"], protocol.encode_hello().hex())
+        self.assertEqual(picks["hello_range_1_to_4_picks_4"]["negotiated_version"], 4)
 
     def test_sequence_names(self):
         good = ["a", "0", "orders", "invoice.tenant-42", "a_b-c.d", "9" * 64]
@@ -241,6 +249,23 @@ class ResponseVectors(unittest.TestCase):
         decoded, used = protocol.decode_response(frame, limit)
         self.assertEqual((len(decoded.values), used), (65536, len(frame)))
         self.assertEqual(protocol.response_frame_limit(65536), 5 + 8 * 65536)  # version 1, 2
+
+    def test_uuids_vectors_are_all_run(self):
+        uuids = [c for c in VECTORS if c["direction"] == "response"
+                 and bytes.fromhex(c["hex"])[4:5] == b"\x86"]  # fmt: skip
+        kinds = {("decoded" in c, "error" in c, bool(c.get("incomplete"))) for c in uuids}
+        self.assertEqual(len(kinds), 3, "decoded, rejected and incomplete UUIDS vectors")
+
+    def test_uuids_count_is_checked_as_soon_as_it_arrives(self):
+        big = 5 + 16 * 1000
+        with self.assertRaises(ProtocolError) as cm:
+            protocol.decode_response(struct.pack(">IBI", big, 0x86, 999), 1 << 20)
+        self.assertEqual(cm.exception.status, 100)
+        self.assertIsNone(protocol.decode_response(struct.pack(">IBI", big, 0x86, 1000), 1 << 20))
+
+    def test_a_uuids_frame_of_max_batch_uuids_fits_the_v4_frame_limit(self):
+        self.assertEqual(protocol.response_frame_limit(65536, version=4), 5 + 16 * 65536)
+        self.assertEqual(protocol.response_frame_limit(1, version=4), 258)
 
     def test_oversized_length_is_rejected_from_the_prefix_alone(self):
         with self.assertRaises(ProtocolError) as cm:

@@ -196,6 +196,19 @@ impl Client {
         self.background.run(async move { c.next_ids(n).await })
     }
 
+    /// One version 7 UUID. See [`crate::Client::next_uuid`].
+    pub fn next_uuid(&self) -> Result<uuid::Uuid, Error> {
+        let c = self.client.clone();
+        self.background.run(async move { c.next_uuid().await })
+    }
+
+    /// `n` version 7 UUIDs, strictly increasing, all or nothing. See
+    /// [`crate::Client::next_uuids`].
+    pub fn next_uuids(&self, n: u32) -> Result<Vec<uuid::Uuid>, Error> {
+        let c = self.client.clone();
+        self.background.run(async move { c.next_uuids(n).await })
+    }
+
     /// The next value of the named sequence. See [`crate::Client::next_value`].
     pub fn next_value(&self, name: &str) -> Result<u64, Error> {
         let c = self.client.clone();
@@ -299,6 +312,19 @@ impl Pool {
     pub fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
         let p = self.pool.clone();
         self.background.run(async move { p.next_ids(n).await })
+    }
+
+    /// One version 7 UUID, with failover. See [`crate::Pool::next_uuid`].
+    pub fn next_uuid(&self) -> Result<uuid::Uuid, Error> {
+        let p = self.pool.clone();
+        self.background.run(async move { p.next_uuid().await })
+    }
+
+    /// Exactly `n` version 7 UUIDs, strictly increasing, with failover of the whole batch.
+    /// See [`crate::Pool::next_uuids`].
+    pub fn next_uuids(&self, n: u32) -> Result<Vec<uuid::Uuid>, Error> {
+        let p = self.pool.clone();
+        self.background.run(async move { p.next_uuids(n).await })
     }
 
     /// The next value of the named sequence, with failover. See

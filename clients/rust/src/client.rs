@@ -364,11 +364,7 @@ impl Client {
     /// several requests and joined; `n == 0` is [`Error::InvalidArgument`]; a node that
     /// negotiated a version below 4 is [`Error::NodeVersion`]; in both cases nothing is sent.
     pub async fn next_uuids(&self, n: u32) -> Result<Vec<uuid::Uuid>, Error> {
-        if n == 0 {
-            return Err(Error::InvalidArgument(
-                "a call asks for at least 1 UUID, not 0".into(),
-            ));
-        }
+        check_uuid_count(n)?;
         let version = self.shared.hello.version;
         if version < UUIDS_VERSION {
             return Err(Error::NodeVersion {
@@ -624,6 +620,16 @@ pub(crate) fn check_id_count(n: u32) -> Result<(), Error> {
     if n == 0 {
         return Err(Error::InvalidArgument(
             "a call asks for at least 1 ID, not 0".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `n == 0` is refused before anything is sent, as for IDs.
+pub(crate) fn check_uuid_count(n: u32) -> Result<(), Error> {
+    if n == 0 {
+        return Err(Error::InvalidArgument(
+            "a call asks for at least 1 UUID, not 0".into(),
         ));
     }
     Ok(())

@@ -324,6 +324,25 @@ impl Pool {
             .await
     }
 
+    /// One version 7 UUID, with failover. See [`next_uuids`](Pool::next_uuids).
+    pub async fn next_uuid(&self) -> Result<uuid::Uuid, Error> {
+        self.call(|client| async move { client.next_uuid().await })
+            .await
+    }
+
+    /// Exactly `n` RFC 9562 version 7 UUIDs, strictly increasing, all from one node (protocol
+    /// version 4; see [`Client::next_uuids`]), with failover of the whole batch like
+    /// [`next_ids`](Pool::next_ids).
+    ///
+    /// `n == 0` is [`Error::InvalidArgument`], no node asked. A node that negotiated a version
+    /// below 4 answers [`Error::NodeVersion`] at once, nothing sent and no other node tried
+    /// (as for [`next_values`](Pool::next_values)): a cluster's nodes are upgraded together.
+    pub async fn next_uuids(&self, n: u32) -> Result<Vec<uuid::Uuid>, Error> {
+        crate::client::check_uuid_count(n)?;
+        self.call(move |client| async move { client.next_uuids(n).await })
+            .await
+    }
+
     /// The next value of the named sequence, with failover. See
     /// [`next_values`](Pool::next_values).
     pub async fn next_value(&self, name: &str) -> Result<u64, Error> {

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use idgen_client::{Client, Error};
+use idgen_client::{blocking, Client, Error, Pool, PoolOptions};
 
 mod support;
 use idgen_testkit::node::NodeProc;
@@ -112,4 +112,128 @@ fn a_version_3_node_gets_no_get_uuids() {
             "no GET_UUIDS was sent"
         );
     });
+}
+
+fn pool_options() -> PoolOptions {
+    PoolOptions {
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(5),
+        call_deadline: Duration::from_secs(10),
+        backoff_min: Duration::from_millis(100),
+        backoff_max: Duration::from_millis(400),
+    }
+}
+
+/// Checks what every UUID call promises: version 7, the RFC variant, strictly increasing,
+/// and each made from an ID of `layout` (decodable, in the node's layout).
+fn check_uuids(layout: idgen_client::Layout, uuids: &[uuid::Uuid]) {
+    assert!(uuids.windows(2).all(|w| w[0] < w[1]), "strictly increasing");
+    for u in uuids {
+        assert_eq!(u.get_version_num(), 7, "{u}");
+        assert_eq!(u.get_variant(), uuid::Variant::RFC4122, "{u}");
+        layout
+            .decode_uuid_v7(*u.as_bytes())
+            .unwrap_or_else(|e| panic!("{u} does not decode: {e}"));
+    }
+}
+
+#[test]
+fn the_pool_hands_out_uuids_and_fails_over_to_the_next_node() {
+    let mut first = node(&["--max-batch", "100"]);
+    let second = node(&["--max-batch", "100"]);
+    run(&second, async {
+        let addrs = [first.addr.to_string(), second.addr.to_string()];
+        let pool = Pool::connect(&addrs, pool_options()).await.unwrap();
+        assert!(matches!(
+            pool.next_uuids(0).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        let layout = pool.layout();
+        let mut got = vec![pool.next_uuid().await.unwrap()];
+        got.extend(pool.next_uuids(250).await.unwrap());
+        assert_eq!(got.len(), 251);
+        check_uuids(layout, &got);
+        assert!(pool.nodes()[0].current, "served by the first node");
+        // The current node dies: the whole batch is asked of the other one.
+        first.kill();
+        let after = pool.next_uuids(250).await.unwrap();
+        assert_eq!(after.len(), 250);
+        check_uuids(layout, &after);
+        let nodes = pool.nodes();
+        assert!(nodes[1].current, "the second node serves now: {nodes:?}");
+        assert!(
+            nodes[0].failures > 0,
+            "the dead node is marked down: {nodes:?}"
+        );
+    });
+}
+
+#[test]
+fn the_pool_returns_node_version_from_a_version_3_node_without_failing_over() {
+    let (rt, fake) = support::SeqNode::spawn(support::Config::default());
+    let real = node(&[]);
+    rt.block_on(async {
+        let addrs = [fake.addr.to_string(), real.addr.to_string()];
+        let pool = Pool::connect(&addrs, pool_options()).await.unwrap();
+        assert!(pool.nodes()[0].current);
+        let e = pool.next_uuids(3).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::NodeVersion {
+                    version: 3,
+                    required: 4
+                }
+            ),
+            "{e}"
+        );
+        let nodes = pool.nodes();
+        assert!(
+            nodes[0].current && nodes[0].failures == 0,
+            "no failover for it: {nodes:?}"
+        );
+        assert!(
+            fake.control
+                .frames()
+                .iter()
+                .all(|f| f.get(4) != Some(&idgen_protocol::OP_GET_UUIDS)),
+            "no GET_UUIDS was sent"
+        );
+    });
+}
+
+#[test]
+fn the_blocking_client_and_pool_hand_out_uuids_from_plain_threads() {
+    let node = node(&["--max-batch", "100"]);
+    let client = blocking::Client::connect(node.addr).unwrap();
+    let layout = client.layout();
+    let mut got = vec![client.next_uuid().unwrap()];
+    got.extend(client.next_uuids(150).unwrap());
+    assert_eq!(got.len(), 151);
+    check_uuids(layout, &got);
+    assert!(matches!(
+        client.next_uuids(0),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    let pool = blocking::Pool::connect(&[node.addr.to_string()], pool_options()).unwrap();
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let mut mine = vec![pool.next_uuid().unwrap()];
+                mine.extend(pool.next_uuids(120).unwrap());
+                mine
+            })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    for t in threads {
+        let mine = t.join().unwrap();
+        assert_eq!(mine.len(), 121);
+        check_uuids(layout, &mine);
+        all.extend(mine);
+    }
+    assert_eq!(all.len(), 363, "no UUID twice across threads");
+    assert!(matches!(pool.next_uuids(0), Err(Error::InvalidArgument(_))));
 }

@@ -36,7 +36,7 @@ import * as net from "node:net";
 
 import { Connection, type TlsSettings, type Values } from "./connection.js";
 import { Deadline, checkCall } from "./deadline.js";
-import { ClientClosedError, DeadlineError, NoNodeAvailableError, ProtocolError, SequencesUnsupportedError, ServerError, UnavailableError } from "./errors.js";
+import { ClientClosedError, DeadlineError, NoNodeAvailableError, ProtocolError, SequencesUnsupportedError, ServerError, UnavailableError, UuidsUnsupportedError } from "./errors.js";
 import { checkId, toBase32, toBase62, toDecimal } from "./forms.js";
 import { MAX_SEQUENCE_NAME_BYTES, MAX_VALUES_PER_CALL, MAX_VERSION, MIN_VERSION, isSequenceName, type HelloOk } from "./protocol.js";
 import { SequencePrefetch, type SequenceBufferState } from "./sequences.js";
@@ -57,6 +57,15 @@ export interface IdParts {
   /** The sequence within the millisecond. */
   readonly sequence: number;
 }
+
+/** A version 7 UUID of idgen taken apart (PROTOCOL.md section 10.1): the ID it was made from
+ * and that ID's fields. */
+export interface UuidParts extends IdParts {
+  /** The ID the UUID was made from. */
+  readonly id: bigint;
+}
+
+const UUID_TEXT = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** Why a time or interval has no IDs in a layout (clients/vectors/BOUNDS.md). */
 export type TimeBoundsKind = "before_epoch" | "after_last" | "empty";
@@ -121,6 +130,29 @@ export class Layout {
     const timestamp = id >> (w + s);
     const unixMs = Number(this.epochMs + timestamp);
     return { unixMs, date: new Date(unixMs), timestamp: Number(timestamp), worker, region, sequence };
+  }
+
+  /**
+   * Take a version 7 UUID made by a node of this layout apart (its canonical text form, either
+   * case): the ID it was made from and its fields. A string that is not a UUID is a TypeError;
+   * another version, another variant, or a time before the epoch or past the layout's last
+   * millisecond a RangeError that says which.
+   */
+  decodeUuid(uuid: string): UuidParts {
+    if (typeof uuid !== "string" || !UUID_TEXT.test(uuid)) {
+      throw new TypeError(`${JSON.stringify(uuid)} is not a UUID in canonical form (8-4-4-4-12 hex digits)`);
+    }
+    const u = BigInt(`0x${uuid.replace(/-/g, "")}`);
+    const version = Number((u >> 76n) & 0xfn);
+    if (version !== 7) throw new RangeError(`UUID ${uuid} is of version ${version}, not 7`);
+    if (((u >> 62n) & 0b11n) !== 0b10n) throw new RangeError(`UUID ${uuid} is not of RFC 9562's variant (bits 10)`);
+    const unixMs = u >> 80n;
+    if (unixMs < this.epochMs) throw new RangeError(`UUID ${uuid}: its time ${unixMs} ms is before the epoch ${this.epochMs} ms`);
+    if (unixMs > this.lastUnixMs) throw new RangeError(`UUID ${uuid}: its time ${unixMs} ms is past the layout's last millisecond ${this.lastUnixMs}`);
+    const payload = (((u >> 64n) & 0xfffn) << 62n) | (u & ((1n << 62n) - 1n));
+    const lowBits = BigInt(this.workerBits + this.sequenceBits);
+    const id = ((unixMs - this.epochMs) << lowBits) | (payload >> (74n - lowBits));
+    return { id, ...this.decode(id) };
   }
 
   /** The last Unix millisecond an ID of this layout can hold. */
@@ -244,6 +276,10 @@ export interface ClientStats {
   nodeFailures: number;
   /** A call moved on to another node. */
   failovers: number;
+  /** GET_UUIDS requests sent (calls: one or more frames each). */
+  uuidRequests: number;
+  /** UUIDs received. */
+  uuids: number;
   /** GET_VALUES requests sent (named sequences). */
   valueRequests: number;
   /** Sequence values received from nodes (including values prefetched into buffers). */
@@ -346,7 +382,7 @@ export class Client {
   private closed = false;
   private token = 0n;
   private readonly prefetch: SequencePrefetch | null;
-  private readonly counters: ClientStats = { connects: 0, requests: 0, ids: 0, pings: 0, valueRequests: 0, values: 0, nodeFailures: 0, failovers: 0, rangeChanges: 0, reconnects: 0 };
+  private readonly counters: ClientStats = { connects: 0, requests: 0, ids: 0, pings: 0, uuidRequests: 0, uuids: 0, valueRequests: 0, values: 0, nodeFailures: 0, failovers: 0, rangeChanges: 0, reconnects: 0 };
 
   constructor(nodes: string | readonly string[], options: ClientOptions = {}) {
     const list = typeof nodes === "string" ? [nodes] : [...nodes];
@@ -403,6 +439,45 @@ export class Client {
       },
       options,
     );
+  }
+
+  /** One version 7 UUID, in canonical text form. See {@link nextUuids}. */
+  async nextUuid(options?: CallOptions): Promise<string> {
+    const uuids = await this.nextUuids(1, options);
+    return uuids[0]!;
+  }
+
+  /**
+   * `n` RFC 9562 version 7 UUIDs from one node, strictly increasing, all or nothing (protocol
+   * version 4, GET_UUIDS), each as a string in canonical form: lowercase, 8-4-4-4-12 hex
+   * digits (`"019b71b4-4c7b-7800-8000-123456789abc"`). JavaScript has no UUID type; this is the
+   * form `crypto.randomUUID()` returns, databases and JSON take, and that sorts (as strings)
+   * exactly as the UUIDs' bytes do. The node makes each from one ID it issues (the ID's
+   * millisecond, worker and sequence, then random bits), so they are unique across the
+   * cluster as its IDs are; {@link Layout.decodeUuid} takes one apart.
+   *
+   * `n` is an integer in `1 ..= 16777216` (else TypeError or RangeError, nothing sent). Above
+   * the node's max_batch the request is split into pipelined frames and re-joined; failover
+   * as for {@link nextIds}. Every answer is checked (count, version 7, variant, increasing on
+   * the connection): a ProtocolError otherwise. A node that negotiated a version below 4 gives
+   * UuidsUnsupportedError: nothing sent, no other node tried.
+   */
+  nextUuids(n: number, options?: CallOptions): Promise<string[]> {
+    if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
+    if (n < 1 || n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be 1..=${MAX_IDS_PER_CALL}, not ${n}`));
+    return this.withFailover((conn) => {
+      if (!conn.uuids) throw new UuidsUnsupportedError(conn.hello.version, conn.node);
+      this.counters.uuidRequests++;
+      return conn.fetchUuids(n).then((uuids) => {
+        this.counters.uuids += uuids.length;
+        return uuids;
+      });
+    }, options);
+  }
+
+  /** Take a version 7 UUID apart with the cluster's layout (connects if needed). */
+  async decodeUuid(uuid: string): Promise<UuidParts> {
+    return (await this.layout()).decodeUuid(uuid);
   }
 
   /**

@@ -22,6 +22,7 @@ import { ClientClosedError, IdgenError, ProtocolError, ServerError, TlsError, Un
 import {
   encodeGetIds,
   encodeGetRanges,
+  encodeGetUuids,
   encodeGetValues,
   encodeHello,
   encodePing,
@@ -32,11 +33,14 @@ import {
   OP_IDS,
   OP_PONG,
   OP_RANGES,
+  OP_UUIDS,
   OP_VALUES,
   RangesView,
   readIdsInto,
+  readUuidsInto,
   readValuesInto,
   SEQUENCES_VERSION,
+  UUIDS_VERSION,
   responseFrameLimit,
   u32,
   decodeResponse,
@@ -74,6 +78,16 @@ export interface Values {
   readonly values: BigUint64Array;
 }
 
+/** A pending UUID batch: the caller's output array and how many of its frames are
+ * unanswered. */
+interface UuidBatch {
+  readonly out: string[];
+  remaining: number;
+  settled: boolean;
+  resolve(uuids: string[]): void;
+  reject(err: Error): void;
+}
+
 interface ValuesCall {
   settled: boolean;
   resolve(v: Values): void;
@@ -84,6 +98,7 @@ const KIND_IDS = 0;
 const KIND_RANGES = 1;
 const KIND_PING = 2;
 const KIND_VALUES = 3;
+const KIND_UUIDS = 4;
 
 interface Slot {
   readonly kind: number;
@@ -95,6 +110,8 @@ interface Slot {
   readonly token: bigint;
   readonly ping: { resolve(rtt: number): void; reject(err: Error): void; settled: boolean } | null;
   readonly values: ValuesCall | null;
+  /** GET_UUIDS: the call's batch (where this frame's UUIDs go: `at`). */
+  readonly uuids?: UuidBatch;
   readonly sentAt: number;
 }
 
@@ -185,6 +202,7 @@ export class Connection {
   private head = 0;
   private error: Error | null = null;
   private lastId = -1n;
+  private lastUuid: string | null = null;
   /** Received bytes not yet decoded: `chunks` in order, `buffered` bytes in total. */
   private chunks: Buffer[] = [];
   private buffered = 0;
@@ -198,7 +216,7 @@ export class Connection {
     this.socket = socket;
     this.hello = hello;
     this.timeoutMs = timeoutMs;
-    this.maxFrame = responseFrameLimit(hello.maxBatch);
+    this.maxFrame = responseFrameLimit(hello.maxBatch, hello.version);
     this.ranges = hello.version >= 2;
     [this.tlsVersion, this.alpn] = tlsInfo;
     socket.on("data", (chunk: Buffer) => this.onData(chunk));
@@ -407,6 +425,36 @@ export class Connection {
     });
   }
 
+  /** Whether UUIDs (GET_UUIDS) may be sent: the connection negotiated version 4 or later. */
+  get uuids(): boolean {
+    return this.hello.version >= UUIDS_VERSION;
+  }
+
+  /**
+   * GET_UUIDS for `n` (>= 1) version 7 UUIDs (version 4; the caller checked `n` and the
+   * version), split into max_batch-sized frames written at once. Resolves with all `n` in
+   * canonical text form, strictly increasing, or rejects with the first part's error.
+   */
+  fetchUuids(n: number): Promise<string[]> {
+    return new Promise<string[]>((resolve, reject) => {
+      if (this.error !== null) {
+        reject(this.error);
+        return;
+      }
+      if (!this.uuids) {
+        reject(new Error(`internal: GET_UUIDS on a version ${this.hello.version} connection`));
+        return;
+      }
+      const uuids: UuidBatch = { out: new Array<string>(n), remaining: 0, settled: false, resolve, reject };
+      const now = performance.now();
+      for (let at = 0; at < n; at += this.hello.maxBatch) {
+        const count = Math.min(this.hello.maxBatch, n - at);
+        uuids.remaining++;
+        this.send(encodeGetUuids(count), { kind: KIND_UUIDS, count, at, batch: null, token: 0n, ping: null, values: null, uuids, sentAt: now });
+      }
+    });
+  }
+
   private send(frame: Buffer, slot: Slot): void {
     this.pending.push(slot);
     if (!this.corked) {
@@ -556,6 +604,19 @@ export class Connection {
       }
       return;
     }
+    if (slot.kind === KIND_UUIDS) {
+      if (opcode !== OP_UUIDS) throw mismatch(slot, opcode);
+      // frameSize checked that the count agrees with the length.
+      const count = u32(buf, p);
+      if (count !== slot.count) throw new ProtocolError(`asked for ${slot.count} UUIDs, got UUIDS of ${count}`);
+      const call = slot.uuids!;
+      this.lastUuid = readUuidsInto(buf, p + 4, count, call.out, slot.at, this.lastUuid);
+      if (!call.settled && --call.remaining === 0) {
+        call.settled = true;
+        call.resolve(call.out);
+      }
+      return;
+    }
     const batch = slot.batch!;
     const out = batch.out;
     if (slot.kind === KIND_IDS) {
@@ -584,8 +645,8 @@ export class Connection {
 }
 
 function mismatch(slot: Slot, opcode: number): ProtocolError {
-  const asked = slot.kind === KIND_PING ? "PING" : slot.kind === KIND_IDS ? "GET_IDS" : slot.kind === KIND_VALUES ? "GET_VALUES" : "GET_RANGES";
-  const names: Record<number, string> = { [OP_HELLO_OK]: "HELLO_OK", [OP_IDS]: "IDS", [OP_PONG]: "PONG", [OP_RANGES]: "RANGES", [OP_VALUES]: "VALUES" };
+  const asked = slot.kind === KIND_PING ? "PING" : slot.kind === KIND_IDS ? "GET_IDS" : slot.kind === KIND_VALUES ? "GET_VALUES" : slot.kind === KIND_UUIDS ? "GET_UUIDS" : "GET_RANGES";
+  const names: Record<number, string> = { [OP_HELLO_OK]: "HELLO_OK", [OP_IDS]: "IDS", [OP_PONG]: "PONG", [OP_RANGES]: "RANGES", [OP_VALUES]: "VALUES", [OP_UUIDS]: "UUIDS" };
   return new ProtocolError(`${asked} answered with ${names[opcode] ?? `opcode 0x${opcode.toString(16)}`}`);
 }
 
@@ -601,6 +662,9 @@ function settleError(slot: Slot, err: Error): void {
   } else if (slot.values !== null && !slot.values.settled) {
     slot.values.settled = true;
     slot.values.reject(err);
+  } else if (slot.uuids !== undefined && !slot.uuids.settled) {
+    slot.uuids.settled = true;
+    slot.uuids.reject(err);
   }
 }
 

@@ -9,6 +9,7 @@
  *  |    +-- NoNodeAvailableError  every node failed or is backing off
  *  |    +-- TlsError        the TLS handshake failed (certificate, name, client certificate)
  *  +-- SequencesUnsupportedError  the node negotiated a protocol version below 3 (no named sequences)
+ *  +-- UuidsUnsupportedError      the node negotiated a protocol version below 4 (no UUIDs)
  *  +-- DeadlineError        the call's own deadline (timeoutMs or AbortSignal) ran out
  *  +-- ClientClosedError    the client was closed
  * ```
@@ -154,6 +155,21 @@ export class SequencesUnsupportedError extends IdgenError {
 
   constructor(version: number, node?: string) {
     super(`the node speaks protocol version ${version}; named sequences need version 3`, { node });
+    this.version = version;
+  }
+}
+
+/**
+ * A UUID call (`nextUuid`, `nextUuids`) reached a node whose connection negotiated a protocol
+ * version below 4: it has no GET_UUIDS. Nothing was sent and no other node was tried (the
+ * node is not at fault, and is not marked down). `version` is the version the node speaks
+ * (limited by the client's `maxVersion` when that is below 4).
+ */
+export class UuidsUnsupportedError extends IdgenError {
+  readonly version: number;
+
+  constructor(version: number, node?: string) {
+    super(`the node speaks protocol version ${version}; UUIDs need protocol version 4`, { node });
     this.version = version;
   }
 }

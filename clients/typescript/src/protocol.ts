@@ -1,5 +1,5 @@
 /**
- * Frame encoder and decoder for the idgen wire protocol, versions 1 to 3
+ * Frame encoder and decoder for the idgen wire protocol, versions 1 to 4
  * (protocol/PROTOCOL.md). Pure functions, no I/O. Framing faults throw ProtocolError with
  * `status` 100 (BAD_FRAME) or 101 (FRAME_TOO_LARGE), exactly as the shared vectors expect.
  *
@@ -11,23 +11,27 @@ import { ProtocolError } from "./errors.js";
 import { BAD_FRAME, FRAME_TOO_LARGE } from "./status.js";
 
 export const MAGIC = Buffer.from("IDGN", "latin1");
-/** The versions this client speaks: 1 (GET_IDS), 2 (GET_RANGES) and 3 (GET_VALUES, named
- * sequences). */
+/** The versions this client speaks: 1 (GET_IDS), 2 (GET_RANGES), 3 (GET_VALUES, named
+ * sequences) and 4 (GET_UUIDS, version 7 UUIDs). */
 export const MIN_VERSION = 1;
-export const MAX_VERSION = 3;
+export const MAX_VERSION = 4;
 /** The first version with named sequences (GET_VALUES/VALUES). */
 export const SEQUENCES_VERSION = 3;
+/** The first version with UUIDs (GET_UUIDS/UUIDS). */
+export const UUIDS_VERSION = 4;
 
 export const OP_HELLO = 0x01;
 export const OP_GET_IDS = 0x02;
 export const OP_PING = 0x03;
 export const OP_GET_RANGES = 0x04;
 export const OP_GET_VALUES = 0x05;
+export const OP_GET_UUIDS = 0x06;
 export const OP_HELLO_OK = 0x81;
 export const OP_IDS = 0x82;
 export const OP_PONG = 0x83;
 export const OP_RANGES = 0x84;
 export const OP_VALUES = 0x85;
+export const OP_UUIDS = 0x86;
 export const OP_ERROR = 0xff;
 
 const HELLO_OK_LENGTH = 33;
@@ -77,6 +81,7 @@ export type Response =
   | { readonly op: "IDS"; readonly ids: BigUint64Array }
   | { readonly op: "RANGES"; readonly total: number; readonly runs: RangesView }
   | { readonly op: "VALUES"; readonly mode: SequenceMode; readonly values: BigUint64Array }
+  | { readonly op: "UUIDS"; readonly uuids: string[] }
   | { readonly op: "PONG"; readonly token: bigint }
   | { readonly op: "ERROR"; readonly status: number; readonly message: string };
 
@@ -150,6 +155,11 @@ function encodeCount(op: number, count: number): Buffer {
   return b;
 }
 
+/** GET_UUIDS (0x06, version 4) for `count` version 7 UUIDs, answered with UUIDS. */
+export function encodeGetUuids(count: number): Buffer {
+  return encodeCount(OP_GET_UUIDS, count);
+}
+
 /** PING (0x03) with a u64 token. */
 export function encodePing(token: bigint): Buffer {
   if (typeof token !== "bigint" || token < 0n || token > MAX_U64) {
@@ -173,11 +183,13 @@ function checkUint(v: number, max: number, what: string): void {
 
 /**
  * The client's response frame limit once max_batch is known: max(6 + 8 * max_batch, 258)
- * (PROTOCOL.md section 7), on every connection: room for a VALUES frame of max_batch values
- * (its mode byte makes it one byte longer than an IDS frame of max_batch IDs) and any ERROR.
+ * (PROTOCOL.md section 7): room for a VALUES frame of max_batch values (its mode byte makes it
+ * one byte longer than an IDS frame of max_batch IDs) and any ERROR; from version 4
+ * max(5 + 16 * max_batch, 258), a UUIDS frame of max_batch UUIDs.
  */
-export function responseFrameLimit(maxBatch: number): number {
-  return Math.min(Math.max(6 + 8 * maxBatch, ERROR_MAX_LENGTH), MAX_U32);
+export function responseFrameLimit(maxBatch: number, version = 1): number {
+  const frame = version >= UUIDS_VERSION ? 5 + 16 * maxBatch : 6 + 8 * maxBatch;
+  return Math.min(Math.max(frame, ERROR_MAX_LENGTH), MAX_U32);
 }
 
 function bad(detail: string): ProtocolError {
@@ -222,6 +234,13 @@ function checkHeader(buf: Uint8Array, offset: number, available: number, maxFram
       if (available >= 10) {
         const count = u32(buf, offset + 6);
         if (count !== (length - 6) / 8) throw bad(`VALUES count ${count} disagrees with frame length ${length}`);
+      }
+      break;
+    case OP_UUIDS:
+      if (length < 21 || (length - 5) % 16 !== 0) throw bad(`UUIDS length ${length} is not 5 + 16 * count with count >= 1`);
+      if (available >= 9) {
+        const count = u32(buf, offset + 5);
+        if (count !== (length - 5) / 16) throw bad(`UUIDS count ${count} disagrees with frame length ${length}`);
       }
       break;
     case OP_ERROR:
@@ -292,6 +311,13 @@ export function decodeResponse(buf: Uint8Array, maxFrame: number = DEFAULT_MAX_R
       frame = { op: "VALUES", mode: buf[p] === 1 ? "strict" : "dense", values };
       break;
     }
+    case OP_UUIDS: {
+      const count = u32(buf, p);
+      const uuids = new Array<string>(count);
+      readUuidsInto(buf, p + 4, count, uuids, 0, null);
+      frame = { op: "UUIDS", uuids };
+      break;
+    }
     case OP_PONG:
       frame = { op: "PONG", token: u64(buf, p) };
       break;
@@ -334,6 +360,34 @@ export function decodeResponse(buf: Uint8Array, maxFrame: number = DEFAULT_MAX_R
 }
 
 const UTF8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * Copy `count` UUIDs (16 bytes each) from `buf[at..]` into `out[outAt..]` in their canonical
+ * text form (lowercase 8-4-4-4-12 hex digits), rejecting any that is not of version 7 and
+ * RFC 9562's variant (bits 10) or does not increase on the one before (on `after`, the
+ * connection's last UUID, for the first; `null` when there is none). The canonical forms of
+ * two UUIDs compare as strings exactly as their bytes do. Returns the last UUID.
+ */
+export function readUuidsInto(buf: Uint8Array, at: number, count: number, out: string[], outAt: number, after: string | null): string | null {
+  const b = Buffer.isBuffer(buf) ? buf : Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength);
+  let last = after;
+  for (let k = 0; k < count; k++) {
+    const i = at + 16 * k;
+    const version = b[i + 6]! >> 4;
+    if (version !== 7) throw bad(`UUIDS holds a UUID of version ${version}, not 7`);
+    if (b[i + 8]! >> 6 !== 0b10) throw bad(`UUIDS holds a UUID whose variant bits are ${(b[i + 8]! >> 6).toString(2).padStart(2, "0")}, not 10`);
+    const u = uuidText(b, i);
+    if (last !== null && u <= last) throw bad(`UUIDS: UUID ${u} does not increase on ${last}`);
+    out[outAt + k] = u;
+    last = u;
+  }
+  return last;
+}
+
+/** The canonical text form of the 16 bytes at `buf[i..]`. */
+export function uuidText(buf: Buffer, i: number): string {
+  return `${buf.toString("hex", i, i + 4)}-${buf.toString("hex", i + 4, i + 6)}-${buf.toString("hex", i + 6, i + 8)}-${buf.toString("hex", i + 8, i + 10)}-${buf.toString("hex", i + 10, i + 16)}`;
+}
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** Copy `count` big-endian u64 IDs from `buf[at..]` into `out[outAt..]`, rejecting any with

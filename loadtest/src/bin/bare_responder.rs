@@ -1,8 +1,9 @@
 //! The floor beneath idgen's request path, for `scripts/bench`: a bare responder of the same
 //! frames on the same I/O as one shard of a node (a current-thread tokio runtime, a task per
 //! connection, each read's answers written in one write), with no generator, clock, lease or
-//! accounting: GET_IDS, GET_RANGES and GET_VALUES (any name, as one dense sequence) are answered
-//! from a counter, HELLO with a fixed layout.
+//! accounting: GET_IDS, GET_RANGES, GET_VALUES (any name, as one dense sequence) and GET_UUIDS
+//! (the counter's IDs as version 7 UUIDs, random bits 0) are answered from a counter, HELLO
+//! with a fixed layout.
 //! What idgen costs above it is idgen's; what it costs itself is the kernel's and tokio's.
 //!
 //! ```text
@@ -16,8 +17,8 @@ use std::rc::Rc;
 use bytes::{Buf, BytesMut};
 use idgen_protocol::{
     decode_request_for, encode_error, encode_hello_ok, encode_ids_header, encode_pong,
-    encode_ranges, encode_values_header, negotiate_version, Decoded, Limits, Request, SeqMode,
-    ServerHello, Status,
+    encode_ranges, encode_uuids_header, encode_values_header, negotiate_version, Decoded, Limits,
+    Request, SeqMode, ServerHello, Status,
 };
 use idgen_protocol::{Layout, WorkerRange};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,7 +51,8 @@ async fn serve(mut stream: TcpStream, next: Rc<Cell<u64>>) {
     let layout = Layout::default();
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut wbuf = BytesMut::with_capacity(64 * 1024);
-    // The negotiated version (1 until HELLO): version 2 adds GET_RANGES, 3 GET_VALUES.
+    // The negotiated version (1 until HELLO): version 2 adds GET_RANGES, 3 GET_VALUES, 4
+    // GET_UUIDS.
     let mut negotiated = 1;
     loop {
         match stream.read_buf(&mut rbuf).await {
@@ -117,12 +119,20 @@ async fn serve(mut stream: TcpStream, next: Rc<Cell<u64>>) {
                         wbuf.extend_from_slice(&v.to_be_bytes());
                     }
                 }
-                // Not a floor the load tester measures: refused like an unknown request.
-                Decoded::Request(Request::GetUuids { .. }) => encode_error(
-                    Status::UNKNOWN_OPCODE,
-                    "the bare responder serves no UUIDs",
-                    &mut wbuf,
-                ),
+                // The IDs' version 7 UUIDs (the id crate's mapping), with the random bits 0:
+                // what a node adds above this (its CSPRNG, its generator) is its own cost.
+                Decoded::Request(Request::GetUuids { count }) => {
+                    let first = next.get();
+                    next.set(first + u64::from(count));
+                    encode_uuids_header(count, &mut wbuf);
+                    for id in first..first + u64::from(count) {
+                        match layout.uuid_v7(id, 0) {
+                            Ok(u) => wbuf.extend_from_slice(&u),
+                            // The counter would have to pass the layout's time range first.
+                            Err(_) => return,
+                        }
+                    }
+                }
                 Decoded::Reject { status, message } => encode_error(status, message, &mut wbuf),
             }
         }

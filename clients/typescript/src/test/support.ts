@@ -303,7 +303,7 @@ export function cert(name: string): string {
 // -- a server's request decoder (for the vectors and the fake nodes) -----------------------------
 
 /** The versions a (fake) server speaks. */
-export const SERVER_VERSIONS = [1, 3] as const;
+export const SERVER_VERSIONS = [1, 4] as const;
 
 /** A request as the vectors' `decoded` writes it. */
 export type DecodedRequest =
@@ -311,7 +311,8 @@ export type DecodedRequest =
   | { op: "GET_IDS"; count: number }
   | { op: "GET_RANGES"; count: number }
   | { op: "PING"; token: string }
-  | { op: "GET_VALUES"; count: number; name: string };
+  | { op: "GET_VALUES"; count: number; name: string }
+  | { op: "GET_UUIDS"; count: number };
 
 /** One well-formed request frame: a request to serve, or a status that refuses it and keeps
  * the connection open (`reject`). */
@@ -357,6 +358,7 @@ export function decodeRequest(buf: Uint8Array, limits: RequestLimits, version: n
   const op = buf[4]!;
   const fixed: Record<number, number> = { 0x01: 9, 0x02: 5, 0x03: 9 };
   if (version >= 2) fixed[0x04] = 5;
+  if (version >= 4) fixed[0x06] = 5;
   const want = fixed[op];
   if (want !== undefined && length !== want) throw new FrameFault(100, `opcode ${op} with length ${length}, expected ${want}`);
   if (op === 0x05 && version >= 3 && (length < 6 || length > 69)) throw new FrameFault(100, `GET_VALUES length ${length} outside 6..=69`);
@@ -370,11 +372,12 @@ export function decodeRequest(buf: Uint8Array, limits: RequestLimits, version: n
       if (p.toString("latin1", 0, 4) !== "IDGN") throw new FrameFault(100, "bad magic");
       return ok({ op: "HELLO", min_version: p.readUInt16BE(4), max_version: p.readUInt16BE(6) });
     case 0x02:
-    case 0x04: {
+    case 0x04:
+    case 0x06: {
       const count = p.readUInt32BE(0);
       if (count === 0) return no(200);
       if (count > limits.max_batch) return no(201);
-      return ok({ op: op === 0x02 ? "GET_IDS" : "GET_RANGES", count });
+      return ok({ op: op === 0x02 ? "GET_IDS" : op === 0x04 ? "GET_RANGES" : "GET_UUIDS", count });
     }
     case 0x03:
       return ok({ op: "PING", token: p.readBigUInt64BE(0).toString() });
@@ -456,6 +459,9 @@ export interface FakeOptions {
   /** Answer GET_VALUES with a broken VALUES frame: one value more than asked, values not
    * increasing, or an unknown mode byte. */
   badValues?: "count" | "order" | "mode";
+  /** Answer every GET_UUIDS (version 4 HELLO_OK) with these bytes, made from its count,
+   * instead of the UUIDs of the counter's IDs. */
+  uuidAnswer?: (count: number) => Buffer;
   tls?: tls.TlsOptions;
 }
 
@@ -553,7 +559,7 @@ export class FakeNode {
           answer = encodeError(305, "worker range changed");
           close = true;
         } else if (mode === "serve" || mode === "range_changed") {
-          answer = decoded.reject !== null ? encodeError(decoded.reject, "refused") : this.answer(body, sent, o);
+          answer = decoded.reject !== null ? encodeError(decoded.reject, "refused") : this.answer(body, sent, o, greeting);
         }
         if (answer === null) continue; // silent
         if (o.holdUntil !== undefined && this.requests < o.holdUntil) {
@@ -570,11 +576,21 @@ export class FakeNode {
     });
   }
 
-  private answer(body: Buffer, sent: bigint[], o: FakeOptions): Buffer {
+  private answer(body: Buffer, sent: bigint[], o: FakeOptions, hello: HelloOk): Buffer {
     const op = body[0]!;
     if (op === 0x03) return encodePong(body.readBigUInt64BE(1));
     const count = body.readUInt32BE(1);
     if (op === 0x05) return this.answerValues(body.subarray(5).toString("latin1"), count, o);
+    if (op === 0x06) {
+      if (o.uuidAnswer !== undefined) return o.uuidAnswer(count);
+      const uuids: Buffer[] = [];
+      for (let i = 0; i < count; i++) {
+        const id = this.nextId++;
+        sent.push(id);
+        uuids.push(uuidOf(hello, id, id * 0x9e3779b97f4a7c15n));
+      }
+      return uuidsBytes(uuids);
+    }
     const first = this.nextId;
     const ids: bigint[] = [];
     for (let i = 0n; i < BigInt(count); i++) ids.push(first + i);
@@ -623,6 +639,34 @@ export class FakeNode {
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((r) => this.server.close(() => r()));
   }
+}
+
+/**
+ * The version 7 UUID (16 bytes) a node of `hello`'s layout makes from `id` with `random` in its
+ * random bits (PROTOCOL.md section 3.7), written out independently of the client's decoder.
+ */
+export function uuidOf(hello: Pick<HelloOk, "epochMs" | "workerBits" | "sequenceBits">, id: bigint, random = 0n): Buffer {
+  const lowBits = BigInt(hello.workerBits + hello.sequenceBits);
+  const randomBits = 74n - lowBits;
+  const payload = ((id & ((1n << lowBits) - 1n)) << randomBits) | (random & ((1n << randomBits) - 1n));
+  const unixMs = hello.epochMs + (id >> lowBits);
+  const u = (unixMs << 80n) | (7n << 76n) | ((payload >> 62n) << 64n) | (2n << 62n) | (payload & ((1n << 62n) - 1n));
+  return Buffer.from(u.toString(16).padStart(32, "0"), "hex");
+}
+
+/** A UUIDS frame (0x86) of 16-byte `uuids`. */
+export function uuidsBytes(uuids: Buffer[]): Buffer {
+  const head = Buffer.alloc(9);
+  head.writeUInt32BE(5 + 16 * uuids.length, 0);
+  head[4] = 0x86;
+  head.writeUInt32BE(uuids.length, 5);
+  return Buffer.concat([head, ...uuids]);
+}
+
+/** The canonical text form of 16 UUID bytes. */
+export function uuidString(b: Buffer): string {
+  const h = b.toString("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
 /** Every element of `ids` is distinct. */

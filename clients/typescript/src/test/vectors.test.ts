@@ -1,4 +1,5 @@
-// The shared wire vectors of protocol/tests/vectors.json, through the client's codec.
+// The shared wire vectors of protocol/tests/vectors.json and vectors_v4.json (version 4: GET_UUIDS,
+// UUIDS), through the client's codec.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -26,7 +27,7 @@ interface Case {
   negotiated_version?: number;
 }
 
-const VECTORS = loadJson("protocol/tests/vectors.json") as Case[];
+const VECTORS = [...(loadJson("protocol/tests/vectors.json") as Case[]), ...(loadJson("protocol/tests/vectors_v4.json") as Case[])];
 
 function encodeRequest(d: Record<string, unknown>): Buffer {
   switch (d["op"]) {
@@ -38,6 +39,8 @@ function encodeRequest(d: Record<string, unknown>): Buffer {
       return protocol.encodePing(BigInt(d["token"] as string));
     case "GET_VALUES":
       return protocol.encodeGetValues(d["count"] as number, d["name"] as string);
+    case "GET_UUIDS":
+      return protocol.encodeGetUuids(d["count"] as number);
     default:
       throw new Error(`unknown request op ${String(d["op"])}`);
   }
@@ -80,6 +83,8 @@ function asDecoded(frame: protocol.Response): Record<string, unknown> {
       return { op: "RANGES", runs: frame.runs.toRuns().map((r) => [r.first.toString(), r.count]) };
     case "VALUES":
       return { op: "VALUES", mode: frame.mode, values: Array.from(frame.values, (v) => v.toString()) };
+    case "UUIDS":
+      return { op: "UUIDS", uuids: frame.uuids.map((u) => u.replace(/-/g, "")) };
   }
 }
 
@@ -202,6 +207,24 @@ describe("response vectors", () => {
   for (const c of incomplete) {
     test(`${c.name} asks for more bytes`, () => assert.equal(protocol.decodeResponse(hex(c.hex), c.max_frame!), null));
   }
+  test("UUIDS vectors are among them: decoded, rejected and incomplete", () => {
+    const uuids = VECTORS.filter((c) => c.direction === "response" && c.hex.slice(8, 10) === "86");
+    assert.ok(uuids.filter((c) => c.decoded).length >= 2 && uuids.filter((c) => c.error).length >= 5 && uuids.some((c) => c.incomplete));
+  });
+  test("a UUIDS count is checked as soon as it arrives", () => {
+    const head = Buffer.alloc(9);
+    head.writeUInt32BE(5 + 16 * 1000, 0);
+    head[4] = 0x86;
+    head.writeUInt32BE(999, 5);
+    assert.throws(() => protocol.decodeResponse(head, 1 << 20), (e: unknown) => e instanceof ProtocolError && e.status === 100);
+    head.writeUInt32BE(1000, 5);
+    assert.equal(protocol.decodeResponse(head, 1 << 20), null);
+  });
+  test("from version 4 the frame limit holds a UUIDS frame of max_batch UUIDs", () => {
+    assert.equal(protocol.responseFrameLimit(65536, 4), 5 + 16 * 65536);
+    assert.equal(protocol.responseFrameLimit(65536, 3), 6 + 8 * 65536);
+    assert.equal(protocol.responseFrameLimit(1, 4), 258);
+  });
   test("an oversized length is rejected from the 4-byte prefix alone", () => {
     assert.throws(() => protocol.decodeResponse(hex("ffffffff")), (e: unknown) => e instanceof ProtocolError && e.status === 101);
   });

@@ -14,7 +14,9 @@ package dev.idgen.client;
  * @param prefetchServed IDs handed out from the prefetch pool
  * @param valueRequests GET_VALUES frames sent (named sequences; prefetch included)
  * @param values values of named sequences received
+ * @param uuidRequests GET_UUIDS frames sent
+ * @param uuids version 7 UUIDs received
  */
 public record ClientStats(long connects, long requests, long ids, long pings, long nodeFailures,
         long failovers, long rangeChanges, long prefetchRefills, long prefetchServed, long valueRequests,
-        long values) {}
+        long values, long uuidRequests, long uuids) {}

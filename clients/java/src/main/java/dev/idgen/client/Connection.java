@@ -84,6 +84,7 @@ final class Connection {
     private byte[] buf;
     private int bufLen;
     private long lastId = -1;
+    private java.util.UUID lastUuid; // the reader's: the last UUID answered on this connection
 
     private Connection(String node, Socket socket, HelloOk hello, byte[] rest, int restLen, boolean useRanges,
             Stats stats) throws IOException {
@@ -91,7 +92,7 @@ final class Connection {
         this.socket = socket;
         this.hello = hello;
         this.ranges = useRanges && hello.version() >= Frames.RANGES_VERSION;
-        this.maxFrame = Frames.responseFrameLimit(hello.maxBatch());
+        this.maxFrame = Frames.responseFrameLimit(hello.maxBatch(), hello.version());
         this.in = socket.getInputStream();
         this.out = socket.getOutputStream();
         this.stats = stats;
@@ -380,6 +381,51 @@ final class Connection {
         return p.future.thenApply(o -> (Values) o);
     }
 
+    /**
+     * {@code n} (>= 1) version 7 UUIDs: GET_UUIDS split into max_batch-sized frames written at
+     * once; completes with all of them, strictly increasing, or with the first part's failure.
+     *
+     * @throws UuidsUnsupportedException when the connection negotiated a version below 4
+     */
+    CompletableFuture<java.util.UUID[]> getUuids(long n) {
+        if (hello.version() < Frames.UUIDS_VERSION) {
+            throw new UuidsUnsupportedException(hello.version(), node);
+        }
+        long max = Math.max(hello.maxBatch(), 1);
+        int parts = (int) ((n + max - 1) / max);
+        Pending[] ps = new Pending[parts];
+        long left = n;
+        for (int i = 0; i < parts; i++) {
+            long c = Math.min(left, max);
+            ps[i] = new Pending(Frames.OP_GET_UUIDS, c);
+            left -= c;
+        }
+        submit(ps);
+        stats.uuidRequests.add(parts);
+        CompletableFuture<java.util.UUID[]> all = new CompletableFuture<>();
+        CompletableFuture<?>[] fs = new CompletableFuture<?>[parts];
+        for (int i = 0; i < parts; i++) {
+            fs[i] = ps[i].future;
+            // A failed part fails the whole call at once (all or nothing).
+            ps[i].future.whenComplete((v, e) -> {
+                if (e != null) {
+                    all.completeExceptionally(e);
+                }
+            });
+        }
+        CompletableFuture.allOf(fs).thenRun(() -> {
+            java.util.UUID[] out = new java.util.UUID[(int) n];
+            int k = 0;
+            for (Pending p : ps) {
+                java.util.UUID[] part = (java.util.UUID[]) p.future.join();
+                System.arraycopy(part, 0, out, k, part.length);
+                k += part.length;
+            }
+            all.complete(out);
+        });
+        return all;
+    }
+
     /** PING; completes with the token echoed. */
     CompletableFuture<Object> ping(long token) {
         Pending p = new Pending(Frames.OP_PING, token);
@@ -613,6 +659,21 @@ final class Connection {
                 lastId = ids[ids.length - 1];
                 stats.ids.add(ids.length);
                 p.future.complete(ids);
+            }
+            case Frames.OP_GET_UUIDS -> {
+                if (!(frame instanceof Frames.Uuids u)) {
+                    throw complain(p, "GET_UUIDS answered with " + frame.getClass().getSimpleName());
+                }
+                java.util.UUID[] uuids = u.uuids();
+                if (uuids.length != p.arg) {
+                    throw complain(p, "asked for " + p.arg + " UUIDs, got UUIDS of " + uuids.length);
+                }
+                if (lastUuid != null && !Frames.uuidBelow(lastUuid, uuids[0])) {
+                    throw complain(p, "UUIDs on one connection are not increasing");
+                }
+                lastUuid = uuids[uuids.length - 1];
+                stats.uuids.add(uuids.length);
+                p.future.complete(uuids);
             }
             case Frames.OP_GET_VALUES -> {
                 if (!(frame instanceof Values v)) {

@@ -4,6 +4,7 @@ import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
+import java.util.UUID;
 
 /**
  * The wire format (protocol/PROTOCOL.md): request encoders and the response decoder. Pure
@@ -16,24 +17,28 @@ public final class Frames {
     public static final int MIN_VERSION = 1;
     /**
      * The newest protocol version this client speaks (version 2 adds GET_RANGES, version 3
-     * GET_VALUES for named sequences).
+     * GET_VALUES for named sequences, version 4 GET_UUIDS for version 7 UUIDs).
      */
-    public static final int MAX_VERSION = 3;
+    public static final int MAX_VERSION = 4;
     /** The first protocol version with GET_RANGES/RANGES. */
     public static final int RANGES_VERSION = 2;
     /** The first protocol version with named sequences (GET_VALUES/VALUES). */
     public static final int SEQUENCES_VERSION = 3;
+    /** The first protocol version with UUIDs (GET_UUIDS/UUIDS). */
+    public static final int UUIDS_VERSION = 4;
 
     public static final int OP_HELLO = 0x01;
     public static final int OP_GET_IDS = 0x02;
     public static final int OP_PING = 0x03;
     public static final int OP_GET_RANGES = 0x04;
     public static final int OP_GET_VALUES = 0x05;
+    public static final int OP_GET_UUIDS = 0x06;
     public static final int OP_HELLO_OK = 0x81;
     public static final int OP_IDS = 0x82;
     public static final int OP_PONG = 0x83;
     public static final int OP_RANGES = 0x84;
     public static final int OP_VALUES = 0x85;
+    public static final int OP_UUIDS = 0x86;
     public static final int OP_ERROR = 0xFF;
 
     static final int HELLO_OK_LENGTH = 33;
@@ -57,7 +62,7 @@ public final class Frames {
     private Frames() {}
 
     /** A decoded response frame. */
-    public sealed interface Frame permits HelloOk, Ids, Ranges, Values, Pong, ErrorFrame {}
+    public sealed interface Frame permits HelloOk, Ids, Ranges, Values, Uuids, Pong, ErrorFrame {}
 
     /** HELLO_OK (0x81): the negotiated version, the ID layout and the connection's limits. */
     public record HelloOk(
@@ -109,6 +114,12 @@ public final class Frames {
      * strictly increasing, and the sequence's mode.
      */
     public record Values(SequenceMode mode, long[] values) implements Frame {}
+
+    /**
+     * UUIDS (0x86, version 4): the UUIDs of one GET_UUIDS, each of version 7 and RFC 9562's
+     * variant, strictly increasing as 128-bit unsigned numbers.
+     */
+    public record Uuids(UUID[] uuids) implements Frame {}
 
     /** PONG (0x83): the token of the PING it answers. */
     public record Pong(long token) implements Frame {}
@@ -250,8 +261,14 @@ public final class Frames {
         return switch (opcode) {
             case OP_GET_RANGES -> RANGES_VERSION;
             case OP_GET_VALUES -> SEQUENCES_VERSION;
+            case OP_GET_UUIDS -> UUIDS_VERSION;
             default -> 1;
         };
+    }
+
+    /** GET_UUIDS (0x06, version 4) for {@code count} version 7 UUIDs. */
+    public static byte[] getUuids(long count) {
+        return countFrame(OP_GET_UUIDS, count);
     }
 
     /** PING (0x03) with a u64 token (a Java long, its bits taken as unsigned). */
@@ -293,6 +310,27 @@ public final class Frames {
      */
     public static long responseFrameLimit(long maxBatch) {
         return Math.max(VALUES_HEAD_LENGTH + 8 * maxBatch, ERROR_MAX_LENGTH);
+    }
+
+    /**
+     * The response frame limit of a connection that negotiated {@code version}: from version 4
+     * max(5 + 16 * max_batch, 258), so that a UUIDS of max_batch UUIDs fits; before, {@link
+     * #responseFrameLimit(long)}.
+     */
+    public static long responseFrameLimit(long maxBatch, int version) {
+        if (version >= UUIDS_VERSION) {
+            return Math.max(5 + 16 * maxBatch, ERROR_MAX_LENGTH);
+        }
+        return responseFrameLimit(maxBatch);
+    }
+
+    /**
+     * Whether {@code a} is below {@code b} as 128-bit unsigned numbers (RFC 9562's order; {@link
+     * UUID#compareTo} compares signed halves).
+     */
+    static boolean uuidBelow(UUID a, UUID b) {
+        int hi = Long.compareUnsigned(a.getMostSignificantBits(), b.getMostSignificantBits());
+        return hi < 0 || (hi == 0 && Long.compareUnsigned(a.getLeastSignificantBits(), b.getLeastSignificantBits()) < 0);
     }
 
     private static ProtocolException bad(String message) {
@@ -351,6 +389,11 @@ public final class Frames {
                     throw bad("VALUES length " + length + " is not 6 + 8 * count with count >= 1");
                 }
             }
+            case OP_UUIDS -> {
+                if (length < 5 + 16 || (length - 5) % 16 != 0) {
+                    throw bad("UUIDS length " + length + " is not 5 + 16 * count with count >= 1");
+                }
+            }
             case OP_ERROR -> {
                 if (length < ERROR_MIN_LENGTH || length > ERROR_MAX_LENGTH) {
                     throw bad("ERROR length " + length + " outside 3..=258");
@@ -385,6 +428,10 @@ public final class Frames {
             if (len >= 10 && u32(buf, off + 6) != (length - VALUES_HEAD_LENGTH) / 8) {
                 throw bad("VALUES count " + u32(buf, off + 6) + " disagrees with frame length " + length);
             }
+        }
+        if (opcode == OP_UUIDS && len >= 9 && u32(buf, off + 5) != (length - 5) / 16) {
+            // The count as soon as it has arrived, before the UUIDs.
+            throw bad("UUIDS count " + u32(buf, off + 5) + " disagrees with frame length " + length);
         }
         if (len - 4 < length) {
             return null;
@@ -477,6 +524,28 @@ public final class Frames {
                     previous = v;
                 }
                 return new Values(mode, values);
+            }
+            case OP_UUIDS: {
+                long count = u32(b, off);
+                if (count == 0 || 4 + 16 * count != len) {
+                    throw bad("UUIDS count " + count + " disagrees with frame length " + (len + 1));
+                }
+                UUID[] uuids = new UUID[(int) count];
+                int p = off + 4;
+                for (int i = 0; i < uuids.length; i++, p += 16) {
+                    UUID u = new UUID(u64(b, p), u64(b, p + 8));
+                    if (u.version() != 7) {
+                        throw bad("UUIDS holds a UUID of version " + u.version() + ", not 7");
+                    }
+                    if ((b[p + 8] & 0xC0) != 0x80) {
+                        throw bad("UUIDS holds a UUID whose variant bits are not 10: " + u);
+                    }
+                    if (i > 0 && !uuidBelow(uuids[i - 1], u)) {
+                        throw bad("UUIDS are not strictly increasing (" + u + " after " + uuids[i - 1] + ")");
+                    }
+                    uuids[i] = u;
+                }
+                return new Uuids(uuids);
             }
             case OP_PONG:
                 return new Pong(u64(b, off));

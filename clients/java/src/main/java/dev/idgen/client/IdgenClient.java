@@ -10,6 +10,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.UUID;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -361,6 +362,71 @@ public final class IdgenClient implements AutoCloseable {
         return call(conn -> conn.getIds(n), deadline);
     }
 
+    // ---- Version 7 UUIDs (protocol version 4) ----
+
+    /** One version 7 UUID, within the default call deadline. See {@link #nextUuidsAsync(int, Duration)}. */
+    public UUID nextUuid() {
+        return nextUuid(callDeadline);
+    }
+
+    /** One version 7 UUID within {@code deadline}. */
+    public UUID nextUuid(Duration deadline) {
+        return await(nextUuidAsync(deadline), deadline);
+    }
+
+    /** One version 7 UUID, asynchronously. */
+    public CompletableFuture<UUID> nextUuidAsync() {
+        return nextUuidAsync(callDeadline);
+    }
+
+    /** One version 7 UUID, asynchronously, within {@code deadline}. */
+    public CompletableFuture<UUID> nextUuidAsync(Duration deadline) {
+        return nextUuidsAsync(1, deadline).thenApply(u -> u[0]);
+    }
+
+    /** Exactly {@code n} version 7 UUIDs, strictly increasing, from one node (all or nothing). */
+    public UUID[] nextUuids(int n) {
+        return nextUuids(n, callDeadline);
+    }
+
+    /** Exactly {@code n} version 7 UUIDs within {@code deadline}. */
+    public UUID[] nextUuids(int n, Duration deadline) {
+        return await(nextUuidsAsync(n, deadline), deadline);
+    }
+
+    /** Exactly {@code n} version 7 UUIDs, asynchronously. */
+    public CompletableFuture<UUID[]> nextUuidsAsync(int n) {
+        return nextUuidsAsync(n, callDeadline);
+    }
+
+    /**
+     * Exactly {@code n} RFC 9562 version 7 UUIDs as {@link UUID}s, strictly increasing (as
+     * 128-bit unsigned numbers, RFC 9562's order: {@link UUID#compareTo} compares signed halves
+     * and disagrees once a UUID's top bit is set), from one node, asynchronously, within
+     * {@code deadline} (protocol version 4: GET_UUIDS). The node makes each from one ID it
+     * issues (the ID's millisecond, then its worker and sequence, then random bits), so they
+     * are unique across the cluster as its IDs are; {@link Layout#decodeUuid} takes one apart.
+     * Above the node's max_batch the request is split into pipelined frames and joined; failover
+     * as for {@link #nextIdsAsync(int, Duration)}. Every answer is checked (count, version 7,
+     * variant, increasing on the connection): a {@link ProtocolException} otherwise, and the
+     * call fails over. The future fails with {@link UuidsUnsupportedException}, nothing sent and
+     * no other node tried, when the node negotiated a version below 4.
+     *
+     * @throws IllegalArgumentException at once, nothing sent, for an {@code n} outside {@code 1
+     *     ..= 16777216}
+     */
+    public CompletableFuture<UUID[]> nextUuidsAsync(int n, Duration deadline) {
+        if (n < 1 || n > MAX_IDS_PER_CALL) {
+            throw new IllegalArgumentException("n must be in 1 .. " + MAX_IDS_PER_CALL + ", not " + n);
+        }
+        return call(conn -> conn.getUuids(n), deadline);
+    }
+
+    /** Takes a version 7 UUID apart with {@link #layout()}. */
+    public Layout.UuidParts decodeUuid(UUID uuid) {
+        return layout().decodeUuid(uuid);
+    }
+
     // ---- Named sequences (protocol version 3) ----
 
     /** One value of sequence {@code name}, within the default call deadline. */
@@ -466,7 +532,8 @@ public final class IdgenClient implements AutoCloseable {
         Stats s = stats;
         return new ClientStats(s.connects.sum(), s.requests.sum(), s.ids.sum(), s.pings.sum(),
                 s.nodeFailures.sum(), s.failovers.sum(), s.rangeChanges.sum(), s.prefetchRefills.sum(),
-                s.prefetchServed.sum(), s.valueRequests.sum(), s.values.sum());
+                s.prefetchServed.sum(), s.valueRequests.sum(), s.values.sum(), s.uuidRequests.sum(),
+                s.uuids.sum());
     }
 
     /** Each node's state, in the order given. */
@@ -709,9 +776,10 @@ public final class IdgenClient implements AutoCloseable {
 
         void failed(Node node, Connection conn, Throwable e, boolean atSubmit) {
             lastError = e;
-            if (atSubmit && (e instanceof IllegalArgumentException || e instanceof SequencesUnsupportedException)) {
+            if (atSubmit && (e instanceof IllegalArgumentException || e instanceof SequencesUnsupportedException
+                    || e instanceof UuidsUnsupportedException)) {
                 // Refused before sending (a count above the node's max_batch, a node without
-                // named sequences): not the node's failure, and no other node is tried.
+                // named sequences or UUIDs): not the node's failure, and no other node is tried.
                 result.completeExceptionally(e);
                 return;
             }

@@ -9,6 +9,46 @@ public record Layout(long epochMs, int timestampBits, int workerBits, int sequen
     /** An ID taken apart. */
     public record Parts(long unixMs, long timestamp, long worker, long region, long sequence) {}
 
+    /** A version 7 UUID of idgen taken apart: the ID it was made from, and that ID's fields. */
+    public record UuidParts(long id, Parts parts) {}
+
+    /**
+     * Takes a version 7 UUID made by a node of this layout apart (protocol section 10.1): the
+     * ID it was made from and its fields.
+     *
+     * @throws IllegalArgumentException saying which check failed: another version, another
+     *     variant, or a time before the epoch or past the layout's last millisecond
+     */
+    public UuidParts decodeUuid(java.util.UUID uuid) {
+        java.util.Objects.requireNonNull(uuid, "uuid");
+        if (uuid.version() != 7) {
+            throw new IllegalArgumentException("UUID " + uuid + " is of version " + uuid.version() + ", not 7");
+        }
+        long hi = uuid.getMostSignificantBits();
+        long lo = uuid.getLeastSignificantBits();
+        if ((lo >>> 62) != 0b10) {
+            throw new IllegalArgumentException("UUID " + uuid + " is not of RFC 9562's variant (bits 10)");
+        }
+        long unixMs = hi >>> 16;
+        if (unixMs < epochMs) {
+            throw new IllegalArgumentException(
+                    "UUID " + uuid + ": its time " + unixMs + " ms is before the epoch " + epochMs + " ms");
+        }
+        if (unixMs > lastUnixMs()) {
+            throw new IllegalArgumentException("UUID " + uuid + ": its time " + unixMs
+                    + " ms is past the layout's last millisecond " + lastUnixMs());
+        }
+        // The 74 bits: rand_a (12), then rand_b (62); worker and sequence are their top bits.
+        long randA = hi & 0xFFF;
+        long randB = lo & ((1L << 62) - 1);
+        int lowBits = workerBits + sequenceBits;
+        long low = lowBits >= 12
+                ? (randA << (lowBits - 12)) | (randB >>> (62 - (lowBits - 12)))
+                : randA >>> (12 - lowBits);
+        long id = ((unixMs - epochMs) << lowBits) | low;
+        return new UuidParts(id, decode(id));
+    }
+
     /** Takes an ID apart (protocol section 10). */
     public Parts decode(long id) {
         if (id < 0) {

@@ -15,4 +15,6 @@ final class Stats {
     final LongAdder prefetchServed = new LongAdder();
     final LongAdder valueRequests = new LongAdder();
     final LongAdder values = new LongAdder();
+    final LongAdder uuidRequests = new LongAdder();
+    final LongAdder uuids = new LongAdder();
 }

@@ -42,11 +42,11 @@ class RealNodeTest {
     }
 
     @Test
-    void handshakeNegotiatesVersion3AndTheLayoutDecodesIds() {
+    void handshakeNegotiatesVersion4AndTheLayoutDecodesIds() {
         try (IdgenClient c = IdgenClient.create(node.addr)) {
             long id = c.nextId();
             NodeInfo info = c.nodes().get(0);
-            assertEquals(3, info.hello().version());
+            assertEquals(4, info.hello().version());
             assertEquals(1000, info.hello().maxBatch());
             Layout.Parts p = c.decode(id);
             assertTrue(Math.abs(p.unixMs() - System.currentTimeMillis()) < 60_000, "timestamp " + p);

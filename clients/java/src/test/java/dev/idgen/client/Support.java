@@ -380,6 +380,37 @@ final class Support {
         return b.array();
     }
 
+    /**
+     * The version 7 UUID a node of the layout (epoch, worker bits, sequence bits) makes from
+     * {@code id} with {@code random} in its random bits (PROTOCOL.md section 3.7), written out
+     * with BigInteger, independently of the client's decoder.
+     */
+    static java.util.UUID uuidOf(long epoch, int workerBits, int sequenceBits, long id, long random) {
+        int lowBits = workerBits + sequenceBits;
+        int randomBits = 74 - lowBits;
+        java.math.BigInteger one = java.math.BigInteger.ONE;
+        java.math.BigInteger low = java.math.BigInteger.valueOf(id).and(one.shiftLeft(lowBits).subtract(one));
+        java.math.BigInteger rnd = new java.math.BigInteger(Long.toUnsignedString(random))
+                .and(one.shiftLeft(randomBits).subtract(one));
+        java.math.BigInteger payload = low.shiftLeft(randomBits).or(rnd);
+        java.math.BigInteger u = java.math.BigInteger.valueOf(epoch + (id >>> lowBits)).shiftLeft(80)
+                .or(java.math.BigInteger.valueOf(7).shiftLeft(76))
+                .or(payload.shiftRight(62).shiftLeft(64))
+                .or(java.math.BigInteger.valueOf(2).shiftLeft(62))
+                .or(payload.and(one.shiftLeft(62).subtract(one)));
+        return new java.util.UUID(u.shiftRight(64).longValue(), u.longValue());
+    }
+
+    /** A UUIDS frame (0x86) of {@code us}. */
+    static byte[] uuids(java.util.UUID... us) {
+        ByteBuffer b = ByteBuffer.allocate(9 + 16 * us.length).putInt(5 + 16 * us.length).put((byte) 0x86)
+                .putInt(us.length);
+        for (java.util.UUID u : us) {
+            b.putLong(u.getMostSignificantBits()).putLong(u.getLeastSignificantBits());
+        }
+        return b.array();
+    }
+
     static byte[] error(int status, String message) {
         byte[] m = message.getBytes(StandardCharsets.UTF_8);
         return ByteBuffer.allocate(7 + m.length).putInt(3 + m.length).put((byte) 0xFF).putShort((short) status).put(m).array();
@@ -432,6 +463,11 @@ final class Support {
         final List<Long> valueCounts = Collections.synchronizedList(new ArrayList<>());
         final AtomicInteger valueRequests = new AtomicInteger();
         volatile boolean anyName;
+        /** Made from its count, the answer to every GET_UUIDS (version 4) instead of the UUIDs
+         * of the counter's IDs. */
+        volatile java.util.function.LongFunction<byte[]> uuidAnswer;
+        /** The IDs whose UUIDs GET_UUIDS was answered with, in order. */
+        final List<Long> uuidIds = Collections.synchronizedList(new ArrayList<>());
         volatile long delayMs;
 
         Fake(Mode mode, int status, int serveBefore, byte[] hello, byte[] helloAfter) throws IOException {
@@ -546,6 +582,9 @@ final class Support {
             if (op == 0x05) {
                 return valuesAnswer(body);
             }
+            if (op == 0x06) {
+                return uuidsAnswer(body);
+            }
             long count = b.getInt() & 0xFFFFFFFFL;
             if (count == 0) {
                 return error(200, "count 0");
@@ -561,6 +600,35 @@ final class Support {
                 out.putLong(first + i);
             }
             return out.array();
+        }
+
+        private byte[] uuidsAnswer(byte[] body) {
+            if (version < 4) {
+                return error(202, "unknown opcode 0x06");
+            }
+            long count = ByteBuffer.wrap(body).getInt(1) & 0xFFFFFFFFL;
+            if (count == 0) {
+                return error(200, "GET_UUIDS count must be at least 1");
+            }
+            if (count > maxBatch) {
+                return error(201, "GET_UUIDS count exceeds max_batch");
+            }
+            java.util.function.LongFunction<byte[]> scripted = uuidAnswer;
+            if (scripted != null) {
+                return scripted.apply(count);
+            }
+            ByteBuffer h = ByteBuffer.wrap(hello);
+            long epoch = h.getLong(7);
+            int w = h.get(16) & 0xFF;
+            int s = h.get(17) & 0xFF;
+            java.util.UUID[] us = new java.util.UUID[(int) count];
+            long first = nextId.getAndAdd(count);
+            for (int i = 0; i < us.length; i++) {
+                long id = first + i;
+                uuidIds.add(id);
+                us[i] = uuidOf(epoch, w, s, id, id * 0x9E3779B97F4A7C15L);
+            }
+            return uuids(us);
         }
 
         private byte[] valuesAnswer(byte[] body) {

@@ -37,7 +37,10 @@ import org.junit.jupiter.api.Test;
 class VectorsTest {
     @SuppressWarnings("unchecked")
     static List<Map<String, Object>> vectors() throws Exception {
-        return (List<Map<String, Object>>) Support.json("protocol/tests/vectors.json");
+        // Version 4's cases (GET_UUIDS, UUIDS) are a file of their own: a version 4 client passes both.
+        List<Map<String, Object>> all = new ArrayList<>((List<Map<String, Object>>) Support.json("protocol/tests/vectors.json"));
+        all.addAll((List<Map<String, Object>>) Support.json("protocol/tests/vectors_v4.json"));
+        return all;
     }
 
     static List<Map<String, Object>> cases(String direction, String key) throws Exception {
@@ -66,6 +69,7 @@ class VectorsTest {
             case "GET_RANGES" -> Frames.getRanges(num(d.get("count")));
             case "PING" -> Frames.ping(num(d.get("token")));
             case "GET_VALUES" -> Frames.getValues(num(d.get("count")), (String) d.get("name"));
+            case "GET_UUIDS" -> Frames.getUuids(num(d.get("count")));
             default -> throw new AssertionError("unknown request op " + d.get("op"));
         };
     }
@@ -101,6 +105,13 @@ class VectorsTest {
                 l.add(Long.toString(value));
             }
             m.put("values", l);
+        } else if (f instanceof Frames.Uuids u) {
+            m.put("op", "UUIDS");
+            List<Object> l = new ArrayList<>();
+            for (java.util.UUID uuid : u.uuids()) {
+                l.add(uuid.toString().replace("-", ""));
+            }
+            m.put("uuids", l);
         } else if (f instanceof Pong p) {
             m.put("op", "PONG");
             m.put("token", Long.toUnsignedString(p.token()));
@@ -413,7 +424,7 @@ class VectorsTest {
     @Test
     void getValuesIsEncodedAsSection11_5() {
         assertArrayEquals(HexFormat.of().parseHex("0000000b05000000026f7264657273"), Frames.getValues(2, "orders"));
-        assertArrayEquals(HexFormat.of().parseHex("00000009014944474e00010003"),
+        assertArrayEquals(HexFormat.of().parseHex("00000009014944474e00010004"),
                 Frames.hello(Frames.MIN_VERSION, Frames.MAX_VERSION));
         for (String bad : new String[] {"", "Orders", ".orders", "-x", "_x", "a b", "a/b", "café", "a\0",
                 "x".repeat(65)}) {
@@ -423,6 +434,36 @@ class VectorsTest {
         for (String good : new String[] {"a", "0", "invoice.tenant-42", "a_b", "z".repeat(64), "9-._"}) {
             assertEquals(9 + good.length(), Frames.getValues(1, good).length, good);
         }
+    }
+
+    // ---- UUIDS (version 4) beyond the shared vectors ----
+
+    @Test
+    void aUuidsOfMaxBatchUuidsFitsTheVersion4ResponseLimit() {
+        assertEquals(5 + 16 * 65536L, Frames.responseFrameLimit(65536, 4));
+        assertEquals(6 + 8 * 65536L, Frames.responseFrameLimit(65536, 3));
+        assertEquals(258, Frames.responseFrameLimit(1, 4));
+    }
+
+    @Test
+    void uuidsCountIsCheckedBeforeTheUuidsArrive() {
+        byte[] head = ByteBuffer.allocate(9).putInt(5 + 16 * 1000).put((byte) 0x86).putInt(999).array();
+        assertEquals(Status.BAD_FRAME,
+                assertThrows(ProtocolException.class, () -> Frames.decodeResponse(head, 1 << 20)).status());
+        byte[] ok = ByteBuffer.allocate(9).putInt(5 + 16 * 1000).put((byte) 0x86).putInt(1000).array();
+        assertNull(Frames.decodeResponse(ok, 1 << 20));
+    }
+
+    @Test
+    void uuidsAboveTheSignBitAreOrderedUnsigned() {
+        // java.util.UUID.compareTo compares signed halves: 0x8... would sort below 0x0....
+        java.util.UUID low = new java.util.UUID(0x019b71b44c7b7800L, 0x8000123456789abcL);
+        java.util.UUID high = new java.util.UUID(0x819b71b44c7b7800L, 0x8000123456789abcL);
+        assertTrue(Frames.uuidBelow(low, high));
+        assertFalse(Frames.uuidBelow(high, low));
+        assertFalse(Frames.uuidBelow(low, low));
+        byte[] frame = Support.uuids(low, high);
+        assertEquals(2, ((Frames.Uuids) Frames.decodeResponse(frame, 1 << 20).frame()).uuids().length);
     }
 
     @Test
