@@ -58,7 +58,7 @@ pub enum StoreCommand {
         #[arg(long, default_value = "60s")]
         margin: String,
         /// The layout, for a store that was lost and started empty (a cluster record that
-        /// survived has its own): flags, IDGEN_* variables or the file's [layout].
+        /// survived has its own): flags, IDGEN_* variables or the file's `[layout]`.
         #[command(flatten)]
         layout: LayoutArgs,
         #[command(flatten)]
