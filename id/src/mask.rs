@@ -546,13 +546,19 @@ impl Keyring {
     /// The masked string form of `id` under the current key: the key ID's character and the
     /// masked integer in 11 base62 characters.
     pub fn mask_str(&self, id: u64, width: u32) -> Result<String, MaskError> {
+        self.mask_both(id, width).map(|(_, text)| text)
+    }
+
+    /// Both masked forms of `id` under the current key, for the price of one encryption:
+    /// the integer ([`Keyring::mask`]) and the string ([`Keyring::mask_str`]).
+    pub fn mask_both(&self, id: u64, width: u32) -> Result<(u64, String), MaskError> {
         let key = &self.keys[0];
         let masked = key.mask(id, width)?;
         let mut out = String::with_capacity(MASKED_STR_LEN);
         out.extend(key_id_char(key.id));
         // masked < 2^63, the base62 form's range.
         out.push_str(&forms::to_base62(masked).map_err(|_| MaskError::OutOfRange { width })?);
-        Ok(out)
+        Ok((masked, out))
     }
 
     /// The ID a masked string form stands for, unmasked with the key it names. Fails with a
