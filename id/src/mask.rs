@@ -48,7 +48,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use aes::{Aes128, Aes192, Aes256};
-use fpe::ff1::{FlexibleNumeralString, FF1};
+use fpe::ff1::{FlexibleNumeralString, NumeralString, Operations, FF1};
 
 use crate::forms;
 use crate::Layout;
@@ -311,6 +311,129 @@ impl Ff1 {
     }
 }
 
+impl Ff1 {
+    /// FF1 over the `width`-digit binary numeral string of `value` (most significant digit
+    /// first), for an `Ff1` of radix 2: [`Bits`], without the general numeral string's
+    /// big-integer arithmetic.
+    fn bits(&self, tweak: &[u8], value: u64, width: u32, decrypt: bool) -> Result<u64, MaskError> {
+        let x = Bits {
+            value,
+            len: width as usize,
+        };
+        let y = match (&*self.0, decrypt) {
+            (Cipher::Aes128(c), false) => c.encrypt(tweak, &x),
+            (Cipher::Aes128(c), true) => c.decrypt(tweak, &x),
+            (Cipher::Aes192(c), false) => c.encrypt(tweak, &x),
+            (Cipher::Aes192(c), true) => c.decrypt(tweak, &x),
+            (Cipher::Aes256(c), false) => c.encrypt(tweak, &x),
+            (Cipher::Aes256(c), true) => c.decrypt(tweak, &x),
+        };
+        y.map(|y| y.value).map_err(|e| MaskError::Numerals {
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// A binary numeral string of at most 63 digits held in a `u64`: digit `i` (from 0, most
+/// significant first) is bit `len - 1 - i`, so `NUM_2(X)` is the value itself.
+///
+/// `fpe`'s FF1 runs on it as on any numeral string (it is that crate's extension point);
+/// the arithmetic FF1 asks of a numeral string is done in 64-bit integers: `NUM` is the
+/// value, and `(NUM(A) ± y) mod 2^m` needs only `y mod 2^64` since `m <= 32`.
+struct Bits {
+    value: u64,
+    len: usize,
+}
+
+/// The `b` low bytes of a value, big-endian (`b <= 8`): `STR^b_256`.
+struct BeBytes {
+    buf: [u8; 8],
+    b: usize,
+}
+
+impl AsRef<[u8]> for BeBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[8 - self.b..]
+    }
+}
+
+fn low_bits(len: usize) -> u64 {
+    if len >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << len) - 1
+    }
+}
+
+impl NumeralString for Bits {
+    type Ops = Bits;
+
+    fn is_valid(&self, radix: u32) -> bool {
+        radix == 2 && self.len <= 63 && self.value & !low_bits(self.len) == 0
+    }
+
+    fn numeral_count(&self) -> usize {
+        self.len
+    }
+
+    fn split(&self) -> (Bits, Bits) {
+        let u = self.len / 2;
+        let v = self.len - u;
+        (
+            Bits {
+                value: self.value >> v,
+                len: u,
+            },
+            Bits {
+                value: self.value & low_bits(v),
+                len: v,
+            },
+        )
+    }
+
+    fn concat(a: Bits, b: Bits) -> Bits {
+        Bits {
+            value: (a.value << b.len) | b.value,
+            len: a.len + b.len,
+        }
+    }
+}
+
+/// `NUM(S)` modulo 2^64: the low 8 bytes of the big-endian byte string `S`.
+fn num_low64(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(0u64, |acc, byte| (acc << 8) | u64::from(byte))
+}
+
+impl Operations for Bits {
+    type Bytes = BeBytes;
+
+    fn numeral_count(&self) -> usize {
+        self.len
+    }
+
+    fn to_be_bytes(&self, _radix: u32, b: usize) -> BeBytes {
+        // b = ceil(len / 8) <= 4 for the halves of at most 63 digits.
+        BeBytes {
+            buf: self.value.to_be_bytes(),
+            b: b.min(8),
+        }
+    }
+
+    fn add_mod_exp(self, other: impl Iterator<Item = u8>, _radix: u32, m: usize) -> Bits {
+        Bits {
+            value: self.value.wrapping_add(num_low64(other)) & low_bits(m),
+            len: m,
+        }
+    }
+
+    fn sub_mod_exp(self, other: impl Iterator<Item = u8>, _radix: u32, m: usize) -> Bits {
+        Bits {
+            value: self.value.wrapping_sub(num_low64(other)) & low_bits(m),
+            len: m,
+        }
+    }
+}
+
 /// One masking key: its ID and FF1 over radix 2 under its bytes. `Debug` shows the ID only.
 #[derive(Clone)]
 pub struct MaskKey {
@@ -341,18 +464,6 @@ fn check_value(value: u64, width: u32) -> Result<(), MaskError> {
     }
 }
 
-/// `value`'s `width` bits, most significant first.
-fn to_bits(value: u64, width: u32) -> Vec<u16> {
-    (0..width)
-        .rev()
-        .map(|i| ((value >> i) & 1) as u16)
-        .collect()
-}
-
-fn from_bits(bits: &[u16]) -> u64 {
-    bits.iter().fold(0, |acc, &b| (acc << 1) | u64::from(b))
-}
-
 impl MaskKey {
     /// Key `id` (`0 ..= 61`) with `key`'s 16, 24 or 32 bytes.
     pub fn new(id: u8, key: &[u8]) -> Result<MaskKey, MaskError> {
@@ -373,15 +484,13 @@ impl MaskKey {
     /// The masked form of `id`, a `width`-bit ID.
     pub fn mask(&self, id: u64, width: u32) -> Result<u64, MaskError> {
         check_value(id, width)?;
-        let y = self.ff1.encrypt(&[self.id], &to_bits(id, width))?;
-        Ok(from_bits(&y))
+        self.ff1.bits(&[self.id], id, width, false)
     }
 
     /// The ID whose masked form under this key is `masked`.
     pub fn unmask(&self, masked: u64, width: u32) -> Result<u64, MaskError> {
         check_value(masked, width)?;
-        let x = self.ff1.decrypt(&[self.id], &to_bits(masked, width))?;
-        Ok(from_bits(&x))
+        self.ff1.bits(&[self.id], masked, width, true)
     }
 }
 
@@ -590,6 +699,18 @@ impl Keyring {
 mod tests {
     use super::*;
 
+    /// `value`'s `width` bits, most significant first.
+    fn to_bits(value: u64, width: u32) -> Vec<u16> {
+        (0..width)
+            .rev()
+            .map(|i| ((value >> i) & 1) as u16)
+            .collect()
+    }
+
+    fn from_bits(bits: &[u16]) -> u64 {
+        bits.iter().fold(0, |acc, &b| (acc << 1) | u64::from(b))
+    }
+
     const KEY: &str = "1:2b7e151628aed2a6abf7158809cf4f3cef4359d8d580aa4f7f036d6f04fc6a94";
 
     #[test]
@@ -597,6 +718,32 @@ mod tests {
         assert_eq!(to_bits(0b1011, 4), [1, 0, 1, 1]);
         assert_eq!(to_bits(1, 20)[19], 1);
         assert_eq!(from_bits(&to_bits(0x5555_0000_1234, 63)), 0x5555_0000_1234);
+    }
+
+    #[test]
+    fn the_u64_numeral_string_agrees_with_the_general_one() {
+        // Same FF1, two numeral strings: `Bits` (masking's) and `FlexibleNumeralString`
+        // (big integers, the NIST samples'), over widths, keys and values.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for (i, len) in [16usize, 24, 32].into_iter().cycle().take(30).enumerate() {
+            let key: Vec<u8> = (0..len as u8)
+                .map(|b| b.wrapping_mul(31).wrapping_add(i as u8))
+                .collect();
+            let ff1 = Ff1::new(&key, 2).unwrap();
+            for width in [20u32, 21, 33, 53, 62, 63] {
+                x = x.rotate_left(17).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ 0x94D0_49BB;
+                let value = x >> (64 - width);
+                let tweak = [i as u8];
+                let fast = ff1.bits(&tweak, value, width, false).unwrap();
+                let general = from_bits(&ff1.encrypt(&tweak, &to_bits(value, width)).unwrap());
+                assert_eq!(fast, general, "width {width} value {value}");
+                assert_eq!(ff1.bits(&tweak, fast, width, true), Ok(value));
+                assert_eq!(
+                    from_bits(&ff1.decrypt(&tweak, &to_bits(fast, width)).unwrap()),
+                    value
+                );
+            }
+        }
     }
 
     #[test]
