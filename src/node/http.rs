@@ -141,7 +141,7 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
             };
             let masker = match masker(ctx, format) {
                 Ok(m) => m,
-                Err(e) => return e,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
             let mut id = 0;
             match issue(ctx, 1, |first, _| id = first).await {
@@ -162,7 +162,7 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
             };
             let masker = match masker(ctx, format) {
                 Ok(m) => m,
-                Err(e) => return e,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
             let count = match batch_count(req.into_body(), ctx.max_batch, ctx.request_timeout).await
             {
@@ -397,13 +397,13 @@ fn format_of(query: Option<&str>) -> Result<Format, String> {
 }
 
 /// What masks a request's IDs: the keyring and the layout's width. `None` for an answer in
-/// plain IDs; `Err` (400) for `format=masked` on a node without keys.
+/// plain IDs; `Err` (the 400's message) for `format=masked` on a node without keys.
 struct Masker<'a> {
     keys: &'a Keyring,
     width: u32,
 }
 
-fn masker(ctx: &HttpCtx, format: Format) -> Result<Option<Masker<'_>>, Reply> {
+fn masker(ctx: &HttpCtx, format: Format) -> Result<Option<Masker<'_>>, &'static str> {
     if format != Format::Masked {
         return Ok(None);
     }
@@ -412,11 +412,10 @@ fn masker(ctx: &HttpCtx, format: Format) -> Result<Option<Masker<'_>>, Reply> {
             keys,
             width: mask::layout_width(&ctx.layout),
         })),
-        None => Err(error(
-            StatusCode::BAD_REQUEST,
+        None => Err(
             "masking is not configured on this node (mask_keys_file or IDGEN_MASK_KEYS): \
              format=masked is unavailable",
-        )),
+        ),
     }
 }
 
