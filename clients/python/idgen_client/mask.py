@@ -316,6 +316,8 @@ class Keyring:
         """The ID whose masked integer form under ``key_id`` (default: the current key)
         is ``masked``."""
         _check_value(masked, width, "masked ID")
+        if key_id is not None and (isinstance(key_id, bool) or not isinstance(key_id, int)):
+            raise TypeError(f"key_id must be an int, not {type(key_id).__name__}")
         kid = self.current_key_id() if key_id is None else key_id
         ff1 = self._key(kid)
         return _from_bits(ff1._rounds(2, bytes([kid]), _bits(masked, width), decrypt=True))

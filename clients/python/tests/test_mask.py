@@ -2,6 +2,8 @@
 errors), plus round trips, injectivity and what a keyring shows."""
 
 import os
+import subprocess
+import sys
 import tempfile
 import unittest
 from unittest import mock
@@ -118,6 +120,25 @@ class KeyringBehaviour(unittest.TestCase):
             ring.mask(-1)
         with self.assertRaises(MaskError):
             ring.unmask_str("1ééééééééééé")
+        with self.assertRaises(TypeError):
+            ring.unmask(5, key_id="1")  # type: ignore[arg-type]
+
+    def test_without_cryptography_the_client_imports_and_masking_says_what_to_install(self):
+        code = (
+            "import sys; sys.modules['cryptography'] = None\n"
+            "import idgen_client\n"
+            "from idgen_client.mask import Keyring\n"
+            "try:\n"
+            f"    Keyring.parse('1:{KEY}')\n"
+            "except ImportError as e:\n"
+            "    print(e)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+            cwd=os.path.dirname(os.path.dirname(mask.__file__)),
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("pip install 'idgen-client[mask]'", out.stdout)
 
     def test_from_file_and_env(self):
         with tempfile.TemporaryDirectory() as d:
