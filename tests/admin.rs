@@ -1132,6 +1132,24 @@ fn http_api_answers_masked_ids_with_the_nodes_keyring() {
         assert_eq!(ring.unmask(*m, 63), Ok(ids[i]));
     }
 
+    // The admin port decodes a masked string with the node's keyring.
+    let admin = node.admin.unwrap();
+    let (s, b) = http(admin, "GET", &format!("/ids/{}", texts[0]), None);
+    assert_eq!(s, 200, "{b}");
+    let d = json(&b);
+    assert_eq!(d["id"].as_u64(), Some(ids[0]));
+    assert_eq!(d["masked"].as_str(), Some(texts[0]));
+    let (s, b) = http(admin, "GET", &format!("/ids/{id}"), None);
+    assert_eq!((s, json(&b).get("masked")), (200, None), "{b}");
+    for (bad, says) in [
+        ("Zabcdefghijk", "unknown key id Z"),
+        ("2zzzzzzzzzzz", "out of range"),
+    ] {
+        let (s, b) = http(admin, "GET", &format!("/ids/{bad}"), None);
+        assert_eq!(s, 400, "{b}");
+        assert!(json(&b)["error"].as_str().unwrap().contains(says), "{b}");
+    }
+
     // Sequence values are not masked; a bad format is refused as before.
     for path in ["/seq/orders?format=masked", "/ids?format=Masked"] {
         let (s, b) = http(api, "POST", path, None);
@@ -1163,4 +1181,13 @@ fn http_api_without_keys_refuses_masked_answers() {
         let e = json(&b)["error"].as_str().unwrap().to_string();
         assert!(e.contains("masking is not configured"), "{e}");
     }
+    let (s, b) = http(node.admin.unwrap(), "GET", "/ids/1abcdefghijk", None);
+    assert_eq!(s, 400, "{b}");
+    assert!(
+        json(&b)["error"]
+            .as_str()
+            .unwrap()
+            .contains("masking is not configured"),
+        "{b}"
+    );
 }

@@ -361,6 +361,15 @@ class OpenApiTest(unittest.TestCase):
         self.assertEqual(b["ids_str"], [str(i) for i in b["ids"]])
         self.assertEqual(b["masked"], ["1" + fixed_form(i, BASE62, 11) for i in b["ids"]])
         self.assertEqual(len(set(b["ids"]) | {v["id"]}), 6)
+        # The admin port unmasks and decodes the string form; the IDs increase.
+        ids = []
+        for text in [v["masked"]] + b["masked"]:
+            _, _, d = self.call("admin", "GET", f"/ids/{text}", expect=200)
+            self.assertEqual(d["masked"], text)
+            ids.append(d["id"])
+        self.assertEqual(ids, sorted(set(ids)))
+        for bad in ("Zabcdefghijk", "1zzzzzzzzzzz"):
+            self.call("admin", "GET", f"/ids/{bad}", expect=400)
 
     def test_post_uuids_are_version_7_and_increase(self):
         import uuid
