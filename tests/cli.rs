@@ -1148,7 +1148,7 @@ fn masking_keys_come_from_a_file_or_the_environment_and_never_show() {
         (
             vec!["--mask-keys-file", path(&truncated)],
             vec![],
-            "wrong key length, 31 hex digits",
+            "wrong key length: a key is 32, 48 or 64 hex digits, not 31",
         ),
         (
             vec!["--mask-keys-file", path(&missing)],
@@ -1158,7 +1158,7 @@ fn masking_keys_come_from_a_file_or_the_environment_and_never_show() {
         (
             vec![],
             vec![("IDGEN_MASK_KEYS", "1:xyz")],
-            "IDGEN_MASK_KEYS: mask keys: entry 1: invalid hex digit at position 0",
+            "IDGEN_MASK_KEYS: mask keys: entry 1: the key is not hex (invalid hex digit at position 0)",
         ),
         (vec![], vec![("IDGEN_MASK_KEYS", "")], "empty keyring"),
         (

@@ -184,10 +184,12 @@ pub enum MaskError {
 impl fmt::Display for MaskError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MaskError::EmptyKeyring => f.write_str("mask keys: empty keyring (no <key id>:<hex key> entry)"),
+            MaskError::EmptyKeyring => {
+                f.write_str("mask keys: empty keyring, no keys (expected <keyid>:<hex key> entries)")
+            }
             MaskError::MalformedEntry { entry } => write!(
                 f,
-                "mask keys: malformed entry {entry} (expected <key id>:<hex key>)"
+                "mask keys: malformed entry {entry} (expected <keyid>:<hex key>)"
             ),
             MaskError::InvalidKeyId { entry } => write!(
                 f,
@@ -201,11 +203,11 @@ impl fmt::Display for MaskError {
             }
             MaskError::InvalidHex { entry, position } => write!(
                 f,
-                "mask keys: entry {entry}: invalid hex digit at position {position} of the key"
+                "mask keys: entry {entry}: the key is not hex (invalid hex digit at position {position})"
             ),
             MaskError::KeyLength { entry, len } => write!(
                 f,
-                "mask keys: entry {entry}: wrong key length, {len} hex digits (expected 32, 48 or 64)"
+                "mask keys: entry {entry}: wrong key length: a key is 32, 48 or 64 hex digits, not {len}"
             ),
             MaskError::EnvNotSet => write!(f, "mask keys: {ENV_VAR} is not set"),
             MaskError::File { path, reason } => {
@@ -214,7 +216,9 @@ impl fmt::Display for MaskError {
             MaskError::Width { width } => {
                 write!(f, "mask width {width} not supported (expected 20..=63)")
             }
-            MaskError::OutOfRange { width } => write!(f, "value out of range (≥ 2^{width})"),
+            MaskError::OutOfRange { width } => {
+                write!(f, "value out of range: not below 2^{width}")
+            }
             MaskError::WrongLength { len } => write!(
                 f,
                 "masked ID: wrong length {len} (expected {MASKED_STR_LEN} characters)"
@@ -541,7 +545,7 @@ impl Keyring {
     /// assert_eq!(ring.key_ids().collect::<Vec<_>>(), [2, 1]);
     /// assert_eq!(
     ///     Keyring::parse("1:0011").unwrap_err().to_string(),
-    ///     "mask keys: entry 1: wrong key length, 4 hex digits (expected 32, 48 or 64)"
+    ///     "mask keys: entry 1: wrong key length: a key is 32, 48 or 64 hex digits, not 4"
     /// );
     /// # Ok::<(), idgen_id::mask::MaskError>(())
     /// ```
@@ -794,7 +798,7 @@ mod tests {
                 .to_string();
         assert_eq!(
             bad,
-            "mask keys: entry 1: invalid hex digit at position 63 of the key"
+            "mask keys: entry 1: the key is not hex (invalid hex digit at position 63)"
         );
     }
 

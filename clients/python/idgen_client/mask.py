@@ -96,7 +96,7 @@ class _Ff1:
     def __init__(self, key: bytes):
         if len(key) not in (16, 24, 32):
             raise MaskError(
-                f"wrong key length, {len(key) * 2} hex digits (expected 32, 48 or 64)"
+                f"wrong key length: a key is 32, 48 or 64 hex digits, not {len(key) * 2}"
             )
         self._cipher = _aes(key)
 
@@ -178,7 +178,7 @@ def _check_value(value: int, width: int, what: str) -> None:
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     _check_width(width)
     if not 0 <= value < 1 << width:
-        raise MaskError(f"{what} out of range (must be in 0 .. 2^{width})")
+        raise MaskError(f"{what} out of range: not below 2^{width}")
 
 
 def _bits(value: int, width: int) -> List[int]:
@@ -201,7 +201,7 @@ class Keyring:
     def __init__(self, keys: Sequence[Tuple[int, bytes]]):
         """Keys as ``(key_id, key_bytes)`` pairs, the current one first."""
         if not keys:
-            raise MaskError("mask keys: empty keyring (no <key id>:<hex key> entry)")
+            raise MaskError("mask keys: empty keyring, no keys (expected <keyid>:<hex key> entries)")
         ring: List[Tuple[int, _Ff1]] = []
         for n, (key_id, key) in enumerate(keys, 1):
             if isinstance(key_id, bool) or not isinstance(key_id, int):
@@ -236,7 +236,7 @@ class Keyring:
             key_id_text, sep, hex_text = item.partition(":")
             if not sep:
                 raise MaskError(
-                    f"mask keys: malformed entry {n} (expected <key id>:<hex key>)"
+                    f"mask keys: malformed entry {n} (expected <keyid>:<hex key>)"
                 )
             key_id_text, hex_text = key_id_text.strip(), hex_text.strip()
             if not key_id_text or any(c not in _DECIMAL for c in key_id_text):
@@ -252,12 +252,12 @@ class Keyring:
             for pos, c in enumerate(hex_text):
                 if c not in _HEX:
                     raise MaskError(
-                        f"mask keys: entry {n}: invalid hex digit at position {pos} of the key"
+                        f"mask keys: entry {n}: the key is not hex (invalid hex digit at position {pos})"
                     )
             if len(hex_text) not in (32, 48, 64):
                 raise MaskError(
-                    f"mask keys: entry {n}: wrong key length, {len(hex_text)} hex digits "
-                    "(expected 32, 48 or 64)"
+                    f"mask keys: entry {n}: wrong key length: a key is 32, 48 or 64 hex digits, "
+                    f"not {len(hex_text)}"
                 )
             keys.append((key_id, bytes.fromhex(hex_text)))
         return cls(keys)
@@ -348,5 +348,5 @@ class Keyring:
         ff1 = self._key(key_id)
         masked = _num([_BASE62_VALUE[c] for c in text[1:]], 62)
         if masked >= 1 << width:
-            raise MaskError(f"masked ID out of range (must be in 0 .. 2^{width})")
+            raise MaskError(f"masked ID out of range: not below 2^{width}")
         return _from_bits(ff1._rounds(2, bytes([key_id]), _bits(masked, width), decrypt=True))
