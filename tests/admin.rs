@@ -1050,3 +1050,144 @@ fn the_health_command_reports_live_and_ready_as_its_exit_status() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains(&admin), "{stderr}");
 }
+
+#[test]
+fn http_api_answers_masked_ids_with_the_nodes_keyring() {
+    use idgen_id::mask::Keyring;
+    let dir = tempfile::tempdir().unwrap();
+    let ring_text = "2:ffeeddccbbaa99887766554433221100\n1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";
+    let keys = dir.path().join("mask-keys");
+    std::fs::write(&keys, ring_text).unwrap();
+    let node = start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--max-batch",
+        "100",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--mask-keys-file",
+        keys.to_str().unwrap(),
+    ]);
+    let api = node.http.expect("HTTP ID API address");
+    let ring = Keyring::parse(ring_text).unwrap();
+    let plain = |path: &str| {
+        let (s, b) = http(api, "POST", path, None);
+        assert_eq!(s, 200, "{b}");
+        json(&b)["id"].as_u64().unwrap()
+    };
+
+    let before = plain("/ids");
+    let (s, b) = http(api, "POST", "/ids?format=masked", None);
+    assert_eq!(s, 200, "{b}");
+    let v = json(&b);
+    let masked = v["id"].as_u64().unwrap();
+    assert_eq!(v["id_str"].as_str().unwrap(), masked.to_string());
+    let text = v["masked"].as_str().unwrap();
+    assert!(text.len() == 12 && text.starts_with('2'), "{text}");
+    let id = ring.unmask(masked, 63).unwrap();
+    assert_eq!(ring.unmask_str(text, 63), Ok(id));
+    assert_ne!(masked, id);
+    let after = plain("/ids");
+    assert!(before < id && id < after, "{before} < {id} < {after}");
+
+    let (s, b) = http(
+        api,
+        "POST",
+        "/ids/batch?format=masked",
+        Some(r#"{"count": 5}"#),
+    );
+    assert_eq!(s, 200, "{b}");
+    let v = json(&b);
+    let masked: Vec<u64> = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    let strs: Vec<&str> = v["ids_str"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    let texts: Vec<&str> = v["masked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    assert_eq!((masked.len(), strs.len(), texts.len()), (5, 5, 5));
+    let ids: Vec<u64> = texts
+        .iter()
+        .map(|t| ring.unmask_str(t, 63).unwrap())
+        .collect();
+    assert!(
+        ids[0] > after && ids.windows(2).all(|w| w[0] < w[1]),
+        "{ids:?}"
+    );
+    for (i, m) in masked.iter().enumerate() {
+        assert_eq!(strs[i], m.to_string());
+        assert_eq!(ring.unmask(*m, 63), Ok(ids[i]));
+    }
+
+    // The admin port decodes a masked string with the node's keyring.
+    let admin = node.admin.unwrap();
+    let (s, b) = http(admin, "GET", &format!("/ids/{}", texts[0]), None);
+    assert_eq!(s, 200, "{b}");
+    let d = json(&b);
+    assert_eq!(d["id"].as_u64(), Some(ids[0]));
+    assert_eq!(d["masked"].as_str(), Some(texts[0]));
+    let (s, b) = http(admin, "GET", &format!("/ids/{id}"), None);
+    assert_eq!((s, json(&b).get("masked")), (200, None), "{b}");
+    for (bad, says) in [
+        ("Zabcdefghijk", "unknown key id Z"),
+        ("2zzzzzzzzzzz", "out of range"),
+    ] {
+        let (s, b) = http(admin, "GET", &format!("/ids/{bad}"), None);
+        assert_eq!(s, 400, "{b}");
+        assert!(json(&b)["error"].as_str().unwrap().contains(says), "{b}");
+    }
+
+    // Sequence values are not masked; a bad format is refused as before.
+    for path in ["/seq/orders?format=masked", "/ids?format=Masked"] {
+        let (s, b) = http(api, "POST", path, None);
+        assert_eq!(s, 400, "{path}: {b}");
+        assert!(
+            json(&b)["error"].as_str().unwrap().contains("format"),
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn http_api_without_keys_refuses_masked_answers() {
+    let node = start(&[
+        "--store",
+        "memory",
+        "--shards",
+        "1",
+        "--http-listen",
+        "127.0.0.1:0",
+    ]);
+    let api = node.http.expect("HTTP ID API address");
+    for (path, body) in [
+        ("/ids?format=masked", None),
+        ("/ids/batch?format=masked", Some(r#"{"count": 2}"#)),
+    ] {
+        let (s, b) = http(api, "POST", path, body);
+        assert_eq!(s, 400, "{path}: {b}");
+        let e = json(&b)["error"].as_str().unwrap().to_string();
+        assert!(e.contains("masking is not configured"), "{e}");
+    }
+    let (s, b) = http(node.admin.unwrap(), "GET", "/ids/1abcdefghijk", None);
+    assert_eq!(s, 400, "{b}");
+    assert!(
+        json(&b)["error"]
+            .as_str()
+            .unwrap()
+            .contains("masking is not configured"),
+        "{b}"
+    );
+}

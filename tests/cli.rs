@@ -1080,3 +1080,99 @@ fn decode_takes_apart_a_uuid_and_refuses_other_uuids_clearly() {
         );
     }
 }
+
+#[test]
+fn masking_keys_come_from_a_file_or_the_environment_and_never_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_a = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    let key_b = "ffeeddccbbaa99887766554433221100";
+    let keys = dir.path().join("mask-keys");
+    std::fs::write(&keys, format!("# rotated\n2:{key_b}\n1:{key_a}\n")).unwrap();
+    let check = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["serve", "--store", "memory", "--check-config"];
+        args.extend_from_slice(extra);
+        let out = idgen(&args, env);
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+
+    // From the file: the path and the key IDs, never a key; the printed file reads back.
+    let (code, out, err) = check(&["--mask-keys-file", path(&keys)], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("[mask]"), "{out}");
+    assert!(
+        out.contains(&format!("mask_keys_file = \"{}\"", path(&keys))),
+        "{out}"
+    );
+    assert!(
+        out.contains("# masking is on: key ids 2, 1 (current 2), from mask_keys_file"),
+        "{out}"
+    );
+    assert!(
+        !out.contains(key_a) && !out.contains(key_b) && !err.contains(key_b),
+        "{out}{err}"
+    );
+    let resolved = dir.path().join("resolved.toml");
+    std::fs::write(&resolved, &out).unwrap();
+    let (code, again, err) = check(&["--config", path(&resolved)], &[]);
+    assert_eq!((code, again.as_str()), (Some(0), out.as_str()), "{err}");
+
+    // From the environment.
+    let ring = format!("5:{key_b}");
+    let (code, out, err) = check(&[], &[("IDGEN_MASK_KEYS", &ring)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(
+            "# masking is on: key ids 5 (current 5), from IDGEN_MASK_KEYS (never written)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains(key_b), "{out}");
+
+    // Off by default.
+    let (code, out, _) = check(&[], &[]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("# masking is off"), "{out}");
+
+    // Bad keyrings and both sources: exit 2, the setting named, no key material shown.
+    let bad = dir.path().join("bad-keys");
+    std::fs::write(&bad, format!("1:{key_a}\n1:{key_b}\n")).unwrap();
+    let truncated = dir.path().join("short-keys");
+    std::fs::write(&truncated, format!("1:{}\n", &key_a[..31])).unwrap();
+    let missing = dir.path().join("missing");
+    for (extra, env, says) in [
+        (
+            vec!["--mask-keys-file", path(&bad)],
+            vec![],
+            "--mask-keys-file: mask keys: entry 2: duplicate key id 1",
+        ),
+        (
+            vec!["--mask-keys-file", path(&truncated)],
+            vec![],
+            "wrong key length: a key is 32, 48 or 64 hex digits, not 31",
+        ),
+        (
+            vec!["--mask-keys-file", path(&missing)],
+            vec![],
+            "cannot read",
+        ),
+        (
+            vec![],
+            vec![("IDGEN_MASK_KEYS", "1:xyz")],
+            "IDGEN_MASK_KEYS: mask keys: entry 1: the key is not hex (invalid hex digit at position 0)",
+        ),
+        (vec![], vec![("IDGEN_MASK_KEYS", "")], "empty keyring"),
+        (
+            vec!["--mask-keys-file", path(&keys)],
+            vec![("IDGEN_MASK_KEYS", ring.as_str())],
+            "are both set",
+        ),
+    ] {
+        let (code, out, err) = check(&extra, &env);
+        assert_eq!(code, Some(2), "{extra:?}: {out}{err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(
+            !err.contains(&key_a[..16]) && !err.contains(&key_b[..16]),
+            "{err}"
+        );
+    }
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Python client into a throwaway venv (proving `pip install ./clients/python`
-# works), checks the package with `mypy --strict` (mypy from PyPI, into the same venv) and runs
-# its unittest suite with that venv's python against a real idgen server.
+# Installs the Python client with its `mask` extra (cryptography, from PyPI) into a
+# throwaway venv (proving `pip install './clients/python[mask]'` works), checks the package
+# with `mypy --strict` (mypy from PyPI, into the same venv) and runs its unittest suite with that venv's python against a real idgen server.
 #
 #   IDGEN_BIN   the server binary [default: <repo>/target/debug/idgen]; the suite FAILS if
 #               it is missing (build it with `cargo build -p idgen`)
@@ -25,11 +25,11 @@ echo "==> venv in $tmp ($("$python" --version 2>&1))"
 "$python" -m venv "$tmp/venv"
 venv_py="$tmp/venv/bin/python"
 
-echo "==> pip install $here"
-if ! "$venv_py" -m pip install --quiet --disable-pip-version-check "$here" 2>"$tmp/pip.log"; then
+echo "==> pip install $here[mask]"
+if ! "$venv_py" -m pip install --quiet --disable-pip-version-check "$here[mask]" 2>"$tmp/pip.log"; then
   # No package index reachable for the isolated build's setuptools: build with the venv's.
   echo "    (isolated build failed, retrying with --no-build-isolation)"
-  "$venv_py" -m pip install --quiet --disable-pip-version-check --no-build-isolation "$here" \
+  "$venv_py" -m pip install --quiet --disable-pip-version-check --no-build-isolation "$here[mask]" \
     || { cat "$tmp/pip.log" >&2; exit 1; }
 fi
 # Run from the temp dir so the tests import the installed copy, not the source tree.

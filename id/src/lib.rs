@@ -10,7 +10,9 @@
 //! | [`Bounds`] | the IDs of a time interval, for range queries ([`Layout::bounds`], [`TimeError`]) |
 //! | [`Layout::uuid_v7`], [`Layout::decode_uuid_v7`] | an ID as a version 7 UUID whose worker and sequence make it unique ([`UuidError`], [`UuidParts`]) |
 //!
-//! No dependencies, no I/O, no clock: time is passed in where it matters
+//! | [`mask`] (feature `mask`) | public-ID masking: FF1 (NIST SP 800-38G) over AES, keys with IDs for rotation |
+//!
+//! Without the feature `mask`: no dependencies, no I/O, no clock: time is passed in where it matters
 //! ([`Layout::check_epoch`]).
 //!
 //! ```
@@ -33,6 +35,8 @@ use std::fmt;
 mod bounds;
 pub mod forms;
 mod layout;
+#[cfg(feature = "mask")]
+pub mod mask;
 mod uuid;
 
 pub use bounds::{Bounds, TimeError};

@@ -11,6 +11,7 @@
 //! | `[tls]` | [`TlsArgs`] | [`TlsSection`] | the TLS acceptors of the listeners |
 //! | `[shutdown]` | [`ShutdownArgs`] | [`ShutdownSection`] | the node's drain and the shards' drain |
 //! | `[log]` | [`LogArgs`] | [`LogSection`] | the log subscriber |
+//! | `[mask]` | [`MaskArgs`] | [`MaskSection`] | the HTTP ID API's masked answers |
 //!
 //! A section is two types. `…Args` holds its settings as given, every one optional: the same
 //! struct is the section's flags, their `IDGEN_*` environment variables and its table of the
@@ -56,6 +57,7 @@ pub mod layout;
 pub mod lease;
 pub mod listen;
 pub mod log;
+pub mod mask;
 pub mod shutdown;
 pub mod tls;
 
@@ -65,6 +67,7 @@ pub use layout::LayoutArgs;
 pub use lease::{LeaseArgs, LeaseSection};
 pub use listen::{ListenArgs, ListenSection, MAX_BATCH_LIMIT};
 pub use log::{LogArgs, LogFormat, LogSection, DEFAULT_LOG_LEVEL};
+pub use mask::{MaskArgs, MaskSection, MASK_KEYS_ENV};
 pub use shutdown::{ShutdownArgs, ShutdownSection};
 pub use tls::{AdminTls, TlsArgs, TlsSection};
 
@@ -89,6 +92,8 @@ pub struct Settings {
     pub shutdown: ShutdownArgs,
     #[command(flatten)]
     pub log: LogArgs,
+    #[command(flatten)]
+    pub mask: MaskArgs,
 }
 
 /// Flags of `idgen serve`. Every setting can also be set by its environment variable or in its
@@ -173,6 +178,7 @@ pub struct ServeConfig {
     pub tls: TlsSection,
     pub shutdown: ShutdownSection,
     pub log: LogSection,
+    pub mask: MaskSection,
 }
 
 /// A configuration error: says which setting and why.
@@ -256,6 +262,7 @@ impl Settings {
             tls: self.tls.or(file.tls),
             shutdown: self.shutdown.or(file.shutdown),
             log: self.log.or(file.log),
+            mask: self.mask.or(file.mask),
         }
     }
 
@@ -297,6 +304,7 @@ fn section_of(key: &str) -> Option<&'static str> {
         ("tls", has::<TlsArgs>(key)),
         ("shutdown", has::<ShutdownArgs>(key)),
         ("log", has::<LogArgs>(key)),
+        ("mask", has::<MaskArgs>(key)),
     ]
     .into_iter()
     .find_map(|(name, found)| found.then_some(name))
@@ -362,6 +370,7 @@ impl ServeConfig {
             tls,
             shutdown: ShutdownSection::resolve(given.shutdown)?,
             log: LogSection::resolve(given.log)?,
+            mask: MaskSection::resolve(given.mask)?,
         })
     }
 
@@ -385,6 +394,7 @@ impl ServeConfig {
             ("tls", table("tls", &self.tls)?),
             ("shutdown", table("shutdown", &self.shutdown)?),
             ("log", table("log", &self.log)?),
+            ("mask", table("mask", &self.mask)?),
         ])
     }
 
@@ -412,6 +422,9 @@ impl ServeConfig {
                 out.push_str(
                     "# the etcd password comes from IDGEN_ETCD_PASSWORD (never written)\n",
                 );
+            }
+            if name == "mask" {
+                out.push_str(&format!("# {}\n", self.mask.summary()));
             }
             if name == "lease" && self.lease.postgres_password_from_env() {
                 out.push_str(

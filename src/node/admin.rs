@@ -10,7 +10,7 @@
 //! | `GET /health/live` | 200 while the process answers |
 //! | `GET /health/ready` | 200 when the node should get traffic, else 503 with the reasons (JSON) |
 //! | `GET /layout` | the cluster layout, this node's worker range, the timestamp range left |
-//! | `GET /ids/{id}` | the ID decoded (decimal, or base62/base32 forms accepted); a version 7 UUID idgen issued is decoded too (the ID it was made from) |
+//! | `GET /ids/{id}` | the ID decoded (decimal, or base62/base32 forms accepted); a version 7 UUID idgen issued is decoded too (the ID it was made from), and a masked ID's 12-character string form on a node with masking keys |
 //!
 //! Every endpoint answers `HEAD` as it does `GET`, without the body; another method on one of
 //! these paths is 405 (`Allow: GET,HEAD`), any other path 404. IDs above 2^53 lose precision in
@@ -303,6 +303,16 @@ fn decode_id(state: &NodeState, segment: &str) -> Reply {
             Err(e) => error(StatusCode::BAD_REQUEST, e),
         };
     }
+    if looks_masked(&text) {
+        return match unmask(state, text.trim()) {
+            Ok(id) => {
+                let mut v = decoded_json(&state.config.layout, id);
+                v["masked"] = json!(text.trim());
+                web::json(StatusCode::OK, v.to_string())
+            }
+            Err(e) => error(StatusCode::BAD_REQUEST, e),
+        };
+    }
     match parse_id(&text) {
         Ok(id) => web::json(
             StatusCode::OK,
@@ -310,6 +320,25 @@ fn decode_id(state: &NodeState, segment: &str) -> Reply {
         ),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
+}
+
+/// Whether `text` has the shape of a masked ID's string form: 12 characters, not all digits
+/// (12 digits are a decimal ID).
+fn looks_masked(text: &str) -> bool {
+    let t = text.trim();
+    t.chars().count() == idgen_id::mask::MASKED_STR_LEN && !t.bytes().all(|c| c.is_ascii_digit())
+}
+
+/// The ID a masked string stands for, with the node's keyring over the layout's width.
+fn unmask(state: &NodeState, text: &str) -> Result<u64, String> {
+    let Some(keys) = &state.config.mask.keys else {
+        return Err(format!(
+            "{text:?}: a masked ID (12 characters), but masking is not configured on this node \
+             (mask_keys_file or IDGEN_MASK_KEYS)"
+        ));
+    };
+    keys.unmask_str(text, idgen_id::mask::layout_width(&state.config.layout))
+        .map_err(|e| format!("{text:?}: {e}"))
 }
 
 fn layout(state: &NodeState) -> Reply {

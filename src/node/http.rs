@@ -43,6 +43,7 @@ use super::web::{self, error, Reply};
 use idgen_core::generator::Progress;
 use idgen_core::sequence::holder::{HoldError, Holder};
 use idgen_core::sequence::{SequenceError, SequenceName, MAX_BLOCK};
+use idgen_id::mask::{self, Keyring};
 use idgen_id::{Layout, UuidError};
 use rand::RngExt;
 
@@ -58,6 +59,8 @@ pub(crate) struct HttpCtx {
     pub sequences: Arc<Holder>,
     pub stats: Arc<ShardStats>,
     pub max_batch: u32,
+    /// The `[mask]` keyring, for `?format=masked` (`None`: masking is off on this node).
+    pub mask: Option<Arc<Keyring>>,
     /// A connection idle, or sending a request's head or body, for longer than this is closed.
     pub request_timeout: Duration,
     /// How long a draining connection may take to finish the request in flight.
@@ -127,23 +130,38 @@ async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
 
 async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
     bump(&ctx.stats.http_requests, 1);
-    // `?format=` is read by the two ID endpoints only (the others take no parameters).
-    let strings = || strings_only(req.uri().query());
+    // `?format=` is read by the ID and sequence endpoints only (the others take no
+    // parameters).
+    let format = || format_of(req.uri().query());
     match (req.uri().path(), req.method()) {
         ("/ids", &Method::POST) => {
-            let strings = match strings() {
-                Ok(s) => s,
+            let format = match format() {
+                Ok(f) => f,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let masker = match masker(ctx, format) {
+                Ok(m) => m,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
             let mut id = 0;
             match issue(ctx, 1, |first, _| id = first).await {
-                Ok(()) => web::json(StatusCode::OK, single(id, strings)),
+                Ok(()) => match masker {
+                    Some(m) => match masked_single(&m, id) {
+                        Ok(body) => web::json(StatusCode::OK, body),
+                        Err(e) => mask_error(ctx, &e),
+                    },
+                    None => web::json(StatusCode::OK, single(id, format == Format::String)),
+                },
                 Err(e) => issue_error(ctx, &e),
             }
         }
         ("/ids/batch", &Method::POST) => {
-            let strings = match strings() {
-                Ok(s) => s,
+            let format = match format() {
+                Ok(f) => f,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let masker = match masker(ctx, format) {
+                Ok(m) => m,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
             let count = match batch_count(req.into_body(), ctx.max_batch, ctx.request_timeout).await
@@ -153,7 +171,13 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
             };
             let mut ids = Vec::with_capacity(count as usize);
             match issue(ctx, count, |first, n| ids.extend(first..first + n)).await {
-                Ok(()) => web::json(StatusCode::OK, batch(&ids, strings)),
+                Ok(()) => match masker {
+                    Some(m) => match masked_batch(&m, &ids) {
+                        Ok(body) => web::json(StatusCode::OK, body),
+                        Err(e) => mask_error(ctx, &e),
+                    },
+                    None => web::json(StatusCode::OK, batch(&ids, format == Format::String)),
+                },
                 Err(e) => issue_error(ctx, &e),
             }
         }
@@ -194,8 +218,14 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
             if method != Method::POST {
                 return web::not_allowed("POST", "POST");
             }
-            let strings = match strings() {
-                Ok(s) => s,
+            let strings = match format() {
+                Ok(Format::Masked) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "format=masked is for IDs (POST /ids, POST /ids/batch), not sequence values",
+                    )
+                }
+                Ok(f) => f == Format::String,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
             let name: SequenceName = match name.parse() {
@@ -333,25 +363,106 @@ async fn batch_count(body: Incoming, max_batch: u32, timeout: Duration) -> Resul
     Ok(body.count as u32)
 }
 
-/// Whether `?format=string` asks for IDs as strings only (`format=number`, the default, gives
-/// both). Other query parameters are ignored.
-fn strings_only(query: Option<&str>) -> Result<bool, String> {
-    let mut strings = false;
+/// How an answer carries its IDs (`?format=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// `format=number`, the default: numbers and decimal strings.
+    Number,
+    /// `format=string`: decimal strings only.
+    String,
+    /// `format=masked`: the IDs masked (FF1, `clients/vectors/MASK.md`), as numbers, decimal
+    /// strings and the 12-character masked string form.
+    Masked,
+}
+
+/// The `?format=` asked for (`number` when none). Other query parameters are ignored.
+fn format_of(query: Option<&str>) -> Result<Format, String> {
+    let mut format = Format::Number;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == "format" {
-            strings = match value {
-                "number" => false,
-                "string" => true,
+            format = match value {
+                "number" => Format::Number,
+                "string" => Format::String,
+                "masked" => Format::Masked,
                 other => {
                     return Err(format!(
-                        "format={other:?}: use format=string or format=number"
+                        "format={other:?}: use format=string, format=number or format=masked"
                     ))
                 }
             };
         }
     }
-    Ok(strings)
+    Ok(format)
+}
+
+/// What masks a request's IDs: the keyring and the layout's width. `None` for an answer in
+/// plain IDs; `Err` (the 400's message) for `format=masked` on a node without keys.
+struct Masker<'a> {
+    keys: &'a Keyring,
+    width: u32,
+}
+
+fn masker(ctx: &HttpCtx, format: Format) -> Result<Option<Masker<'_>>, &'static str> {
+    if format != Format::Masked {
+        return Ok(None);
+    }
+    match &ctx.mask {
+        Some(keys) => Ok(Some(Masker {
+            keys,
+            width: mask::layout_width(&ctx.layout),
+        })),
+        None => Err(
+            "masking is not configured on this node (mask_keys_file or IDGEN_MASK_KEYS): \
+             format=masked is unavailable",
+        ),
+    }
+}
+
+/// `{"id": M, "id_str": "M", "masked": "1…"}`: `id`'s masked integer form, as a number and
+/// a decimal string, and its masked string form.
+fn masked_single(m: &Masker<'_>, id: u64) -> Result<Vec<u8>, mask::MaskError> {
+    let (masked, text) = m.keys.mask_both(id, m.width)?;
+    let mut out = single(masked, false);
+    out.pop();
+    // The masked string form is base62: no escaping to do.
+    out.extend_from_slice(br#","masked":""#);
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(br#""}"#);
+    Ok(out)
+}
+
+/// `{"ids": [M..], "ids_str": ["M"..], "masked": ["1…"..]}`.
+fn masked_batch(m: &Masker<'_>, ids: &[u64]) -> Result<Vec<u8>, mask::MaskError> {
+    let mut masked = Vec::with_capacity(ids.len());
+    let mut texts = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let (n, text) = m.keys.mask_both(id, m.width)?;
+        masked.push(n);
+        texts.push(text);
+    }
+    let mut out = batch(&masked, false);
+    out.pop();
+    out.extend_from_slice(br#","masked":["#);
+    for (i, t) in texts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(t.as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
+/// An ID the layout issued that masking refuses (wider than the layout says): a bug, 500.
+fn mask_error(ctx: &HttpCtx, e: &mask::MaskError) -> Reply {
+    ctx.stats.error(Status::INTERNAL);
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("cannot mask an issued ID: {e}"),
+    )
 }
 
 /// The names an answer gives its numbers: IDs, or a sequence's values.
@@ -535,11 +646,46 @@ mod tests {
 
     #[test]
     fn the_format_parameter_is_checked() {
-        assert_eq!(strings_only(None), Ok(false));
-        assert_eq!(strings_only(Some("")), Ok(false));
-        assert_eq!(strings_only(Some("format=string")), Ok(true));
-        assert_eq!(strings_only(Some("x=1&format=number")), Ok(false));
-        assert!(strings_only(Some("format=xml")).is_err());
-        assert!(strings_only(Some("format")).is_err());
+        assert_eq!(format_of(None), Ok(Format::Number));
+        assert_eq!(format_of(Some("")), Ok(Format::Number));
+        assert_eq!(format_of(Some("format=string")), Ok(Format::String));
+        assert_eq!(format_of(Some("x=1&format=number")), Ok(Format::Number));
+        assert_eq!(format_of(Some("format=masked")), Ok(Format::Masked));
+        assert!(format_of(Some("format=xml")).is_err());
+        assert!(format_of(Some("format")).is_err());
+    }
+
+    #[test]
+    fn masked_answers_carry_both_forms_and_unmask() {
+        let keys = Keyring::parse("7:00112233445566778899aabbccddeeff").unwrap();
+        for width in [63, 53] {
+            let m = Masker { keys: &keys, width };
+            let v: serde_json::Value =
+                serde_json::from_slice(&masked_single(&m, 12_345).unwrap()).unwrap();
+            let masked = keys.mask(12_345, width).unwrap();
+            assert_eq!(
+                v,
+                serde_json::json!({"id": masked, "id_str": masked.to_string(),
+                    "masked": keys.mask_str(12_345, width).unwrap()})
+            );
+            let ids = [1u64, 2, 3];
+            let v: serde_json::Value =
+                serde_json::from_slice(&masked_batch(&m, &ids).unwrap()).unwrap();
+            let texts = v["masked"].as_array().unwrap();
+            for (i, id) in ids.iter().enumerate() {
+                let n = v["ids"][i].as_u64().unwrap();
+                assert_eq!(v["ids_str"][i].as_str(), Some(n.to_string().as_str()));
+                assert_eq!(keys.unmask(n, width), Ok(*id));
+                assert_eq!(keys.unmask_str(texts[i].as_str().unwrap(), width), Ok(*id));
+            }
+            let v: serde_json::Value =
+                serde_json::from_slice(&masked_batch(&m, &[]).unwrap()).unwrap();
+            assert_eq!(
+                v,
+                serde_json::json!({"ids": [], "ids_str": [], "masked": []})
+            );
+            // An ID wider than the width is an error, not a wrong answer.
+            assert!(masked_single(&m, 1 << width).is_err());
+        }
     }
 }

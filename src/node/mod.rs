@@ -247,6 +247,7 @@ impl Node {
                 tls: tls.clone(),
                 http_tls: config.tls.tls_http,
                 sequences: Arc::clone(&sequences),
+                mask: config.mask.keys.clone(),
             };
             let listeners = shard::Listeners {
                 protocol,

@@ -42,6 +42,8 @@ pub(crate) struct ShardSetup {
     /// The node's named sequences, shared by every shard (reservations run on the control
     /// thread's runtime).
     pub sequences: Arc<Holder>,
+    /// The `[mask]` section's keyring: `?format=masked` on the HTTP ID API (`None`: off).
+    pub mask: Option<Arc<idgen_id::mask::Keyring>>,
 }
 
 /// One shard's descriptors of the node's listening sockets.
@@ -197,6 +199,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
         tls,
         http_tls,
         sequences,
+        mask,
     } = setup;
     let register = |l: std::net::TcpListener| match tokio::net::TcpListener::from_std(l) {
         Ok(l) => Some(l),
@@ -243,6 +246,7 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
             sequences,
             stats: Arc::clone(&stats),
             max_batch: listen.max_batch,
+            mask,
             request_timeout: listen.http_request_timeout,
             shutdown_timeout,
             shutdown: shutdown.clone(),

@@ -73,6 +73,7 @@ pub fn doc_files(root: &Path) -> Vec<PathBuf> {
         "clients/java/README.md",
         "clients/typescript/README.md",
         "clients/vectors/FORMS.md",
+        "clients/vectors/MASK.md",
         "clients/vectors/BOUNDS.md",
         "id/README.md",
         "loadtest/README.md",

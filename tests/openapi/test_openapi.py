@@ -191,13 +191,22 @@ class OpenApiTest(unittest.TestCase):
             elif server["description"].startswith("admin API"):
                 cls.server_url["admin"] = server["url"]
         assert set(cls.server_url) == {"api", "admin"}, cls.doc["servers"]
-        cls.node = Node("--http-request-timeout", "1s", "--admin-request-timeout", "1s")
+        # A masking keyring (key ID 1), so that format=masked answers.
+        cls.keys_dir = tempfile.TemporaryDirectory(prefix="idgen-openapi-keys.")
+        keys = os.path.join(cls.keys_dir.name, "mask-keys")
+        with open(keys, "w", encoding="utf-8") as f:
+            f.write("1:" + os.urandom(32).hex() + "\n")
+        cls.node = Node(
+            "--http-request-timeout", "1s", "--admin-request-timeout", "1s",
+            "--mask-keys-file", keys,
+        )
         cls.addr = {"api": cls.node.api, "admin": cls.node.admin}
         cls.checked = set()
 
     @classmethod
     def tearDownClass(cls):
         cls.node.close()
+        cls.keys_dir.cleanup()
         # Every documented (path, method, status) was seen live by some test.
         documented = set()
         for path, item in cls.doc["paths"].items():
@@ -340,6 +349,28 @@ class OpenApiTest(unittest.TestCase):
         self.assertEqual(status, 200, data)
         self.assertEqual(len(json.loads(data)["ids"]), 2)
 
+    def test_post_ids_masked(self):
+        _, _, v = self.call("api", "POST", "/ids?format=masked", expect=200)
+        self.assertEqual(set(v), {"id", "id_str", "masked"})
+        self.assertLess(v["id"], LIMIT_2_63)
+        self.assertEqual(v["id_str"], str(v["id"]))
+        self.assertRegex(v["masked"], r"^1[0-9A-Za-z]{11}$")
+        self.assertEqual(v["masked"][1:], fixed_form(v["id"], BASE62, 11))
+        _, _, b = self.call("api", "POST", "/ids/batch?format=masked", body='{"count": 5}', expect=200)
+        self.assertEqual(set(b), {"ids", "ids_str", "masked"})
+        self.assertEqual(b["ids_str"], [str(i) for i in b["ids"]])
+        self.assertEqual(b["masked"], ["1" + fixed_form(i, BASE62, 11) for i in b["ids"]])
+        self.assertEqual(len(set(b["ids"]) | {v["id"]}), 6)
+        # The admin port unmasks and decodes the string form; the IDs increase.
+        ids = []
+        for text in [v["masked"]] + b["masked"]:
+            _, _, d = self.call("admin", "GET", f"/ids/{text}", expect=200)
+            self.assertEqual(d["masked"], text)
+            ids.append(d["id"])
+        self.assertEqual(ids, sorted(set(ids)))
+        for bad in ("Zabcdefghijk", "1zzzzzzzzzzz"):
+            self.call("admin", "GET", f"/ids/{bad}", expect=400)
+
     def test_post_uuids_are_version_7_and_increase(self):
         import uuid
         _, _, v = self.call("api", "POST", "/uuids", expect=200)
@@ -409,7 +440,7 @@ class OpenApiTest(unittest.TestCase):
         self.assertGreater(int(d["values"][0]), c["values"][-1])
 
     def test_seq_errors(self):
-        for path in ("/seq/Orders", "/seq/orders?format=xml", "/seq/-x"):
+        for path in ("/seq/Orders", "/seq/orders?format=xml", "/seq/orders?format=masked", "/seq/-x"):
             self.call("api", "POST", path, expect=400)
         for body in ('{"count": 0}', '{"count": 101}', "nope", '{"n": 1}'):
             self.call("api", "POST", "/seq/orders/batch", body=body, expect=400)

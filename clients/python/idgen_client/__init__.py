@@ -1,6 +1,6 @@
 """Python client for idgen, the 64-bit time-ordered unique ID service.
 
-Standard library only. Quick start::
+Standard library only (masking needs the ``mask`` extra). Quick start::
 
     from idgen_client import Client
 
@@ -21,11 +21,12 @@ Standard library only. Quick start::
         us = client.next_uuids(100)                     # increasing, from one node
         client.decode_uuid(u)                           # UuidParts(id, unix_ms, ..., sequence)
 
-String forms and masking live in :mod:`idgen_client.forms`; the frame codec in
+String forms live in :mod:`idgen_client.forms`, public-ID masking (FF1 over AES; needs
+``pip install 'idgen-client[mask]'``) in :mod:`idgen_client.mask`, the frame codec in
 :mod:`idgen_client.protocol`.
 """
 
-from . import forms, protocol
+from . import forms, mask, protocol
 from .client import (
     AfterLastTimestamp,
     BeforeEpoch,
@@ -47,7 +48,7 @@ from .errors import (
     UnavailableError,
     UuidsUnsupportedError,
 )
-from .forms import MaskKey
+from .mask import Keyring, MaskError
 
 __version__ = "0.1.0"
 
@@ -60,7 +61,8 @@ __all__ = [
     "BeforeEpoch",
     "AfterLastTimestamp",
     "EmptyInterval",
-    "MaskKey",
+    "Keyring",
+    "MaskError",
     "IdgenError",
     "ServerError",
     "UnavailableError",
@@ -71,5 +73,6 @@ __all__ = [
     "SequencesUnsupportedError",
     "UuidsUnsupportedError",
     "forms",
+    "mask",
     "protocol",
 ]

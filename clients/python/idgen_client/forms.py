@@ -1,4 +1,4 @@
-"""String forms of IDs and public-ID masking, exactly per clients/vectors/FORMS.md.
+"""String forms of IDs, exactly per clients/vectors/FORMS.md.
 
 Every form covers IDs in ``0 .. 2**63`` (an idgen ID never has its top bit set).
 
@@ -8,13 +8,12 @@ Every form covers IDs in ``0 .. 2**63`` (an idgen ID never has its top bit set).
   string order equals numeric order. Case-sensitive.
 * :func:`to_base32` / :func:`parse_base32`: Crockford base32, always 13 characters, upper
   case; parsing is case-insensitive and maps ``I``/``L`` to 1 and ``O`` to 0. Sortable.
-* :class:`MaskKey`: a keyed permutation of ``0 .. 2**63`` (6-round Feistel network with
-  cycle walking) that hides creation time and worker of a public ID and is reversible with
-  the key. Masked IDs are NOT secret and NOT security tokens.
+
+Public-ID masking (FF1 over AES) is :mod:`idgen_client.mask`.
 
 Parse errors are :class:`InvalidIdString` (a ``ValueError``) subclasses that say what is
 wrong: :class:`EmptyIdString`, :class:`WrongLength`, :class:`InvalidCharacter`,
-:class:`LeadingZero`, :class:`OutOfRange`. A bad mask key is :class:`InvalidMaskKey`.
+:class:`LeadingZero`, :class:`OutOfRange`.
 """
 
 from typing import Dict
@@ -27,20 +26,16 @@ __all__ = [
     "InvalidCharacter",
     "LeadingZero",
     "OutOfRange",
-    "InvalidMaskKey",
     "to_decimal",
     "parse_decimal",
     "to_base62",
     "parse_base62",
     "to_base32",
     "parse_base32",
-    "MaskKey",
 ]
 
 #: Every ID is below this: the sign bit of an idgen ID is always 0.
 ID_LIMIT = 1 << 63
-_MASK64 = (1 << 64) - 1
-_MASK32 = 0xFFFF_FFFF
 
 BASE62_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 BASE62_WIDTH = 11
@@ -87,10 +82,6 @@ class LeadingZero(InvalidIdString):
 
 class OutOfRange(InvalidIdString):
     """The value is at or above 2**63 (or an integer argument is negative or too big)."""
-
-
-class InvalidMaskKey(ValueError):
-    """A mask key that is not 16 bytes written as 32 hex digits."""
 
 
 def _check_id(value: int, what: str = "ID") -> int:
@@ -203,74 +194,3 @@ def parse_base32(text: str) -> int:
     if value >= ID_LIMIT:
         raise OutOfRange("base32", text, "value is at or above 2^63 (first character above 7)")
     return value
-
-
-# --- masking -----------------------------------------------------------------------------
-
-
-def _mix64(z: int) -> int:
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-class MaskKey:
-    """A 128-bit key for :meth:`mask` / :meth:`unmask`, a collision-free permutation of
-    ``0 .. 2**63``.
-
-    Masking keeps an ID's creation time and worker out of public view. It is NOT
-    encryption you can rely on for secrecy and masked IDs are NOT security tokens: every
-    service that unmasks holds the key, and nothing stops a client from guessing valid IDs.
-    """
-
-    __slots__ = ("_k0", "_k1")
-    ROUNDS = 6
-
-    def __init__(self, key: bytes):
-        if not isinstance(key, (bytes, bytearray)) or len(key) != 16:
-            raise InvalidMaskKey("a mask key is exactly 16 bytes")
-        self._k0 = int.from_bytes(key[:8], "big")
-        self._k1 = int.from_bytes(key[8:], "big")
-
-    @classmethod
-    def from_hex(cls, text: str) -> "MaskKey":
-        """A key written as 32 hex digits (either case)."""
-        if not isinstance(text, str):
-            raise TypeError(f"mask key must be a str of hex digits, not {type(text).__name__}")
-        if len(text) != 32:
-            raise InvalidMaskKey(f"mask key must be 32 hex digits, got {len(text)} characters")
-        if any(c not in "0123456789abcdefABCDEF" for c in text):
-            raise InvalidMaskKey(f"mask key {text!r} holds a character that is not a hex digit")
-        return cls(bytes.fromhex(text))
-
-    def __repr__(self) -> str:
-        return "MaskKey(<hidden>)"
-
-    def _f(self, i: int, r: int) -> int:
-        return (_mix64(self._k0 ^ ((i << 32) | r)) ^ self._k1) & _MASK32
-
-    def _encrypt(self, x: int) -> int:
-        left, right = x >> 32, x & _MASK32
-        for i in range(self.ROUNDS):
-            left, right = right, left ^ self._f(i, right)
-        return (left << 32) | right
-
-    def _decrypt(self, y: int) -> int:
-        left, right = y >> 32, y & _MASK32
-        for i in reversed(range(self.ROUNDS)):
-            left, right = right ^ self._f(i, left), left
-        return (left << 32) | right
-
-    def mask(self, value: int) -> int:
-        """The public form of an ID (< 2**63 in, < 2**63 out)."""
-        y = self._encrypt(_check_id(value))
-        while y >= ID_LIMIT:  # cycle walking: stays a permutation of 0 .. 2^63
-            y = self._encrypt(y)
-        return y
-
-    def unmask(self, value: int) -> int:
-        """The ID a masked value was made from."""
-        x = self._decrypt(_check_id(value, "masked ID"))
-        while x >= ID_LIMIT:
-            x = self._decrypt(x)
-        return x

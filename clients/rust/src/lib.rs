@@ -10,7 +10,7 @@
 //! | one node, full control | [`Client`]: one pipelined connection, no reconnect |
 //! | no async runtime | [`blocking::Pool`], [`blocking::PrefetchPool`], [`blocking::Client`] |
 //! | IDs to print, parse or sort as text | [`forms`]: decimal, base62, Crockford base32 |
-//! | IDs to show the public | [`mask`]: a keyed permutation that hides time and worker |
+//! | IDs to show the public | [`mask`]: FF1 encryption (AES) that hides time and worker, never colliding |
 //! | nodes on a TLS listener | [`TlsConfig`] and the `connect_tls` constructors (feature `tls`) |
 //!
 //! # Several nodes
@@ -104,19 +104,18 @@
 //! # Text forms and masking
 //!
 //! ```
-//! use idgen_client::{forms, mask::MaskKey};
+//! use idgen_client::{forms, mask::{Keyring, DEFAULT_WIDTH}};
 //!
 //! let id = 123_456_789_012_345_678;
 //! assert_eq!(forms::to_base62(id).unwrap(), "097Qs0B7n2M");
 //! assert_eq!(forms::parse_base32("03DMV9EK31WTE").unwrap(), id);
 //!
-//! let key = MaskKey::from_hex("000102030405060708090a0b0c0d0e0f").unwrap();
-//! let public = key.mask(id).unwrap();
-//! assert_eq!(public, 1_357_000_447_317_535_509);
-//! assert_eq!(key.unmask(public).unwrap(), id);
+//! let ring = Keyring::parse("1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f").unwrap();
+//! let public = ring.mask_str(id, DEFAULT_WIDTH).unwrap(); // 12 characters, names key 1
+//! assert_eq!(ring.unmask_str(&public, DEFAULT_WIDTH).unwrap(), id);
 //! ```
 //!
-//! Masked IDs are **not** security tokens: see [`mask`].
+//! Keys come from a file or `IDGEN_MASK_KEYS`, never from code: see [`mask`].
 //!
 //! # One connection: `Client`
 //!
