@@ -1,7 +1,7 @@
 /**
  * idgen client for Node.js: the idgen wire protocol (versions 1 to 3) over TCP or TLS,
  * pipelining, failover across nodes, a prefetch pool, named sequences (with prefetch for
- * dense ones), and the shared string forms and masking. IDs and sequence values are `bigint`
+ * dense ones), the shared string forms, and FF1 masking. IDs and sequence values are `bigint`
  * everywhere (never `number`).
  */
 
@@ -23,7 +23,17 @@ export {
   UnavailableError,
 } from "./errors.js";
 export type { TlsErrorKind } from "./errors.js";
-export { FormError, Masker, checkId, fromBase32, fromBase62, fromDecimal, toBase32, toBase62, toDecimal } from "./forms.js";
+export { FormError, checkId, fromBase32, fromBase62, fromDecimal, toBase32, toBase62, toDecimal } from "./forms.js";
+export {
+  MASKED_STRING_LENGTH,
+  MASK_DEFAULT_WIDTH,
+  MASK_KEYS_ENV,
+  MASK_MAX_KEY_ID,
+  MASK_MAX_WIDTH,
+  MASK_MIN_WIDTH,
+  MaskError,
+  MaskKeyring,
+} from "./mask.js";
 export { STATUSES, closesConnection, retryElsewhere, statusName } from "./status.js";
 export type { StatusInfo } from "./status.js";
 export * as protocol from "./protocol.js";
