@@ -246,6 +246,9 @@ func TestMaskKeyringTextForms(t *testing.T) {
 	if k.CurrentKeyID() != 7 || fmt.Sprint(k.KeyIDs()) != "[7 3 61]" {
 		t.Fatalf("current %d, ids %v", k.CurrentKeyID(), k.KeyIDs())
 	}
+	if ids := mustKeys(t, "001:"+testKey+",000:"+testKey).KeyIDs(); fmt.Sprint(ids) != "[1 0]" {
+		t.Fatalf("leading zeros: %v", ids)
+	}
 	// Upper- and lower-case hex are the same key.
 	lower := mustKeys(t, "7:"+testKey)
 	for _, id := range []uint64{0, 1, 264543142405996545} {
@@ -368,5 +371,30 @@ func TestMaskIsOneToOneAndKeyed(t *testing.T) {
 			t.Fatalf("collision at %d", m)
 		}
 		seen[m] = true
+	}
+}
+
+func BenchmarkMask63(b *testing.B) {
+	k, err := ParseMaskKeys("1:" + testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		if _, err := k.Mask(uint64(i), 63); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUnmaskString63(b *testing.B) {
+	k, err := ParseMaskKeys("1:" + testKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, _ := k.MaskString(264543142405996545, 63)
+	for i := 0; i < b.N; i++ {
+		if _, err := k.UnmaskString(s, 63); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -223,7 +223,8 @@ export class MaskKeyring {
     const idText = item.slice(0, colon).trim();
     const keyText = item.slice(colon + 1).trim();
     if (!/^[0-9]+$/.test(idText)) throw new MaskError(`keyring entry ${entry}: the key id is not a decimal number`);
-    const id = idText.length > 2 ? Infinity : Number(idText);
+    const digits = idText.replace(/^0+(?=.)/, ""); // "01" is 1
+    const id = digits.length > 2 ? Infinity : Number(digits);
     if (id > MASK_MAX_KEY_ID) throw new MaskError(`keyring entry ${entry}: key id out of range (0..${MASK_MAX_KEY_ID})`);
     if (this.#keys.has(id)) throw new MaskError(`keyring entry ${entry}: duplicate key id ${id}`);
     const where = `keyring entry ${entry} (key id ${id}): `;

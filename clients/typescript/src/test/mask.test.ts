@@ -148,6 +148,7 @@ describe("masking", () => {
     const k = MaskKeyring.parse(`\n  # rotated 2026-12\n  7 : ${KEY.toUpperCase()} ,, 3:${KEY.slice(0, 32)}\r\n\n61:${KEY.slice(0, 48)}\n`);
     assert.equal(k.currentKeyId(), 7);
     assert.deepEqual(k.keyIds(), [7, 3, 61]);
+    assert.deepEqual(MaskKeyring.parse(`001:${KEY},000:${KEY}`).keyIds(), [1, 0]);
     const lower = MaskKeyring.parse("7:" + KEY);
     for (const id of [0n, 1n, 264543142405996545n]) assert.equal(k.mask(id), lower.mask(id));
     for (const s of [String(k), `${k}`, inspect(k), inspect({ k }, { showHidden: true, depth: 5 }), JSON.stringify({ k })]) {

@@ -94,7 +94,8 @@ public final class MaskKeyring {
         if (idText.isEmpty() || !idText.chars().allMatch(c -> c >= '0' && c <= '9')) {
             throw new MaskException("keyring entry " + entry + ": the key id is not a decimal number");
         }
-        int id = idText.length() > 2 ? Integer.MAX_VALUE : Integer.parseInt(idText);
+        String digits = idText.replaceFirst("^0+(?=.)", ""); // "01" is 1
+        int id = digits.length() > 2 ? Integer.MAX_VALUE : Integer.parseInt(digits);
         if (id > MAX_KEY_ID) {
             throw new MaskException("keyring entry " + entry + ": key id out of range (0.." + MAX_KEY_ID + ")");
         }

@@ -178,6 +178,7 @@ class MaskTest {
                 + KEY.substring(0, 32) + "\r\n\n61:" + KEY.substring(0, 48) + "\n");
         assertEquals(7, k.currentKeyId());
         assertEquals(List.of(7, 3, 61), k.keyIds());
+        assertEquals(List.of(1, 0), MaskKeyring.parse("001:" + KEY + ",000:" + KEY).keyIds());
         MaskKeyring lower = MaskKeyring.parse("7:" + KEY);
         for (long id : new long[] {0, 1, 264543142405996545L}) {
             assertEquals(lower.mask(id), k.mask(id));
