@@ -44,9 +44,12 @@ final class Ff1 {
         return run(tweak, x, radix, true);
     }
 
-    private byte[] ciph(byte[] block) {
+    /** One AES block: ECB without padding turns each 16-byte update into one block out. */
+    private void ciph(byte[] in, byte[] out, int at) {
         try {
-            return aes.get().doFinal(block);
+            if (aes.get().update(in, 0, 16, out, at) != 16) {
+                throw new IllegalStateException("AES returned a partial block");
+            }
         } catch (GeneralSecurityException e) {
             throw new IllegalStateException("AES failed", e);
         }
@@ -130,7 +133,7 @@ final class Ff1 {
                 for (int j = 0; j < 16; j++) {
                     r[j] ^= pq[off + j];
                 }
-                r = ciph(r);
+                ciph(r, r, 0);
             }
             System.arraycopy(r, 0, s, 0, 16);
             for (int j = 1; j < blocks; j++) {
@@ -138,7 +141,7 @@ final class Ff1 {
                 for (int k = 0; k < 4; k++) {
                     blk[15 - k] ^= (byte) (j >>> (8 * k));
                 }
-                System.arraycopy(ciph(blk), 0, s, 16 * j, 16);
+                ciph(blk, s, 16 * j);
             }
             BigInteger y = new BigInteger(1, java.util.Arrays.copyOf(s, d));
             boolean even = i % 2 == 0;
