@@ -418,3 +418,31 @@ func BenchmarkUnmaskString63(b *testing.B) {
 		}
 	}
 }
+
+// Random bytes as keyrings and masked strings: an error of the package's kind or a result,
+// never a panic.
+func TestMaskRandomHostileInput(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	k := mustKeys(t, "1:"+testKey)
+	const pieces = "0123456789abcdefABCDEFzZ:,\n# \r\x00\xff-+é"
+	for i := 0; i < 20000; i++ {
+		b := make([]byte, rng.Intn(80))
+		for j := range b {
+			if rng.Intn(4) == 0 {
+				b[j] = byte(rng.Intn(256))
+			} else {
+				b[j] = pieces[rng.Intn(len(pieces))]
+			}
+		}
+		if r, err := ParseMaskKeys(string(b)); err != nil && !errors.Is(err, ErrMask) || err == nil && r == nil {
+			t.Fatalf("ParseMaskKeys(%q) = %v, %v", b, r, err)
+		}
+		s := string(b)
+		if len(s) > MaskedStringLen && rng.Intn(2) == 0 {
+			s = s[:MaskedStringLen]
+		}
+		if _, err := k.UnmaskString(s, MinMaskWidth+rng.Intn(MaxMaskWidth-MinMaskWidth+1)); err != nil && !errors.Is(err, ErrMask) {
+			t.Fatalf("UnmaskString(%q): %v", s, err)
+		}
+	}
+}

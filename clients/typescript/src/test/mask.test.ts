@@ -215,6 +215,31 @@ describe("masking", () => {
     assert.equal(k.maskString(top), "1AzL8n0Y58m7");
   });
 
+  test("random text as keyrings and masked strings: a MaskError or a result, nothing else", () => {
+    const k = MaskKeyring.parse("1:" + KEY);
+    const pieces = "0123456789abcdefABCDEFzZ:,\n# \r\u0000\u00ff-+\u00e9\uff11\ud83d";
+    let x = 5n;
+    const next = (n: number): number => {
+      x = (x * 6364136223846793005n + 1442695040888963407n) & ((1n << 64n) - 1n);
+      return Number(x >> 33n) % n;
+    };
+    for (let i = 0; i < 20000; i++) {
+      let text = "";
+      for (let j = next(80); j > 0; j--) text += next(4) === 0 ? String.fromCharCode(next(0x10000)) : pieces[next(pieces.length)];
+      try {
+        assert.ok(MaskKeyring.parse(text) instanceof MaskKeyring);
+      } catch (e) {
+        assert.ok(e instanceof MaskError, String(e));
+      }
+      const s = text.length > 12 && next(2) === 0 ? text.slice(0, 12) : text;
+      try {
+        assert.equal(typeof k.unmaskString(s, 20 + next(44)), "bigint");
+      } catch (e) {
+        assert.ok(e instanceof MaskError, String(e));
+      }
+    }
+  });
+
   test("masking is one-to-one and keyed by the key id", () => {
     const a = MaskKeyring.parse("1:" + KEY);
     const b = MaskKeyring.parse("2:" + KEY); // same key bytes, another key id

@@ -281,6 +281,33 @@ class MaskTest {
         assertEquals(BigInteger.valueOf(m), base62(a.maskString(264543142405996545L).substring(1)));
     }
 
+    /** Random text as keyrings and masked strings: a MaskException or a result, nothing else. */
+    @Test
+    void randomHostileInputIsAMaskExceptionOrAResult() {
+        Random r = new Random(5);
+        MaskKeyring k = MaskKeyring.parse("1:" + KEY);
+        String pieces = "0123456789abcdefABCDEFzZ:,\n# \r\u0000\u00ff-+\u00e9\uff11\ud83d";
+        for (int i = 0; i < 20000; i++) {
+            StringBuilder b = new StringBuilder();
+            int n = r.nextInt(80);
+            for (int j = 0; j < n; j++) {
+                b.append(r.nextInt(4) == 0 ? (char) r.nextInt(0x10000) : pieces.charAt(r.nextInt(pieces.length())));
+            }
+            String text = b.toString();
+            try {
+                assertNotNull(MaskKeyring.parse(text));
+            } catch (MaskException e) {
+                assertNotNull(e.getMessage());
+            }
+            String s = text.length() > 12 && r.nextBoolean() ? text.substring(0, 12) : text;
+            try {
+                k.unmaskString(s, MaskKeyring.MIN_WIDTH + r.nextInt(MaskKeyring.MAX_WIDTH - MaskKeyring.MIN_WIDTH + 1));
+            } catch (MaskException e) {
+                assertNotNull(e.getMessage());
+            }
+        }
+    }
+
     private static BigInteger base62(String s) {
         BigInteger v = BigInteger.ZERO;
         for (char c : s.toCharArray()) {
