@@ -1,14 +1,13 @@
 package idgen
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 )
 
-// String forms and masking of clients/vectors/FORMS.md. Every form covers IDs in
+// String forms of clients/vectors/FORMS.md (masking: mask.go, clients/vectors/MASK.md). Every form covers IDs in
 // 0 .. 2^63; parsing reports what is wrong with a *FormError.
 
 // MaxID is the largest ID (the top bit of an idgen ID is always 0).
@@ -46,8 +45,7 @@ func init() {
 	}
 }
 
-// ErrInvalidID matches every *FormError and every ID out of 0 .. 2^63 given to a form or
-// to masking.
+// ErrInvalidID matches every *FormError (every ID out of 0 .. 2^63 given to a form).
 var ErrInvalidID = errors.New("idgen: invalid ID")
 
 // FormErrorKind says what is wrong with a string form.
@@ -205,94 +203,6 @@ func ParseBase32(text string) (uint64, error) {
 			"value is at or above 2^63 (first character above 7)")
 	}
 	return v, nil
-}
-
-// MaskKey is a 128-bit key for Mask and Unmask, a keyed, reversible, collision-free
-// permutation of 0 .. 2^63 that keeps an ID's creation time and worker out of public view.
-// Masked IDs are not secret (every service that unmasks holds the key) and are not
-// security tokens. A MaskKey never prints its key.
-type MaskKey struct {
-	k0, k1 uint64
-}
-
-const maskRounds = 6
-
-// NewMaskKey is the key of 16 bytes: k0 the big-endian u64 of bytes 0-7, k1 of 8-15.
-func NewMaskKey(key [16]byte) MaskKey {
-	var k MaskKey
-	for i := 0; i < 8; i++ {
-		k.k0 = k.k0<<8 | uint64(key[i])
-		k.k1 = k.k1<<8 | uint64(key[8+i])
-	}
-	return k
-}
-
-// ParseMaskKey reads a key written as 32 hex digits (either case).
-func ParseMaskKey(text string) (MaskKey, error) {
-	if len(text) != 32 {
-		return MaskKey{}, fmt.Errorf("idgen: a mask key is 32 hex digits, got %d characters", len(text))
-	}
-	var key [16]byte
-	if _, err := hex.Decode(key[:], []byte(text)); err != nil {
-		return MaskKey{}, errors.New("idgen: the mask key holds a character that is not a hex digit")
-	}
-	return NewMaskKey(key), nil
-}
-
-// String hides the key.
-func (k MaskKey) String() string { return "MaskKey(<hidden>)" }
-
-// GoString hides the key.
-func (k MaskKey) GoString() string { return k.String() }
-
-func mix64(z uint64) uint64 {
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-	return z ^ (z >> 31)
-}
-
-func (k MaskKey) round(i, r uint64) uint64 {
-	return (mix64(k.k0^(i<<32|r)) ^ k.k1) & 0xFFFFFFFF
-}
-
-func (k MaskKey) encrypt(x uint64) uint64 {
-	l, r := x>>32, x&0xFFFFFFFF
-	for i := uint64(0); i < maskRounds; i++ {
-		l, r = r, l^k.round(i, r)
-	}
-	return l<<32 | r
-}
-
-func (k MaskKey) decrypt(y uint64) uint64 {
-	l, r := y>>32, y&0xFFFFFFFF
-	for i := maskRounds - 1; i >= 0; i-- {
-		l, r = r^k.round(uint64(i), l), l
-	}
-	return l<<32 | r
-}
-
-// Mask is the public form of an ID (below 2^63 in, below 2^63 out).
-func (k MaskKey) Mask(id uint64) (uint64, error) {
-	if err := checkID(id, "ID"); err != nil {
-		return 0, err
-	}
-	y := k.encrypt(id)
-	for y&topBit != 0 { // cycle walking keeps it a permutation of 0 .. 2^63
-		y = k.encrypt(y)
-	}
-	return y, nil
-}
-
-// Unmask is the ID a masked value was made from.
-func (k MaskKey) Unmask(masked uint64) (uint64, error) {
-	if err := checkID(masked, "masked ID"); err != nil {
-		return 0, err
-	}
-	x := k.decrypt(masked)
-	for x&topBit != 0 {
-		x = k.decrypt(x)
-	}
-	return x, nil
 }
 
 // Layout is a cluster's ID layout (from HELLO_OK), for taking IDs apart

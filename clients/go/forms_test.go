@@ -2,7 +2,6 @@ package idgen
 
 import (
 	"errors"
-	"fmt"
 	"math/rand"
 	"strconv"
 	"testing"
@@ -12,9 +11,6 @@ type formsFile struct {
 	Forms []struct {
 		ID, Decimal, Base62, Base32 string
 	} `json:"forms"`
-	Masks []struct {
-		Key, ID, Masked string
-	} `json:"masks"`
 	Invalid []struct {
 		Form, Text, Why string
 	} `json:"invalid"`
@@ -26,8 +22,8 @@ type formsFile struct {
 func loadForms(t *testing.T) formsFile {
 	var f formsFile
 	loadJSON(t, "clients/vectors/forms.json", &f)
-	if len(f.Forms) < 5 || len(f.Masks) < 10 || len(f.Invalid) < 10 || len(f.Base32Aliases) < 1 {
-		t.Fatalf("forms.json looks truncated: %d %d %d %d", len(f.Forms), len(f.Masks), len(f.Invalid), len(f.Base32Aliases))
+	if len(f.Forms) < 5 || len(f.Invalid) < 10 || len(f.Base32Aliases) < 1 {
+		t.Fatalf("forms.json looks truncated: %d %d %d", len(f.Forms), len(f.Invalid), len(f.Base32Aliases))
 	}
 	return f
 }
@@ -104,12 +100,6 @@ func TestFormsRefuseIDsAtOrAbove2To63(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	}
-	if _, err := (MaskKey{}).Mask(1 << 63); !errors.Is(err, ErrInvalidID) {
-		t.Errorf("Mask: %v", err)
-	}
-	if _, err := (MaskKey{}).Unmask(1<<64 - 1); !errors.Is(err, ErrInvalidID) {
-		t.Errorf("Unmask: %v", err)
-	}
 }
 
 func TestSortableFormsSortLikeTheNumbers(t *testing.T) {
@@ -130,54 +120,6 @@ func TestSortableFormsSortLikeTheNumbers(t *testing.T) {
 			if v, err := rt.p(rt.s); err != nil || v != a {
 				t.Fatalf("round trip of %d via %q: %d %v", a, rt.s, v, err)
 			}
-		}
-	}
-}
-
-func TestMaskKnownAnswers(t *testing.T) {
-	for _, c := range loadForms(t).Masks {
-		key, err := ParseMaskKey(c.Key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, want := mustUint(t, c.ID), mustUint(t, c.Masked)
-		got, err := key.Mask(id)
-		if err != nil || got != want {
-			t.Errorf("key %s: Mask(%d) = %d, %v; want %d", c.Key, id, got, err, want)
-		}
-		back, err := key.Unmask(want)
-		if err != nil || back != id {
-			t.Errorf("key %s: Unmask(%d) = %d, %v; want %d", c.Key, want, back, err, id)
-		}
-	}
-}
-
-func TestMaskRoundTripsAndNeverPrintsTheKey(t *testing.T) {
-	key := NewMaskKey([16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
-	rng := rand.New(rand.NewSource(3))
-	seen := map[uint64]bool{}
-	for i := 0; i < 5000; i++ {
-		id := rng.Uint64() >> 1
-		m, err := key.Mask(id)
-		if err != nil || m>>63 != 0 {
-			t.Fatalf("Mask(%d) = %d, %v", id, m, err)
-		}
-		if back, _ := key.Unmask(m); back != id {
-			t.Fatalf("Unmask(Mask(%d)) = %d", id, back)
-		}
-		if seen[m] {
-			t.Fatalf("collision at %d", m)
-		}
-		seen[m] = true
-	}
-	for _, s := range []string{fmt.Sprint(key), fmt.Sprintf("%v %+v %#v %s", key, key, key, key)} {
-		if s != "MaskKey(<hidden>)" && s != "MaskKey(<hidden>) MaskKey(<hidden>) MaskKey(<hidden>) MaskKey(<hidden>)" {
-			t.Fatalf("the key printed as %q", s)
-		}
-	}
-	for _, bad := range []string{"", "00", "000102030405060708090a0b0c0d0e0g", "000102030405060708090a0b0c0d0e0f00"} {
-		if _, err := ParseMaskKey(bad); err == nil {
-			t.Errorf("ParseMaskKey(%q) accepted", bad)
 		}
 	}
 }

@@ -1,5 +1,5 @@
 /**
- * String forms of IDs and keyed public-ID masking (clients/vectors/FORMS.md).
+ * String forms of IDs (clients/vectors/FORMS.md); masking is in mask.ts (MASK.md).
  *
  * Every function takes and returns IDs as `bigint` in `0 .. 2^63`; a `number` is refused
  * (a TypeError), since it cannot hold every ID exactly. Parsing a bad string throws
@@ -7,8 +7,6 @@
  */
 
 const LIMIT = 1n << 63n;
-const MASK64 = (1n << 64n) - 1n;
-const MASK32 = 0xffff_ffffn;
 
 export const BASE62_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 export const BASE32_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -113,71 +111,4 @@ function encodeFixed(v: bigint, alphabet: string, base: bigint, width: number): 
     v /= base;
   }
   return out.join("");
-}
-
-// -- masking ------------------------------------------------------------------------------
-
-function mix64(z: bigint): bigint {
-  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK64;
-  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & MASK64;
-  return z ^ (z >> 31n);
-}
-
-/**
- * Keyed, reversible, collision-free masking of IDs (a 6-round Feistel permutation of
- * 0 .. 2^63 under a 128-bit key, with cycle walking). Masked IDs keep creation time and worker
- * out of public view; they are not secret and not security tokens.
- */
-export class Masker {
-  private readonly k0: bigint;
-  private readonly k1: bigint;
-
-  /** `key`: 16 bytes, or 32 hex digits. */
-  constructor(key: string | Uint8Array) {
-    let bytes: Uint8Array;
-    if (typeof key === "string") {
-      if (!/^[0-9a-fA-F]{32}$/.test(key)) throw new RangeError("a mask key is 32 hex digits (16 bytes)");
-      bytes = Buffer.from(key, "hex");
-    } else if (key instanceof Uint8Array) {
-      if (key.length !== 16) throw new RangeError(`a mask key is 16 bytes, not ${key.length}`);
-      bytes = key;
-    } else {
-      throw new TypeError("a mask key is a hex string or a Uint8Array");
-    }
-    const b = Buffer.from(bytes.buffer, bytes.byteOffset, 16);
-    this.k0 = b.readBigUInt64BE(0);
-    this.k1 = b.readBigUInt64BE(8);
-  }
-
-  private f(i: bigint, r: bigint): bigint {
-    return (mix64(this.k0 ^ ((i << 32n) | r)) ^ this.k1) & MASK32;
-  }
-
-  private encrypt(x: bigint): bigint {
-    let l = x >> 32n;
-    let r = x & MASK32;
-    for (let i = 0n; i < 6n; i++) [l, r] = [r, l ^ this.f(i, r)];
-    return (l << 32n) | r;
-  }
-
-  private decrypt(y: bigint): bigint {
-    let l = y >> 32n;
-    let r = y & MASK32;
-    for (let i = 5n; i >= 0n; i--) [l, r] = [r ^ this.f(i, l), l];
-    return (l << 32n) | r;
-  }
-
-  /** The public form of an ID (also in 0 .. 2^63). */
-  mask(id: bigint): bigint {
-    let y = this.encrypt(checkId(id));
-    while (y >= LIMIT) y = this.encrypt(y);
-    return y;
-  }
-
-  /** The ID behind a masked value. */
-  unmask(masked: bigint): bigint {
-    let x = this.decrypt(checkId(masked));
-    while (x >= LIMIT) x = this.decrypt(x);
-    return x;
-  }
 }

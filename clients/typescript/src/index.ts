@@ -1,7 +1,7 @@
 /**
  * idgen client for Node.js: the idgen wire protocol (versions 1 to 4) over TCP or TLS,
  * pipelining, failover across nodes, a prefetch pool, named sequences (with prefetch for
- * dense ones), version 7 UUIDs (as canonical strings), and the shared string forms and
+ * dense ones), version 7 UUIDs (as canonical strings), the shared string forms and FF1
  * masking. IDs and sequence values are `bigint`
  * everywhere (never `number`).
  */
@@ -25,7 +25,17 @@ export {
   UuidsUnsupportedError,
 } from "./errors.js";
 export type { TlsErrorKind } from "./errors.js";
-export { FormError, Masker, checkId, fromBase32, fromBase62, fromDecimal, toBase32, toBase62, toDecimal } from "./forms.js";
+export { FormError, checkId, fromBase32, fromBase62, fromDecimal, toBase32, toBase62, toDecimal } from "./forms.js";
+export {
+  MASKED_STRING_LENGTH,
+  MASK_DEFAULT_WIDTH,
+  MASK_KEYS_ENV,
+  MASK_MAX_KEY_ID,
+  MASK_MAX_WIDTH,
+  MASK_MIN_WIDTH,
+  MaskError,
+  MaskKeyring,
+} from "./mask.js";
 export { STATUSES, closesConnection, retryElsewhere, statusName } from "./status.js";
 export type { StatusInfo } from "./status.js";
 export * as protocol from "./protocol.js";

@@ -2,7 +2,7 @@
 // node at process.argv[2]; prints the ID. Run by run_tests.sh from a project that installed
 // the package's npm pack tarball.
 import assert from "node:assert/strict";
-import { Client, fromDecimal, protocol, toDecimal } from "idgen-client";
+import { Client, MaskKeyring, fromDecimal, protocol, toDecimal } from "idgen-client";
 
 assert.match(import.meta.resolve("idgen-client"), /\/node_modules\/idgen-client\/dist\/index\.js$/);
 assert.equal(typeof protocol, "object");
@@ -12,6 +12,8 @@ try {
   assert.equal(typeof id, "bigint");
   assert.ok(id > 0n);
   assert.equal(fromDecimal(toDecimal(id)), id);
+  const keys = MaskKeyring.parse("1:" + "00".repeat(32));
+  assert.equal(keys.unmaskString(keys.maskString(id)), id);
   console.log(String(id));
 } finally {
   await client.close();

@@ -15,6 +15,8 @@ async function main() {
     assert.equal(typeof id, "bigint");
     assert.ok(id > 0n);
     assert.equal(idgen.fromDecimal(idgen.toDecimal(id)), id);
+    const keys = idgen.MaskKeyring.parse("1:" + "00".repeat(32));
+    assert.equal(keys.unmaskString(keys.maskString(id)), id);
     console.log(String(id));
   } finally {
     await client.close();

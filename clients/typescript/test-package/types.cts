@@ -5,4 +5,5 @@ import idgen = require("idgen-client");
 const client: idgen.Client = new idgen.Client(["127.0.0.1:7420"]);
 const id: Promise<bigint> = client.nextId();
 const text: string = idgen.toDecimal(1n);
-export { id, text };
+const masked: bigint = idgen.MaskKeyring.parse("1:" + "00".repeat(32)).mask(1n, 53);
+export { id, text, masked };

@@ -1,7 +1,8 @@
 // Type-checked (tsc --noEmit, module nodenext) against the installed package: an ES module
 // TypeScript file resolves the "import" types.
-import { Client, toDecimal } from "idgen-client";
+import { Client, MaskKeyring, toDecimal } from "idgen-client";
 
 const client: Client = new Client(["127.0.0.1:7420"]);
 export const id: Promise<bigint> = client.nextId();
 export const text: string = toDecimal(1n);
+export const masked: string = MaskKeyring.parse("1:" + "00".repeat(32)).maskString(1n);

@@ -1,14 +1,13 @@
-// String forms and masking: the known answers of clients/vectors/forms.json.
+// String forms: the known answers of clients/vectors/forms.json (masking: mask.test.ts).
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { FormError, Masker, fromBase32, fromBase62, fromDecimal, toBase32, toBase62, toDecimal } from "../forms.js";
+import { FormError, fromBase32, fromBase62, fromDecimal, toBase32, toBase62, toDecimal } from "../forms.js";
 import { loadJson } from "./support.js";
 
 interface Forms {
   forms: { id: string; decimal: string; base62: string; base32: string }[];
-  masks: { key: string; id: string; masked: string }[];
   invalid: { form: "decimal" | "base62" | "base32"; text: string; why: string }[];
   base32_aliases: { text: string; id: string }[];
 }
@@ -57,39 +56,5 @@ describe("string forms", () => {
       assert.throws(() => enc(-1n), RangeError);
       assert.throws(() => enc(1n << 63n), RangeError);
     }
-  });
-});
-
-describe("masking", () => {
-  test("every mask case masks and unmasks", () => {
-    assert.ok(V.masks.length >= 20);
-    for (const c of V.masks) {
-      const m = new Masker(c.key);
-      assert.equal(m.mask(BigInt(c.id)), BigInt(c.masked), `${c.key} ${c.id}`);
-      assert.equal(m.unmask(BigInt(c.masked)), BigInt(c.id));
-      assert.equal(new Masker(Buffer.from(c.key, "hex")).mask(BigInt(c.id)), BigInt(c.masked));
-    }
-  });
-  test("round trips on many IDs, all below 2^63 and distinct", () => {
-    const m = new Masker("000102030405060708090a0b0c0d0e0f");
-    const seen = new Set<bigint>();
-    let x = 123456789n;
-    for (let i = 0; i < 2000; i++) {
-      x = (x * 6364136223846793005n + 1442695040888963407n) & ((1n << 63n) - 1n);
-      const y = m.mask(x);
-      assert.ok(y >= 0n && y < 1n << 63n);
-      assert.equal(m.unmask(y), x);
-      seen.add(y);
-    }
-    assert.equal(seen.size, 2000);
-  });
-  test("bad keys and out-of-range values are refused", () => {
-    assert.throws(() => new Masker("00"), RangeError);
-    assert.throws(() => new Masker("zz0102030405060708090a0b0c0d0e0f"), RangeError);
-    assert.throws(() => new Masker(new Uint8Array(15)), RangeError);
-    const m = new Masker(new Uint8Array(16));
-    assert.throws(() => m.mask(1n << 63n), RangeError);
-    assert.throws(() => m.unmask(-1n), RangeError);
-    assert.throws(() => m.mask(3 as unknown as bigint), TypeError);
   });
 });

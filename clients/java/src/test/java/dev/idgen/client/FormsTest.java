@@ -4,14 +4,12 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
-import java.util.Set;
 import org.junit.jupiter.api.Test;
 
-/** The string forms and masking of clients/vectors/forms.json (known answers). */
+/** The string forms of clients/vectors/forms.json (known answers); masking is MaskTest. */
 class FormsTest {
     @SuppressWarnings("unchecked")
     static List<Map<String, Object>> section(String name) throws Exception {
@@ -60,23 +58,8 @@ class FormsTest {
     }
 
     @Test
-    void everyMaskKnownAnswerMasksAndUnmasks() throws Exception {
-        List<Map<String, Object>> masks = section("masks");
-        assertTrue(masks.size() >= 10);
-        for (Map<String, Object> m : masks) {
-            MaskKey key = MaskKey.fromHex((String) m.get("key"));
-            long id = Long.parseLong((String) m.get("id"));
-            long masked = Long.parseLong((String) m.get("masked"));
-            assertEquals(masked, key.mask(id), m.toString());
-            assertEquals(id, key.unmask(masked), m.toString());
-        }
-    }
-
-    @Test
-    void formsSortLikeTheNumbersAndMaskingRoundTrips() {
+    void formsSortLikeTheNumbers() {
         Random r = new Random(42);
-        MaskKey key = MaskKey.fromHex("00112233445566778899aabbccddeeff");
-        Set<Long> masked = new HashSet<>();
         long prev = -1;
         String prev62 = null;
         String prev32 = null;
@@ -90,10 +73,6 @@ class FormsTest {
             if (prev62 != null) {
                 assertTrue(prev62.compareTo(b62) < 0 && prev32.compareTo(b32) < 0);
             }
-            long m = key.mask(id);
-            assertTrue(m >= 0);
-            assertTrue(masked.add(m));
-            assertEquals(id, key.unmask(m));
             prev = id;
             prev62 = b62;
             prev32 = b32;
@@ -101,11 +80,8 @@ class FormsTest {
     }
 
     @Test
-    void outOfRangeIdsAndBadKeysAreRefused() {
+    void outOfRangeIdsAreRefused() {
         assertThrows(IllegalArgumentException.class, () -> IdForms.toBase62(-1));
         assertThrows(IllegalArgumentException.class, () -> IdForms.toDecimal(Long.MIN_VALUE));
-        assertThrows(IllegalArgumentException.class, () -> MaskKey.fromHex("0011").mask(1));
-        assertThrows(IdFormatException.class, () -> MaskKey.fromHex("zz112233445566778899aabbccddeeff"));
-        assertThrows(IllegalArgumentException.class, () -> MaskKey.fromHex("00112233445566778899aabbccddeeff").mask(-5));
     }
 }
