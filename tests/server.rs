@@ -659,7 +659,15 @@ fn check_config_and_bad_configuration() {
         (vec!["serve", "--lease-ttl", "soon"], "--lease-ttl"),
         (vec!["serve", "--timestamp-bits", "42"], "sum to at most 63"),
         (
-            vec!["serve", "--worker-bits", "2", "--sequence-bits", "2"],
+            vec![
+                "serve",
+                "--timestamp-bits",
+                "20",
+                "--worker-bits",
+                "5",
+                "--sequence-bits",
+                "6",
+            ],
             "sum to at least 32",
         ),
         (vec!["serve", "--store", "mysql://db"], "store"),
