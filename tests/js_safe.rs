@@ -171,6 +171,28 @@ fn a_53_bit_node_announces_its_layout_and_refuses_values_beyond_it() {
         );
     }
 
+    // What the alerts read: the worker IDs of 2 worker bits, and the time left of 41
+    // timestamp bits (the same as the default layout's: the width comes out of the rest).
+    let (status, metrics) = node::http(admin, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    let sample = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+    };
+    assert_eq!(sample("idgen_worker_ids_capacity"), 4.0);
+    let left = sample("idgen_layout_time_remaining_seconds");
+    let expected = idgen_id::Layout::default()
+        .time_left(common::wall_ms())
+        .as_secs_f64();
+    assert!(
+        (left - expected).abs() < 60.0,
+        "{left} s left, expected {expected}"
+    );
+
     // `idgen decode` with the same layout refuses it too.
     let out = Command::new(env!("CARGO_BIN_EXE_idgen"))
         .arg("decode")
