@@ -98,3 +98,53 @@ fn impossible_requests_are_refused_with_exit_code_2() {
     assert_eq!(code, 2);
     assert!(err.contains("not a rate"), "{err}");
 }
+
+/// `--bits 53`: only JavaScript-safe layouts, and the recommended flags start a node whose
+/// layout is 53 bits wide.
+#[test]
+fn javascript_safe_layouts_start_a_53_bit_node() {
+    let (code, out, err) = layout(&[
+        "--nodes",
+        "3",
+        "--peak-rate",
+        "100k",
+        "--years",
+        "30",
+        "--bits",
+        "53",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("total      50  of 53; 3 spare"), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("idgen serve "))
+        .expect("a serve line");
+    assert!(
+        line.contains("--timestamp-bits 41 --worker-bits 4 --sequence-bits 8"),
+        "{line}"
+    );
+    let args: Vec<&str> = line.split_whitespace().skip(2).collect();
+    let check = Command::new(env!("CARGO_BIN_EXE_idgen"))
+        .arg("serve")
+        .args(&args)
+        .args(["--store", "memory", "--check-config"])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // Without --bits, the same needs get the 63-bit layouts and the JavaScript-safe ones.
+    let (code, out, _) = layout(&["--nodes", "3", "--peak-rate", "100k", "--years", "30"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("→ idgen's default"), "{out}");
+    assert!(
+        out.contains("JavaScript-safe (→): closest to the default, 69.7 years to 2095-09-07"),
+        "{out}"
+    );
+    // An impossible width is a usage error.
+    let (code, _, err) = layout(&["--nodes", "3", "--peak-rate", "100k", "--bits", "64"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--bits 64 is not in 32..=63"), "{err}");
+}

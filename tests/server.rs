@@ -657,7 +657,19 @@ fn check_config_and_bad_configuration() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("configuration ok"));
     for (args, says) in [
         (vec!["serve", "--lease-ttl", "soon"], "--lease-ttl"),
-        (vec!["serve", "--timestamp-bits", "40"], "sum to 63"),
+        (vec!["serve", "--timestamp-bits", "42"], "sum to at most 63"),
+        (
+            vec![
+                "serve",
+                "--timestamp-bits",
+                "20",
+                "--worker-bits",
+                "5",
+                "--sequence-bits",
+                "6",
+            ],
+            "sum to at least 32",
+        ),
         (vec!["serve", "--store", "mysql://db"], "store"),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_idgen"))

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"math/rand"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -113,7 +114,7 @@ func TestBoundsVectors(t *testing.T) {
 // firstIDAtOrAfter is the smallest ID whose time is at or after unixMs, found by bisection
 // with Decode: an independent computation of the bounds, in big integers.
 func firstIDAtOrAfter(t *testing.T, l Layout, unixMs uint64) uint64 {
-	lo, hi := big.NewInt(0), new(big.Int).Lsh(big.NewInt(1), 63)
+	lo, hi := big.NewInt(0), new(big.Int).Lsh(big.NewInt(1), l.IDBits())
 	for i := 0; i < 64 && lo.Cmp(hi) < 0; i++ {
 		mid := new(big.Int).Rsh(new(big.Int).Add(lo, hi), 1)
 		p, err := l.Decode(mid.Uint64())
@@ -133,8 +134,13 @@ func TestBoundsAgreeWithASearchOverIDs(t *testing.T) {
 	rng := rand.New(rand.NewSource(30))
 	for i := 0; i < 300; i++ {
 		tb := uint8(1 + rng.Intn(40)) // times stay within int64
-		wb := uint8(1 + rng.Intn(int(62-tb)))
-		l := Layout{uint64(rng.Int63n(1 << 44)), tb, wb, 63 - tb - wb, uint8(rng.Intn(int(wb) + 1))}
+		// Any width from 32 (or tb + 2) to 63 bits.
+		width := 63 - uint8(rng.Intn(32))
+		if width < tb+2 {
+			width = tb + 2
+		}
+		wb := uint8(1 + rng.Intn(int(width-tb-1)))
+		l := Layout{uint64(rng.Int63n(1 << 44)), tb, wb, width - tb - wb, uint8(rng.Intn(int(wb) + 1))}
 		span := l.LastUnixMs() - l.EpochMs
 		a, b := uint64(rng.Int63n(int64(span)+1)), uint64(rng.Int63n(int64(span)+1))
 		if a == b {
@@ -168,5 +174,45 @@ func TestBoundsAgreeWithASearchOverIDs(t *testing.T) {
 				t.Errorf("%+v [%d, %d): ID %d of %d inside=%v", l, from, to, id, when, inside)
 			}
 		}
+	}
+}
+
+// The JavaScript-safe layouts of the vectors: 53 bits wide, their last ID 2^53 - 1; a value
+// at or above 2^53 is not one of their IDs.
+func TestJavaScriptSafeLayouts(t *testing.T) {
+	var f boundsFile
+	loadJSON(t, "clients/vectors/bounds.json", &f)
+	seen := 0
+	for _, lv := range f.Layouts {
+		l := Layout{u64(t, lv.Layout.EpochMs), lv.Layout.TimestampBits, lv.Layout.WorkerBits, lv.Layout.SequenceBits, lv.Layout.RegionBits}
+		max, err := l.MaxIDAt(int64(l.LastUnixMs()))
+		if err != nil || max != l.MaxID() {
+			t.Errorf("%s: MaxIDAt(last) %d (%v), MaxID %d", lv.Name, max, err, l.MaxID())
+		}
+		if _, err := l.Decode(l.MaxID()); err != nil {
+			t.Errorf("%s: Decode(MaxID): %v", lv.Name, err)
+		}
+		if l.IDBits() < 63 {
+			if _, err := l.Decode(l.MaxID() + 1); !errors.Is(err, ErrInvalidID) {
+				t.Errorf("%s: Decode(2^%d) = %v, want ErrInvalidID", lv.Name, l.IDBits(), err)
+			}
+		}
+		if l.IDBits() != 53 {
+			continue
+		}
+		seen++
+		if !l.JSSafe() || max != 1<<53-1 {
+			t.Errorf("%s: JSSafe %v, last ID %d", lv.Name, l.JSSafe(), max)
+		}
+	}
+	if seen < 2 {
+		t.Fatalf("%d JavaScript-safe layouts in the vectors", seen)
+	}
+	if (Layout{TimestampBits: 41, WorkerBits: 10, SequenceBits: 12}).JSSafe() {
+		t.Fatal("the default layout is not JavaScript-safe")
+	}
+	_, err := Layout{TimestampBits: 41, WorkerBits: 2, SequenceBits: 10}.Decode(1 << 53)
+	if err == nil || !strings.Contains(err.Error(), "53 bits wide") {
+		t.Fatalf("Decode(2^53) in 53 bits: %v", err)
 	}
 }

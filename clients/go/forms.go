@@ -215,6 +215,27 @@ type Layout struct {
 	RegionBits    uint8
 }
 
+// JSSafeBits is the widest JavaScript-safe layout: every ID of a layout at most 53 bits wide
+// is at most 2^53 - 1 (Number.MAX_SAFE_INTEGER), an exact JavaScript number.
+const JSSafeBits = 53
+
+// IDBits is the layout's width, TimestampBits + WorkerBits + SequenceBits (at most 63): every
+// ID is below 2^IDBits.
+func (l Layout) IDBits() uint {
+	return uint(l.TimestampBits) + uint(l.WorkerBits) + uint(l.SequenceBits)
+}
+
+// MaxID is the layout's largest ID, 2^IDBits - 1.
+func (l Layout) MaxID() uint64 {
+	if b := l.IDBits(); b < 64 {
+		return 1<<b - 1
+	}
+	return ^uint64(0)
+}
+
+// JSSafe reports whether every ID of the layout is an exact JavaScript number (IDBits <= 53).
+func (l Layout) JSSafe() bool { return l.IDBits() <= JSSafeBits }
+
 // IDParts is an ID taken apart.
 type IDParts struct {
 	UnixMs    uint64 // Unix time in ms of the ID's timestamp
@@ -224,10 +245,15 @@ type IDParts struct {
 	Sequence  uint32
 }
 
-// Decode takes an ID apart. It fails for an ID at or above 2^63.
+// Decode takes an ID apart. It fails for an ID at or above 2^63, or at or above 2^IDBits
+// (not an ID of this layout).
 func (l Layout) Decode(id uint64) (IDParts, error) {
 	if err := checkID(id, "ID"); err != nil {
 		return IDParts{}, err
+	}
+	if id > l.MaxID() {
+		return IDParts{}, &FormError{Form: "integer", Text: strconv.FormatUint(id, 10), Kind: FormOutOfRange,
+			Reason: fmt.Sprintf("not an ID of this layout: its IDs are %d bits wide, below 2^%d", l.IDBits(), l.IDBits())}
 	}
 	s, w, r := uint(l.SequenceBits), uint(l.WorkerBits), uint(l.RegionBits)
 	p := IDParts{

@@ -256,8 +256,8 @@ func parseHello(body []byte) (ServerHello, error) {
 		WorkerCount:     be.Uint32(body[26:]),
 		Shard:           be.Uint16(body[30:]),
 	}
-	if int(h.TimestampBits)+int(h.WorkerBits)+int(h.SequenceBits) != 63 {
-		return h, badFrame("HELLO_OK layout bits %d+%d+%d != 63", h.TimestampBits, h.WorkerBits, h.SequenceBits)
+	if int(h.TimestampBits)+int(h.WorkerBits)+int(h.SequenceBits) > 63 {
+		return h, badFrame("HELLO_OK layout bits %d+%d+%d > 63", h.TimestampBits, h.WorkerBits, h.SequenceBits)
 	}
 	if h.RegionBits > h.WorkerBits {
 		return h, badFrame("HELLO_OK region_bits %d > worker_bits %d", h.RegionBits, h.WorkerBits)

@@ -8,9 +8,13 @@
 //!                                 ^ region bits, when set, are the top bits of the worker field
 //! ```
 //!
-//! The sign bit is always zero, so every ID fits a signed 64-bit integer. The three widths sum to
-//! 63 and are cluster configuration: a cluster stores its layout once and a node whose layout
-//! differs refuses to start.
+//! The sign bit is always zero, so every ID fits a signed 64-bit integer. The three widths are
+//! cluster configuration: a cluster stores its layout once and a node whose layout differs
+//! refuses to start. They sum to the layout's ID width `W` ([`Layout::id_bits`]), at most 63
+//! and at least [`MIN_ID_BITS`]; every ID is below `2^W`. The default layout is 63 bits wide; a
+//! layout of at most [`JS_SAFE_BITS`] (53) bits is *JavaScript-safe*: every ID is an exact
+//! JavaScript number (at most `Number.MAX_SAFE_INTEGER`, `2^53 - 1`), at the cost of a shorter
+//! lifetime, fewer worker IDs or fewer IDs per millisecond.
 //!
 //! ```
 //! use idgen_id::{Id, Layout};
@@ -35,13 +39,19 @@ pub const DEFAULT_TIMESTAMP_BITS: u8 = 41;
 pub const DEFAULT_WORKER_BITS: u8 = 10;
 /// Default width of the sequence field: 4096 IDs per worker per millisecond.
 pub const DEFAULT_SEQUENCE_BITS: u8 = 12;
-/// Bits available below the sign bit.
+/// Bits available below the sign bit: the widest layout.
 pub const PAYLOAD_BITS: u8 = 63;
+/// The narrowest layout a node runs with: IDs of fewer bits than a 32-bit integer leave too
+/// little room for a lifetime and a rate worth running a service for.
+pub const MIN_ID_BITS: u8 = 32;
+/// The widest JavaScript-safe layout: every ID of a layout this wide or narrower is at most
+/// `2^53 - 1` (`Number.MAX_SAFE_INTEGER`), an exact IEEE-754 double.
+pub const JS_SAFE_BITS: u8 = 53;
 
 /// Why a layout was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayoutError {
-    /// The three widths do not sum to 63.
+    /// The three widths sum to more than 63.
     WidthSum {
         /// Width of the timestamp field.
         timestamp: u8,
@@ -51,6 +61,24 @@ pub enum LayoutError {
         sequence: u8,
         /// Their sum.
         sum: u32,
+    },
+    /// The three widths sum to fewer than [`MIN_ID_BITS`].
+    TooNarrow {
+        /// Width of the timestamp field.
+        timestamp: u8,
+        /// Width of the worker field.
+        worker: u8,
+        /// Width of the sequence field.
+        sequence: u8,
+        /// Their sum.
+        sum: u32,
+    },
+    /// An ID at or above `2^bits`, the layout's width: not an ID of this layout.
+    IdOutOfRange {
+        /// The value.
+        id: u64,
+        /// The layout's ID width.
+        bits: u8,
     },
     /// A field of width 0.
     ZeroWidth {
@@ -105,7 +133,21 @@ impl fmt::Display for LayoutError {
                 sum,
             } => write!(
                 f,
-                "bit widths must sum to 63 (the sign bit stays 0): timestamp {timestamp} + worker {worker} + sequence {sequence} = {sum}"
+                "bit widths must sum to at most 63 (the sign bit stays 0): timestamp {timestamp} + worker {worker} + sequence {sequence} = {sum}"
+            ),
+            LayoutError::TooNarrow {
+                timestamp,
+                worker,
+                sequence,
+                sum,
+            } => write!(
+                f,
+                "bit widths must sum to at least {MIN_ID_BITS}: timestamp {timestamp} + worker {worker} + sequence {sequence} = {sum}"
+            ),
+            LayoutError::IdOutOfRange { id, bits } => write!(
+                f,
+                "{id} is not an ID of this layout: its IDs are {bits} bits wide, below 2^{bits} = {}",
+                1u128 << bits
             ),
             LayoutError::ZeroWidth { field } => {
                 write!(f, "the {field} field must be at least 1 bit wide")
@@ -185,8 +227,8 @@ const fn mask(bits: u8) -> u64 {
 }
 
 impl Layout {
-    /// A layout a node may run with: every field at least 1 bit wide, the widths summing to 63,
-    /// the region bits within the worker field. The epoch is not checked against a clock (see
+    /// A layout a node may run with: every field at least 1 bit wide, the widths summing to
+    /// [`MIN_ID_BITS`] ..= 63, the region bits within the worker field. The epoch is not checked against a clock (see
     /// [`Layout::check_epoch`]).
     pub fn new(
         epoch_ms: u64,
@@ -204,7 +246,16 @@ impl Layout {
                 return Err(LayoutError::ZeroWidth { field });
             }
         }
-        // Beyond non-zero widths, the wire's rule.
+        let sum = timestamp_bits as u32 + worker_bits as u32 + sequence_bits as u32;
+        if sum < MIN_ID_BITS as u32 {
+            return Err(LayoutError::TooNarrow {
+                timestamp: timestamp_bits,
+                worker: worker_bits,
+                sequence: sequence_bits,
+                sum,
+            });
+        }
+        // Beyond that, the wire's rule.
         Layout::announced(
             epoch_ms,
             timestamp_bits,
@@ -215,8 +266,9 @@ impl Layout {
     }
 
     /// A layout as HELLO_OK announces it: the rule of the wire (`PROTOCOL.md`, HELLO_OK) is
-    /// only that the widths sum to 63 and the region bits fit in the worker field, so a field
-    /// may be 0 bits wide here (a node never announces one: [`Layout::new`] refuses it).
+    /// only that the widths sum to at most 63 and the region bits fit in the worker field, so a
+    /// field may be 0 bits wide here, and the sum below [`MIN_ID_BITS`] (a node never announces
+    /// either: [`Layout::new`] refuses them).
     pub const fn announced(
         epoch_ms: u64,
         timestamp_bits: u8,
@@ -225,7 +277,7 @@ impl Layout {
         region_bits: u8,
     ) -> Result<Layout, LayoutError> {
         let sum = timestamp_bits as u32 + worker_bits as u32 + sequence_bits as u32;
-        if sum != PAYLOAD_BITS as u32 {
+        if sum > PAYLOAD_BITS as u32 {
             return Err(LayoutError::WidthSum {
                 timestamp: timestamp_bits,
                 worker: worker_bits,
@@ -288,6 +340,31 @@ impl Layout {
     /// How many of the worker field's top bits are the region (0 = no regions).
     pub const fn region_bits(&self) -> u8 {
         self.region_bits
+    }
+    /// The ID width `W`: timestamp + worker + sequence bits. Every ID is below `2^W`.
+    #[inline]
+    pub const fn id_bits(&self) -> u8 {
+        self.timestamp_bits + self.worker_bits + self.sequence_bits
+    }
+    /// The largest ID the layout can hold (`2^W - 1`).
+    #[inline]
+    pub const fn max_id(&self) -> Id {
+        Id(mask(self.id_bits()))
+    }
+    /// Whether every ID of the layout is an exact JavaScript number (`W <=` [`JS_SAFE_BITS`]).
+    pub const fn is_js_safe(&self) -> bool {
+        self.id_bits() <= JS_SAFE_BITS
+    }
+    /// `id` if it is one of the layout's IDs (below `2^W`), else [`LayoutError::IdOutOfRange`].
+    pub fn check_id(&self, id: impl Into<Id>) -> Result<Id, LayoutError> {
+        let id = id.into();
+        if id > self.max_id() {
+            return Err(LayoutError::IdOutOfRange {
+                id: id.0,
+                bits: self.id_bits(),
+            });
+        }
+        Ok(id)
     }
     /// Bits of the worker field below the region bits.
     pub const fn node_bits(&self) -> u8 {
@@ -371,10 +448,11 @@ impl Layout {
     }
 
     /// Splits an ID (an [`Id`] or a raw `u64`) into its fields. Any 64-bit value decomposes;
-    /// the sign bit is ignored.
+    /// the bits at and above the layout's width (the sign bit, and more in a layout narrower
+    /// than 63 bits) are ignored: [`Layout::check_id`] refuses such a value.
     #[inline]
     pub fn decompose(&self, id: impl Into<Id>) -> Parts {
-        let v = id.into().0 & mask(PAYLOAD_BITS);
+        let v = id.into().0 & mask(self.id_bits());
         let timestamp = v >> self.timestamp_shift();
         let worker = (v >> self.worker_shift()) & mask(self.worker_bits);
         let node_bits = self.worker_bits - self.region_bits;
@@ -407,11 +485,12 @@ impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "epoch {} ms, timestamp/worker/sequence bits {}/{}/{}, region bits {}",
+            "epoch {} ms, timestamp/worker/sequence bits {}/{}/{} ({}-bit IDs), region bits {}",
             self.epoch_ms,
             self.timestamp_bits,
             self.worker_bits,
             self.sequence_bits,
+            self.id_bits(),
             self.region_bits
         )
     }
@@ -446,8 +525,8 @@ mod tests {
     #[test]
     fn width_errors() {
         assert!(matches!(
-            Layout::new(0, 41, 10, 11, 0),
-            Err(LayoutError::WidthSum { sum: 62, .. })
+            Layout::new(0, 20, 5, 6, 0),
+            Err(LayoutError::TooNarrow { sum: 31, .. })
         ));
         assert!(matches!(
             Layout::new(0, 42, 10, 12, 0),
@@ -482,9 +561,11 @@ mod tests {
         // The wire's rule allows a zero-width field, nothing else that `new` refuses.
         assert!(Layout::announced(0, 63, 0, 0, 0).is_ok());
         assert!(Layout::announced(0, 0, 51, 12, 0).is_ok());
+        assert!(Layout::announced(0, 20, 5, 6, 0).is_ok());
+        assert!(Layout::announced(0, 0, 0, 0, 0).is_ok());
         assert!(matches!(
-            Layout::announced(0, 41, 10, 11, 0),
-            Err(LayoutError::WidthSum { sum: 62, .. })
+            Layout::announced(0, 41, 10, 13, 0),
+            Err(LayoutError::WidthSum { sum: 64, .. })
         ));
         assert!(matches!(
             Layout::announced(0, 255, 255, 255, 0),
@@ -497,8 +578,55 @@ mod tests {
                 worker: 10
             })
         );
-        let msg = Layout::new(0, 41, 10, 11, 0).unwrap_err().to_string();
-        assert!(msg.contains("sum to 63") && msg.contains("62"), "{msg}");
+        let msg = Layout::new(0, 42, 10, 12, 0).unwrap_err().to_string();
+        assert!(msg.contains("at most 63") && msg.contains("64"), "{msg}");
+        let msg = Layout::new(0, 20, 5, 6, 0).unwrap_err().to_string();
+        assert!(msg.contains("at least 32") && msg.contains("31"), "{msg}");
+    }
+
+    #[test]
+    fn narrower_layouts_from_32_to_63_bits() {
+        for w in MIN_ID_BITS..=PAYLOAD_BITS {
+            // Timestamp bits take what worker 10 and sequence 2 leave (at least 20).
+            let l = Layout::new(DEFAULT_EPOCH_MS, w - 12, 10, 2, 0).unwrap();
+            assert_eq!(l.id_bits(), w);
+            assert_eq!(l.max_id(), Id((1 << w) - 1));
+            assert_eq!(l.is_js_safe(), w <= 53);
+            let top = l
+                .compose(l.max_timestamp(), l.max_worker(), l.max_sequence())
+                .unwrap();
+            assert_eq!(top, l.max_id());
+        }
+        // The JavaScript-safe 41/2/10: 2^53 - 1 is its largest ID, Number.MAX_SAFE_INTEGER.
+        let js = Layout::new(DEFAULT_EPOCH_MS, 41, 2, 10, 0).unwrap();
+        assert_eq!(js.max_id(), Id(9_007_199_254_740_991));
+        assert!(js.is_js_safe() && !Layout::default().is_js_safe());
+        assert_eq!(js.end_unix_ms(), Layout::default().end_unix_ms());
+        assert_eq!((js.worker_count(), js.sequence_count()), (4, 1024));
+        assert_eq!(js.check_id(9_007_199_254_740_991), Ok(js.max_id()));
+        assert_eq!(
+            js.check_id(1u64 << 53),
+            Err(LayoutError::IdOutOfRange {
+                id: 1 << 53,
+                bits: 53
+            })
+        );
+        let msg = js.check_id(1u64 << 53).unwrap_err().to_string();
+        assert!(
+            msg.contains("53 bits") && msg.contains("9007199254740992"),
+            "{msg}"
+        );
+        assert_eq!(
+            Layout::default().check_id(i64::MAX as u64),
+            Ok(Id(i64::MAX as u64))
+        );
+        assert!(Layout::default().check_id(1u64 << 63).is_err());
+        // Bits above the width are not the timestamp's: a value of 2^53 + 5 decomposes as 5.
+        assert_eq!(js.decompose((1u64 << 53) + 5), js.decompose(5));
+        assert_eq!(js.decompose(5).sequence, 5);
+        // The width is in the layout's description, so a mismatch names it.
+        assert!(js.to_string().contains("41/2/10 (53-bit IDs)"), "{js}");
+        assert!(Layout::default().to_string().contains("(63-bit IDs)"));
     }
 
     #[test]
@@ -593,25 +721,31 @@ mod tests {
         assert_eq!(none.decompose(Id(123 << 12)).region, 0);
     }
 
+    /// Every layout a node runs with: any width from 32 to 63 bits, 63 (the default's) often.
     fn layouts() -> impl Strategy<Value = Layout> {
-        (1u8..=61, 0u64..=DEFAULT_EPOCH_MS)
-            .prop_flat_map(|(ts, epoch)| {
-                let rest = 63 - ts;
-                (Just(ts), Just(epoch), 1..rest).prop_flat_map(move |(ts, epoch, worker)| {
-                    (Just(ts), Just(epoch), Just(worker), 0..=worker)
-                })
-            })
-            .prop_map(|(ts, epoch, worker, region)| {
-                Layout::new(epoch, ts, worker, 63 - ts - worker, region).unwrap()
+        (
+            prop_oneof![Just(PAYLOAD_BITS), MIN_ID_BITS..=PAYLOAD_BITS],
+            0u64..=DEFAULT_EPOCH_MS,
+        )
+            .prop_flat_map(|(bits, epoch)| (Just(bits), 1..=bits - 2, Just(epoch)))
+            .prop_flat_map(|(bits, ts, epoch)| {
+                let rest = bits - ts;
+                (Just(ts), Just(epoch), 1..rest)
+                    .prop_flat_map(move |(ts, epoch, worker)| {
+                        (Just(ts), Just(epoch), Just(worker), 0..=worker)
+                    })
+                    .prop_map(move |(ts, epoch, worker, region)| {
+                        Layout::new(epoch, ts, worker, bits - ts - worker, region).unwrap()
+                    })
             })
     }
 
-    /// Every layout the wire allows, zero-width fields included.
+    /// Every layout the wire allows: zero-width fields, and widths below 32 bits, included.
     fn announced_layouts() -> impl Strategy<Value = Layout> {
-        (0u8..=63, 0u8..=63, any::<u64>())
-            .prop_filter("widths fit in 63 bits", |(t, w, _)| t + w <= 63)
-            .prop_flat_map(|(t, w, epoch)| (Just((t, w, epoch)), 0..=w))
-            .prop_map(|((t, w, epoch), r)| Layout::announced(epoch, t, w, 63 - t - w, r).unwrap())
+        (0u8..=63, 0u8..=63, 0u8..=63, any::<u64>())
+            .prop_filter("widths fit in 63 bits", |(t, w, s, _)| t + w + s <= 63)
+            .prop_flat_map(|(t, w, s, epoch)| (Just((t, w, s, epoch)), 0..=w))
+            .prop_map(|((t, w, s, epoch), r)| Layout::announced(epoch, t, w, s, r).unwrap())
     }
 
     proptest! {
@@ -621,10 +755,12 @@ mod tests {
             let p = l.decompose(l.compose(t, w, s).unwrap());
             prop_assert_eq!((p.timestamp, p.worker, p.sequence), (t, w, s));
             prop_assert_eq!(p.region << l.node_bits() | p.node, w);
-            // Any value decomposes, the sign bit ignored.
+            // Any value decomposes, the bits above the layout's width ignored.
             let q = l.decompose(raw);
-            prop_assert_eq!(q, l.decompose(raw & ((1 << 63) - 1)));
+            prop_assert_eq!(q, l.decompose(raw & l.max_id().0));
             prop_assert!(q.worker <= l.max_worker() && q.sequence <= l.max_sequence());
+            prop_assert!(q.timestamp <= l.max_timestamp());
+            prop_assert_eq!(l.check_id(raw).is_ok(), raw <= l.max_id().0);
         }
 
         #[test]
@@ -632,6 +768,8 @@ mod tests {
             let (t, w, s) = (t & l.max_timestamp(), w & l.max_worker(), s & l.max_sequence());
             let id = l.compose(t, w, s).unwrap();
             prop_assert!(id.0 < (1 << 63));
+            prop_assert!(id <= l.max_id() && l.check_id(id) == Ok(id));
+            prop_assert_eq!(l.is_js_safe(), l.max_id().0 < 1 << 53);
             let p = l.decompose(id);
             prop_assert_eq!((p.timestamp, p.worker, p.sequence), (t, w, s));
             prop_assert_eq!(p.region << l.node_bits() | p.node, w);

@@ -44,7 +44,7 @@ pub use bounds::{Bounds, TimeError};
 pub use forms::FormError;
 pub use layout::{
     Layout, LayoutError, Parts, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS,
-    DEFAULT_WORKER_BITS, PAYLOAD_BITS,
+    DEFAULT_WORKER_BITS, JS_SAFE_BITS, MIN_ID_BITS, PAYLOAD_BITS,
 };
 pub use uuid::{UuidError, UuidParts, MAX_UUID_UNIX_MS, UUID_PAYLOAD_BITS, UUID_VERSION};
 

@@ -158,7 +158,7 @@ impl Layout {
     /// Unix millisecond is beyond 48 bits.
     #[inline]
     pub fn uuid_v7(&self, id: impl Into<Id>, random: u128) -> Result<[u8; 16], UuidError> {
-        let id = id.into().0 & ((1 << crate::PAYLOAD_BITS) - 1);
+        let id = id.into().0 & self.max_id().0;
         let id_bits = self.uuid_id_bits();
         let timestamp = id >> id_bits;
         let unix_ms = self.epoch_ms().saturating_add(timestamp);
@@ -329,11 +329,25 @@ mod tests {
         assert!(far.uuid_v7(0u64, 0).is_err(), "saturates, never wraps");
     }
 
+    #[test]
+    fn a_javascript_safe_layout_round_trips_and_ignores_bits_above_its_width() {
+        let l = Layout::new(crate::DEFAULT_EPOCH_MS, 41, 2, 10, 0).unwrap();
+        assert_eq!(l.uuid_random_bits(), 62);
+        let id = l.compose(1_000, 3, 1023).unwrap();
+        let b = l.uuid_v7(id, 0).unwrap();
+        let d = l.decode_uuid_v7(b).unwrap();
+        assert_eq!((d.id, d.parts.worker, d.parts.sequence), (id, 3, 1023));
+        assert_eq!(d.parts.unix_ms, crate::DEFAULT_EPOCH_MS + 1_000);
+        // A value with bits above the layout's 53 is not taken for a later time.
+        assert_eq!(l.uuid_v7(id.0 | 1 << 60, 0), Ok(b));
+    }
+
     fn layouts() -> impl Strategy<Value = Layout> {
-        // Every layout `Layout::new` accepts, epochs up to the 2020s.
-        (1u8..=61, 0u64..=crate::DEFAULT_EPOCH_MS)
-            .prop_flat_map(|(ts, epoch)| (Just(ts), Just(epoch), 1..63 - ts))
-            .prop_map(|(ts, epoch, w)| Layout::new(epoch, ts, w, 63 - ts - w, 0).unwrap())
+        // Every layout `Layout::new` accepts (32 to 63 bits wide), epochs up to the 2020s.
+        (crate::MIN_ID_BITS..=63u8, 0u64..=crate::DEFAULT_EPOCH_MS)
+            .prop_flat_map(|(bits, epoch)| (Just(bits), 1..=bits - 2, Just(epoch)))
+            .prop_flat_map(|(bits, ts, epoch)| (Just(bits), Just(ts), Just(epoch), 1..bits - ts))
+            .prop_map(|(bits, ts, epoch, w)| Layout::new(epoch, ts, w, bits - ts - w, 0).unwrap())
     }
 
     /// An ID of `l` whose Unix millisecond fits 48 bits.

@@ -89,7 +89,7 @@ pub enum FrameError {
     /// increasing).
     #[error("UUIDS frame: {0}")]
     BadUuids(&'static str),
-    /// A HELLO_OK whose layout is impossible (bits do not sum to 63, or region bits exceed
+    /// A HELLO_OK whose layout is impossible (bits sum to more than 63, or region bits exceed
     /// worker bits).
     #[error("HELLO_OK layout is invalid: timestamp {timestamp_bits} + worker {worker_bits} + sequence {sequence_bits} bits (region {region_bits})")]
     BadLayout {

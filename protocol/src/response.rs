@@ -154,7 +154,8 @@ pub struct ServerHello {
 
 impl ServerHello {
     /// The announced layout, checked by the wire's rule: `timestamp_bits + worker_bits +
-    /// sequence_bits == 63` (the top bit of every ID is 0) and `region_bits <= worker_bits`
+    /// sequence_bits <= 63` (the layout's ID width: the top bit of every ID is 0, and a narrower
+    /// layout's IDs are below `2^width`) and `region_bits <= worker_bits`
     /// ([`Layout::announced`]). Every decoded HELLO_OK passes.
     pub const fn layout(&self) -> Result<Layout, FrameError> {
         match Layout::announced(
@@ -1284,10 +1285,10 @@ mod tests {
     #[test]
     fn hello_ok_bad_layout() {
         for (t, w, s, r) in [
-            (41u8, 10u8, 11u8, 0u8),
-            (41, 10, 13, 0),
+            (41u8, 10u8, 13u8, 0u8),
             (41, 10, 12, 11),
             (64, 0, 0, 0),
+            (41, 2, 10, 3),
         ] {
             let h = ServerHello {
                 timestamp_bits: t,
@@ -1301,6 +1302,27 @@ mod tests {
             let e = decode_response(&b, MAX).unwrap_err();
             assert!(matches!(e, FrameError::BadLayout { .. }));
             assert_eq!(e.status(), Status::BAD_FRAME);
+        }
+    }
+
+    #[test]
+    fn hello_ok_narrower_layouts() {
+        // Any width up to 63 is the wire's: 62 bits, a JavaScript-safe 53, a 20-bit one.
+        for (t, w, s) in [(41u8, 10u8, 11u8), (41, 2, 10), (10, 5, 5)] {
+            let h = ServerHello {
+                timestamp_bits: t,
+                worker_bits: w,
+                sequence_bits: s,
+                ..hello()
+            };
+            let mut b = Vec::new();
+            encode_hello_ok(&h, &mut b).unwrap();
+            let (got, _) = decode_response(&b, MAX).unwrap().unwrap();
+            assert_eq!(got.into_owned(), Response::HelloOk(h));
+            assert_eq!(h.layout().unwrap().id_bits(), t + w + s);
+            // Bits above the width are not the timestamp's.
+            let top = 1u64 << (t + w + s);
+            assert_eq!(h.decompose(top | 7), h.decompose(7));
         }
     }
 

@@ -31,11 +31,11 @@ fn arb_request() -> impl Strategy<Value = Request> {
 }
 
 fn arb_hello() -> impl Strategy<Value = ServerHello> {
-    (0u8..=63, 0u8..=63)
-        .prop_filter("bits fit", |(t, w)| t + w <= 63)
-        .prop_flat_map(|(t, w)| {
+    (0u8..=63, 0u8..=63, prop_oneof![Just(63u8), 0u8..=63])
+        .prop_filter("bits fit", |(t, w, width)| t + w <= *width)
+        .prop_flat_map(|(t, w, width)| {
             (
-                Just((t, w, 63 - t - w)),
+                Just((t, w, width - t - w)),
                 0..=w,
                 any::<(u16, u64, u32, u32, u32, u32, u16)>(),
             )

@@ -321,3 +321,33 @@ fn vectors_cover_the_protocol() {
             .any(|c| c["direction"] == dir && c["hex"] == "ffffffff"));
     }
 }
+
+/// The width of an announced layout: a 53-bit (JavaScript-safe) layout is one HELLO_OK may
+/// carry, a sum over 63 is not.
+#[test]
+fn hello_ok_layouts_of_every_width_up_to_63() {
+    let cases = vectors();
+    let case = |name: &str| {
+        let c = cases
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no vector {name}"));
+        decode_response(&unhex(c["hex"].as_str().unwrap()), num(c, "max_frame"))
+            .map(|r| r.map(|(r, _)| r.into_owned()))
+    };
+    let Ok(Some(Response::HelloOk(hello))) = case("hello_ok_53_bit_layout") else {
+        panic!("the 53-bit layout decodes");
+    };
+    let layout = hello.layout().unwrap();
+    assert_eq!(layout.id_bits(), 53);
+    assert!(layout.is_js_safe());
+    assert_eq!(layout.max_id().get(), (1 << 53) - 1);
+    let Err(e) = case("hello_ok_bits_over_63") else {
+        panic!("a sum of 64 is refused");
+    };
+    assert_eq!(e.status(), Status::BAD_FRAME);
+    assert!(
+        e.to_string().contains("41 + worker 10 + sequence 13"),
+        "{e}"
+    );
+}

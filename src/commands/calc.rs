@@ -18,17 +18,23 @@
 //!   others carry its share);
 //! - **timestamp bits** `t = ⌈log2 (Y years in ms)⌉`, a year being 365.25 days.
 //!
-//! The three must fit `t + w + s ≤ 63`. The bits left over can go to any field; the candidates
+//! The three must fit `t + w + s ≤ W`, the ID width: 63 bits (below the sign bit) unless
+//! `--bits` asks for a narrower layout. The bits left over can go to any field; the candidates
 //! shown are the layout closest to idgen's default 41/10/12 (recommended: when the default
 //! fits, it is the default), and the three extremes (every spare bit to the timestamp, to the
 //! worker field, to the sequence).
+//!
+//! A layout at most 53 bits wide is *JavaScript-safe*: every ID is at most `2^53 - 1`, an exact
+//! JavaScript number. When `W` is wider, the report also offers the JavaScript-safe layouts
+//! that meet the same needs (with their lifetime and IDs per second per worker and per
+//! cluster), or says how far over 53 bits the needs are.
 
 use std::fmt::Write as _;
 
 use clap::Args;
 use idgen_id::{
     DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
-    PAYLOAD_BITS,
+    JS_SAFE_BITS, MIN_ID_BITS, PAYLOAD_BITS,
 };
 
 use crate::config::parse_epoch;
@@ -64,6 +70,10 @@ pub struct LayoutCalcArgs {
     /// [default: 2026-01-01T00:00:00Z].
     #[arg(long)]
     pub epoch: Option<String>,
+    /// The ID width the layouts must fit, 32 to 63 bits (53: JavaScript-safe, every ID an
+    /// exact JavaScript number).
+    #[arg(long, default_value_t = PAYLOAD_BITS)]
+    pub bits: u8,
 }
 
 /// Parses a rate like `10000000`, `10M`, `2.5k`, `1G`.
@@ -106,6 +116,8 @@ pub struct Needs {
     pub years: f64,
     pub headroom: f64,
     pub epoch_ms: u64,
+    /// The ID width the layouts must fit (`MIN_ID_BITS ..= 63`).
+    pub bits: u8,
 }
 
 /// The minimum width of each field, and the arithmetic behind it.
@@ -161,6 +173,19 @@ impl Candidate {
     pub fn per_shard_capacity(&self, n: &Needs) -> f64 {
         n.workers_per_shard as f64 * 2f64.powi(i32::from(self.sequence_bits)) * 1000.0
     }
+    /// The layout's ID width: every ID is below `2^bits`.
+    pub fn bits(&self) -> u8 {
+        self.timestamp_bits + self.worker_bits + self.sequence_bits
+    }
+    /// IDs one worker ID can issue per second: `2^s · 1000`.
+    pub fn per_worker_capacity(&self) -> f64 {
+        2f64.powi(i32::from(self.sequence_bits)) * 1000.0
+    }
+    /// IDs the whole cluster can issue per second, every worker ID of every region busy:
+    /// `2^(w + s) · 1000`.
+    pub fn cluster_capacity(&self) -> f64 {
+        2f64.powi(i32::from(self.worker_bits) + i32::from(self.sequence_bits)) * 1000.0
+    }
     /// Years the timestamp field lasts from the epoch.
     pub fn years(&self) -> f64 {
         2f64.powi(i32::from(self.timestamp_bits)) / MS_PER_YEAR
@@ -206,6 +231,13 @@ impl LayoutCalcArgs {
         if !self.peak_rate.is_finite() || self.peak_rate <= 0.0 {
             return bad("--peak-rate must be above 0".into());
         }
+        if !(MIN_ID_BITS..=PAYLOAD_BITS).contains(&self.bits) {
+            return bad(format!(
+                "--bits {} is not in {MIN_ID_BITS}..={PAYLOAD_BITS} (an ID is at most 63 bits \
+                 below the sign bit, and at least {MIN_ID_BITS}; {JS_SAFE_BITS} is JavaScript-safe)",
+                self.bits
+            ));
+        }
         let epoch_ms = match &self.epoch {
             Some(e) => parse_epoch(e).map_err(|e| CalcError(e.0))?,
             None => DEFAULT_EPOCH_MS,
@@ -219,6 +251,7 @@ impl LayoutCalcArgs {
             years: self.years,
             headroom: self.headroom,
             epoch_ms,
+            bits: self.bits,
         })
     }
 }
@@ -254,11 +287,15 @@ pub fn minimums(n: &Needs) -> Minimums {
 pub fn candidates(n: &Needs) -> Result<Vec<Candidate>, CalcError> {
     let m = minimums(n);
     let total = m.total();
-    let payload = u32::from(PAYLOAD_BITS);
+    let payload = u32::from(n.bits);
     if total > payload {
+        let room = if n.bits == PAYLOAD_BITS {
+            format!("an ID has {payload} below the sign bit")
+        } else {
+            format!("--bits {payload} allows only {payload}")
+        };
         return Err(CalcError(format!(
-            "no layout fits: the minimums add up to {total} bits but an ID has {payload} below the \
-             sign bit ({} short): timestamp {} bits for {} years + worker {} bits ({} region + {} \
+            "no layout fits: the minimums add up to {total} bits but {room} ({} short): timestamp {} bits for {} years + worker {} bits ({} region + {} \
              node for {:.0} worker IDs per region) + sequence {} bits ({:.1} IDs/ms per shard). \
              Ask for fewer --years, a lower --headroom, fewer --regions, or fewer shards per \
              region (bigger shards cost sequence bits, more shards cost worker bits)",
@@ -289,7 +326,7 @@ pub fn candidates(n: &Needs) -> Result<Vec<Candidate>, CalcError> {
     let mut best: Option<(u32, Candidate)> = None;
     for t in t0..=t0 + spare {
         for w in w0..=w0 + (t0 + spare - t) {
-            let s = PAYLOAD_BITS - t - w;
+            let s = n.bits - t - w;
             if s < s0 {
                 continue;
             }
@@ -430,9 +467,10 @@ pub fn report(n: &Needs) -> Result<String, CalcError> {
     );
     let _ = writeln!(
         o,
-        "  total      {:>2}  of 63; {} spare",
+        "  total      {:>2}  of {}; {} spare",
         m.total(),
-        63 - m.total()
+        n.bits,
+        u32::from(n.bits) - m.total()
     );
     let _ = writeln!(o);
     let _ = writeln!(
@@ -489,7 +527,72 @@ pub fn report(n: &Needs) -> Result<String, CalcError> {
         o,
         "The layout is fixed per cluster once the first node starts: choose it before then."
     );
+    if n.bits > JS_SAFE_BITS {
+        let _ = write!(o, "\n\n{}", js_safe_report(n));
+    }
     Ok(o)
+}
+
+/// The JavaScript-safe (at most 53-bit) layouts for the same needs: their lifetime and
+/// throughput, and the flags of the first; or why none fits.
+pub fn js_safe_report(n: &Needs) -> String {
+    let js = Needs {
+        bits: JS_SAFE_BITS,
+        ..*n
+    };
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "JavaScript-safe layouts ({JS_SAFE_BITS} bits: every ID ≤ 2^53 - 1 = 9007199254740991, an exact \
+         JavaScript number; the bits come out of the lifetime, the worker IDs or the IDs per ms):"
+    );
+    let cands = match candidates(&js) {
+        Ok(c) => c,
+        Err(_) => {
+            let m = minimums(n);
+            let _ = write!(
+                o,
+                "  none fits: the minimums add up to {} bits, {} over {JS_SAFE_BITS}. Ask for fewer \
+                 --years, fewer nodes, shards or --regions, or a lower --peak-rate or --headroom; or \
+                 keep a 63-bit layout and read IDs as strings (id_str) in JavaScript",
+                m.total(),
+                m.total() - u32::from(JS_SAFE_BITS)
+            );
+            return o;
+        }
+    };
+    let _ = writeln!(o, "                                 t/w/s region+node nodes/region*  IDs/s/worker  IDs/s/cluster     years  ends");
+    for c in &cands {
+        let _ = writeln!(
+            o,
+            "  {} {:<24} {:>9} {:>11} {:>13} {:>13} {:>14} {:>9}  {}",
+            if c.recommended { "→" } else { " " },
+            c.label,
+            format!("{}/{}/{}", c.timestamp_bits, c.worker_bits, c.sequence_bits),
+            format!("{}+{}", c.region_bits, c.node_bits()),
+            c.max_nodes(n),
+            rate(c.per_worker_capacity()),
+            rate(c.cluster_capacity()),
+            years(c.years()),
+            date(c.end_unix_ms(n.epoch_ms))
+        );
+    }
+    let rec = &cands[0];
+    let mut flags = format!(
+        "  idgen serve --timestamp-bits {} --worker-bits {} --sequence-bits {}",
+        rec.timestamp_bits, rec.worker_bits, rec.sequence_bits
+    );
+    if rec.region_bits > 0 {
+        let _ = write!(flags, " --region-bits {}", rec.region_bits);
+    }
+    let _ = write!(
+        o,
+        "JavaScript-safe (→): {}, {} years to {}. Every node of such a cluster starts with:\n{flags}",
+        rec.label,
+        years(rec.years()),
+        date(rec.end_unix_ms(n.epoch_ms))
+    );
+    o
 }
 
 #[cfg(test)]
@@ -506,6 +609,7 @@ mod tests {
             years: 50.0,
             headroom: 2.0,
             epoch_ms: DEFAULT_EPOCH_MS,
+            bits: 63,
         }
     }
 
@@ -621,6 +725,7 @@ mod tests {
             years: 50.0,
             headroom: 2.0,
             epoch: None,
+            bits: 63,
         };
         assert!(base.needs().is_ok());
         let e = |a: LayoutCalcArgs| a.needs().unwrap_err().0;
@@ -652,6 +757,13 @@ mod tests {
         assert_eq!(parse_rate("10M"), Ok(10e6));
         assert_eq!(parse_rate("2.5k"), Ok(2500.0));
         assert_eq!(parse_rate("1_000"), Ok(1000.0));
+        for bits in [31, 64, 0] {
+            assert!(e(LayoutCalcArgs {
+                bits,
+                ..base.clone()
+            })
+            .contains("--bits"));
+        }
         assert!(parse_rate("0").is_err());
         assert!(parse_rate("fast").is_err());
     }
@@ -672,6 +784,70 @@ mod tests {
         assert_eq!(date(951_782_400_000), "2000-02-29");
         // Far beyond year 9999 still prints.
         assert!(date(1u128 << 60).starts_with("36"));
+    }
+
+    #[test]
+    fn javascript_safe_layouts_with_their_lifetime_and_throughput() {
+        // 3 nodes × 2 shards × 2 = 12 → 4 node bits; 100k / 6 = 16,667 IDs/s per shard, × 2 =
+        // 33.3 IDs/ms ≤ 2^6 → 6 sequence bits; 30 years = 9.47e11 ms ≤ 2^40 → 40 timestamp
+        // bits. 50 bits: 3 spare in 53.
+        let mut n = needs(3, 1, 100e3, 2);
+        n.years = 30.0;
+        assert_eq!(minimums(&n).total(), 50);
+        let js = Needs { bits: 53, ..n };
+        let c = candidates(&js).unwrap();
+        assert!(c.iter().all(|c| c.bits() == 53), "{c:?}");
+        // Closest to 41/10/12: 41/4/8 (0 + 6 + 4 = 10; 41/5/7 ties, found later).
+        assert_eq!(tws(&c[0]), (41, 4, 8));
+        let rest: Vec<_> = c[1..].iter().map(tws).collect();
+        assert_eq!(rest, vec![(43, 4, 6), (40, 7, 6), (40, 4, 9)]);
+        // 2^8 IDs per ms per worker, 2^(4 + 8) for the cluster.
+        assert_eq!(c[0].per_worker_capacity(), 256_000.0);
+        assert_eq!(c[0].cluster_capacity(), 4_096_000.0);
+        assert!((c[3].years() - 34.84).abs() < 0.01);
+        // Each is a layout a node runs with, and JavaScript-safe.
+        for c in &c {
+            let l = idgen_id::Layout::new(
+                DEFAULT_EPOCH_MS,
+                c.timestamp_bits,
+                c.worker_bits,
+                c.sequence_bits,
+                c.region_bits,
+            )
+            .unwrap();
+            assert!(l.is_js_safe() && l.max_id().get() == (1 << 53) - 1);
+        }
+        // The 63-bit report offers them after its own.
+        let r = report(&n).unwrap();
+        let js_part = &r[r
+            .find("JavaScript-safe layouts")
+            .expect("a JavaScript section")..];
+        assert!(
+            js_part.contains("41/4/8") && js_part.contains("256k") && js_part.contains("4.096M"),
+            "{r}"
+        );
+        assert!(js_part.contains("69.7 years to 2095-09-07"), "{r}");
+        assert!(
+            js_part.ends_with("idgen serve --timestamp-bits 41 --worker-bits 4 --sequence-bits 8"),
+            "{r}"
+        );
+        // With --bits 53 the main table is the JavaScript-safe one, and nothing is repeated.
+        let r = report(&js).unwrap();
+        assert!(r.contains("total      50  of 53; 3 spare"), "{r}");
+        assert!(!r.contains("JavaScript-safe layouts"), "{r}");
+    }
+
+    #[test]
+    fn when_no_javascript_safe_layout_fits_the_report_says_by_how_much() {
+        // 41 + 9 + 8 = 58 bits: 5 over 53.
+        let n = needs(64, 2, 10e6, 2);
+        let r = report(&n).unwrap();
+        assert!(
+            r.contains("none fits: the minimums add up to 58 bits, 5 over 53"),
+            "{r}"
+        );
+        let e = candidates(&Needs { bits: 53, ..n }).unwrap_err().0;
+        assert!(e.contains("--bits 53 allows only 53 (5 short)"), "{e}");
     }
 
     #[test]

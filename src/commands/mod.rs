@@ -157,6 +157,7 @@ pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<Stri
         if id >= 1 << 63 {
             return Err(format!("{text}: the sign bit is set; not an idgen ID"));
         }
+        layout.check_id(id).map_err(|e| format!("{text}: {e}"))?;
         if as_json {
             out.push(crate::node::admin::decoded_json(layout, id).to_string());
         } else {

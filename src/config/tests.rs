@@ -77,10 +77,35 @@ fn flags_beat_the_file_which_beats_defaults() {
 }
 
 #[test]
+fn a_javascript_safe_layout_of_53_bits_resolves() {
+    let mut args = layout(|l| {
+        l.timestamp_bits = Some(41);
+        l.worker_bits = Some(2);
+        l.sequence_bits = Some(10);
+    });
+    // 2 worker bits: 4 worker IDs, for at most 4 shards.
+    args.settings.listen.shards = Some(2);
+    let c = args.resolve(NOW).unwrap();
+    assert_eq!(c.layout.id_bits(), 53);
+    assert!(c.layout.is_js_safe());
+    // 62 bits: narrower than the default, not JavaScript-safe.
+    let c = layout(|l| l.timestamp_bits = Some(40))
+        .resolve(NOW)
+        .unwrap();
+    assert_eq!((c.layout.id_bits(), c.layout.is_js_safe()), (62, false));
+}
+
+#[test]
 fn garbage_is_refused_with_the_setting_named() {
     let bad = |args: ServeArgs| args.resolve(NOW).unwrap_err().to_string();
     assert!(bad(lease(|l| l.lease_ttl = Some("ten seconds".into()))).starts_with("lease_ttl:"));
-    assert!(bad(layout(|l| l.timestamp_bits = Some(40))).contains("sum to 63"));
+    assert!(bad(layout(|l| l.timestamp_bits = Some(42))).contains("sum to at most 63"));
+    assert!(bad(layout(|l| {
+        l.timestamp_bits = Some(20);
+        l.worker_bits = Some(5);
+        l.sequence_bits = Some(6);
+    }))
+    .contains("sum to at least 32"));
     assert!(bad(layout(|l| l.epoch = Some("2999-01-01T00:00:00Z".into()))).contains("future"));
     assert!(bad(layout(|l| l.epoch = Some("yesterday".into()))).starts_with("epoch:"));
     assert!(bad(listen(|l| l.shards = Some(0))).starts_with("shards:"));

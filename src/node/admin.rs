@@ -313,7 +313,13 @@ fn decode_id(state: &NodeState, segment: &str) -> Reply {
             Err(e) => error(StatusCode::BAD_REQUEST, e),
         };
     }
-    match parse_id(&text) {
+    match parse_id(&text).and_then(|id| {
+        let layout = state.config.layout;
+        layout
+            .check_id(id)
+            .map(|id| id.get())
+            .map_err(|e| format!("{:?}: {e}", text.trim()))
+    }) {
         Ok(id) => web::json(
             StatusCode::OK,
             decoded_json(&state.config.layout, id).to_string(),
@@ -356,6 +362,10 @@ fn layout(state: &NodeState) -> Reply {
         "worker_bits": l.worker_bits(),
         "sequence_bits": l.sequence_bits(),
         "region_bits": l.region_bits(),
+        "id_bits": l.id_bits(),
+        "max_id": l.max_id().get(),
+        "max_id_str": l.max_id().to_string(),
+        "js_safe": l.is_js_safe(),
         "region": state.config.lease.region.region(),
         "ends_at": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.end_unix_ms())).to_string(),
         "years_left": left.as_secs_f64() / (365.25 * 86_400.0),

@@ -16,7 +16,9 @@
 //! | `GET /health/live` | `{"live": true}` while the shard answers (for load balancers in front of this address) |
 //!
 //! IDs above 2^53 lose precision in JavaScript's numbers, so every answer carries them as
-//! strings too (`id_str`, `ids_str`), or only as strings with `?format=string`. Errors are
+//! strings too (`id_str`, `ids_str`), or only as strings with `?format=string`; a node with a
+//! JavaScript-safe layout (at most 53 bits wide) issues only IDs up to `2^53 - 1`, exact as
+//! numbers. Errors are
 //! `{"error": "...", "status": N}`: 400 for a bad request, 404/405 for a wrong path or method,
 //! 408 for a body that does not arrive in time, 413 for a body over 4 KiB, 503 with
 //! `Retry-After: 1` when this node cannot issue now (no lease, clock trouble, its connection

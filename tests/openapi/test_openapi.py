@@ -495,6 +495,10 @@ class OpenApiTest(unittest.TestCase):
         self.assertEqual(
             layout["timestamp_bits"] + layout["worker_bits"] + layout["sequence_bits"], 63
         )
+        # The default layout: 63 bits wide, not JavaScript-safe.
+        self.assertEqual(layout["id_bits"], 63)
+        self.assertEqual((layout["max_id"], layout["max_id_str"]), (LIMIT_2_63 - 1, str(LIMIT_2_63 - 1)))
+        self.assertFalse(layout["js_safe"])
         self.assertEqual(layout["workers"]["count"], layout["shards"] * layout["workers_per_shard"])
         self.call("admin", "HEAD", "/layout", expect=200)
         _, h, _ = self.call("admin", "GET", "/metrics", expect=200)

@@ -184,6 +184,11 @@ def _unix_ms(name: str, value: int) -> int:
     return value
 
 
+JS_SAFE_BITS = 53
+"""The widest JavaScript-safe layout: every ID of a layout at most 53 bits wide is at most
+``2 ** 53 - 1``, an exact JavaScript number."""
+
+
 class Layout(NamedTuple):
     """The ID layout a cluster announces in HELLO_OK, and the node's ``max_batch``."""
 
@@ -209,12 +214,36 @@ class Layout(NamedTuple):
         """Whether both describe the same ID format (``max_batch`` may differ per node)."""
         return self[:5] == other[:5]
 
+    @property
+    def id_bits(self) -> int:
+        """The layout's width, timestamp + worker + sequence bits (at most 63): every ID is
+        below ``2 ** id_bits``."""
+        return self.timestamp_bits + self.worker_bits + self.sequence_bits
+
+    @property
+    def max_id(self) -> int:
+        """The layout's largest ID, ``2 ** id_bits - 1``."""
+        return (1 << self.id_bits) - 1
+
+    @property
+    def js_safe(self) -> bool:
+        """Whether every ID is an exact JavaScript number: the layout is at most 53 bits
+        wide, so no ID exceeds ``2 ** 53 - 1`` (``Number.MAX_SAFE_INTEGER``)."""
+        return self.id_bits <= JS_SAFE_BITS
+
     def decode(self, id_: int) -> IdParts:
-        """Take an ID apart: timestamp, worker, region and sequence."""
+        """Take an ID apart: timestamp, worker, region and sequence. Raises ``ValueError``
+        for a value outside ``0 .. 2^63`` or at or above ``2 ** id_bits`` (not an ID of this
+        layout)."""
         if isinstance(id_, bool) or not isinstance(id_, int):
             raise TypeError(f"an ID is an int, not {type(id_).__name__}")
         if not 0 <= id_ < (1 << 63):
             raise ValueError(f"ID {id_} is outside 0 .. 2^63")
+        if id_ > self.max_id:
+            raise ValueError(
+                f"{id_} is not an ID of this layout: its IDs are {self.id_bits} bits wide, "
+                f"below 2^{self.id_bits}"
+            )
         s, w, r = self.sequence_bits, self.worker_bits, self.region_bits
         sequence = id_ & ((1 << s) - 1)
         worker = (id_ >> s) & ((1 << w) - 1)

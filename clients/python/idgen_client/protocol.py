@@ -481,10 +481,10 @@ def _parse_body(opcode: int, body: bytes, max_frame: int = DEFAULT_MAX_RESPONSE_
         return ErrorFrame(code, message)
     if opcode == OP_HELLO_OK:
         hello = HelloOk(*_HELLO_OK.unpack(body))
-        if hello.timestamp_bits + hello.worker_bits + hello.sequence_bits != 63:
+        if hello.timestamp_bits + hello.worker_bits + hello.sequence_bits > 63:
             raise _bad(
                 "HELLO_OK layout bits "
-                f"{hello.timestamp_bits}+{hello.worker_bits}+{hello.sequence_bits} != 63"
+                f"{hello.timestamp_bits}+{hello.worker_bits}+{hello.sequence_bits} > 63"
             )
         if hello.region_bits > hello.worker_bits:
             raise _bad(

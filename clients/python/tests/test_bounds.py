@@ -32,7 +32,7 @@ def layout_of(case):
 def first_id_at_or_after(layout, unix_ms):
     """The smallest ID whose time is at or after ``unix_ms``, by bisection over all IDs with
     decode (no shifts of the bounds' own formulas)."""
-    lo, hi = 0, 1 << 63
+    lo, hi = 0, 1 << layout.id_bits
     while lo < hi:  # at most 63 halvings
         mid = (lo + hi) // 2
         if layout.decode(mid).unix_ms >= unix_ms:
@@ -92,6 +92,26 @@ class Vectors(unittest.TestCase):
             layout.bounds(True, 5)  # type: ignore[arg-type]
         self.assertTrue(issubclass(TimeBoundsError, ValueError))
 
+    def test_javascript_safe_layouts(self):
+        """The 53-bit layouts of the vectors: their last ID is 2^53 - 1, and a value at or
+        above 2^53 is not one of their IDs."""
+        seen = 0
+        for lv in BOUNDS["layouts"]:
+            layout = layout_of(lv)
+            with self.subTest(layout=lv["name"]):
+                self.assertEqual(layout.max_id_at(layout.last_unix_ms), layout.max_id)
+                self.assertEqual(layout.decode(layout.max_id).unix_ms, layout.last_unix_ms)
+                if layout.id_bits < 63:
+                    with self.assertRaisesRegex(ValueError, "not an ID of this layout"):
+                        layout.decode(layout.max_id + 1)
+                if layout.id_bits == 53:
+                    seen += 1
+                    self.assertTrue(layout.js_safe)
+                    self.assertEqual(layout.max_id, 2**53 - 1)
+        self.assertGreaterEqual(seen, 2)
+        self.assertFalse(layout_of(BOUNDS["layouts"][0]).js_safe)
+        self.assertEqual(layout_of(BOUNDS["layouts"][0]).id_bits, 63)
+
 
 class Independent(unittest.TestCase):
     """The bounds against a search over IDs with decode, and against IDs built field by field,
@@ -101,8 +121,9 @@ class Independent(unittest.TestCase):
         rng = random.Random(30)
         for _ in range(300):
             t_bits = rng.randint(1, 61)
-            w_bits = rng.randint(1, 62 - t_bits)
-            s_bits = 63 - t_bits - w_bits
+            width = rng.randint(max(32, t_bits + 2), 63)  # any width from 32 to 63 bits
+            w_bits = rng.randint(1, width - 1 - t_bits)
+            s_bits = width - t_bits - w_bits
             layout = Layout(rng.randint(0, 1 << 44), t_bits, w_bits, s_bits, rng.randint(0, w_bits), 1)
             span = layout.last_unix_ms - layout.epoch_ms
             a, b = sorted(rng.sample(range(span + 1), 2)) if span >= 1 else (0, 0)

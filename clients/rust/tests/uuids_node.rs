@@ -237,3 +237,31 @@ fn the_blocking_client_and_pool_hand_out_uuids_from_plain_threads() {
     assert_eq!(all.len(), 363, "no UUID twice across threads");
     assert!(matches!(pool.next_uuids(0), Err(Error::InvalidArgument(_))));
 }
+
+/// A node with a JavaScript-safe layout (41/2/10, 53 bits): the client takes the layout from
+/// HELLO_OK, its IDs are at most 2^53 - 1, and its UUIDs decode to them.
+#[test]
+fn a_53_bit_nodes_ids_and_uuids() {
+    let node = node(&[
+        "--timestamp-bits",
+        "41",
+        "--worker-bits",
+        "2",
+        "--sequence-bits",
+        "10",
+    ]);
+    run(&node, async {
+        let client = Client::connect(node.addr).await.unwrap();
+        let layout = client.layout();
+        assert_eq!((layout.id_bits(), layout.is_js_safe()), (53, true));
+        let ids = client.next_ids(5_000).await.unwrap();
+        assert!(ids.iter().all(|&id| id < 1 << 53));
+        assert!(ids.iter().all(|&id| layout.check_id(id).is_ok()));
+        let uuids = client.next_uuids(100).await.unwrap();
+        for u in &uuids {
+            let d = layout.decode_uuid_v7(*u.as_bytes()).unwrap();
+            assert!(d.id.0 > *ids.last().unwrap() && d.id <= layout.max_id());
+            assert_eq!(d.random_bits, 74 - 12);
+        }
+    });
+}

@@ -119,9 +119,30 @@ export class Layout {
     );
   }
 
-  /** Take an ID apart: timestamp, worker, region and sequence. */
+  /** The layout's width, timestamp + worker + sequence bits (at most 63): every ID is below
+   * `2n ** BigInt(idBits)`. */
+  get idBits(): number {
+    return this.timestampBits + this.workerBits + this.sequenceBits;
+  }
+
+  /** The layout's largest ID, `2^idBits - 1`. */
+  get maxId(): bigint {
+    return (1n << BigInt(this.idBits)) - 1n;
+  }
+
+  /** Whether every ID is an exact JavaScript number: the layout is at most 53 bits wide, so no
+   * ID exceeds `Number.MAX_SAFE_INTEGER` (and `Number(id)` loses nothing). */
+  get jsSafe(): boolean {
+    return this.idBits <= 53;
+  }
+
+  /** Take an ID apart: timestamp, worker, region and sequence. Throws a RangeError for a value
+   * outside `0 .. 2^63`, or at or above `2^idBits` (not an ID of this layout). */
   decode(id: bigint): IdParts {
     checkId(id);
+    if (id > this.maxId) {
+      throw new RangeError(`${id} is not an ID of this layout: its IDs are ${this.idBits} bits wide, below 2^${this.idBits}`);
+    }
     const s = BigInt(this.sequenceBits);
     const w = BigInt(this.workerBits);
     const sequence = Number(id & ((1n << s) - 1n));

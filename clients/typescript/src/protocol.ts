@@ -347,8 +347,8 @@ export function decodeResponse(buf: Uint8Array, maxFrame: number = DEFAULT_MAX_R
         workerCount: u32(buf, p + 26),
         shard: (buf[p + 30]! << 8) | buf[p + 31]!,
       };
-      if (hello.timestampBits + hello.workerBits + hello.sequenceBits !== 63) {
-        throw bad(`HELLO_OK layout bits ${hello.timestampBits}+${hello.workerBits}+${hello.sequenceBits} != 63`);
+      if (hello.timestampBits + hello.workerBits + hello.sequenceBits > 63) {
+        throw bad(`HELLO_OK layout bits ${hello.timestampBits}+${hello.workerBits}+${hello.sequenceBits} > 63`);
       }
       if (hello.regionBits > hello.workerBits) {
         throw bad(`HELLO_OK region_bits ${hello.regionBits} > worker_bits ${hello.workerBits}`);

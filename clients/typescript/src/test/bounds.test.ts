@@ -36,7 +36,7 @@ function throwsKind(f: () => unknown, kind: string, what: string): void {
 /** The smallest ID whose time is at or after `unixMs`: bisection with decode. */
 function firstIdAtOrAfter(layout: Layout, unixMs: bigint): bigint {
   let lo = 0n;
-  let hi = 1n << 63n;
+  let hi = 1n << BigInt(layout.idBits);
   for (let i = 0; i < 64 && lo < hi; i++) {
     const mid = (lo + hi) >> 1n;
     if (BigInt(layout.decode(mid).unixMs) >= unixMs) hi = mid;
@@ -44,6 +44,32 @@ function firstIdAtOrAfter(layout: Layout, unixMs: bigint): bigint {
   }
   return lo;
 }
+
+describe("JavaScript-safe layouts", () => {
+  test("a 53-bit layout's IDs are exact numbers, and 2^53 is not one of its IDs", () => {
+    let seen = 0;
+    for (const lv of V.layouts) {
+      const layout = layoutOf(lv.layout);
+      assert.equal(layout.maxIdAt(layout.lastUnixMs), layout.maxId, lv.name);
+      assert.equal(BigInt(layout.decode(layout.maxId).unixMs), layout.lastUnixMs, lv.name);
+      if (layout.idBits < 63) {
+        assert.throws(() => layout.decode(layout.maxId + 1n), /not an ID of this layout/, lv.name);
+      }
+      if (layout.idBits !== 53) continue;
+      seen++;
+      assert.ok(layout.jsSafe, lv.name);
+      assert.equal(layout.maxId, BigInt(Number.MAX_SAFE_INTEGER), lv.name);
+      // Every bound of the layout survives a trip through a JSON number.
+      for (const c of lv.bounds) {
+        if (c.hi === undefined) continue;
+        const hi = BigInt(c.hi);
+        assert.equal(BigInt(JSON.parse(JSON.stringify({ hi: Number(hi) })).hi), hi, `${lv.name} ${c.hi}`);
+      }
+    }
+    assert.ok(seen >= 2, `${seen} JavaScript-safe layouts in the vectors`);
+    assert.equal(layoutOf(V.layouts[0]!.layout).jsSafe, false);
+  });
+});
 
 describe("time bounds", () => {
   test("every bounds vector holds", () => {
@@ -102,8 +128,10 @@ describe("time bounds", () => {
     };
     for (let i = 0; i < 300; i++) {
       const tb = 1 + Number(next(40n));
-      const wb = 1 + Number(next(BigInt(62 - tb)));
-      const sb = 63 - tb - wb;
+      // Any width from 32 (or tb + 2) to 63 bits.
+      const width = Math.max(tb + 2, 63 - Number(next(32n)));
+      const wb = 1 + Number(next(BigInt(width - 1 - tb)));
+      const sb = width - tb - wb;
       const layout = new Layout({ epochMs: next(1n << 44n), timestampBits: tb, workerBits: wb, sequenceBits: sb, regionBits: Number(next(BigInt(wb + 1))) });
       const span = layout.lastUnixMs - layout.epochMs;
       const [a, b] = [next(span + 1n), next(span + 1n)];

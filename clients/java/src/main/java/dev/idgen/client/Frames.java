@@ -576,9 +576,9 @@ public final class Frames {
                         u32(b, off + 22),
                         u32(b, off + 26),
                         u16(b, off + 30));
-                if (h.timestampBits() + h.workerBits() + h.sequenceBits() != 63) {
+                if (h.timestampBits() + h.workerBits() + h.sequenceBits() > 63) {
                     throw bad("HELLO_OK layout bits " + h.timestampBits() + "+" + h.workerBits() + "+"
-                            + h.sequenceBits() + " != 63");
+                            + h.sequenceBits() + " > 63");
                 }
                 if (h.regionBits() > h.workerBits()) {
                     throw bad("HELLO_OK region_bits " + h.regionBits() + " > worker_bits " + h.workerBits());

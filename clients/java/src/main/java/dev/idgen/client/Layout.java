@@ -49,10 +49,40 @@ public record Layout(long epochMs, int timestampBits, int workerBits, int sequen
         return new UuidParts(id, decode(id));
     }
 
-    /** Takes an ID apart (protocol section 10). */
+
+    /** The widest JavaScript-safe layout: every ID of a layout at most 53 bits wide is at most
+     * {@code 2^53 - 1}, an exact JavaScript number (and an exact {@code double}). */
+    public static final int JS_SAFE_BITS = 53;
+
+    /** The layout's width, timestamp + worker + sequence bits (at most 63): every ID is below
+     * {@code 2^idBits()}. */
+    public int idBits() {
+        return timestampBits + workerBits + sequenceBits;
+    }
+
+    /** The layout's largest ID, {@code 2^idBits() - 1}. */
+    public long maxId() {
+        return idBits() >= 63 ? Long.MAX_VALUE : (1L << idBits()) - 1;
+    }
+
+    /** Whether every ID is an exact JavaScript number: the layout is at most 53 bits wide. */
+    public boolean jsSafe() {
+        return idBits() <= JS_SAFE_BITS;
+    }
+
+    /**
+     * Takes an ID apart (protocol section 10).
+     *
+     * @throws IllegalArgumentException for a value outside {@code 0 .. 2^63}, or above
+     *     {@link #maxId()} (not an ID of this layout)
+     */
     public Parts decode(long id) {
         if (id < 0) {
             throw new IllegalArgumentException("ID " + Long.toUnsignedString(id) + " is outside 0 .. 2^63");
+        }
+        if (id > maxId()) {
+            throw new IllegalArgumentException(id + " is not an ID of this layout: its IDs are " + idBits()
+                    + " bits wide, below 2^" + idBits());
         }
         long sequence = id & ((1L << sequenceBits) - 1);
         long worker = (id >>> sequenceBits) & ((1L << workerBits) - 1);

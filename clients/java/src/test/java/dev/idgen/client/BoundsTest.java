@@ -83,10 +83,40 @@ class BoundsTest {
         assertTrue(answers >= 20 && errors >= 20, answers + " answers, " + errors + " errors");
     }
 
+    /** The 53-bit layouts of the vectors: their last ID is 2^53 - 1, exact as a double; a value at
+     * or above 2^53 is not one of their IDs. */
+    @Test
+    void javaScriptSafeLayouts() throws Exception {
+        List<Map<String, Object>> layouts = list(map(Support.json("clients/vectors/bounds.json")).get("layouts"));
+        int seen = 0;
+        for (Map<String, Object> lv : layouts) {
+            Map<String, Object> l = map(lv.get("layout"));
+            Layout layout = new Layout(num(l.get("epoch_ms")), width(l.get("timestamp_bits")),
+                    width(l.get("worker_bits")), width(l.get("sequence_bits")), width(l.get("region_bits")));
+            String name = (String) lv.get("name");
+            assertEquals(layout.maxId(), layout.maxIdAt(layout.lastUnixMs()), name);
+            assertEquals(layout.lastUnixMs(), layout.decode(layout.maxId()).unixMs(), name);
+            if (layout.idBits() < 63) {
+                IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                        () -> layout.decode(layout.maxId() + 1), name);
+                assertTrue(e.getMessage().contains("not an ID of this layout"), e.getMessage());
+            }
+            if (layout.idBits() != 53) {
+                continue;
+            }
+            seen++;
+            assertTrue(layout.jsSafe(), name);
+            assertEquals((1L << 53) - 1, layout.maxId(), name);
+            assertEquals(layout.maxId(), (long) (double) layout.maxId(), name);
+        }
+        assertTrue(seen >= 2, seen + " JavaScript-safe layouts");
+        assertTrue(!new Layout(0, 41, 10, 12, 0).jsSafe());
+    }
+
     /** The smallest ID whose time is at or after {@code unixMs}: bisection with decode, in BigInteger. */
     private static long firstIdAtOrAfter(Layout layout, long unixMs) {
         BigInteger lo = BigInteger.ZERO;
-        BigInteger hi = BigInteger.ONE.shiftLeft(63);
+        BigInteger hi = BigInteger.ONE.shiftLeft(layout.idBits());
         for (int i = 0; i < 64 && lo.compareTo(hi) < 0; i++) {
             BigInteger mid = lo.add(hi).shiftRight(1);
             if (layout.decode(mid.longValueExact()).unixMs() >= unixMs) {
@@ -103,8 +133,10 @@ class BoundsTest {
         Random rng = new Random(30);
         for (int i = 0; i < 300; i++) {
             int tb = 1 + rng.nextInt(40);
-            int wb = 1 + rng.nextInt(62 - tb);
-            int sb = 63 - tb - wb;
+            // Any width from 32 (or tb + 2) to 63 bits.
+            int widthBits = Math.max(tb + 2, 63 - rng.nextInt(32));
+            int wb = 1 + rng.nextInt(widthBits - 1 - tb);
+            int sb = widthBits - tb - wb;
             Layout layout = new Layout(rng.nextLong(1L << 44), tb, wb, sb, rng.nextInt(wb + 1));
             long span = layout.lastUnixMs() - layout.epochMs();
             long a = rng.nextLong(span + 1);
