@@ -218,7 +218,7 @@ pub async fn run(
             let (rec, layout) = cluster(store.as_ref(), lease, now)
                 .await?
                 .ok_or_else(|| no_cluster(lease))?;
-            config::lease::check_min_id(m, &layout).map_err(|ConfigError(e)| Failure::Usage(e))?;
+            idgen_core::lease::check_min_id(m, &layout).map_err(Failure::Usage)?;
             raise(store.as_ref(), lease, layout, &rec, m, now).await
         }
         StoreCommand::Restored { margin, .. } => {
@@ -353,10 +353,9 @@ pub fn migrate_plan(
     now: u64,
     as_json: bool,
 ) -> Result<String, Failure> {
-    let width = u32::from(layout.timestamp_shift()) + u32::from(layout.timestamp_bits());
-    if max_id.checked_shr(width).unwrap_or(0) != 0 {
+    if let Err(e) = layout.check_id(max_id) {
         return Err(Failure::Usage(format!(
-            "max id {max_id} is above every ID of the layout {layout} ({width} bits): no floor can hold it; a wider layout or a new ID column is needed"
+            "max id {max_id} is above every ID of the layout {layout}: {e}; no floor can hold it, a wider layout or a new ID column is needed"
         )));
     }
     let parts = layout.decompose(max_id);

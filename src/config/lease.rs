@@ -298,7 +298,7 @@ impl LeaseSection {
         // The safety period follows the TTL unless set.
         let lease_safety = duration("lease_safety", given.lease_safety, 2 * lease_ttl)?;
         if let Some(m) = given.min_id {
-            check_min_id(m, layout)?;
+            idgen_core::lease::check_min_id(m, layout).map_err(err)?;
         }
         Ok(LeaseSection {
             store,
@@ -357,24 +357,6 @@ impl LeaseSection {
         config.min_id = self.min_id;
         config
     }
-}
-
-/// `min_id` must be an ID of the layout whose time the layout can still pass: a floor at its
-/// last millisecond would leave nothing to issue.
-pub fn check_min_id(m: u64, layout: &Layout) -> Result<(), ConfigError> {
-    let width = u32::from(layout.timestamp_shift()) + u32::from(layout.timestamp_bits());
-    if m.checked_shr(width).unwrap_or(0) != 0 {
-        return Err(err(format!(
-            "min_id {m} is not an ID of the layout: it needs more than the layout's {width} bits"
-        )));
-    }
-    let t = layout.decompose(m).timestamp;
-    if t >= layout.max_timestamp() {
-        return Err(err(format!(
-            "min_id {m} lies at the layout's last millisecond: no ID is left above it"
-        )));
-    }
-    Ok(())
 }
 
 /// The first of these settings that is given, by name.

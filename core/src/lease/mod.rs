@@ -289,6 +289,21 @@ pub struct ClusterRecord {
     pub min_id: Option<u64>,
 }
 
+/// Why `min_id` cannot be a cluster's floor under `layout`, if it cannot: it must be one of the
+/// layout's IDs ([`Layout::check_id`]) whose time the layout can still pass (a floor at its
+/// last millisecond would leave nothing to issue).
+pub fn check_min_id(m: u64, layout: &Layout) -> Result<(), String> {
+    layout
+        .check_id(m)
+        .map_err(|e| format!("min_id {m} is not an ID of the layout: {e}"))?;
+    if layout.decompose(m).timestamp >= layout.max_timestamp() {
+        return Err(format!(
+            "min_id {m} lies at the layout's last millisecond: no ID is left above it"
+        ));
+    }
+    Ok(())
+}
+
 impl ClusterRecord {
     /// The grant floor the cluster's `min_id` imposes (ID-time ms): IDs whose timestamp is
     /// above the floor ID's are above it, whatever their worker and sequence.
@@ -763,7 +778,7 @@ impl<'s> Leases<'s> {
         let ours = LayoutRecord::from(self.layout);
         let scope = self.config.region;
         if let Some(m) = self.config.min_id {
-            self.check_min_id(m)?;
+            check_min_id(m, &self.layout).map_err(LeaseError::BadRequest)?;
         }
         let rec = match txn.get(&key).await? {
             Some(raw) => {
@@ -853,23 +868,6 @@ impl<'s> Leases<'s> {
             }
         };
         Ok(rec.floor_timestamp(&self.layout))
-    }
-
-    /// A floor must be an ID of the layout whose time the layout can still pass.
-    fn check_min_id(&self, m: u64) -> Result<(), LeaseError> {
-        let width =
-            u32::from(self.layout.timestamp_shift()) + u32::from(self.layout.timestamp_bits());
-        if m.checked_shr(width).unwrap_or(0) != 0 {
-            return Err(LeaseError::BadRequest(format!(
-                "min_id {m} is not an ID of the layout (wider than its {width} bits)"
-            )));
-        }
-        if self.layout.decompose(m).timestamp >= self.layout.max_timestamp() {
-            return Err(LeaseError::BadRequest(format!(
-                "min_id {m} leaves no ID of the layout above it (its time is the layout's last millisecond or later)"
-            )));
-        }
-        Ok(())
     }
 
     /// Reads (or creates) the cluster record and checks it as an acquisition would (layout,
