@@ -145,6 +145,9 @@ pub struct Scrape<'a> {
     pub now_ms: u64,
     /// The process's figures (`None` off Linux).
     pub process: Option<ProcessStats>,
+    /// The kernel's clock synchronisation state, read once per scrape (`None` where it cannot
+    /// be read).
+    pub kernel_sync: Option<KernelSync>,
 }
 
 impl Scrape<'_> {
@@ -720,12 +723,7 @@ pub const FAMILIES: &[Family] = &[
             &[],
             "",
             "1 when the kernel says the clock is synchronised (adjtimex: an NTP client disciplines it), else 0; absent where it cannot be read",
-            |_, out| {
-                match KernelSync::read() {
-                    Ok(k) => out.value(&[], k.synchronized),
-                    Err(_) => Ok(()),
-                }
-            },
+            |s, out| maybe(out, s.kernel_sync.map(|k| k.synchronized.into())),
         ),
     ),
     shown(
@@ -736,12 +734,7 @@ pub const FAMILIES: &[Family] = &[
             &[],
             "seconds",
             "The kernel's bound on the clock's error (adjtimex maxerror): set by the NTP client, growing while nobody updates it",
-            |_, out| {
-                match KernelSync::read() {
-                    Ok(k) => out.value(&[], k.max_error_us as f64 / 1e6),
-                    Err(_) => Ok(()),
-                }
-            },
+            |s, out| maybe(out, s.kernel_sync.map(|k| (k.max_error_us as f64 / 1e6).into())),
         ),
     ),
     shown(
@@ -752,12 +745,7 @@ pub const FAMILIES: &[Family] = &[
             &[],
             "seconds",
             "The kernel's estimate of the clock's error (adjtimex esterror)",
-            |_, out| {
-                match KernelSync::read() {
-                    Ok(k) => out.value(&[], k.est_error_us as f64 / 1e6),
-                    Err(_) => Ok(()),
-                }
-            },
+            |s, out| maybe(out, s.kernel_sync.map(|k| (k.est_error_us as f64 / 1e6).into())),
         ),
     ),
     // The node.
@@ -1111,6 +1099,7 @@ impl Collector for Catalogue {
             node: &self.0,
             now_ms: SystemClock::new().wall_ms(),
             process: super::process::read(),
+            kernel_sync: KernelSync::read().ok(),
         };
         encode(&mut enc, &scrape)
     }
