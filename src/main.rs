@@ -298,20 +298,37 @@ fn inspect(args: &InspectArgs) -> Result<(), Failure> {
     write_stdout(format!("{text}\n").as_bytes())
 }
 
-fn store(cmd: &idgen::commands::store::StoreCommand, origins: Origins) -> Result<(), Failure> {
-    use idgen::commands::store::{layout_for_empty_store, StoreCommand};
-    // Errors name what the user wrote: the flag, the variable or the file key.
+/// What a command against the store (`idgen store …`, `idgen seq …`) starts with: its store
+/// settings resolved (errors name what the user wrote: the flag, the variable or the file key),
+/// logging to stderr (the audit events, the store's warnings; the answer is stdout's alone) and
+/// a runtime to run it on.
+fn against_the_store(
+    store: &idgen::commands::InspectArgs,
+    origins: Origins,
+) -> Result<
+    (
+        idgen::commands::InspectArgs,
+        idgen::config::LeaseSection,
+        tokio::runtime::Runtime,
+    ),
+    Failure,
+> {
     let args = idgen::commands::InspectArgs {
         origins,
-        ..cmd.store().clone()
+        ..store.clone()
     };
     let (lease, log) = args.resolve()?;
-    // Logs (the audit events, the store's warnings) go to stderr; the answer is stdout's alone.
     init_logging(&log)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Runtime(e.to_string()))?;
+    Ok((args, lease, rt))
+}
+
+fn store(cmd: &idgen::commands::store::StoreCommand, origins: Origins) -> Result<(), Failure> {
+    use idgen::commands::store::{layout_for_empty_store, StoreCommand};
+    let (args, lease, rt) = against_the_store(cmd.store(), origins)?;
     let empty_layout = || match cmd {
         StoreCommand::Restored { layout, .. } => {
             layout_for_empty_store(layout, &args, SystemClock::new().wall_ms())
@@ -340,18 +357,7 @@ fn seq(cmd: &idgen::commands::seq::SeqCommand, origins: Origins) -> Result<(), F
             .store()
             .ok_or_else(|| Failure::Usage("no store settings".into()))?,
     };
-    // Errors name what the user wrote: the flag, the variable or the file key.
-    let store = idgen::commands::InspectArgs {
-        origins,
-        ..store.clone()
-    };
-    let (lease, log) = store.resolve()?;
-    // Logs (the audit events, the store's warnings) go to stderr; the answer is stdout's alone.
-    init_logging(&log)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    let (_, lease, rt) = against_the_store(store, origins)?;
     let text = rt.block_on(idgen::commands::seq::run(cmd, &lease))?;
     write_stdout(format!("{text}\n").as_bytes())
 }
