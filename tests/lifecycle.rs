@@ -60,15 +60,6 @@ fn node_with_clock(data: Option<&Path>, offset: &Path, extra: &[&str]) -> NodePr
     .unwrap_or_else(|e| panic!("the node did not start: {e}"))
 }
 
-fn take(node: &NodeProc, n: u32) -> Vec<u64> {
-    let mut c = TestConn::open(node.addr);
-    let mut ids = Vec::new();
-    while ids.len() < n as usize {
-        ids.extend(c.get_ids(500).expect("IDs"));
-    }
-    ids
-}
-
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -93,14 +84,14 @@ fn a_restored_store_is_fenced_so_a_clock_set_back_issues_nothing_at_or_below_wha
     // Before the snapshot: a node whose clock ran two minutes behind.
     std::fs::write(&offset, "-120s\n").unwrap();
     let mut node = node_with_clock(Some(&data), &offset, &[]);
-    let before = take(&node, 2_000);
+    let before = node.take_ids(2_000);
     assert!(node.terminate(Duration::from_secs(10)).success());
     copy_dir(&data, &snapshot);
 
     // After it: the same node on the right time; these IDs are what the restore forgets.
     std::fs::write(&offset, "+0\n").unwrap();
     let mut node = node_with_clock(Some(&data), &offset, &[]);
-    let after = take(&node, 2_000);
+    let after = node.take_ids(2_000);
     assert!(node.terminate(Duration::from_secs(10)).success());
     let largest = *after.iter().max().unwrap();
     assert!(largest > *before.iter().max().unwrap());
@@ -164,7 +155,7 @@ fn a_cut_over_floor_holds_for_every_node_and_is_never_a_side_effect_of_a_start()
     // A cluster made without a floor stays at record version 2 (the previous release can join
     // it, and run it again after a rollback).
     let mut node = node_with_clock(Some(&data), &offset, &[]);
-    let first = take(&node, 100);
+    let first = node.take_ids(100);
     assert!(node.terminate(Duration::from_secs(10)).success());
     let (_, inspected, _) = idgen(&["inspect", "--data-dir", data_s, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&inspected).unwrap();
@@ -231,7 +222,7 @@ fn an_etcd_snapshot_restored_and_fenced_keeps_clocks_set_back_above_every_id_iss
         })
     };
     let issue = |nodes: [NodeProc; 2]| {
-        let ids: Vec<u64> = nodes.iter().flat_map(|n| take(n, 1_000)).collect();
+        let ids: Vec<u64> = nodes.iter().flat_map(|n| n.take_ids(1_000)).collect();
         for mut n in nodes {
             assert!(n.terminate(Duration::from_secs(10)).success());
         }

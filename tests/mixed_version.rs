@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use idgen_testkit::conn::TestConn;
 use idgen_testkit::etcd::EtcdCluster;
 use idgen_testkit::node::{idgen_binary, NodeProc};
 
@@ -31,15 +30,6 @@ fn start(bin: &std::path::Path, url: &str, name: &str) -> Result<NodeProc, Strin
     )
 }
 
-fn take(node: &NodeProc, n: usize) -> Vec<u64> {
-    let mut c = TestConn::open(node.addr);
-    let mut ids = Vec::new();
-    while ids.len() < n {
-        ids.extend(c.get_ids(500).expect("IDs"));
-    }
-    ids
-}
-
 fn unique(seen: &mut HashSet<u64>, ids: &[u64], who: &str) {
     for &id in ids {
         assert!(seen.insert(id), "{who} issued {id} a second time");
@@ -59,21 +49,21 @@ fn two_releases_serve_unique_ids_together_and_a_rollback_works_until_the_upgrade
     let mut a = start(&old, &url, "old-a").expect("the previous release starts");
     let mut b = start(&new, &url, "new-b").expect("this release joins its cluster");
     for _ in 0..3 {
-        unique(&mut seen, &take(&a, 1_000), "old-a");
-        unique(&mut seen, &take(&b, 1_000), "new-b");
+        unique(&mut seen, &a.take_ids(1_000), "old-a");
+        unique(&mut seen, &b.take_ids(1_000), "new-b");
     }
     // A rolling restart of a onto this release, then back (the rollback): every start works,
     // nothing repeats.
     assert!(a.terminate(Duration::from_secs(10)).success());
     let mut a2 = start(&new, &url, "old-a").expect("a on this release");
-    unique(&mut seen, &take(&a2, 2_000), "a on this release");
+    unique(&mut seen, &a2.take_ids(2_000), "a on this release");
     assert!(a2.terminate(Duration::from_secs(10)).success());
     assert!(b.terminate(Duration::from_secs(10)).success());
     let mut a3 =
         start(&old, &url, "old-a").expect("the rollback: the previous release starts again");
     let b3 = start(&old, &url, "new-b").expect("the rollback of b");
-    unique(&mut seen, &take(&a3, 2_000), "a rolled back");
-    unique(&mut seen, &take(&b3, 2_000), "b rolled back");
+    unique(&mut seen, &a3.take_ids(2_000), "a rolled back");
+    unique(&mut seen, &b3.take_ids(2_000), "b rolled back");
     drop(b3);
     assert!(a3.terminate(Duration::from_secs(10)).success());
 
@@ -96,5 +86,5 @@ fn two_releases_serve_unique_ids_together_and_a_rollback_works_until_the_upgrade
         "{refused}"
     );
     let c = start(&new, &url, "new-c").expect("this release after the upgrade");
-    unique(&mut seen, &take(&c, 2_000), "new-c");
+    unique(&mut seen, &c.take_ids(2_000), "new-c");
 }

@@ -224,6 +224,17 @@ impl NodeProc {
         }
     }
 
+    /// At least `n` IDs from the node, in requests of 500 on one connection; panics on an
+    /// error answer.
+    pub fn take_ids(&self, n: usize) -> Vec<u64> {
+        let mut c = crate::conn::TestConn::open(self.addr);
+        let mut ids = Vec::new();
+        while ids.len() < n {
+            ids.extend(c.get_ids(500).expect("IDs"));
+        }
+        ids
+    }
+
     /// Resident memory of the process, KiB (from /proc).
     pub fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
