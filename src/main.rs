@@ -60,7 +60,8 @@ enum Command {
     /// inspect reads it).
     Seq(idgen::commands::seq::SeqArgs),
     /// Work out a bit layout for a deployment: nodes, regions, peak rate, years.
-    Layout(idgen::commands::calc::LayoutCalcArgs),
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Layout(idgen::commands::generations::LayoutArgs),
     /// Change the cluster's records: upgrade their version, raise the floor, fence after a
     /// restore of the store (against the store, as inspect reads it).
     Store(idgen::commands::store::StoreArgs),
@@ -158,7 +159,24 @@ fn main() -> ExitCode {
             timeout,
             tls,
         } => ("health", health(&addr, ready, &timeout, &tls)),
-        Command::Layout(args) => ("layout", layout_calc(&args)),
+        Command::Layout(args) => match &args.command {
+            None => (
+                "layout",
+                args.calc.as_ref().map_or_else(
+                    || {
+                        Err(Failure::Usage(
+                            "give the calculator's flags (--nodes, --peak-rate, ...) or a subcommand (plan, schedule)".into(),
+                        ))
+                    },
+                    layout_calc,
+                ),
+            ),
+            Some(cmd) => {
+                let sub = cmd.name();
+                let origins = origins_of(&["layout", &sub[7..]], &matches);
+                (sub, layout_cmd(cmd, origins))
+            }
+        },
         Command::Decode { ids, layout, json } => ("decode", decode(&ids, &layout, json)),
         Command::Bounds {
             from,
@@ -265,8 +283,8 @@ fn layout_calc(args: &idgen::commands::calc::LayoutCalcArgs) -> Result<(), Failu
 }
 
 fn decode(ids: &[String], layout: &LayoutSource, json: bool) -> Result<(), Failure> {
-    let layout = layout.layout()?;
-    let lines = idgen::commands::decode(&layout, ids, json).map_err(Failure::Usage)?;
+    let gens = layout.generations()?;
+    let lines = idgen::commands::decode(&gens, ids, json).map_err(Failure::Usage)?;
     let mut out = String::new();
     for l in lines {
         out.push_str(&l);
@@ -336,6 +354,15 @@ fn store(cmd: &idgen::commands::store::StoreCommand, origins: Origins) -> Result
         _ => Err(Failure::Runtime("no cluster record".into())),
     };
     let text = rt.block_on(idgen::commands::store::run(cmd, &lease, empty_layout))?;
+    write_stdout(text.as_bytes())
+}
+
+fn layout_cmd(
+    cmd: &idgen::commands::generations::LayoutCommand,
+    origins: Origins,
+) -> Result<(), Failure> {
+    let (_, lease, rt) = against_the_store(&cmd.args().store, origins)?;
+    let text = rt.block_on(idgen::commands::generations::run(cmd, &lease))?;
     write_stdout(text.as_bytes())
 }
 

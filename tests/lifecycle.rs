@@ -100,13 +100,13 @@ fn a_restored_store_is_fenced_so_a_clock_set_back_issues_nothing_at_or_below_wha
     std::fs::remove_dir_all(&data).unwrap();
     copy_dir(&snapshot, &data);
 
-    // The fence needs the records at version 3, and says so until they are.
+    // The fence needs the records at version 3 or newer, and says so until they are.
     let (code, _, err) = idgen(&["store", "restored", "--data-dir", data_s, "--margin", "1s"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("idgen store upgrade"), "{err}");
     let (code, out, err) = idgen(&["store", "upgrade", "--data-dir", data_s]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("2 -> 3"), "{out}");
+    assert!(out.contains("2 -> 4"), "{out}");
     let (code, out, err) = idgen(&[
         "store",
         "restored",
@@ -122,7 +122,7 @@ fn a_restored_store_is_fenced_so_a_clock_set_back_issues_nothing_at_or_below_wha
     let (_, inspected, _) = idgen(&["inspect", "--data-dir", data_s, "--json"]);
     let inspected: serde_json::Value = serde_json::from_str(&inspected).unwrap();
     let floor = inspected["min_id"].as_u64().expect("a floor");
-    assert_eq!(inspected["layout_version"], 3);
+    assert_eq!(inspected["layout_version"], 4);
     assert!(floor > largest, "the fence {floor} lies above {largest}");
 
     // A node whose clock is a minute behind (past the snapshot's lease ends, before the

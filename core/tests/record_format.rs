@@ -177,6 +177,7 @@ fn known_records_decode() {
             created_by: "x".into(),
             region_scope: Some(RegionScope::Region(3)),
             min_id: None,
+            successors: Vec::new(),
         }
     );
     assert_eq!(serde_json::to_string(&rec).unwrap(), regional);
@@ -185,6 +186,13 @@ fn known_records_decode() {
     let rec: ClusterRecord = serde_json::from_str(floored).unwrap();
     assert_eq!((rec.layout_version, rec.min_id), (3, Some(123_456_789_012)));
     assert_eq!(serde_json::to_string(&rec).unwrap(), floored);
+    // A cluster with a successor layout (record version 4): "successors" last.
+    let succeeded = r#"{"layout":{"epoch_ms":1,"timestamp_bits":41,"worker_bits":10,"sequence_bits":12,"region_bits":0},"layout_version":4,"created_unix_ms":5,"created_by":"x","region_scope":"global","successors":[{"layout":{"epoch_ms":0,"timestamp_bits":42,"worker_bits":9,"sequence_bits":12,"region_bits":0},"switch_unix_ms":1000}]}"#;
+    let rec: ClusterRecord = serde_json::from_str(succeeded).unwrap();
+    assert_eq!(rec.successors[0].switch_unix_ms, 1000);
+    assert_eq!(serde_json::to_string(&rec).unwrap(), succeeded);
+    let gens = rec.generations().unwrap();
+    assert_eq!(gens.all()[1].first_id, 999 << 22);
     let unscoped = r#"{"layout":{"epoch_ms":1,"timestamp_bits":41,"worker_bits":10,"sequence_bits":12,"region_bits":0},"layout_version":1,"created_unix_ms":5,"created_by":"x"}"#;
     let rec: ClusterRecord = serde_json::from_str(unscoped).unwrap();
     assert_eq!(rec.region_scope, None);

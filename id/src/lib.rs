@@ -34,6 +34,7 @@ use std::fmt;
 
 mod bounds;
 pub mod forms;
+mod generations;
 mod layout;
 #[cfg(feature = "mask")]
 pub mod mask;
@@ -42,6 +43,9 @@ mod uuid;
 pub use bounds::{Bounds, TimeError};
 
 pub use forms::FormError;
+pub use generations::{
+    first_id_after, successor_epoch, Generation, Generations, Plan, ScheduleError,
+};
 pub use layout::{
     Layout, LayoutError, Parts, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS,
     DEFAULT_WORKER_BITS, JS_SAFE_BITS, MIN_ID_BITS, PAYLOAD_BITS,

@@ -5,6 +5,7 @@
 pub mod bounds;
 pub mod calc;
 pub mod exit;
+pub mod generations;
 pub mod health;
 pub mod man;
 pub mod node_conn;
@@ -20,7 +21,8 @@ use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::lease::{LeaseConfig, Leases, Owner, WorkerState};
 use idgen_core::store::{KvStore, StoreUrl};
 use idgen_id::{
-    Layout, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS, DEFAULT_WORKER_BITS,
+    Generations, Layout, DEFAULT_EPOCH_MS, DEFAULT_SEQUENCE_BITS, DEFAULT_TIMESTAMP_BITS,
+    DEFAULT_WORKER_BITS,
 };
 use serde_json::json;
 
@@ -48,9 +50,27 @@ pub struct LayoutSource {
     pub sequence_bits: u8,
     #[arg(long, default_value_t = 0)]
     pub region_bits: u8,
+    /// The cluster's layout generations: a file holding a node's `GET /layout` answer (or
+    /// its "layouts" list), so IDs of every generation decode under their own layout.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["addr", "epoch"])]
+    pub layouts: Option<PathBuf>,
 }
 
 impl LayoutSource {
+    /// The layout generations: from `--layouts` if given, else the one layout of
+    /// [`layout`](Self::layout).
+    pub fn generations(&self) -> Result<Generations, Failure> {
+        let Some(path) = &self.layouts else {
+            return Ok(Generations::new(self.layout()?));
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::Usage(format!("--layouts {}: {e}", path.display())))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Failure::Usage(format!("--layouts {}: not JSON: {e}", path.display())))?;
+        crate::node::admin::generations_from_json(&v)
+            .map_err(|e| Failure::Usage(format!("--layouts {}: {e}", path.display())))
+    }
+
     /// The layout, from the node if `--addr` is given, else from the flags.
     pub fn layout(&self) -> Result<Layout, Failure> {
         if let Some(addr) = &self.addr {
@@ -134,13 +154,14 @@ impl InspectArgs {
 
 /// `idgen decode ID…`: one line per ID (or one JSON object per line with `--json`). A version 7
 /// UUID idgen issued is decoded too: the ID it was made from, and its fields.
-pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<String>, String> {
+pub fn decode(gens: &Generations, ids: &[String], as_json: bool) -> Result<Vec<String>, String> {
     let mut out = Vec::with_capacity(ids.len());
+    let several = gens.all().len() > 1;
     for text in ids {
         if crate::node::admin::looks_like_uuid(text) {
-            let (u, parts) = crate::node::admin::parse_uuid(layout, text)?;
+            let (u, parts) = crate::node::admin::parse_uuid_in(gens, text)?;
             if as_json {
-                out.push(crate::node::admin::decoded_uuid_json(layout, &u, &parts).to_string());
+                out.push(crate::node::admin::decoded_uuid_json(gens, &u, &parts).to_string());
             } else {
                 let p = parts.parts;
                 let time = humantime::format_rfc3339_millis(
@@ -157,16 +178,23 @@ pub fn decode(layout: &Layout, ids: &[String], as_json: bool) -> Result<Vec<Stri
         if id >= 1 << 63 {
             return Err(format!("{text}: the sign bit is set; not an idgen ID"));
         }
-        layout.check_id(id).map_err(|e| format!("{text}: {e}"))?;
+        let (generation, p) = gens
+            .decompose(idgen_id::Id(id))
+            .map_err(|e| format!("{text}: {e}"))?;
         if as_json {
-            out.push(crate::node::admin::decoded_json(layout, id).to_string());
+            out.push(crate::node::admin::decoded_json(gens, id).to_string());
         } else {
-            let p = layout.decompose(idgen_id::Id(id));
             let time = humantime::format_rfc3339_millis(
                 std::time::UNIX_EPOCH + Duration::from_millis(p.unix_ms),
             );
+            // The layout generation only when there is more than one to tell apart.
+            let generation = if several {
+                format!("  layout_generation={}", generation.index)
+            } else {
+                String::new()
+            };
             out.push(format!(
-                "{id}  time={time}  region={}  worker={}  sequence={}",
+                "{id}  time={time}  region={}  worker={}  sequence={}{generation}",
                 p.region, p.worker, p.sequence
             ));
         }

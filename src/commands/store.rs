@@ -2,7 +2,7 @@
 //! steady state, against the store as `idgen inspect` reads it (the same `[lease]` settings:
 //! flags, `IDGEN_*` variables, `--config`).
 //!
-//! - `upgrade` raises the cluster's records to version 3 ([`FLOOR_VERSION`]), after which
+//! - `upgrade` raises the cluster's records to the newest version (4, successor layouts; 3 added floors), after which
 //!   binaries of earlier releases refuse the cluster. Nothing else does: a node of this release
 //!   joins a version-2 cluster as it is, so a rollback stays possible until an operator runs it.
 //! - `floor` raises the cluster's floor (`min_id`: no ID at or below it) for a cut-over from a
@@ -37,7 +37,8 @@ pub struct StoreArgs {
 /// Changes to a cluster's records an operator asks for.
 #[derive(Subcommand, Debug, Clone)]
 pub enum StoreCommand {
-    /// Raise the cluster's records to version 3 (floors), once every node runs this release:
+    /// Raise the cluster's records to the newest version (4: floors and successor layouts),
+    /// once every node runs this release:
     /// from then on binaries of earlier releases refuse the cluster (no rollback past it).
     Upgrade {
         #[command(flatten)]
@@ -133,8 +134,12 @@ async fn cluster(
     let Some(rec) = probe.cluster().await.map_err(failure)? else {
         return Ok(None);
     };
-    let layout = Layout::try_from(rec.layout)
-        .map_err(|e| Failure::Runtime(format!("the cluster record's layout: {e}")))?;
+    // The layout generation in effect now: floors are IDs of the time they are set at.
+    let layout = rec
+        .generations()
+        .map_err(|e| Failure::Runtime(format!("the cluster record's layouts: {e}")))?
+        .at(now)
+        .layout;
     Ok(Some((rec, layout)))
 }
 
@@ -203,7 +208,7 @@ pub async fn run(
                 )
             } else {
                 format!(
-                    "namespace {}: record version {before} -> {after}. Binaries of earlier releases now refuse this cluster; floors (`idgen store floor`, `idgen store restored`, min_id) can be set.\n",
+                    "namespace {}: record version {before} -> {after}. Binaries of earlier releases now refuse this cluster; floors (`idgen store floor`, `idgen store restored`, min_id) and successor layouts (`idgen layout schedule`) can be set.\n",
                     lease.namespace
                 )
             })
@@ -368,7 +373,7 @@ pub fn migrate_plan(
     let new_epoch = layout.epoch_ms().checked_sub(shift);
     let mut steps: Vec<String> = Vec::new();
     if ready {
-        steps.push("1. Upgrade every node to this release, then run `idgen store upgrade` (record version 3; earlier releases then refuse the cluster).".into());
+        steps.push("1. Upgrade every node to this release, then run `idgen store upgrade` (record version 4; earlier releases then refuse the cluster).".into());
         steps.push(format!("2. Stop writers that take values from the old sequence, note its last value, and run `idgen store floor --min-id {max_id}` (or set `min_id = {max_id}` under [lease] in every node's file before a new cluster's first start)."));
         steps.push("3. Check: `idgen inspect` shows the floor; a node started with min_id shows it under `idgen serve --check-config`.".into());
         steps.push("4. Point writers at idgen: every ID it issues is above the old sequence's values, whatever a node's clock says.".into());

@@ -28,7 +28,7 @@ use super::state::NodeState;
 use super::tls::{ServerTls, TlsListener};
 use super::web::{self, error, Reply};
 use idgen_core::clock::{Clock, SystemClock};
-use idgen_id::{Id, Layout, UuidParts};
+use idgen_id::{Generations, Id, Layout, UuidParts};
 
 /// What the admin server answers from, shared by its connections.
 struct Admin {
@@ -240,9 +240,14 @@ pub fn parse_id(text: &str) -> Result<u64, String> {
     parsed.map_err(|e| format!("{t:?}: {e}"))
 }
 
-/// The fields of an ID as JSON.
-pub fn decoded_json(layout: &Layout, id: u64) -> Value {
-    let p = layout.decompose(Id(id));
+/// The fields of an ID as JSON, under the layout generation it belongs to (an ID the
+/// generations' width does not hold is decoded as the first generation's bits would be: callers
+/// check it first).
+pub fn decoded_json(gens: &Generations, id: u64) -> Value {
+    let (generation, p) = match gens.decompose(Id(id)) {
+        Ok((g, p)) => (g.index, p),
+        Err(_) => (0, gens.base().layout.decompose(Id(id))),
+    };
     let rfc3339 =
         humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(p.unix_ms))
             .to_string();
@@ -256,7 +261,111 @@ pub fn decoded_json(layout: &Layout, id: u64) -> Value {
         "worker": p.worker,
         "node": p.node,
         "sequence": p.sequence,
+        "layout_generation": generation,
     })
+}
+
+/// The layout generations as `GET /layout` lists them (`"layouts"`).
+pub fn generations_json(gens: &Generations) -> Value {
+    Value::Array(
+        gens.all()
+            .iter()
+            .map(|g| {
+                let l = g.layout;
+                json!({
+                    "layout_generation": g.index,
+                    "first_id": g.first_id,
+                    "first_id_str": g.first_id.to_string(),
+                    "switch_unix_ms": g.switch_unix_ms,
+                    "epoch_ms": l.epoch_ms(),
+                    "timestamp_bits": l.timestamp_bits(),
+                    "worker_bits": l.worker_bits(),
+                    "sequence_bits": l.sequence_bits(),
+                    "region_bits": l.region_bits(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The layout generations a `GET /layout` body lists (its `"layouts"`), or that list alone:
+/// generation 0 first, each successor checked to follow the one before (and its `first_id`,
+/// where given, to be the one that follows).
+pub fn generations_from_json(v: &Value) -> Result<Generations, String> {
+    let list = v
+        .get("layouts")
+        .unwrap_or(v)
+        .as_array()
+        .ok_or("not a list of layouts (GET /layout's \"layouts\", or its whole body)")?;
+    let field = |o: &Value, name: &str| -> Result<u64, String> {
+        o.get(name)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| format!("a layout without {name:?}"))
+    };
+    let mut gens: Option<Generations> = None;
+    for (i, o) in list.iter().enumerate() {
+        let bits = |name: &str| -> Result<u8, String> {
+            u8::try_from(field(o, name)?).map_err(|_| format!("{name} is not a width"))
+        };
+        let layout = Layout::new(
+            field(o, "epoch_ms")?,
+            bits("timestamp_bits")?,
+            bits("worker_bits")?,
+            bits("sequence_bits")?,
+            bits("region_bits")?,
+        )
+        .map_err(|e| format!("layout generation {i}: {e}"))?;
+        if let Some(g) = o.get("layout_generation").and_then(Value::as_u64) {
+            if g != i as u64 {
+                return Err(format!("layout generation {g} listed as number {i}"));
+            }
+        }
+        let next = match (gens.take(), o.get("switch_unix_ms").and_then(Value::as_u64)) {
+            (None, _) => Generations::new(layout),
+            (Some(before), Some(switch)) => before
+                .with_successor(layout, switch)
+                .map_err(|e| format!("layout generation {i}: {e}"))?,
+            (Some(_), None) => return Err(format!("layout generation {i} has no switch_unix_ms")),
+        };
+        let first = next.newest().first_id;
+        let listed = o
+            .get("first_id_str")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<u64>().ok())
+            .or_else(|| o.get("first_id").and_then(Value::as_u64));
+        if listed.is_some_and(|f| f != first) {
+            return Err(format!(
+                "layout generation {i} lists first_id {listed:?}; its switch gives {first}"
+            ));
+        }
+        gens = Some(next);
+    }
+    gens.ok_or_else(|| "an empty list of layouts".to_string())
+}
+
+/// Takes apart a UUID idgen issued under any of the layout generations: the one its ID belongs
+/// to, checked as [`parse_uuid`] checks it.
+pub fn parse_uuid_in(gens: &Generations, text: &str) -> Result<(uuid::Uuid, UuidParts), String> {
+    let mut first_err = None;
+    for g in gens.all().iter().rev() {
+        match parse_uuid(&g.layout, text) {
+            Ok((u, parts)) if gens.of_id(parts.id).is_ok_and(|of| of.index == g.index) => {
+                return Ok((u, parts))
+            }
+            Ok((u, _)) => {
+                first_err.get_or_insert_with(|| {
+                    format!(
+                        "{u}: its ID is not one layout generation {} issued",
+                        g.index
+                    )
+                });
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_err.unwrap_or_else(|| format!("{text:?}: not a UUID of this cluster")))
 }
 
 /// Whether `text` is meant as a UUID rather than an ID: an ID's forms are at most 19
@@ -278,8 +387,8 @@ pub fn parse_uuid(layout: &Layout, text: &str) -> Result<(uuid::Uuid, UuidParts)
 }
 
 /// The fields of a UUID idgen issued as JSON: the ID it was made from, decoded, and the UUID.
-pub fn decoded_uuid_json(layout: &Layout, u: &uuid::Uuid, parts: &UuidParts) -> Value {
-    let mut v = decoded_json(layout, parts.id.0);
+pub fn decoded_uuid_json(gens: &Generations, u: &uuid::Uuid, parts: &UuidParts) -> Value {
+    let mut v = decoded_json(gens, parts.id.0);
     v["uuid"] = json!(u.hyphenated().to_string());
     v
 }
@@ -293,12 +402,12 @@ fn decode_id(state: &NodeState, segment: &str) -> Reply {
             "the ID is not UTF-8 text: not a decimal, base62 (11 characters) or base32 (13 characters) ID",
         );
     };
+    let gens = state.lease.generations();
     if looks_like_uuid(&text) {
-        let layout = state.config.layout;
-        return match parse_uuid(&layout, &text) {
+        return match parse_uuid_in(&gens, &text) {
             Ok((u, parts)) => web::json(
                 StatusCode::OK,
-                decoded_uuid_json(&layout, &u, &parts).to_string(),
+                decoded_uuid_json(&gens, &u, &parts).to_string(),
             ),
             Err(e) => error(StatusCode::BAD_REQUEST, e),
         };
@@ -306,7 +415,7 @@ fn decode_id(state: &NodeState, segment: &str) -> Reply {
     if looks_masked(&text) {
         return match unmask(state, text.trim()) {
             Ok(id) => {
-                let mut v = decoded_json(&state.config.layout, id);
+                let mut v = decoded_json(&gens, id);
                 v["masked"] = json!(text.trim());
                 web::json(StatusCode::OK, v.to_string())
             }
@@ -314,16 +423,11 @@ fn decode_id(state: &NodeState, segment: &str) -> Reply {
         };
     }
     match parse_id(&text).and_then(|id| {
-        let layout = state.config.layout;
-        layout
-            .check_id(id)
-            .map(|id| id.get())
+        gens.of_id(id)
+            .map(|_| id)
             .map_err(|e| format!("{:?}: {e}", text.trim()))
     }) {
-        Ok(id) => web::json(
-            StatusCode::OK,
-            decoded_json(&state.config.layout, id).to_string(),
-        ),
+        Ok(id) => web::json(StatusCode::OK, decoded_json(&gens, id).to_string()),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }
@@ -348,9 +452,12 @@ fn unmask(state: &NodeState, text: &str) -> Result<u64, String> {
 }
 
 fn layout(state: &NodeState) -> Reply {
-    let l = state.config.layout;
     let now = SystemClock::new().wall_ms();
-    let left = l.time_left(now);
+    let gens = state.lease.generations();
+    let in_effect = *gens.at(now);
+    let l = in_effect.layout;
+    // The time left is the newest layout's: a scheduled successor is where the IDs go on.
+    let left = gens.newest().layout.time_left(now);
     let range = state
         .lease
         .current()
@@ -367,7 +474,9 @@ fn layout(state: &NodeState) -> Reply {
         "max_id_str": l.max_id().to_string(),
         "js_safe": l.is_js_safe(),
         "region": state.config.lease.region.region(),
-        "ends_at": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(l.end_unix_ms())).to_string(),
+        "ends_at": humantime::format_rfc3339(std::time::UNIX_EPOCH + Duration::from_millis(gens.newest().layout.end_unix_ms())).to_string(),
+        "layout_generation": in_effect.index,
+        "layouts": generations_json(&gens),
         "years_left": left.as_secs_f64() / (365.25 * 86_400.0),
         "namespace": state.config.lease.namespace,
         "workers": range,

@@ -302,8 +302,10 @@ async fn issue_uuids(ctx: &HttpCtx, count: u32, out: &mut Vec<u8>) -> Result<(),
     let mut beyond: Option<UuidError> = None;
     let mut first_one = true;
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    let layout = ctx.layout;
+    // The layout of the generation the IDs come from (one grant's: the same for all).
+    let gens = ctx.gen.borrow().lease().generations();
     let issued = issue(ctx, count, |first, n| {
+        let layout = gens.of_id(first).map_or(ctx.layout, |g| g.layout);
         for id in first..first + n {
             match layout.uuid_v7(id, rng.random::<u128>()) {
                 Ok(bytes) => {

@@ -326,7 +326,7 @@ fn maybe(out: &mut Series<'_>, v: Option<Value>) -> fmt::Result {
 
 /// Worker IDs in the node's region, or in the whole layout without regions.
 fn worker_capacity(s: &Scrape<'_>) -> u64 {
-    let layout = s.node.config.layout;
+    let layout = s.node.lease.generations().at(s.now_ms).layout;
     if s.node.config.lease.region.region().is_some() {
         layout.workers_per_region()
     } else {
@@ -687,9 +687,9 @@ pub const FAMILIES: &[Family] = &[
         Gauge,
         &[],
         "seconds",
-        "Time until the layout's timestamp range runs out (then no node can issue IDs)",
+        "Time until the layout's timestamp range runs out (then no node can issue IDs): the newest layout generation's, a scheduled successor's once there is one",
         |s, out| {
-            let left = s.node.config.layout.time_left(s.now_ms);
+            let left = s.node.lease.generations().newest().layout.time_left(s.now_ms);
             out.value(&[], left.as_secs_f64())
         },
     ),
@@ -982,9 +982,9 @@ pub const FAMILIES: &[Family] = &[
             Gauge,
             &[],
             "years",
-            "Years until the layout's timestamp range runs out",
+            "Years until the layout's timestamp range runs out (the newest layout generation's)",
             |s, out| {
-                let left = s.node.config.layout.time_left(s.now_ms);
+                let left = s.node.lease.generations().newest().layout.time_left(s.now_ms);
                 out.value(&[], left.as_secs_f64() / SECONDS_PER_YEAR)
             },
         ),

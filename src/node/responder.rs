@@ -29,7 +29,8 @@ use super::issuer::{refusal, ClockHold, IssueError};
 use super::telemetry::{bump, Op, ShardStats, BATCH_BUCKETS};
 use idgen_core::generator::{Fill, Progress};
 use idgen_core::histogram::bucket_of;
-use idgen_id::{Layout, UuidError, WorkerRange};
+use idgen_core::member::Announced;
+use idgen_id::{Layout, UuidError};
 use rand::RngExt;
 
 /// A one-ID answer: the protocol's [`SINGLE_ID_HEADER`], then the ID's 8 bytes.
@@ -114,7 +115,9 @@ pub(super) struct Responder {
     runs: Vec<(u64, u32)>,
     /// The worker range announced in HELLO_OK: IDs from any other range (the node's lease
     /// changed since) are not handed out on this connection (PROTOCOL.md §4.1).
-    announced: WorkerRange,
+    announced: Announced,
+    /// The layout announced in HELLO_OK: that of the announced range's layout generation.
+    announced_layout: Layout,
     /// A closing status was answered: close once it is written.
     closing: bool,
     /// The request in progress, waiting for the clock (nothing after it is decoded meanwhile).
@@ -211,6 +214,7 @@ impl Tally {
 
 impl Responder {
     pub(super) fn new(ctx: Rc<ConnCtx>) -> Self {
+        let layout = ctx.layout;
         Responder {
             limits: Limits {
                 max_request_frame: DEFAULT_MAX_REQUEST_FRAME,
@@ -219,7 +223,8 @@ impl Responder {
             ctx,
             state: ServerConnState::new(),
             runs: Vec::new(),
-            announced: WorkerRange::default(),
+            announced: Announced::default(),
+            announced_layout: layout,
             closing: false,
             pending: None,
             values: None,
@@ -550,9 +555,10 @@ impl Responder {
 
     fn hello(&mut self, out: &mut BytesMut) {
         let mut gen = self.ctx.gen.borrow_mut();
-        let announced = gen.range();
+        let announced = gen.announce();
         self.announced = announced;
-        let layout = self.ctx.layout;
+        let layout = gen.layout();
+        self.announced_layout = layout;
         let hello = ServerHello {
             version: self
                 .state
@@ -565,7 +571,7 @@ impl Responder {
             region_bits: layout.region_bits(),
             max_batch: self.limits.max_batch,
             max_request_frame: self.limits.max_request_frame,
-            workers: announced,
+            workers: announced.range,
             shard: u16::try_from(gen.index()).unwrap_or(u16::MAX),
         };
         // A range HELLO_OK cannot carry (past the wire's u32s: a layout of more than 32 worker
@@ -589,7 +595,7 @@ impl Responder {
         // GET_UUIDS: the thread's CSPRNG (ChaCha, reseeded from the OS) for the random bits.
         let mut uuids = (p.kind == Kind::Uuids).then(rand::rng);
         let mut beyond_uuids = None;
-        let layout = self.ctx.layout;
+        let layout = self.announced_layout;
         let result = {
             let runs = &mut self.runs;
             let mut gen = self.ctx.gen.borrow_mut();

@@ -53,7 +53,11 @@ impl NodeState {
         }
         // Behind as a shard saw it on its last request, or as the clock reads now against the
         // last timestamp each shard used (so an idle node is taken out too).
-        let now_id = now.saturating_sub(self.config.layout.epoch_ms());
+        let epoch = self
+            .lease
+            .current()
+            .map_or(self.config.layout.epoch_ms(), |v| v.layout.epoch_ms());
+        let now_id = now.saturating_sub(epoch);
         let wait = idgen_core::lease::duration_ms(self.config.clock.max_rollback_wait);
         let behind: Vec<usize> = self
             .shards

@@ -91,7 +91,8 @@ async fn first_acquire_creates_the_cluster_and_grants_from_zero(store: &dyn KvSt
             workers: WorkerRange::new(0, 4),
             generation: 1,
             floor: 0,
-            lease_end: NOW_ID + TTL
+            lease_end: NOW_ID + TTL,
+            layout_generation: 0,
         },
         "{ctx}"
     );
@@ -1073,7 +1074,7 @@ impl<S: KvStore> KvStore for Recording<S> {
 }
 
 async fn a_cluster_floor_fences_every_grant_once_asked_for(store: &dyn KvStore, ns: &str) {
-    use super::{FLOOR_VERSION, LAYOUT_VERSION};
+    use super::{FLOOR_VERSION, LAYOUT_VERSION, RECORD_VERSION_MAX};
     let ctx = format!("{} [{ns}]", store.describe());
     let layout = Layout::default();
     let with_floor = |name: &str, n: u64, min_id: u64| {
@@ -1115,12 +1116,12 @@ async fn a_cluster_floor_fences_every_grant_once_asked_for(store: &dyn KvStore, 
     // The operator's upgrade, then the floor.
     assert_eq!(
         a.upgrade_records().await.unwrap(),
-        (LAYOUT_VERSION, FLOOR_VERSION),
+        (LAYOUT_VERSION, RECORD_VERSION_MAX),
         "{ctx}"
     );
     assert_eq!(
         a.upgrade_records().await.unwrap(),
-        (FLOOR_VERSION, FLOOR_VERSION),
+        (RECORD_VERSION_MAX, RECORD_VERSION_MAX),
         "{ctx}"
     );
     let b = with_floor("b", 1, floor_at(f)).acquire(NOW).await.unwrap();
@@ -1132,7 +1133,7 @@ async fn a_cluster_floor_fences_every_grant_once_asked_for(store: &dyn KvStore, 
     let cluster = a.cluster().await.unwrap().unwrap();
     assert_eq!(
         (cluster.layout_version, cluster.min_id),
-        (FLOOR_VERSION, Some(floor_at(f))),
+        (RECORD_VERSION_MAX, Some(floor_at(f))),
         "{ctx}"
     );
     // Every later grant obeys it, also one by a node that was not told (and one whose clock is

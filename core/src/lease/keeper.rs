@@ -32,6 +32,18 @@
 //!
 //! A resume from suspend moves the wall and boot clocks together: no step.
 //!
+//! ## Layout generations
+//!
+//! Every renewal reads the cluster record (conditionally, in its transaction), so the keeper
+//! learns of a successor layout at its next renewal after it is scheduled, and from then on
+//! its lease ends no later than the last timestamp before the switch. [`PREPARE`] before the
+//! switch it acquires a grant in the successor's worker space (its floor is the successor's
+//! first timestamp less one), and a moment before the switch ([`PUBLISH_EARLY`], within the
+//! generators' default wait for their clock) publishes it: the issuers finish the old
+//! generation at its ceiling and issue the new one from the switch on. The old grant is then
+//! released at its lease end. A keeper that starts (or re-acquires) after a switch acquires in
+//! the generation in effect by its clock.
+//!
 //! Until it is believed, the operation uses the time that passed plus one TTL, without the
 //! slack accumulating from renewal to renewal: the lease end stays within two TTLs of the
 //! time that really passed, so a step that comes back before it is believed leaves nothing
@@ -47,10 +59,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idgen_id::Layout;
+use idgen_id::{Generation, Generations, Layout};
 use tokio::sync::watch;
 
 use super::{duration_ms, Grant, GrantTerms, LeaseConfig, LeaseError, Leases, Owner, Released};
+
+/// How long before a switch of layout generation the keeper acquires its grant in the
+/// successor (at most its renewal interval).
+pub const PREPARE: Duration = Duration::from_secs(2);
+/// How long before the switch the keeper publishes that grant: the issuers that pick it up
+/// wait this long at most for their clock to reach the successor's first timestamp, within
+/// the generator's default wait (10 ms), so the switch costs no refusals.
+pub const PUBLISH_EARLY: Duration = Duration::from_millis(3);
 use crate::clock::Clock;
 use crate::drift::{ClockWatch, StepVerdict, VERDICT_WITHIN};
 use crate::generator::Ceiling;
@@ -65,6 +85,8 @@ pub struct LeaseView {
     /// The shards' ceiling (ID-time ms): the lease end last committed, as the shards obey it.
     /// Renewals raise it, loss and release lower it to 0. The one live copy of the lease end.
     pub ceiling: Arc<Ceiling>,
+    /// The layout of the grant's layout generation: what its IDs are made with.
+    pub layout: Layout,
 }
 
 /// Upper bounds (inclusive, µs) of the renewal-duration histogram's buckets: 1 ms to 10 s.
@@ -124,7 +146,10 @@ impl LeaseStats {
 pub struct LeaseShared {
     view: watch::Sender<Option<Arc<LeaseView>>>,
     pub stats: LeaseStats,
+    /// The layout the node is configured with (one of the cluster's generations').
     pub layout: Layout,
+    /// The cluster's layout generations, as the keeper last read them.
+    generations: Mutex<Generations>,
 }
 
 impl LeaseShared {
@@ -138,9 +163,19 @@ impl LeaseShared {
     }
     /// ID-time ms left before the shards reach their ceiling (0 without a lease).
     pub fn time_left_ms(&self, now_unix_ms: u64) -> u64 {
-        let now = now_unix_ms.saturating_sub(self.layout.epoch_ms());
-        self.current()
-            .map_or(0, |v| v.ceiling.get().saturating_sub(now))
+        self.current().map_or(0, |v| {
+            let now = now_unix_ms.saturating_sub(v.layout.epoch_ms());
+            v.ceiling.get().saturating_sub(now)
+        })
+    }
+
+    /// The cluster's layout generations as the keeper last read them (the configured layout
+    /// alone until it has).
+    pub fn generations(&self) -> Generations {
+        self.generations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -154,6 +189,7 @@ impl LeaseShared {
             view: watch::Sender::new(view),
             stats: LeaseStats::default(),
             layout,
+            generations: Mutex::new(Generations::new(layout)),
         })
     }
 
@@ -242,6 +278,9 @@ pub struct Keeper<C: Clock> {
     shared: Arc<LeaseShared>,
     /// The grant as last committed (its `lease_end` follows successful renewals).
     grant: Mutex<Option<Grant>>,
+    /// A grant in the next layout generation, acquired shortly before its switch and
+    /// published at it.
+    pending: Mutex<Option<Grant>>,
     /// The last grant found lost, as last committed: a later grant must have a higher
     /// generation and, where it covers the same worker IDs, a floor at or above its lease end.
     lost: Mutex<Option<Grant>>,
@@ -278,8 +317,10 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 view,
                 stats: LeaseStats::default(),
                 layout,
+                generations: Mutex::new(Generations::new(layout)),
             }),
             grant: Mutex::new(None),
+            pending: Mutex::new(None),
             lost: Mutex::new(None),
             anchor: Mutex::new(None),
             step: Mutex::new(None),
@@ -304,13 +345,54 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         Arc::clone(&self.shared)
     }
 
-    fn leases(&self) -> Leases<'_> {
+    /// The lease operations in layout generation `era`.
+    fn leases_in(&self, era: Generation) -> Leases<'_> {
         Leases::new(
             self.store.as_ref(),
             self.layout,
             self.config.clone(),
             self.owner.clone(),
         )
+        .in_generation(era)
+    }
+
+    /// The lease operations in the generation in effect at `now_unix_ms`, as last read.
+    fn leases(&self, now_unix_ms: u64) -> Leases<'_> {
+        self.leases_in(*self.shared.generations().at(now_unix_ms))
+    }
+
+    /// The lease operations in `grant`'s generation.
+    fn leases_of(&self, grant: &Grant) -> Leases<'_> {
+        let gens = self.shared.generations();
+        let era = gens
+            .get(grant.layout_generation)
+            .copied()
+            .unwrap_or(*gens.base());
+        self.leases_in(era)
+    }
+
+    fn set_generations(&self, gens: Generations) {
+        let mut slot = self
+            .shared
+            .generations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *slot != gens {
+            if let Some(next) = gens.all().get(slot.all().len()) {
+                tracing::info!(
+                    event = "layout_successor_seen",
+                    layout_generation = next.index,
+                    switch_unix_ms = next.switch_unix_ms,
+                    layout = %next.layout,
+                    "a successor layout is scheduled"
+                );
+            }
+            *slot = gens;
+        }
+    }
+
+    fn pending_slot(&self) -> std::sync::MutexGuard<'_, Option<Grant>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn grant_slot(&self) -> std::sync::MutexGuard<'_, Option<Grant>> {
@@ -349,7 +431,9 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 grant.generation, previous.generation
             )));
         }
-        let overlaps = grant.workers.first < previous.workers.end()
+        // Worker IDs and ID time of different layout generations are different spaces.
+        let overlaps = grant.layout_generation == previous.layout_generation
+            && grant.workers.first < previous.workers.end()
             && previous.workers.first < grant.workers.end();
         if overlaps && grant.floor < previous.lease_end {
             return Err(corrupt(format!(
@@ -554,11 +638,12 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
     /// Acquires a lease and publishes it. At start-up, the caller treats an error as fatal.
     pub async fn acquire(&self) -> Result<Arc<LeaseView>, LeaseError> {
         let LeaseTime { now, boot, anchor } = self.lease_now();
-        let grant = self.timed(self.leases().acquire(now)).await?;
+        let grant = self.acquire_in_effect(now).await?;
+        let layout = self.layout_of(&grant);
         assert!(
             grant.lease_end >= grant.floor
                 && grant.workers.count == self.config.workers
-                && grant.workers.end() <= self.layout.worker_count(),
+                && grant.workers.end() <= layout.worker_count(),
             "invariant 1: a grant's lease_end is at or above its floor, over the range asked for: {grant:?}"
         );
         self.check_grant(&grant)?;
@@ -566,6 +651,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         let view = Arc::new(LeaseView {
             ceiling: Arc::new(Ceiling::new(grant.lease_end)),
             grant: grant.terms(),
+            layout,
         });
         let stats = &self.shared.stats;
         stats.generation.store(grant.generation, Ordering::Relaxed);
@@ -580,7 +666,8 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             generation = grant.generation,
             floor = grant.floor,
             lease_end = grant.lease_end,
-            wait_ms = grant.floor.saturating_sub(now.saturating_sub(self.layout.epoch_ms())),
+            wait_ms = grant.floor.saturating_sub(now.saturating_sub(layout.epoch_ms())),
+            layout_generation = grant.layout_generation,
             "lease acquired"
         );
         *self.grant_slot() = Some(grant);
@@ -591,6 +678,124 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
         );
         self.refresh_occupancy().await;
         Ok(view)
+    }
+
+    /// A grant in the layout generation in effect at `now` (re-reading the cluster's
+    /// generations when they changed).
+    async fn acquire_in_effect(&self, now: u64) -> Result<Grant, LeaseError> {
+        let mut tries = 0;
+        loop {
+            match self.timed(self.leases(now).acquire(now)).await {
+                Err(LeaseError::Rescheduled(gens)) if tries < 3 => {
+                    self.set_generations(*gens);
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The layout of `grant`'s layout generation.
+    fn layout_of(&self, grant: &Grant) -> Layout {
+        self.shared
+            .generations()
+            .get(grant.layout_generation)
+            .map_or(self.layout, |g| g.layout)
+    }
+
+    /// Moves towards the next layout generation if one is scheduled after `grant`'s: acquires
+    /// in it [`PREPARE`] before its switch, publishes that grant [`PUBLISH_EARLY`] before it
+    /// and releases the old one. Returns when to look again; `None` without a successor.
+    async fn switch_step(&self, grant: &Grant) -> Option<Duration> {
+        let gens = self.shared.generations();
+        let next = *gens.after(grant.layout_generation)?;
+        let switch = next.switch_unix_ms?;
+        let prepare = duration_ms(PREPARE.min(self.timing.renew_every));
+        let prepare_at = switch.saturating_sub(prepare);
+        let publish_at = switch.saturating_sub(duration_ms(PUBLISH_EARLY));
+        let wall = self.clock.wall_ms();
+        if wall < prepare_at {
+            return Some(Duration::from_millis(prepare_at - wall));
+        }
+        let prepared = self.pending_slot().is_some();
+        if !prepared {
+            let LeaseTime { now, .. } = self.lease_now();
+            match self.timed(self.leases_in(next).acquire(now)).await {
+                Ok(g) => {
+                    if let Err(e) = self.check_grant(&g) {
+                        tracing::error!(event = "layout_switch_failed", error = %e, "refused the successor's grant");
+                        return Some(self.timing.retry_every);
+                    }
+                    tracing::info!(
+                        event = "layout_switch_prepared",
+                        layout_generation = next.index,
+                        worker_first = g.workers.first,
+                        worker_count = g.workers.count,
+                        generation = g.generation,
+                        floor = g.floor,
+                        "leased in the successor layout; switching at its switch time"
+                    );
+                    *self.pending_slot() = Some(g);
+                }
+                Err(LeaseError::Rescheduled(gens)) => {
+                    self.set_generations(*gens);
+                    return Some(self.timing.retry_every);
+                }
+                Err(e) => {
+                    tracing::warn!(event = "layout_switch_failed", error = %e, layout_generation = next.index, "could not lease in the successor layout yet; retrying");
+                    return Some(self.timing.retry_every);
+                }
+            }
+        }
+        let wall = self.clock.wall_ms();
+        if wall < publish_at {
+            return Some(Duration::from_millis(publish_at - wall));
+        }
+        let pending = self.pending_slot().take();
+        let pending = pending?;
+        let layout = next.layout;
+        let view = Arc::new(LeaseView {
+            ceiling: Arc::new(Ceiling::new(pending.lease_end)),
+            grant: pending.terms(),
+            layout,
+        });
+        let old = self.grant_slot().replace(pending.clone());
+        self.shared
+            .stats
+            .generation
+            .store(pending.generation, Ordering::Relaxed);
+        self.shared.view.send_replace(Some(view));
+        tracing::info!(
+            event = "layout_switched",
+            layout_generation = next.index,
+            layout = %layout,
+            worker_first = pending.workers.first,
+            worker_count = pending.workers.count,
+            generation = pending.generation,
+            "switched to the successor layout"
+        );
+        if let Some(old) = old {
+            // The old issuers stop at their ceiling, at or below the lease end committed:
+            // released there, everything they issued is below it.
+            let now = self.clock.wall_ms();
+            let leases = self.leases_of(&old);
+            match self
+                .timed(leases.release(&old, Some(old.lease_end), now))
+                .await
+            {
+                Ok(r) => tracing::info!(
+                    event = "lease_released",
+                    generation = old.generation,
+                    layout_generation = old.layout_generation,
+                    outcome = r.name(),
+                    "the old layout's lease released"
+                ),
+                Err(e) => {
+                    tracing::warn!(event = "lease_release_failed", generation = old.generation, error = %e, "could not release the old layout's lease; it expires")
+                }
+            }
+        }
+        Some(Duration::ZERO)
     }
 
     /// Acquires at start-up, retrying what may clear by itself until `within` has passed: the
@@ -625,7 +830,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
     async fn refresh_occupancy(&self) {
         let now = self.clock.wall_ms();
         if let Ok(Ok(o)) =
-            tokio::time::timeout(self.timing.op_timeout, self.leases().occupancy(now)).await
+            tokio::time::timeout(self.timing.op_timeout, self.leases(now).occupancy(now)).await
         {
             self.shared
                 .stats
@@ -653,10 +858,22 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             "invariant 2: the published view is the keeper's grant, its ceiling ({}) at or below the lease end committed ({grant:?})",
             view.ceiling.get()
         );
+        if let Some(wait) = self.switch_step(&grant).await {
+            if wait.is_zero() {
+                // Switched: renew the new grant at once.
+                return Duration::ZERO;
+            }
+        }
         let stats = &self.shared.stats;
         let started = Instant::now();
         let LeaseTime { now, boot, anchor } = self.lease_now();
-        let result = self.timed(self.leases().renew(&grant, now)).await;
+        let result = self
+            .timed(self.leases_of(&grant).renew_seeing(&grant, now))
+            .await
+            .map(|(lease_end, gens)| {
+                self.set_generations(gens);
+                lease_end
+            });
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         stats.renew_latency_us.store(latency_us, Ordering::Relaxed);
         stats
@@ -696,7 +913,11 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                     );
                 }
                 self.refresh_occupancy().await;
-                self.next_renewal()
+                // A switch scheduled: look again when its next step is due.
+                match self.switch_step_due(&grant) {
+                    Some(due) => self.next_renewal().min(due),
+                    None => self.next_renewal(),
+                }
             }
             Err(LeaseError::Lost(reason)) => {
                 view.ceiling.lower_to(0);
@@ -722,7 +943,7 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 stats
                     .renew_failed_duration
                     .record(&RENEWAL_BUCKETS_US, latency_us);
-                let now_id = now.saturating_sub(self.layout.epoch_ms());
+                let now_id = now.saturating_sub(view.layout.epoch_ms());
                 tracing::warn!(
                     event = "lease_renewal_failed",
                     generation = grant.generation,
@@ -733,6 +954,21 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
                 self.timing.retry_every
             }
         }
+    }
+
+    /// How long until the next step of a scheduled switch after `grant`'s generation.
+    fn switch_step_due(&self, grant: &Grant) -> Option<Duration> {
+        let gens = self.shared.generations();
+        let switch = gens.after(grant.layout_generation)?.switch_unix_ms?;
+        let prepare = duration_ms(PREPARE.min(self.timing.renew_every));
+        let at = if self.pending_slot().is_some() {
+            switch.saturating_sub(duration_ms(PUBLISH_EARLY))
+        } else {
+            switch.saturating_sub(prepare)
+        };
+        Some(Duration::from_millis(
+            at.saturating_sub(self.clock.wall_ms()),
+        ))
     }
 
     /// Renews until `shutdown` turns true. If the loop ends any other way (a panic, such as a
@@ -790,8 +1026,15 @@ impl<C: Clock + Send + Sync + 'static> Keeper<C> {
             view.ceiling.lower_to(0);
         }
         let now = self.clock.wall_ms();
+        let pending = self.pending_slot().take();
+        if let Some(pending) = pending {
+            // Leased for a switch that did not come: nothing was issued under it.
+            let _ = self
+                .timed(self.leases_of(&pending).release(&pending, None, now))
+                .await;
+        }
         let released = self
-            .timed(self.leases().release(&grant, last_issued, now))
+            .timed(self.leases_of(&grant).release(&grant, last_issued, now))
             .await?;
         self.shared.view.send_replace(None);
         *self.grant_slot() = None;
@@ -1092,7 +1335,7 @@ mod tests {
         let view = k.acquire().await.unwrap();
         let first = view.grant.workers.first;
         // Someone overwrites our record with another generation (as a new holder would).
-        let key = k.leases().worker_key(first);
+        let key = k.leases(0).worker_key(first);
         let mut txn = Txn::new(store.as_ref());
         let raw = txn.get(&key).await.unwrap().unwrap();
         let mut rec: WorkerRecord = serde_json::from_slice(&raw).unwrap();
@@ -1199,7 +1442,7 @@ mod tests {
     /// Forges the keeper's record (released by someone else, at `lease_end`) and the
     /// generation counter (at `generation`): a store that lost committed writes.
     async fn forge(store: &MemoryStore, k: &Keeper<SystemClock>, lease_end: u64, generation: u64) {
-        let leases = k.leases();
+        let leases = k.leases(0);
         let key = leases.worker_key(0);
         let mut txn = Txn::new(store);
         let mut rec: WorkerRecord =
@@ -1269,7 +1512,7 @@ mod tests {
         let released = k.release(Some(last)).await.unwrap();
         assert_eq!(released, Released::Freed { lease_end: last });
         assert_eq!(view.ceiling.get(), 0);
-        let recs = k.leases().workers().await.unwrap();
+        let recs = k.leases(0).workers().await.unwrap();
         assert!(recs
             .iter()
             .all(|(_, r)| r.state == WorkerState::Released && r.lease_end == last));

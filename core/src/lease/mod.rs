@@ -14,6 +14,7 @@
 //! | `cluster` | [`ClusterRecord`]: the layout, written once by the first node |
 //! | `generation` | the last generation number granted (a counter) |
 //! | `workers/<first>` | [`WorkerRecord`]: the worker IDs `first .. first + count`: state, owner, generation, `lease_end` |
+//! | `layouts/<g>/workers/<first>` | the same, for layout generation `g` ≥ 1 (its own worker space and ID time) |
 //! | `clocks/<instance>` | a node's clock (`crate::drift`); on etcd it expires when the node stops publishing |
 //!
 //! ## Range records
@@ -82,7 +83,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
-use idgen_id::{Layout, LayoutError, WorkerRange};
+use idgen_id::{Generation, Generations, Layout, LayoutError, WorkerRange};
 use serde::{Deserialize, Serialize};
 
 use crate::store::{Commit, Entry, KvStore, StoreError, Txn};
@@ -114,8 +115,16 @@ pub const LAYOUT_VERSION: u32 = 2;
 /// or setting a floor on a cluster that is already there; never because a node of this version
 /// started, so a rollback to the previous version stays possible until then.
 pub const FLOOR_VERSION: u32 = 3;
+/// Version 4: the cluster record may schedule successor layouts
+/// ([`ClusterRecord::successors`], layout generations), which binaries that read only version
+/// 3 would ignore (and issue past the switch), so they refuse a cluster of version 4. As with
+/// version 3, only `idgen store upgrade` moves a cluster there.
+pub const GENERATIONS_VERSION: u32 = 4;
 /// The newest record version this binary reads; a cluster of a newer one is refused.
-pub const RECORD_VERSION_MAX: u32 = FLOOR_VERSION;
+pub const RECORD_VERSION_MAX: u32 = GENERATIONS_VERSION;
+/// The shortest notice a successor layout is scheduled with: every node learns of it at its
+/// next renewal (a third of its TTL) and must have time to.
+pub const MIN_SWITCH_NOTICE: Duration = Duration::from_secs(5);
 /// The most worker records one transaction reads and rewrites (etcd's default
 /// `--max-txn-ops` is 128, for the compares and the writes each): a grant's compares are these
 /// plus the cluster record and the generation counter, its writes these plus at most four.
@@ -287,6 +296,19 @@ pub struct ClusterRecord {
     /// [`FLOOR_VERSION`] or newer, which binaries that would ignore it refuse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_id: Option<u64>,
+    /// Layout generations 1, 2, ... in order: each layout and the Unix ms it takes over from
+    /// the one before (see [`idgen_id::Generations`]). Only in records of
+    /// [`GENERATIONS_VERSION`] or newer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub successors: Vec<SuccessorRecord>,
+}
+
+/// A successor layout as the cluster record stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuccessorRecord {
+    pub layout: LayoutRecord,
+    /// When it takes over (Unix ms).
+    pub switch_unix_ms: u64,
 }
 
 /// Why `min_id` cannot be a cluster's floor under `layout`, if it cannot: it must be one of the
@@ -305,11 +327,40 @@ pub fn check_min_id(m: u64, layout: &Layout) -> Result<(), String> {
 }
 
 impl ClusterRecord {
-    /// The grant floor the cluster's `min_id` imposes (ID-time ms): IDs whose timestamp is
-    /// above the floor ID's are above it, whatever their worker and sequence.
-    pub fn floor_timestamp(&self, layout: &Layout) -> u64 {
-        self.min_id.map_or(0, |m| layout.decompose(m).timestamp)
+    /// The grant floor the cluster's `min_id` imposes (ID-time ms) on a generation of the
+    /// cluster: IDs whose timestamp is above the floor ID's are above it, whatever their
+    /// worker and sequence. A floor below the generation's first ID does not concern it.
+    pub fn floor_timestamp(&self, generation: &Generation) -> u64 {
+        self.min_id
+            .filter(|&m| m >= generation.first_id)
+            .map_or(0, |m| generation.layout.decompose(m).timestamp)
     }
+
+    /// The cluster's layout generations: its layout, then every successor.
+    pub fn generations(&self) -> Result<Generations, String> {
+        let base = Layout::try_from(self.layout).map_err(|e| format!("invalid layout: {e}"))?;
+        let mut gens = Generations::new(base);
+        for (i, s) in self.successors.iter().enumerate() {
+            let layout = Layout::try_from(s.layout)
+                .map_err(|e| format!("invalid layout of generation {}: {e}", i + 1))?;
+            gens = gens
+                .with_successor(layout, s.switch_unix_ms)
+                .map_err(|e| format!("generation {}: {e}", i + 1))?;
+        }
+        Ok(gens)
+    }
+}
+
+/// Each generation's layout, `; `-separated, for messages.
+pub fn describe_generations(gens: &Generations) -> String {
+    gens.all()
+        .iter()
+        .map(|g| match g.switch_unix_ms {
+            None => g.layout.to_string(),
+            Some(s) => format!("generation {} from {s} ms: {}", g.index, g.layout),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Whether a worker ID is held.
@@ -354,6 +405,9 @@ pub struct Grant {
     pub floor: u64,
     /// Issue only timestamps strictly below this (ID-time ms); renewals raise it.
     pub lease_end: u64,
+    /// The layout generation whose worker space and ID time the grant is in (0 until the
+    /// cluster schedules a successor layout).
+    pub layout_generation: u32,
 }
 
 impl Grant {
@@ -363,6 +417,7 @@ impl Grant {
             workers: self.workers,
             generation: self.generation,
             floor: self.floor,
+            layout_generation: self.layout_generation,
         }
     }
 }
@@ -377,6 +432,8 @@ pub struct GrantTerms {
     pub generation: u64,
     /// Issue only timestamps strictly above this (ID-time ms).
     pub floor: u64,
+    /// The layout generation the grant is in.
+    pub layout_generation: u32,
 }
 
 /// Why a lease operation failed.
@@ -410,6 +467,14 @@ pub enum LeaseError {
     /// The cluster's records are of a version that cannot hold what was asked for.
     #[error("{0}")]
     RecordVersion(String),
+    /// The operation was asked for in a layout generation the cluster record does not
+    /// describe as asked (a successor was scheduled, or its switch has passed): these are the
+    /// cluster's generations now.
+    #[error("the cluster's layouts changed: {}", describe_generations(.0))]
+    Rescheduled(Box<Generations>),
+    /// Nothing is left to issue in this layout generation here (its successor takes over).
+    #[error("layout generation {0} is over: its successor takes over")]
+    GenerationOver(u32),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -426,6 +491,19 @@ fn region_text(region: Option<u64>) -> String {
     region
         .map(|r| format!(" in region {r}"))
         .unwrap_or_default()
+}
+
+/// What the cluster record says about a lease in one layout generation.
+#[derive(Debug)]
+struct ClusterTerms {
+    /// No grant issues at or below this (ID-time ms): the cluster's floor, the generation's
+    /// first timestamp less one.
+    floor: u64,
+    /// No grant's `lease_end` goes above this (the timestamp before the successor's switch).
+    last: Option<u64>,
+    /// The generation in effect at the operation's clock.
+    in_effect: u32,
+    generations: Generations,
 }
 
 /// What a release found.
@@ -470,7 +548,12 @@ pub struct Occupancy {
 /// (`now_unix_ms`) explicitly, so the same code runs in production and in simulation.
 pub struct Leases<'s> {
     store: &'s dyn KvStore,
+    /// The layout of the generation this handle leases in.
     layout: Layout,
+    /// That generation: its worker records, ID time and bounds.
+    era: Generation,
+    /// The layout the node is configured with: one of the cluster's generations'.
+    configured: Layout,
     config: LeaseConfig,
     owner: Owner,
     prefix: String,
@@ -542,15 +625,32 @@ impl View {
 }
 
 impl<'s> Leases<'s> {
+    /// The lease operations of a node configured with `layout`, in the cluster's layout
+    /// generation 0 ([`in_generation`](Self::in_generation) picks another).
     pub fn new(store: &'s dyn KvStore, layout: Layout, config: LeaseConfig, owner: Owner) -> Self {
         let prefix = format!("idgen/{}/", config.namespace);
         Leases {
             store,
             layout,
+            era: Generations::new(layout).all()[0],
+            configured: layout,
             config,
             owner,
             prefix,
         }
+    }
+
+    /// The same operations in layout generation `era` (as the cluster record schedules it):
+    /// its worker records, its layout's ID time, its first and last timestamps.
+    pub fn in_generation(mut self, era: Generation) -> Self {
+        self.layout = era.layout;
+        self.era = era;
+        self
+    }
+
+    /// The layout generation this handle leases in.
+    pub fn generation(&self) -> &Generation {
+        &self.era
     }
 
     pub fn owner(&self) -> &Owner {
@@ -569,10 +669,17 @@ impl<'s> Leases<'s> {
     /// The key of the worker record whose range starts at worker ID `id`:
     /// `idgen/<namespace>/workers/<id>`, the ID in decimal, zero-padded to five digits.
     pub fn worker_key(&self, id: u64) -> Vec<u8> {
-        self.key(&format!("workers/{id:05}"))
+        let mut key = self.workers_prefix();
+        key.extend_from_slice(format!("{id:05}").as_bytes());
+        key
     }
+    /// `idgen/<namespace>/workers/` in generation 0, `idgen/<namespace>/layouts/<g>/workers/`
+    /// in generation `g` after it.
     fn workers_prefix(&self) -> Vec<u8> {
-        self.key("workers/")
+        match self.era.index {
+            0 => self.key("workers/"),
+            g => self.key(&format!("layouts/{g}/workers/")),
+        }
     }
 
     fn id_time(&self, now_unix_ms: u64) -> u64 {
@@ -773,32 +880,44 @@ impl<'s> Leases<'s> {
     /// Checks the cluster record (layout, region scope, record version), creating it if this
     /// is the first node, and raises its floor to `config.min_id` if that is higher. Runs
     /// inside `txn`. Returns the grant floor the record's floor imposes (ID-time ms).
-    async fn check_cluster(&self, txn: &mut Txn<'_>, now_unix_ms: u64) -> Result<u64, LeaseError> {
+    async fn check_cluster(
+        &self,
+        txn: &mut Txn<'_>,
+        now_unix_ms: u64,
+    ) -> Result<(ClusterRecord, Generations), LeaseError> {
         let key = self.key("cluster");
-        let ours = LayoutRecord::from(self.layout);
+        let ours = LayoutRecord::from(self.configured);
         let scope = self.config.region;
         if let Some(m) = self.config.min_id {
-            check_min_id(m, &self.layout).map_err(LeaseError::BadRequest)?;
+            check_min_id(m, &self.configured).map_err(LeaseError::BadRequest)?;
         }
         let rec = match txn.get(&key).await? {
             Some(raw) => {
                 let mut rec: ClusterRecord =
                     serde_json::from_slice(&raw).map_err(|e| Self::corrupt(&key, e))?;
-                if rec.layout != ours
-                    || rec.layout_version == 0
-                    || rec.layout_version > RECORD_VERSION_MAX
-                {
-                    let stored = match Layout::try_from(rec.layout) {
-                        Ok(l) => l.to_string(),
+                let known = rec.layout == ours || rec.successors.iter().any(|s| s.layout == ours);
+                if !known || rec.layout_version == 0 || rec.layout_version > RECORD_VERSION_MAX {
+                    let stored = match rec.generations() {
+                        Ok(g) => describe_generations(&g),
                         Err(e) => format!("an invalid layout ({e})"),
                     };
                     return Err(LeaseError::LayoutMismatch {
                         stored: format!("{stored} (record version {})", rec.layout_version),
                         ours: format!(
                             "{} (record versions up to {RECORD_VERSION_MAX})",
-                            self.layout
+                            self.configured
                         ),
                     });
+                }
+                if !rec.successors.is_empty() && rec.layout_version < GENERATIONS_VERSION {
+                    // Binaries of that version would read the record and ignore the switch.
+                    return Err(Self::corrupt(
+                        &key,
+                        format!(
+                            "successor layouts in a record of version {}: they need version {GENERATIONS_VERSION}",
+                            rec.layout_version
+                        ),
+                    ));
                 }
                 if rec.min_id.is_some() && rec.layout_version < FLOOR_VERSION {
                     // Binaries of that version would read the record and ignore the floor.
@@ -844,7 +963,7 @@ impl<'s> Leases<'s> {
                     upgrade = true;
                 }
                 if upgrade {
-                    txn.put(key, to_json(&rec));
+                    txn.put(key.clone(), to_json(&rec));
                 }
                 rec
             }
@@ -862,12 +981,35 @@ impl<'s> Leases<'s> {
                     created_by: self.owner.instance.clone(),
                     region_scope: Some(scope),
                     min_id: self.config.min_id,
+                    successors: Vec::new(),
                 };
-                txn.put(key, to_json(&rec));
+                txn.put(key.clone(), to_json(&rec));
                 rec
             }
         };
-        Ok(rec.floor_timestamp(&self.layout))
+        let gens = rec.generations().map_err(|e| Self::corrupt(&key, e))?;
+        Ok((rec, gens))
+    }
+
+    /// What `rec` says about a lease in this handle's generation at `now_unix_ms`; the
+    /// generations it describes if that generation is not the one asked for.
+    fn era_terms(
+        &self,
+        rec: &ClusterRecord,
+        gens: Generations,
+        now_unix_ms: u64,
+    ) -> Result<ClusterTerms, LeaseError> {
+        let Some(era) = gens.get(self.era.index).filter(|g| **g == self.era) else {
+            return Err(LeaseError::Rescheduled(Box::new(gens)));
+        };
+        Ok(ClusterTerms {
+            floor: rec
+                .floor_timestamp(era)
+                .max(era.first_timestamp().saturating_sub(1)),
+            last: gens.last_timestamp(era.index),
+            in_effect: gens.at(now_unix_ms).index,
+            generations: gens,
+        })
     }
 
     /// Reads (or creates) the cluster record and checks it as an acquisition would (layout,
@@ -882,8 +1024,8 @@ impl<'s> Leases<'s> {
         .await
     }
 
-    /// Raises the cluster's records to [`FLOOR_VERSION`], after which binaries that read only
-    /// version 2 refuse the cluster (`idgen store upgrade`: run it once every node runs this
+    /// Raises the cluster's records to [`RECORD_VERSION_MAX`], after which binaries that read
+    /// only older versions refuse the cluster (`idgen store upgrade`: run it once every node runs this
     /// release). Returns the versions before and after; a cluster already there is left as it
     /// is. The layout is the record's own (this operation does not compare it with ours).
     pub async fn upgrade_records(&self) -> Result<(u32, u32), LeaseError> {
@@ -904,12 +1046,96 @@ impl<'s> Leases<'s> {
                     "the cluster's records are at version {before}, which this release does not read (it reads 1 to {RECORD_VERSION_MAX})"
                 )));
             }
-            if before >= FLOOR_VERSION {
+            if before >= RECORD_VERSION_MAX {
                 return Ok(Attempt::Return((before, before)));
             }
-            rec.layout_version = FLOOR_VERSION;
+            rec.layout_version = RECORD_VERSION_MAX;
             txn.put(key.clone(), to_json(&rec));
-            Ok(Attempt::Commit(txn, (before, FLOOR_VERSION)))
+            Ok(Attempt::Commit(txn, (before, RECORD_VERSION_MAX)))
+        })
+        .await
+    }
+
+    /// Schedules `layout` as the cluster's next layout generation from `switch_unix_ms` on
+    /// (`idgen layout schedule`), in one transaction: the records must be at
+    /// [`GENERATIONS_VERSION`], no other switch may be pending, the switch must be at least
+    /// [`MIN_SWITCH_NOTICE`] after `now_unix_ms` and after every `lease_end` stored in the
+    /// newest generation (the commit is conditional on each of those records: a renewal that
+    /// commits first makes it read again), and the successor must follow the newest layout
+    /// ([`Generations::with_successor`]). Every renewal or grant after the commit stops its
+    /// generation before the switch. Returns the cluster's generations with the successor.
+    pub async fn schedule_successor(
+        &self,
+        layout: Layout,
+        switch_unix_ms: u64,
+        now_unix_ms: u64,
+    ) -> Result<Generations, LeaseError> {
+        let key = self.key("cluster");
+        self.transact(|| async {
+            let mut txn = Txn::new(self.store);
+            let Some(raw) = txn.get(&key).await? else {
+                return Err(LeaseError::BadRequest(format!(
+                    "no cluster in namespace {:?}: a new cluster starts with the layout its first node brings",
+                    self.config.namespace
+                )));
+            };
+            let mut rec: ClusterRecord =
+                serde_json::from_slice(&raw).map_err(|e| Self::corrupt(&key, e))?;
+            if rec.layout_version < GENERATIONS_VERSION || rec.layout_version > RECORD_VERSION_MAX {
+                return Err(LeaseError::RecordVersion(format!(
+                    "a successor layout needs the cluster's records at version {GENERATIONS_VERSION} (they are at {}; binaries that read only older versions would ignore the switch): once every node runs this release, run `idgen store upgrade`",
+                    rec.layout_version
+                )));
+            }
+            let gens = rec.generations().map_err(|e| Self::corrupt(&key, e))?;
+            let newest = *gens.newest();
+            if let Some(s) = newest.switch_unix_ms.filter(|&s| s > now_unix_ms) {
+                return Err(LeaseError::BadRequest(format!(
+                    "generation {} is already scheduled, for {s} ms: one switch at a time",
+                    newest.index
+                )));
+            }
+            let notice = duration_ms(MIN_SWITCH_NOTICE);
+            if switch_unix_ms < now_unix_ms.saturating_add(notice) {
+                return Err(LeaseError::BadRequest(format!(
+                    "the switch at {switch_unix_ms} ms is less than {notice} ms from now ({now_unix_ms} ms): every node must hear of it first"
+                )));
+            }
+            let next = gens
+                .clone()
+                .with_successor(layout, switch_unix_ms)
+                .map_err(|e| LeaseError::BadRequest(e.to_string()))?;
+            // Every lease of the newest generation stored now ends before the switch; the
+            // ones written after this commit read the successor and stop there.
+            let newest_leases = Leases::new(self.store, self.configured, self.config.clone(), self.owner.clone())
+                .in_generation(newest);
+            let records = newest_leases.read_records().await?;
+            if records.len() > self.records_per_txn() {
+                return Err(LeaseError::BadRequest(format!(
+                    "generation {} has {} worker records, more than one transaction checks ({}): try again when nodes have released or merged them",
+                    newest.index,
+                    records.len(),
+                    self.records_per_txn()
+                )));
+            }
+            let last = next.last_timestamp(newest.index).unwrap_or(u64::MAX);
+            for (entry, w) in &records {
+                if w.lease_end > last {
+                    return Err(LeaseError::BadRequest(format!(
+                        "a lease of generation {} runs to {} ms (worker record {}), past the switch: schedule it later",
+                        newest.index,
+                        newest.layout.epoch_ms().saturating_add(w.lease_end),
+                        String::from_utf8_lossy(&entry.key)
+                    )));
+                }
+                txn.check(entry);
+            }
+            rec.successors.push(SuccessorRecord {
+                layout: LayoutRecord::from(layout),
+                switch_unix_ms,
+            });
+            txn.put(key.clone(), to_json(&rec));
+            Ok(Attempt::Commit(txn, next.clone()))
         })
         .await
     }
@@ -956,7 +1182,13 @@ impl<'s> Leases<'s> {
         let (mut conflicts, mut merges) = (0, 0);
         loop {
             let mut txn = Txn::new(self.store);
-            let cluster_floor = self.check_cluster(&mut txn, now_unix_ms).await?;
+            let (rec, gens) = self.check_cluster(&mut txn, now_unix_ms).await?;
+            let terms = self.era_terms(&rec, gens, now_unix_ms)?;
+            if terms.in_effect > self.era.index {
+                // Our generation is over by our clock: acquire in the one in effect.
+                return Err(LeaseError::Rescheduled(Box::new(terms.generations)));
+            }
+            let cluster_floor = terms.floor;
             // Read (checked) before the scan: a grant or merge that commits after this read,
             // even one that creates a record inside our window, makes our commit fail.
             let generation = self.next_generation(&mut txn).await?;
@@ -1007,8 +1239,15 @@ impl<'s> Leases<'s> {
                 };
                 txn.put(self.worker_key(end), to_json(&right));
             }
-            // Never move a stored lease_end backwards (invariant 1).
-            let lease_end = floor.max(now.saturating_add(ttl));
+            // Never move a stored lease_end backwards (invariant 1), nor past the generation's
+            // last timestamp (its successor issues from the next).
+            let mut lease_end = floor.max(now.saturating_add(ttl));
+            if let Some(last) = terms.last {
+                if floor >= last {
+                    return Err(LeaseError::GenerationOver(self.era.index));
+                }
+                lease_end = lease_end.min(last);
+            }
             // What this commit writes for the window is at or above everything stored for it,
             // and every record it replaces is checked, as is the generation counter.
             assert!(
@@ -1076,6 +1315,7 @@ impl<'s> Leases<'s> {
                         generation,
                         floor,
                         lease_end,
+                        layout_generation: self.era.index,
                     });
                 }
                 Commit::Conflict => {
@@ -1109,7 +1349,8 @@ impl<'s> Leases<'s> {
                 continue;
             }
             let mut txn = Txn::new(self.store);
-            self.check_cluster(&mut txn, now_unix_ms).await?;
+            let (rec, gens) = self.check_cluster(&mut txn, now_unix_ms).await?;
+            self.era_terms(&rec, gens, now_unix_ms)?;
             let generation = self.next_generation(&mut txn).await?;
             if generation != expected.saturating_add(1) {
                 // A grant or merge committed since the scan: the gaps may hold records now.
@@ -1194,15 +1435,51 @@ impl<'s> Leases<'s> {
     /// Renews `grant` in one transaction conditional on its record still being ours; returns
     /// the new `lease_end` (never lower than before).
     pub async fn renew(&self, grant: &Grant, now_unix_ms: u64) -> Result<u64, LeaseError> {
+        self.renew_seeing(grant, now_unix_ms)
+            .await
+            .map(|(end, _)| end)
+    }
+
+    /// As [`renew`](Self::renew), conditional on the cluster record too, whose layout
+    /// generations it returns: the new `lease_end` stays at or below the last timestamp of
+    /// the grant's generation once a successor is scheduled (a successor scheduled after this
+    /// read makes the commit fail and the renewal read again).
+    pub async fn renew_seeing(
+        &self,
+        grant: &Grant,
+        now_unix_ms: u64,
+    ) -> Result<(u64, Generations), LeaseError> {
         let now = self.id_time(now_unix_ms);
         let ttl = self.ttl_ms();
+        let cluster_key = self.key("cluster");
         self.transact(|| async {
             let mut txn = Txn::new(self.store);
+            let gens = match txn.get(&cluster_key).await? {
+                Some(raw) => serde_json::from_slice::<ClusterRecord>(&raw)
+                    .map_err(|e| Self::corrupt(&cluster_key, e))?
+                    .generations()
+                    .map_err(|e| Self::corrupt(&cluster_key, e))?,
+                None => {
+                    return Err(LeaseError::Lost(
+                        "the cluster record is gone: the store was emptied".to_string(),
+                    ))
+                }
+            };
+            if gens.get(grant.layout_generation) != Some(&self.era) {
+                return Err(Self::corrupt(
+                    &cluster_key,
+                    format!(
+                        "layout generation {} of this node's grant is not the one the cluster record describes",
+                        grant.layout_generation
+                    ),
+                ));
+            }
             let mut rec = self.read_own(&mut txn, grant).await?;
-            let lease_end = rec
-                .lease_end
-                .max(grant.lease_end)
-                .max(now.saturating_add(ttl));
+            let wanted = now.saturating_add(ttl);
+            let wanted = gens
+                .last_timestamp(grant.layout_generation)
+                .map_or(wanted, |last| wanted.min(last));
+            let lease_end = rec.lease_end.max(grant.lease_end).max(wanted);
             assert!(
                 lease_end >= rec.lease_end && lease_end >= grant.lease_end,
                 "invariant 1: a renewal never lowers lease_end (stored {}, committed {}, writing {lease_end})",
@@ -1216,7 +1493,7 @@ impl<'s> Leases<'s> {
             rec.lease_end = lease_end;
             rec.written_unix_ms = now_unix_ms;
             txn.put(self.worker_key(grant.workers.first), to_json(&rec));
-            Ok(Attempt::Commit(txn, lease_end))
+            Ok(Attempt::Commit(txn, (lease_end, gens.clone())))
         })
         .await
     }

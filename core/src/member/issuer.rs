@@ -21,7 +21,10 @@ use crate::lease::keeper::LeaseShared;
 /// generator read the system clock through [`CachedClock`](crate::clock::CachedClock).
 pub struct Issuer<C: Clock + Clone = CachedClock> {
     index: usize,
+    /// The layout of the current generator's grant (the configured one before any).
     layout: Layout,
+    /// Its layout generation.
+    layout_generation: u32,
     /// Worker IDs per issuer: the issuer `index` has `first + index × workers ..` of a grant.
     workers: u64,
     max_rollback_wait: Duration,
@@ -47,12 +50,30 @@ pub enum IssueError {
     LeaseChanged,
 }
 
+/// What a connection was told it is served from (its HELLO_OK): a worker range in a layout
+/// generation. A change of either ends the connection's service ([`IssueError::RangeChanged`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Announced {
+    pub range: WorkerRange,
+    pub layout_generation: u32,
+}
+
+impl From<WorkerRange> for Announced {
+    /// A range of layout generation 0 (a cluster that never switched layouts).
+    fn from(range: WorkerRange) -> Self {
+        Announced {
+            range,
+            layout_generation: 0,
+        }
+    }
+}
+
 /// The grant a request that announced no range drew its first IDs under (see
 /// [`Issuer::issue_current`]): it finishes under this one or fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StartedUnder {
     generation: u64,
-    range: WorkerRange,
+    range: Announced,
 }
 
 /// What an issuer's generators are built from: the layout, the worker IDs per issuer and how
@@ -92,6 +113,7 @@ impl<C: Clock + Clone> Issuer<C> {
         let mut g = Issuer {
             index,
             layout: settings.layout,
+            layout_generation: 0,
             workers: settings.workers,
             max_rollback_wait: settings.max_rollback_wait,
             lease,
@@ -127,7 +149,7 @@ impl<C: Clock + Clone> Issuer<C> {
             max_rollback_wait: self.max_rollback_wait,
         };
         match Generator::with_stats(
-            self.layout,
+            view.layout,
             config,
             Arc::clone(&view.ceiling),
             self.clock.clone(),
@@ -148,6 +170,8 @@ impl<C: Clock + Clone> Issuer<C> {
                 );
                 self.current = Some((view.grant.generation, g));
                 self.current_range = config.workers;
+                self.layout = view.layout;
+                self.layout_generation = view.grant.layout_generation;
                 true
             }
             Err(e) => {
@@ -165,9 +189,31 @@ impl<C: Clock + Clone> Issuer<C> {
         self.current_range
     }
 
-    /// The layout the issuer's IDs are made with.
+    /// The worker sub-range and layout generation of the generator that issues now (see
+    /// [`range`](Self::range)): what a connection announces and is served under.
+    pub fn announce(&mut self) -> Announced {
+        self.refresh();
+        Announced {
+            range: self.current_range,
+            layout_generation: self.layout_generation,
+        }
+    }
+
+    fn announced_now(&self) -> Announced {
+        Announced {
+            range: self.current_range,
+            layout_generation: self.layout_generation,
+        }
+    }
+
+    /// The layout the issuer's IDs are made with now (its grant's layout generation's).
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// The layout generation of the issuer's current grant.
+    pub fn layout_generation(&self) -> u32 {
+        self.layout_generation
     }
 
     pub fn index(&self) -> usize {
@@ -199,7 +245,7 @@ impl<C: Clock + Clone> Issuer<C> {
     /// request, in any call, may be used.
     pub fn issue(
         &mut self,
-        announced: WorkerRange,
+        announced: Announced,
         fill: &mut Fill,
         emit: impl FnMut(u64, u64),
     ) -> Result<Progress, IssueError> {
@@ -221,7 +267,7 @@ impl<C: Clock + Clone> Issuer<C> {
 
     fn issue_from(
         &mut self,
-        announced: WorkerRange,
+        announced: Announced,
         fill: &mut Fill,
         mut emit: impl FnMut(u64, u64),
     ) -> Result<Progress, IssueError> {
@@ -231,7 +277,7 @@ impl<C: Clock + Clone> Issuer<C> {
         if self.current.is_none() && !self.refresh() {
             return Err(IssueError::NoLease);
         }
-        if self.current_range != announced {
+        if self.announced_now() != announced {
             return Err(IssueError::RangeChanged);
         }
         let Some((_, g)) = self.current.as_mut() else {
@@ -242,7 +288,7 @@ impl<C: Clock + Clone> Issuer<C> {
             // the request went out would answer more IDs than asked.
             Err(GenError::LeaseCeiling { .. }) if fill.emitted() == 0 && self.refresh() => {
                 // A new lease generation: serve under it only if it kept the announced range.
-                if self.current_range != announced {
+                if self.announced_now() != announced {
                     return Err(IssueError::RangeChanged);
                 }
                 let Some((_, g)) = self.current.as_mut() else {
@@ -277,12 +323,12 @@ impl<C: Clock + Clone> Issuer<C> {
             // has emitted IDs.
             return self.issue(under.range, fill, emit);
         }
-        let range = self.range();
+        let range = self.announce();
         let result = match self.issue(range, fill, &mut emit) {
             // The lease changed between the look-up and the draw (nothing was drawn): once
             // more, under the new range.
             Err(IssueError::RangeChanged) if fill.emitted() == 0 => {
-                let range = self.range();
+                let range = self.announce();
                 self.issue(range, fill, &mut emit)
             }
             other => other,
@@ -293,7 +339,7 @@ impl<C: Clock + Clone> Issuer<C> {
             if let Some((generation, _)) = &self.current {
                 *started = Some(StartedUnder {
                     generation: *generation,
-                    range: self.current_range,
+                    range: self.announced_now(),
                 });
             }
         }
@@ -316,10 +362,11 @@ impl<C: Clock + Clone> Issuer<C> {
     #[cfg(test)]
     pub fn issue_blocking(
         &mut self,
-        announced: WorkerRange,
+        announced: impl Into<Announced>,
         n: u64,
         mut emit: impl FnMut(u64, u64),
     ) -> Result<(), IssueError> {
+        let announced = announced.into();
         let mut fill = Fill::new(n);
         loop {
             match self.issue(announced, &mut fill, &mut emit)? {
@@ -374,8 +421,10 @@ mod tests {
                 workers: WorkerRange::new(first, 1),
                 generation,
                 floor: 0,
+                layout_generation: 0,
             },
             ceiling: Arc::new(Ceiling::new(ceiling)),
+            layout: idgen_id::Layout::default(),
         })
     }
 

@@ -40,7 +40,9 @@ use crate::store::KvStore;
 
 mod issuer;
 
-pub use issuer::{IssueError, Issuer, IssuerExit, IssuerSettings, LastIssued, StartedUnder};
+pub use issuer::{
+    Announced, IssueError, Issuer, IssuerExit, IssuerSettings, LastIssued, StartedUnder,
+};
 
 /// How a member joins the worker space and issues.
 #[derive(Clone, Debug)]

@@ -355,7 +355,7 @@ struct Shard {
     gen: Issuer<TestClock>,
     stats: Arc<GeneratorStats>,
     /// The range the connection's HELLO_OK announced; `None`: reconnect first.
-    announced: Option<WorkerRange>,
+    announced: Option<crate::member::Announced>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1047,7 +1047,7 @@ impl Sim {
         let mono_before = proc_.clock.mono_ns();
         let shard = &mut proc_.shards[s];
         if reconnect || shard.announced.is_none() {
-            shard.announced = Some(shard.gen.range());
+            shard.announced = Some(shard.gen.announce());
         }
         let announced = shard.announced.expect("announced");
         let mut runs = Vec::new();
