@@ -899,3 +899,70 @@ async fn an_acquisition_whose_answer_was_lost_orphans_no_record() {
         other => panic!("expected no free range, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_scheduled_successor_caps_the_old_generation_and_fences_the_new_one() {
+    let s = MemoryStore::new();
+    let a = leases(&s, "a", 4);
+    let g = a.acquire(NOW).await.unwrap();
+    let base = Layout::default();
+    let switch = NOW + 60_000;
+    let next = Layout::new(
+        idgen_id::successor_epoch(&base, switch, 9, 12).unwrap(),
+        42,
+        9,
+        12,
+        0,
+    )
+    .unwrap();
+    // Not on records of version 2; too soon; past a stored lease; then scheduled once.
+    let err = a.schedule_successor(next, switch, NOW).await.unwrap_err();
+    assert!(matches!(err, LeaseError::RecordVersion(_)), "{err:?}");
+    a.upgrade_records().await.unwrap();
+    let err = a
+        .schedule_successor(next, NOW + 1_000, NOW)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("every node must hear"), "{err}");
+    let err = a
+        .schedule_successor(next, NOW + TTL / 2, NOW - 10_000)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("past the switch"), "{err}");
+    let gens = a.schedule_successor(next, switch, NOW).await.unwrap();
+    assert!(a
+        .schedule_successor(next, switch + 60_000, NOW)
+        .await
+        .is_err());
+    let last = gens.last_timestamp(0).unwrap();
+    assert_eq!(last, switch - DEFAULT_EPOCH_MS - 1);
+
+    // A renewal close to the switch stops at the old generation's last timestamp.
+    let (end, seen) = a.renew_seeing(&g, switch - 1_000).await.unwrap();
+    assert_eq!((end, seen), (last, gens.clone()));
+    // Acquiring in generation 0 after the switch is refused with the new generations; in
+    // generation 1 the grant starts at the switch, in its own worker space.
+    let b = leases(&s, "b", 4);
+    let err = b.acquire(switch + 10).await.unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Rescheduled(g) if **g == gens),
+        "{err:?}"
+    );
+    let b1 = leases(&s, "b", 4).in_generation(gens.all()[1]);
+    let g1 = b1.acquire(switch + 10).await.unwrap();
+    assert_eq!(g1.layout_generation, 1);
+    assert_eq!(
+        g1.workers.first, 0,
+        "generation 1 has its own worker records"
+    );
+    assert_eq!(g1.floor, switch - next.epoch_ms() - 1);
+    let first_new = next.compose(g1.floor + 1, 0, 0).unwrap().0;
+    let last_old = base
+        .compose(last, base.max_worker(), base.max_sequence())
+        .unwrap()
+        .0;
+    assert!(last_old < first_new);
+    // A grant in generation 0 before the switch ends by the old generation's last timestamp.
+    let early = leases(&s, "c", 4).acquire(switch - 5_000).await.unwrap();
+    assert_eq!(early.lease_end, last);
+}
