@@ -34,7 +34,7 @@ use std::fmt;
 
 mod bounds;
 pub mod forms;
-mod generations;
+pub mod generations;
 mod layout;
 #[cfg(feature = "mask")]
 pub mod mask;
