@@ -1,4 +1,4 @@
-//! Layout generations on real processes: a successor layout scheduled on an etcd cluster
+//! Layout generations on real processes: a successor layout scheduled on a three-member etcd cluster
 //! (`idgen layout schedule`) while nodes serve, one node down across the switch. Every ID is
 //! unique, every ID answered after the switch is above every ID answered before it, the new
 //! IDs decode (GET /ids/{id}) under the new layout, and the node that was down comes back
@@ -91,7 +91,7 @@ fn load(addr: SocketAddr, stop: Arc<AtomicBool>) -> (Vec<(u64, u64, u64)>, u32) 
 
 #[test]
 fn a_layout_switch_under_load_keeps_ids_unique_and_increasing_with_a_node_down_across_it() {
-    let etcd = EtcdCluster::start(1);
+    let etcd = EtcdCluster::start(3);
     let url = etcd.url("switch");
     let a = node(&url, "a");
     let b = node(&url, "b");
@@ -256,7 +256,20 @@ fn a_layout_switch_under_load_keeps_ids_unique_and_increasing_with_a_node_down_a
         })
         .collect();
     assert_eq!(gens, [0, 1], "{out}");
-    // Nothing left pending: another successor can be scheduled after this one.
+    // inspect shows the generation in effect and the leases in its worker space: all three
+    // nodes, each in the new layout's 512 worker IDs.
+    let (code, out, err) = idgen(&["inspect", "--store", &url, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let inspected: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(inspected["layout_generation"], 1, "{out}");
+    let held: Vec<&str> = inspected["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["state"] == "held")
+        .map(|l| l["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(held.len(), 3, "{out}");
     drop((a, b, c));
 }
 

@@ -262,8 +262,17 @@ pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, Stri
             "no cluster in namespace {namespace:?} of {url}: no node has started there"
         ));
     };
-    let layout = Layout::try_from(cluster.layout).map_err(|e| format!("stored layout: {e}"))?;
-    let records = probe.ranges().await.map_err(|e| e.to_string())?;
+    // The leases of the layout generation in effect now (its own worker records).
+    let gens = cluster
+        .generations()
+        .map_err(|e| format!("stored layouts: {e}"))?;
+    let era = *gens.at(now);
+    let layout = era.layout;
+    let records = probe
+        .in_generation(era)
+        .ranges()
+        .await
+        .map_err(|e| e.to_string())?;
     let now_id = now.saturating_sub(layout.epoch_ms());
     // One line per grant: a record, or consecutive one-worker records of one grant (written
     // before records covered ranges).
@@ -321,6 +330,8 @@ pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, Stri
         return Ok(json!({
             "namespace": namespace,
             "layout": cluster.layout,
+            "layout_generation": era.index,
+            "layouts": crate::node::admin::generations_json(&gens),
             "layout_version": cluster.layout_version,
             "min_id": cluster.min_id,
             "created_unix_ms": cluster.created_unix_ms,
@@ -332,6 +343,22 @@ pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, Stri
     let mut s = String::new();
     s.push_str(&format!("namespace   {namespace} in {url}\n"));
     s.push_str(&format!("layout      {layout}\n"));
+    for g in gens.all().iter().filter(|g| g.index > 0) {
+        let when = humantime::format_rfc3339_millis(
+            std::time::UNIX_EPOCH + Duration::from_millis(g.switch_unix_ms.unwrap_or(0)),
+        );
+        let state = if g.index == era.index {
+            "in effect since"
+        } else if g.index > era.index {
+            "scheduled for"
+        } else {
+            "replaced; was from"
+        };
+        s.push_str(&format!(
+            "generation  {}: {state} {when}, IDs from {}: {}\n",
+            g.index, g.first_id, g.layout
+        ));
+    }
     s.push_str(&format!("records     version {}\n", cluster.layout_version));
     if let Some(m) = cluster.min_id {
         s.push_str(&format!(
@@ -344,9 +371,9 @@ pub async fn inspect(lease: &LeaseSection, as_json: bool) -> Result<String, Stri
     s.push_str(&format!(
         "range ends  {} ({} days left)\n\n",
         humantime::format_rfc3339(
-            std::time::UNIX_EPOCH + Duration::from_millis(layout.end_unix_ms())
+            std::time::UNIX_EPOCH + Duration::from_millis(gens.newest().layout.end_unix_ms())
         ),
-        layout.time_left(now).as_secs() / 86_400
+        gens.newest().layout.time_left(now).as_secs() / 86_400
     ));
     s.push_str(&format!(
         "{:<14} {:<9} {:>10} {:<24} {:>12}\n",
