@@ -50,6 +50,15 @@ settings! {
         /// longer than this.
         #[arg(long, env = "IDGEN_HTTP_REQUEST_TIMEOUT")]
         pub http_request_timeout: Option<String>,
+        /// HTTP ID API: how long the answer to a request with an `Idempotency-Key` header is
+        /// kept, so a retry with the same key gets the same IDs; 0 (the default) turns the
+        /// header off (such requests are refused).
+        #[arg(long, env = "IDGEN_IDEMPOTENCY_WINDOW")]
+        pub idempotency_window: Option<String>,
+        /// HTTP ID API: the most memory kept answers may take (bytes); new keys are refused
+        /// (503) while it is full.
+        #[arg(long, env = "IDGEN_IDEMPOTENCY_MAX_BYTES")]
+        pub idempotency_max_bytes: Option<u64>,
     }
 }
 
@@ -74,6 +83,10 @@ pub struct ListenSection {
     pub write_timeout: Duration,
     #[serde(serialize_with = "ser::duration")]
     pub http_request_timeout: Duration,
+    /// Zero: idempotency keys are off.
+    #[serde(serialize_with = "ser::duration")]
+    pub idempotency_window: Duration,
+    pub idempotency_max_bytes: u64,
 }
 
 impl Default for ListenSection {
@@ -89,6 +102,8 @@ impl Default for ListenSection {
             handshake_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(30),
             http_request_timeout: Duration::from_secs(10),
+            idempotency_window: Duration::ZERO,
+            idempotency_max_bytes: 64 << 20,
         }
     }
 }
@@ -140,6 +155,28 @@ impl ListenSection {
                 d.http_request_timeout,
             )?)
             .ok_or_else(|| err("http_request_timeout: must be more than 0"))?,
+            idempotency_window: {
+                let w = duration(
+                    "idempotency_window",
+                    given.idempotency_window,
+                    d.idempotency_window,
+                )?;
+                if w > Duration::from_secs(86_400) {
+                    return Err(err("idempotency_window: at most 24h"));
+                }
+                w
+            },
+            idempotency_max_bytes: match given
+                .idempotency_max_bytes
+                .unwrap_or(d.idempotency_max_bytes)
+            {
+                n @ 4096..=0x10_0000_0000 => n,
+                n => {
+                    return Err(err(format!(
+                        "idempotency_max_bytes: {n} is not in 4096..=68719476736 (64 GiB)"
+                    )))
+                }
+            },
         })
     }
 

@@ -245,6 +245,8 @@ fn the_printed_configuration_reads_back_as_itself() {
         handshake_timeout: Some("1500ms".into()),
         write_timeout: Some("2m".into()),
         http_request_timeout: Some("3s".into()),
+        idempotency_window: Some("90s".into()),
+        idempotency_max_bytes: Some(1 << 20),
     };
     s.tls = TlsArgs {
         tls_cert: Some(dir.path().join("tls.crt")),

@@ -30,8 +30,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::HeaderValue;
+use hyper::header::{HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, StatusCode};
 use idgen_protocol::Status;
 use serde::Deserialize;
@@ -39,14 +41,16 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::idempotency::{self, Idempotency};
 use super::issuer::{refusal, wait_until, InLine, IssueError, Issuer};
 use super::telemetry::{bump, drop_one, Op, ShardStats};
 use super::web::{self, error, Reply};
+use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::generator::Progress;
 use idgen_core::sequence::holder::{HoldError, Holder};
 use idgen_core::sequence::{SequenceError, SequenceName, MAX_BLOCK};
 use idgen_id::mask::{self, Keyring};
-use idgen_id::{Layout, UuidError};
+use idgen_id::{Id, Layout, UuidError};
 use rand::RngExt;
 
 /// Largest request body read (a batch request is `{"count": N}`).
@@ -65,6 +69,10 @@ pub(crate) struct HttpCtx {
     pub mask: Option<Arc<Keyring>>,
     /// A connection idle, or sending a request's head or body, for longer than this is closed.
     pub request_timeout: Duration,
+    /// Kept answers for `Idempotency-Key` (`None`: off).
+    pub idempotency: Option<Arc<Idempotency>>,
+    /// How long a request with `?after=` may wait for the clock (the cluster's `max_drift`).
+    pub max_after_wait: Duration,
     /// How long a draining connection may take to finish the request in flight.
     pub shutdown_timeout: Duration,
     pub shutdown: watch::Receiver<bool>,
@@ -130,12 +138,147 @@ async fn answer(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
     response
 }
 
+/// Reads a POST's body (at most [`MAX_BODY`]), then answers it, through the node's table of
+/// kept answers when it carries an `Idempotency-Key` (see [`super::idempotency`]).
 async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
     bump(&ctx.stats.http_requests, 1);
+    let (parts, body) = req.into_parts();
+    let body = if parts.method == Method::POST {
+        match web::read_body(body, MAX_BODY, ctx.request_timeout, || {
+            format!("the body must be at most {MAX_BODY} bytes: {{\"count\": N}}")
+        })
+        .await
+        {
+            Ok(b) => b,
+            Err(reply) => return reply,
+        }
+    } else {
+        Bytes::new()
+    };
+    match parts.headers.get(IDEMPOTENCY_KEY) {
+        Some(key) => idempotent(ctx, &parts, body, key).await,
+        None => route_read(ctx, &parts, body).await,
+    }
+}
+
+/// The `Idempotency-Key` header.
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// Answers a request with an `Idempotency-Key`: the kept answer of an earlier request with
+/// the key, or a fresh answer kept for the window (only IDs and UUIDs: a key on another
+/// endpoint is refused).
+async fn idempotent(
+    ctx: &HttpCtx,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+    key: &HeaderValue,
+) -> Reply {
+    let Some(table) = &ctx.idempotency else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Idempotency-Key is not enabled on this node (idempotency_window is 0): retried requests would get new IDs",
+        );
+    };
+    let key = match key.to_str().map_err(|e| e.to_string()).and_then(|k| {
+        idempotency::check_key(k)?;
+        Ok(k)
+    }) {
+        Ok(k) => k,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let path = parts.uri.path();
+    let many =
+        match (path, &parts.method) {
+            ("/ids" | "/uuids", &Method::POST) => false,
+            ("/ids/batch" | "/uuids/batch", &Method::POST) => true,
+            _ => return error(
+                StatusCode::BAD_REQUEST,
+                "Idempotency-Key applies to POST /ids, /ids/batch, /uuids and /uuids/batch only",
+            ),
+        };
+    // Room for the largest answer the request can have (a batch's count is checked when it
+    // is answered; until then the node's limit bounds it).
+    let answer_bytes = if many {
+        serde_json::from_slice::<BatchBody>(&body)
+            .map_or(0, |b| b.count.min(u64::from(ctx.max_batch)) as usize)
+            * 96
+            + 64
+    } else {
+        160
+    };
+    let request = format!(
+        "{} {}?{} {}",
+        parts.method,
+        path,
+        parts.uri.query().unwrap_or(""),
+        String::from_utf8_lossy(&body)
+    );
+    let ticket = match table.begin(key, &request, answer_bytes, Instant::now()) {
+        idempotency::Begin::Fresh(t) => t,
+        idempotency::Begin::Replay(kept) => {
+            let mut reply = web::json(
+                StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
+                kept.body,
+            );
+            reply
+                .headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            return reply;
+        }
+        idempotency::Begin::InFlight => {
+            let mut reply = error(
+                StatusCode::CONFLICT,
+                "a request with this Idempotency-Key is still being answered: retry shortly",
+            );
+            reply
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            return reply;
+        }
+        idempotency::Begin::Mismatch => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "this Idempotency-Key was used with another request (path, query or body): use a new key",
+            )
+        }
+        idempotency::Begin::Full => {
+            ctx.stats.error(Status::OVERLOADED);
+            let mut reply = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the node's table of idempotency keys is full (idempotency_max_bytes): retry later",
+            );
+            reply
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            return reply;
+        }
+    };
+    let reply = route_read(ctx, parts, body).await;
+    if !reply.status().is_success() {
+        // Not kept: the ticket's drop frees the key, and a retry is answered afresh.
+        return reply;
+    }
+    let (head, full) = reply.into_parts();
+    let bytes = match full.collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(never) => match never {},
+    };
+    ticket.keep(
+        idempotency::Kept {
+            status: head.status.as_u16(),
+            body: bytes.to_vec(),
+        },
+        Instant::now(),
+    );
+    Reply::from_parts(head, Full::new(bytes))
+}
+
+async fn route_read(ctx: &HttpCtx, parts: &hyper::http::request::Parts, body: Bytes) -> Reply {
     // `?format=` is read by the ID and sequence endpoints only (the others take no
     // parameters).
-    let format = || format_of(req.uri().query());
-    match (req.uri().path(), req.method()) {
+    let format = || format_of(parts.uri.query());
+    let after = || after_of(parts.uri.query());
+    match (parts.uri.path(), &parts.method) {
         ("/ids", &Method::POST) => {
             let format = match format() {
                 Ok(f) => f,
@@ -145,16 +288,20 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
                 Ok(m) => m,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
-            let mut id = 0;
-            match issue(ctx, 1, |first, _| id = first).await {
+            let after = match after() {
+                Ok(a) => a,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let mut ids = Vec::with_capacity(1);
+            match issue_after(ctx, 1, after, &mut ids).await {
                 Ok(()) => match masker {
-                    Some(m) => match masked_single(&m, id) {
+                    Some(m) => match masked_single(&m, ids[0]) {
                         Ok(body) => web::json(StatusCode::OK, body),
                         Err(e) => mask_error(ctx, &e),
                     },
-                    None => web::json(StatusCode::OK, single(id, format == Format::String)),
+                    None => web::json(StatusCode::OK, single(ids[0], format == Format::String)),
                 },
-                Err(e) => issue_error(ctx, &e),
+                Err(reply) => reply,
             }
         }
         ("/ids/batch", &Method::POST) => {
@@ -166,13 +313,16 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
                 Ok(m) => m,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
-            let count = match batch_count(req.into_body(), ctx.max_batch, ctx.request_timeout).await
-            {
+            let count = match batch_count(&body, ctx.max_batch) {
                 Ok(n) => n,
-                Err(e) => return e,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let after = match after() {
+                Ok(a) => a,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
             let mut ids = Vec::with_capacity(count as usize);
-            match issue(ctx, count, |first, n| ids.extend(first..first + n)).await {
+            match issue_after(ctx, count, after, &mut ids).await {
                 Ok(()) => match masker {
                     Some(m) => match masked_batch(&m, &ids) {
                         Ok(body) => web::json(StatusCode::OK, body),
@@ -180,7 +330,7 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
                     },
                     None => web::json(StatusCode::OK, batch(&ids, format == Format::String)),
                 },
-                Err(e) => issue_error(ctx, &e),
+                Err(reply) => reply,
             }
         }
         ("/uuids", &Method::POST) => {
@@ -195,10 +345,9 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
             }
         }
         ("/uuids/batch", &Method::POST) => {
-            let count = match batch_count(req.into_body(), ctx.max_batch, ctx.request_timeout).await
-            {
+            let count = match batch_count(&body, ctx.max_batch) {
                 Ok(n) => n,
-                Err(e) => return e,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
             let mut out = Vec::with_capacity(12 + 39 * count as usize);
             out.extend_from_slice(br#"{"uuids":["#);
@@ -217,7 +366,7 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
                     "no such endpoint: POST /seq/{name} or POST /seq/{name}/batch",
                 );
             };
-            if method != Method::POST {
+            if *method != Method::POST {
                 return web::not_allowed("POST", "POST");
             }
             let strings = match format() {
@@ -236,9 +385,9 @@ async fn route(ctx: &HttpCtx, req: Request<Incoming>) -> Reply {
             };
             let count = if many {
                 let limit = ctx.max_batch.min(MAX_BLOCK as u32);
-                match batch_count(req.into_body(), limit, ctx.request_timeout).await {
+                match batch_count(&body, limit) {
                     Ok(n) => u64::from(n),
-                    Err(e) => return e,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, e),
                 }
             } else {
                 1
@@ -294,6 +443,99 @@ async fn issue(
     Ok(())
 }
 
+/// An `after` further ahead of this node's clock than this is refused outright (400) rather
+/// than with a retry status: no clock the cluster trusts issued it.
+const AFTER_FUTURE_LIMIT_MS: u64 = 60_000;
+
+/// `count` IDs into `ids`, all above `after` when it is given (the request's `?after=`: an ID
+/// the caller has seen). The node waits, at most `max_after_wait` (the cluster's `max_drift`),
+/// for its clock to pass the time of `after`, so an ID seen from a node whose clock runs ahead
+/// is followed by greater ones here; further ahead it refuses with 503 and `Retry-After`.
+/// What it answers is checked to be above `after`, and drawn again (the IDs drawn are left
+/// unused) if not. `Err` is the answer to send.
+async fn issue_after(
+    ctx: &HttpCtx,
+    count: u32,
+    after: Option<u64>,
+    ids: &mut Vec<u64>,
+) -> Result<(), Reply> {
+    let Some(after) = after else {
+        return issue(ctx, count, |first, n| ids.extend(first..first + n))
+            .await
+            .map_err(|e| issue_error(ctx, &e));
+    };
+    let gens = ctx.gen.borrow().lease().generations();
+    let unix_ms = match gens.decompose(Id(after)) {
+        Ok((_, parts)) => parts.unix_ms,
+        Err(e) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("after={after}: not an ID of this cluster: {e}"),
+            ))
+        }
+    };
+    let bound = u64::try_from(ctx.max_after_wait.as_millis()).unwrap_or(u64::MAX);
+    let deadline = Instant::now() + ctx.max_after_wait + Duration::from_millis(5);
+    loop {
+        let now = SystemClock::new().wall_ms();
+        if now <= unix_ms {
+            let ahead = unix_ms + 1 - now;
+            if ahead > AFTER_FUTURE_LIMIT_MS {
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    format!("after={after} lies {ahead} ms ahead of this node's clock: not an ID a trusted clock of this cluster issued"),
+                ));
+            }
+            if ahead > bound || Instant::now() + Duration::from_millis(ahead) > deadline {
+                ctx.stats.error(Status::UNAVAILABLE_CLOCK);
+                let mut reply = error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("after={after} lies {ahead} ms ahead of this node's clock, more than it waits ({bound} ms, max_drift): retry later, or on the node that issued it"),
+                );
+                let secs = ahead.div_ceil(1000).max(1).to_string();
+                if let Ok(v) = HeaderValue::from_str(&secs) {
+                    reply.headers_mut().insert(RETRY_AFTER, v);
+                }
+                return Err(reply);
+            }
+            tokio::time::sleep(Duration::from_millis(ahead)).await;
+            continue;
+        }
+        ids.clear();
+        issue(ctx, count, |first, n| ids.extend(first..first + n))
+            .await
+            .map_err(|e| issue_error(ctx, &e))?;
+        // Increasing within one answer: the first is the smallest.
+        if ids.first().is_some_and(|&first| first > after) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            ctx.stats.error(Status::UNAVAILABLE_CLOCK);
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot issue above after={after} yet: retry later, or on the node that issued it"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The `?after=` asked for: an ID in any of the forms `GET /ids/{id}` reads.
+fn after_of(query: Option<&str>) -> Result<Option<u64>, String> {
+    let mut after = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "after" {
+            let id = super::admin::parse_id(value).map_err(|e| format!("after: {e}"))?;
+            if id >= 1 << 63 {
+                return Err(format!("after={value}: the sign bit is set; not an ID"));
+            }
+            after = Some(id);
+        }
+    }
+    Ok(after)
+}
+
 /// `count` IDs as version 7 UUIDs (`idgen_id`'s mapping, random bits from the thread's
 /// CSPRNG), appended to `out` as quoted, comma-separated text forms (`"019b…"`). `Err` is the
 /// answer to send instead.
@@ -342,25 +584,14 @@ struct BatchBody {
     count: u64,
 }
 
-/// The `count` of a batch request's body `{"count": N}`, checked against the node's limit.
-async fn batch_count(body: Incoming, max_batch: u32, timeout: Duration) -> Result<u32, Reply> {
-    let bytes = web::read_body(body, MAX_BODY, timeout, || {
-        format!("the body must be at most {MAX_BODY} bytes: {{\"count\": N}}")
-    })
-    .await?;
-    let body: BatchBody = serde_json::from_slice(&bytes).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
-            format!("expected a JSON body {{\"count\": N}}: {e}"),
-        )
-    })?;
+/// The `count` of a batch request's body `{"count": N}`, checked against the node's limit; `Err` is the 400's message.
+fn batch_count(bytes: &[u8], max_batch: u32) -> Result<u32, String> {
+    let body: BatchBody = serde_json::from_slice(bytes)
+        .map_err(|e| format!("expected a JSON body {{\"count\": N}}: {e}"))?;
     if body.count == 0 || body.count > u64::from(max_batch) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "count must be between 1 and {max_batch}, got {}",
-                body.count
-            ),
+        return Err(format!(
+            "count must be between 1 and {max_batch}, got {}",
+            body.count
         ));
     }
     // count ≤ max_batch, a u32.

@@ -57,6 +57,7 @@ pub mod admin;
 pub mod audit;
 mod conn;
 mod http;
+pub mod idempotency;
 pub(crate) mod issuer;
 pub mod metrics;
 pub mod process;
@@ -226,6 +227,13 @@ impl Node {
         let http_addr = bound(&http_listeners, config.listen.http_listen)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let connections = Arc::new(AtomicUsize::new(0));
+        // One table of kept answers for the node: a retry may reach any shard.
+        let idempotency = (!config.listen.idempotency_window.is_zero()).then(|| {
+            idempotency::Idempotency::new(
+                config.listen.idempotency_window,
+                config.listen.idempotency_max_bytes,
+            )
+        });
         let mut shards = Vec::with_capacity(config.listen.shards);
         let mut shard_stats = Vec::with_capacity(config.listen.shards);
         let handoffs = shard::Handoff::for_shards(config.listen.shards);
@@ -248,6 +256,8 @@ impl Node {
                 http_tls: config.tls.tls_http,
                 sequences: Arc::clone(&sequences),
                 mask: config.mask.keys.clone(),
+                idempotency: idempotency.clone(),
+                max_after_wait: config.clock.max_drift,
             };
             let listeners = shard::Listeners {
                 protocol,

@@ -44,6 +44,10 @@ pub(crate) struct ShardSetup {
     pub sequences: Arc<Holder>,
     /// The `[mask]` section's keyring: `?format=masked` on the HTTP ID API (`None`: off).
     pub mask: Option<Arc<idgen_id::mask::Keyring>>,
+    /// Kept answers for `Idempotency-Key`, one table for the node (`None`: off).
+    pub idempotency: Option<Arc<super::idempotency::Idempotency>>,
+    /// How long an HTTP request with `?after=` may wait for the clock.
+    pub max_after_wait: std::time::Duration,
 }
 
 /// One shard's descriptors of the node's listening sockets.
@@ -200,6 +204,8 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
         http_tls,
         sequences,
         mask,
+        idempotency,
+        max_after_wait,
     } = setup;
     let register = |l: std::net::TcpListener| match tokio::net::TcpListener::from_std(l) {
         Ok(l) => Some(l),
@@ -248,6 +254,8 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
             max_batch: listen.max_batch,
             mask,
             request_timeout: listen.http_request_timeout,
+            idempotency,
+            max_after_wait,
             shutdown_timeout,
             shutdown: shutdown.clone(),
         }),
