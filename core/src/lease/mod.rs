@@ -1110,12 +1110,11 @@ impl<'s> Leases<'s> {
             let newest_leases = Leases::new(self.store, self.configured, self.config.clone(), self.owner.clone())
                 .in_generation(newest);
             let records = newest_leases.read_records().await?;
-            if records.len() > self.records_per_txn() {
+            if records.len() > MAX_RECORDS_PER_TXN {
                 return Err(LeaseError::BadRequest(format!(
-                    "generation {} has {} worker records, more than one transaction checks ({}): try again when nodes have released or merged them",
+                    "generation {} has {} worker records, more than one transaction checks ({MAX_RECORDS_PER_TXN}): try again when nodes have released or merged them",
                     newest.index,
                     records.len(),
-                    self.records_per_txn()
                 )));
             }
             let last = next.last_timestamp(newest.index).unwrap_or(u64::MAX);

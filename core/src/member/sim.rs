@@ -42,7 +42,14 @@
 //!   older generation is below every timestamp of a newer one, and at or below the newer
 //!   grant's floor (checked both when a grant appears and at every issue);
 //! - the worker records always read (no two overlap: a `Corrupt` answer is a failure), after
-//!   every step and from every acquisition.
+//!   every step and from every acquisition;
+//! - across **layout generations** (an operator schedules a successor layout now and then, a
+//!   few seconds to a minute ahead, alternating 16 and 32 worker IDs): every ID of a
+//!   generation lies at or above its first ID and below the next generation's, and the
+//!   per-worker fences above hold within each generation's own worker space. Writing the
+//!   renewal without its cap at the old generation's last timestamp (`renew_seeing`'s
+//!   `wanted.min(last)`) fails seed 1 at step 363: a renewal ran past the switch and issued
+//!   an old-layout ID above the successor's first ID.
 //!
 //! ## The worker space
 //!
@@ -90,7 +97,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use idgen_id::{Id, Layout, WorkerRange, DEFAULT_EPOCH_MS};
+use idgen_id::{Generations, Id, Layout, WorkerRange, DEFAULT_EPOCH_MS};
 
 use crate::clock::{Clock, TestClock};
 use crate::generator::GeneratorStats;
@@ -394,6 +401,8 @@ impl Process {
 
 /// A grant as the simulation saw its keeper publish it.
 struct GrantSeen {
+    /// The layout generation whose worker space and ID time it is in.
+    layout_generation: u32,
     workers: WorkerRange,
     floor: u64,
     /// The highest ceiling the keeper published for it.
@@ -426,6 +435,9 @@ struct Totals {
     /// Merges of small records before a grant, and never-used gaps made by an operator.
     merges: u64,
     gaps: u64,
+    /// Successor layouts scheduled, and grants published in a layout generation after 0.
+    switches: u64,
+    later_grants: u64,
 }
 
 impl std::ops::AddAssign for Totals {
@@ -442,6 +454,8 @@ impl std::ops::AddAssign for Totals {
         self.releases += o.releases;
         self.merges += o.merges;
         self.gaps += o.gaps;
+        self.switches += o.switches;
+        self.later_grants += o.later_grants;
     }
 }
 
@@ -460,8 +474,12 @@ struct Sim {
     down_for: u32,
     /// generation → the grant.
     grants: BTreeMap<u64, GrantSeen>,
-    /// worker → generation → (min ts, max ts) issued.
-    issued: HashMap<u64, BTreeMap<u64, (u64, u64)>>,
+    /// (layout generation, worker) → generation → (min ts, max ts) issued.
+    issued: HashMap<(u32, u64), BTreeMap<u64, (u64, u64)>>,
+    /// The cluster's layout generations, as the operator scheduled them.
+    generations: Generations,
+    /// Whether the records were raised to the version that holds successors.
+    upgraded: bool,
     /// Issued ID runs: first → end (exclusive).
     ids: BTreeMap<u64, u64>,
     totals: Totals,
@@ -498,6 +516,8 @@ impl Sim {
             down_for: 0,
             grants: BTreeMap::new(),
             issued: HashMap::new(),
+            generations: Generations::new(layout),
+            upgraded: false,
             ids: BTreeMap::new(),
             totals: Totals::default(),
             trace: VecDeque::new(),
@@ -565,10 +585,11 @@ impl Sim {
             .filter(|(first, r)| {
                 let range = WorkerRange::new(*first, r.count);
                 r.state == WorkerState::Released
-                    && range.ids().all(|w| !self.issued.contains_key(&w))
+                    && range.ids().all(|w| !self.issued.contains_key(&(0, w)))
                     && self
                         .grants
                         .values()
+                        .filter(|g| g.layout_generation == 0)
                         .all(|g| !range.ids().any(|w| g.workers.contains(w)))
             })
             .collect();
@@ -595,8 +616,65 @@ impl Sim {
     /// The records must always read: a correct store never holds overlapping records, so a
     /// `Corrupt` here is a bug in the lease logic (a merge overlaying a grant, say).
     fn check_records(&self) {
-        if let Err(e @ LeaseError::Corrupt { .. }) = ready(self.operator().ranges()) {
-            panic!("the worker records no longer read: {e}");
+        for era in self.generations.all() {
+            if let Err(e @ LeaseError::Corrupt { .. }) =
+                ready(self.operator().in_generation(*era).ranges())
+            {
+                panic!(
+                    "the worker records of layout generation {} no longer read: {e}",
+                    era.index
+                );
+            }
+        }
+    }
+
+    /// An operator schedules a successor layout (one switch at a time), a few seconds to a
+    /// minute ahead, alternating the widths (47/4/12 and 46/5/12: 16 and 32 worker IDs).
+    fn schedule_successor(&mut self) {
+        let newest = *self.generations.newest();
+        if newest.switch_unix_ms.is_some_and(|s| s > self.now) {
+            return;
+        }
+        if !self.upgraded {
+            if ready(self.operator().upgrade_records()).is_err() {
+                return;
+            }
+            self.upgraded = true;
+        }
+        let switch = self.now + 5_000 + self.rng.below(20) * TTL_MS;
+        let (ts, worker) = if newest.layout.worker_bits() == 4 {
+            (46, 5)
+        } else {
+            (47, 4)
+        };
+        let Some(epoch) = idgen_id::successor_epoch(&newest.layout, switch, worker, 12) else {
+            return;
+        };
+        let layout = Layout::new(epoch, ts, worker, 12, 0).expect("a valid successor");
+        let now = self.now;
+        match ready(self.operator().schedule_successor(layout, switch, now)) {
+            Ok(gens) => {
+                self.totals.switches += 1;
+                let index = gens.newest().index;
+                self.note(|| {
+                    format!("operator scheduled layout generation {index} for {switch}: {layout}")
+                });
+                self.generations = gens;
+            }
+            Err(e) => {
+                // An answer lost after the commit applied: the record says what holds.
+                self.note(|| format!("operator could not schedule a successor: {e}"));
+                self.reread_generations();
+            }
+        }
+    }
+
+    /// The layout generations as the cluster record holds them (when the store answers).
+    fn reread_generations(&mut self) {
+        if let Ok(Some(rec)) = ready(self.operator().cluster()) {
+            self.generations = rec
+                .generations()
+                .expect("the cluster record's layouts read");
         }
     }
 
@@ -735,7 +813,7 @@ impl Sim {
         let g = &view.grant;
         if !self.grants.contains_key(&g.generation) {
             for w in g.workers.ids() {
-                if let Some(gens) = self.issued.get(&w) {
+                if let Some(gens) = self.issued.get(&(g.layout_generation, w)) {
                     for (&older, &(_, hi)) in gens.range(..g.generation) {
                         assert!(
                             g.floor >= hi,
@@ -746,11 +824,15 @@ impl Sim {
                 }
             }
             self.totals.grants += 1;
+            if g.layout_generation > 0 {
+                self.totals.later_grants += 1;
+            }
             let holder = self.processes[p].label();
             self.note(|| format!("{holder} granted {g:?}"));
             self.grants.insert(
                 g.generation,
                 GrantSeen {
+                    layout_generation: g.layout_generation,
                     workers: g.workers,
                     floor: g.floor,
                     ceiling_max: 0,
@@ -765,11 +847,33 @@ impl Sim {
     /// Checks and records one run of IDs a shard emitted under `generation`.
     fn record_run(&mut self, p: usize, generation: u64, first: u64, count: u64) {
         let who = self.processes[p].label();
-        let Some(grant) = self.grants.get(&generation) else {
+        let Some(lg) = self.grants.get(&generation).map(|g| g.layout_generation) else {
             panic!("{who} issued IDs under generation {generation}, which no keeper published");
         };
-        let a = self.layout.decompose(Id(first));
-        let b = self.layout.decompose(Id(first + count - 1));
+        if self.generations.get(lg).is_none() {
+            self.reread_generations();
+        }
+        let grant = &self.grants[&generation];
+        let era = *self.generations.get(lg).unwrap_or_else(|| {
+            panic!("{who} issued under layout generation {lg}, never scheduled")
+        });
+        // Every ID of a layout generation lies at or above its first ID and below the next's.
+        assert!(
+            first >= era.first_id,
+            "{who} issued {first} under layout generation {lg}, below its first ID {}",
+            era.first_id
+        );
+        if let Some(next) = self.generations.after(lg) {
+            assert!(
+                first + count - 1 < next.first_id,
+                "{who} issued {} under layout generation {lg}, at or above generation {}'s first ID {}",
+                first + count - 1,
+                next.index,
+                next.first_id
+            );
+        }
+        let a = era.layout.decompose(Id(first));
+        let b = era.layout.decompose(Id(first + count - 1));
         assert_eq!(a.timestamp, b.timestamp, "a run spans milliseconds");
         let ts = a.timestamp;
         assert!(
@@ -796,7 +900,7 @@ impl Sim {
                 grant.workers.count
             );
             for (&newer, seen) in self.grants.range(generation + 1..) {
-                if seen.workers.contains(w) {
+                if seen.layout_generation == lg && seen.workers.contains(w) {
                     assert!(
                         ts <= seen.floor,
                         "worker {w}: {who} issued ts {ts} under generation {generation}, above the floor {} of newer generation {newer} (held by {})",
@@ -805,7 +909,7 @@ impl Sim {
                     );
                 }
             }
-            let gens = self.issued.entry(w).or_default();
+            let gens = self.issued.entry((lg, w)).or_default();
             for (&gen, &(lo, hi)) in gens.iter() {
                 if gen < generation {
                     assert!(
@@ -1178,6 +1282,7 @@ impl Sim {
                 }
             }
             93 => self.delete_unused_record(),
+            94 => self.schedule_successor(),
             _ => {
                 // A quiet spell: time passes with nobody renewing.
                 let ms = TTL_MS + self.rng.below(3 * TTL_MS);
@@ -1319,6 +1424,13 @@ fn fenced_leases_never_overlap_across_seeds() {
         // Windows over more records than a transaction takes, and gaps inside them.
         assert!(totals.merges > n, "only {} merges", totals.merges);
         assert!(totals.gaps > n / 4, "only {} gaps made", totals.gaps);
+        // Layout switches, and grants in the successors' worker spaces.
+        assert!(totals.switches > n / 2, "only {} switches", totals.switches);
+        assert!(
+            totals.later_grants > n,
+            "only {} grants after a switch",
+            totals.later_grants
+        );
     }
 }
 
