@@ -219,3 +219,140 @@ fn idempotency_keys_are_refused_when_off_and_when_the_table_is_full() {
         assert_eq!((status, &again), (200, body));
     }
 }
+
+// ---- The same over the binary protocol: GET_IDS_WITH (version 5) ----
+
+use idgen_protocol::{IdsOptions, Request, Response, Status};
+use idgen_testkit::conn::TestConn;
+
+/// One GET_IDS_WITH and its answer.
+fn with(c: &mut TestConn, o: IdsOptions) -> Response {
+    c.send(&Request::GetIdsWith(o));
+    c.recv().expect("an answer")
+}
+
+fn ids_of(r: Response) -> Vec<u64> {
+    match r {
+        Response::Ids(ids) => ids,
+        other => panic!("not IDS: {other:?}"),
+    }
+}
+
+fn status_of(r: &Response) -> Status {
+    match r {
+        Response::Error { status, .. } => *status,
+        other => panic!("not an ERROR: {other:?}"),
+    }
+}
+
+#[test]
+fn get_ids_with_after_answers_greater_ids_or_a_clear_status() {
+    let node = NodeProc::start(&["--max-drift", "1s"]);
+    let mut c = TestConn::open_version(node.addr, 5);
+    assert_eq!(c.hello().version, 5);
+    let plain = ids_of(with(&mut c, IdsOptions::new(3)));
+    assert_eq!(plain.len(), 3);
+    let seen = plain[2];
+    let after = |a: u64, count: u32| IdsOptions {
+        after: Some(a),
+        ..IdsOptions::new(count)
+    };
+    assert!(ids_of(with(&mut c, after(seen, 10)))
+        .iter()
+        .all(|&id| id > seen));
+    // From a node 400 ms ahead: waited for, then greater.
+    let ahead = id_at(now_ms() + 400);
+    let started = Instant::now();
+    assert!(ids_of(with(&mut c, after(ahead, 50)))
+        .iter()
+        .all(|&id| id > ahead));
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    // Further than max_drift: retry later; far in the future or not an ID: refused.
+    let r = with(&mut c, after(id_at(now_ms() + 5_000), 1));
+    assert_eq!(status_of(&r), Status::UNAVAILABLE_CLOCK, "{r:?}");
+    let r = with(&mut c, after(id_at(now_ms() + 7_200_000), 1));
+    assert_eq!(status_of(&r), Status::INVALID_OPTION, "{r:?}");
+    // The connection is still usable, and its IDs still increase.
+    let more = ids_of(with(&mut c, IdsOptions::new(2)));
+    assert!(more[0] > seen);
+    // Keys and masking the node has not enabled are refused.
+    let keyed = IdsOptions {
+        key: Some("k".parse().unwrap()),
+        ..IdsOptions::new(1)
+    };
+    assert_eq!(status_of(&with(&mut c, keyed)), Status::INVALID_OPTION);
+    let masked = IdsOptions {
+        masked: true,
+        ..IdsOptions::new(1)
+    };
+    assert_eq!(status_of(&with(&mut c, masked)), Status::INVALID_OPTION);
+    // On a connection of version 4 the opcode is unknown.
+    let mut v4 = TestConn::open_version(node.addr, 4);
+    assert_eq!(
+        status_of(&with(&mut v4, IdsOptions::new(1))),
+        Status::UNKNOWN_OPCODE
+    );
+}
+
+#[test]
+fn get_ids_with_a_key_replays_its_answer_on_any_connection_of_the_node() {
+    let node = NodeProc::start(&[
+        "--http-listen",
+        "127.0.0.1:0",
+        "--idempotency-window",
+        "30s",
+    ]);
+    let key = |k: &str, count: u32| IdsOptions {
+        key: Some(k.parse().unwrap()),
+        ..IdsOptions::new(count)
+    };
+    let mut a = TestConn::open_version(node.addr, 5);
+    let first = ids_of(with(&mut a, key("proto-1", 4)));
+    let mut b = TestConn::open_version(node.addr, 5);
+    assert_eq!(
+        ids_of(with(&mut b, key("proto-1", 4))),
+        first,
+        "replayed on another connection"
+    );
+    let r = with(&mut b, key("proto-1", 5));
+    assert_eq!(status_of(&r), Status::IDEMPOTENCY_KEY_REUSED, "{r:?}");
+    // One table for both ways in: a key the HTTP API kept is another request here.
+    let http = node.http.unwrap();
+    let (status, _, _) = request(http, "POST", "/ids", &[("Idempotency-Key", "shared")], "");
+    assert_eq!(status, 200);
+    let r = with(&mut a, key("shared", 1));
+    assert_eq!(status_of(&r), Status::IDEMPOTENCY_KEY_REUSED, "{r:?}");
+    // A fresh key issues fresh IDs.
+    let fresh = ids_of(with(&mut a, key("proto-2", 4)));
+    assert!(fresh.iter().all(|id| !first.contains(id)));
+}
+
+#[test]
+fn get_ids_with_masked_answers_the_ids_masked_with_the_current_key() {
+    let keys = "7:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f,\n\
+                3:1f1e1d1c1b1a191817161514131211100f0e0d0c0b0a09080706050403020100";
+    let node = NodeProc::try_start(&[], &[("IDGEN_MASK_KEYS", keys)]).expect("a node");
+    let ring = idgen_id::mask::Keyring::parse(keys).unwrap();
+    let mut c = TestConn::open_version(node.addr, 5);
+    let o = IdsOptions {
+        masked: true,
+        ..IdsOptions::new(50)
+    };
+    let (key_id, masked) = match with(&mut c, o) {
+        Response::MaskedIds { key_id, ids } => (key_id, ids),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(key_id, 7, "the current key masks");
+    let ids: Vec<u64> = masked
+        .iter()
+        .map(|&m| ring.unmask(m, 63).unwrap())
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "they unmask to increasing IDs"
+    );
+    assert_ne!(ids, masked);
+    // Plain IDs on the same connection continue after them.
+    let next = ids_of(with(&mut c, IdsOptions::new(1)));
+    assert!(next[0] > *ids.last().unwrap());
+}

@@ -187,12 +187,12 @@ fn known_records_decode() {
     assert_eq!((rec.layout_version, rec.min_id), (3, Some(123_456_789_012)));
     assert_eq!(serde_json::to_string(&rec).unwrap(), floored);
     // A cluster with a successor layout (record version 4): "successors" last.
-    let succeeded = r#"{"layout":{"epoch_ms":1,"timestamp_bits":41,"worker_bits":10,"sequence_bits":12,"region_bits":0},"layout_version":4,"created_unix_ms":5,"created_by":"x","region_scope":"global","successors":[{"layout":{"epoch_ms":0,"timestamp_bits":42,"worker_bits":9,"sequence_bits":12,"region_bits":0},"switch_unix_ms":1000}]}"#;
+    let succeeded = r#"{"layout":{"epoch_ms":1,"timestamp_bits":41,"worker_bits":10,"sequence_bits":12,"region_bits":0},"layout_version":4,"created_unix_ms":5,"created_by":"x","region_scope":"global","successors":[{"layout":{"epoch_ms":500000,"timestamp_bits":40,"worker_bits":11,"sequence_bits":12,"region_bits":0},"switch_unix_ms":1000000}]}"#;
     let rec: ClusterRecord = serde_json::from_str(succeeded).unwrap();
-    assert_eq!(rec.successors[0].switch_unix_ms, 1000);
+    assert_eq!(rec.successors[0].switch_unix_ms, 1_000_000);
     assert_eq!(serde_json::to_string(&rec).unwrap(), succeeded);
     let gens = rec.generations().unwrap();
-    assert_eq!(gens.all()[1].first_id, 999 << 22);
+    assert_eq!(gens.all()[1].first_id, 999_999 << 22);
     let unscoped = r#"{"layout":{"epoch_ms":1,"timestamp_bits":41,"worker_bits":10,"sequence_bits":12,"region_bits":0},"layout_version":1,"created_unix_ms":5,"created_by":"x"}"#;
     let rec: ClusterRecord = serde_json::from_str(unscoped).unwrap();
     assert_eq!(rec.region_scope, None);

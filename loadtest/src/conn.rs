@@ -738,6 +738,10 @@ impl State<'_> {
                 Answer::Uuids(uuids) => {
                     self.answer_ids(sent, measured, now, uuids.len(), std::iter::empty())
                 }
+                // Masked IDs are unique but in no order: counted, not verified.
+                Answer::MaskedIds(m) => {
+                    self.answer_ids(sent, measured, now, m.ids().len(), std::iter::empty())
+                }
             }
             conn.rbuf.advance(used);
         }

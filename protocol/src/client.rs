@@ -54,8 +54,8 @@ use idgen_id::Layout;
 
 use crate::{
     decode_response, encode_request, max_response_frame, max_response_frame_for, FrameError,
-    IdsRef, RangesRef, Request, ResponseRef, SeqName, ServerHello, Status, UuidsRef, ValuesRef,
-    MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION,
+    IdsOptions, IdsRef, MaskedIdsRef, RangesRef, Request, ResponseRef, SeqName, ServerHello,
+    Status, UuidsRef, ValuesRef, MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION,
 };
 
 /// Bytes of a HELLO frame (length prefix included).
@@ -260,6 +260,8 @@ pub enum Awaits {
     Values(u32, SeqName),
     /// UUIDS of exactly this many UUIDs (version 4).
     Uuids(u32),
+    /// IDS, or MASKED_IDS if masked, of exactly the options' count (version 5).
+    IdsWith(IdsOptions),
 }
 
 impl Awaits {
@@ -272,6 +274,7 @@ impl Awaits {
             Request::Ping { token } => Some(Awaits::Pong(token)),
             Request::GetValues { count, name } => Some(Awaits::Values(count, name)),
             Request::GetUuids { count } => Some(Awaits::Uuids(count)),
+            Request::GetIdsWith(o) => Some(Awaits::IdsWith(o)),
             Request::Hello { .. } => None,
         }
     }
@@ -283,6 +286,11 @@ impl Awaits {
             Awaits::Pong(t) => format!("in answer to PING {t}"),
             Awaits::Values(n, name) => format!("in answer to GET_VALUES of {n} of {name}"),
             Awaits::Uuids(n) => format!("in answer to GET_UUIDS of {n}"),
+            Awaits::IdsWith(o) => format!(
+                "in answer to GET_IDS_WITH of {}{}",
+                o.count,
+                if o.masked { " (masked)" } else { "" }
+            ),
         }
     }
 }
@@ -301,6 +309,9 @@ pub enum Answer<'a> {
     Values(ValuesRef<'a>),
     /// The UUIDs asked for with GET_UUIDS (exactly the requested count, strictly increasing).
     Uuids(UuidsRef<'a>),
+    /// The masked IDs asked for with GET_IDS_WITH's masked option (exactly the requested
+    /// count), and the key ID that masked them.
+    MaskedIds(MaskedIdsRef<'a>),
     /// An ERROR, with what to do next. After one that [closes](After::closes), nothing more
     /// is answered on the connection.
     Refused(Refusal<'a>),
@@ -364,6 +375,11 @@ impl ClientConn {
         self.hello.version >= 4
     }
 
+    /// Whether GET_IDS_WITH may be sent (protocol version 5 or later).
+    pub const fn ids_with(&self) -> bool {
+        self.hello.version >= 5
+    }
+
     /// The largest response frame accepted (from the announced `max_batch`).
     pub const fn max_frame(&self) -> u32 {
         self.max_frame
@@ -400,6 +416,12 @@ impl ClientConn {
         self.encode(Awaits::Uuids(count), buf);
     }
 
+    /// Encodes GET_IDS_WITH with `options` (version 5) and awaits its IDS (MASKED_IDS when
+    /// masked).
+    pub fn get_ids_with<B: BufMut + ?Sized>(&mut self, options: IdsOptions, buf: &mut B) {
+        self.encode(Awaits::IdsWith(options), buf);
+    }
+
     /// Encodes PING with `token` and awaits its PONG.
     pub fn ping<B: BufMut + ?Sized>(&mut self, token: u64, buf: &mut B) {
         self.encode(Awaits::Pong(token), buf);
@@ -413,6 +435,7 @@ impl ClientConn {
             Awaits::Pong(token) => Request::Ping { token },
             Awaits::Values(count, name) => Request::GetValues { count, name },
             Awaits::Uuids(count) => Request::GetUuids { count },
+            Awaits::IdsWith(o) => Request::GetIdsWith(o),
         };
         encode_request(&request, buf);
         self.sent(awaits);
@@ -465,6 +488,16 @@ impl ClientConn {
             {
                 Answer::Uuids(uuids)
             }
+            (Awaits::IdsWith(o), ResponseRef::Ids(ids))
+                if !o.masked && (ids.len() == o.count as usize || !self.exact_counts) =>
+            {
+                Answer::Ids(ids)
+            }
+            (Awaits::IdsWith(o), ResponseRef::MaskedIds(m))
+                if o.masked && (m.ids().len() == o.count as usize || !self.exact_counts) =>
+            {
+                Answer::MaskedIds(m)
+            }
             (_, ResponseRef::Error { status, message }) => {
                 let refusal = Refusal::new(status, message);
                 self.closed = refusal.after.closes();
@@ -487,6 +520,7 @@ pub const fn response_name(response: &ResponseRef<'_>) -> &'static str {
         ResponseRef::Ranges(_) => "RANGES",
         ResponseRef::Values(_) => "VALUES",
         ResponseRef::Uuids(_) => "UUIDS",
+        ResponseRef::MaskedIds(_) => "MASKED_IDS",
     }
 }
 
@@ -496,6 +530,7 @@ fn describe(response: &ResponseRef<'_>) -> String {
         ResponseRef::Ranges(runs) => format!("RANGES of {}", runs.total()),
         ResponseRef::Values(v) => format!("VALUES of {}", v.len()),
         ResponseRef::Uuids(u) => format!("UUIDS of {}", u.len()),
+        ResponseRef::MaskedIds(m) => format!("MASKED_IDS of {}", m.ids().len()),
         ResponseRef::Pong(t) => format!("PONG {t}"),
         ResponseRef::Error { status, .. } => format!("ERROR {status}"),
         ResponseRef::HelloOk(_) => "HELLO_OK".into(),
@@ -657,6 +692,7 @@ mod tests {
                 Answer::Pong(t) => format!("pong {t}"),
                 Answer::Values(v) => format!("values {:?}", v.to_vec()),
                 Answer::Uuids(u) => format!("uuids {}", u.len()),
+                Answer::MaskedIds(m) => format!("masked {} {:?}", m.key_id(), m.ids().to_vec()),
                 Answer::Refused(r) => format!("refused {}", r.status),
             });
             at += used;

@@ -89,6 +89,10 @@ pub enum FrameError {
     /// increasing).
     #[error("UUIDS frame: {0}")]
     BadUuids(&'static str),
+    /// A MASKED_IDS frame that breaks its rules (count 0 or disagreeing with the length, a key
+    /// ID above 61, a masked ID with the top bit set).
+    #[error("MASKED_IDS frame: {0}")]
+    BadMaskedIds(&'static str),
     /// A HELLO_OK whose layout is impossible (bits sum to more than 63, or region bits exceed
     /// worker bits).
     #[error("HELLO_OK layout is invalid: timestamp {timestamp_bits} + worker {worker_bits} + sequence {sequence_bits} bits (region {region_bits})")]
@@ -123,6 +127,7 @@ impl FrameError {
             | FrameError::BadRanges(_)
             | FrameError::BadValues(_)
             | FrameError::BadUuids(_)
+            | FrameError::BadMaskedIds(_)
             | FrameError::BadLayout { .. } => Status::BAD_FRAME,
         }
     }

@@ -72,17 +72,19 @@ mod status;
 
 pub use error::{FrameError, WorkersBeyondWire};
 pub use request::{
-    decode_request, decode_request_for, encode_request, Decoded, Request, SeqName, SeqNameError,
-    ServerConnState, GET_IDS_LEN, GET_RANGES_LEN, GET_UUIDS_LEN, GET_VALUES_MAX_LEN,
-    GET_VALUES_MIN_LEN, HELLO_LEN, MAX_SEQ_NAME_LEN, MAX_VALUES_PER_CALL, PING_LEN,
+    decode_request, decode_request_for, encode_request, Decoded, IdemKey, IdemKeyError, IdsOptions,
+    Request, SeqName, SeqNameError, ServerConnState, GET_IDS_LEN, GET_IDS_WITH_MIN_LEN,
+    GET_RANGES_LEN, GET_UUIDS_LEN, GET_VALUES_MAX_LEN, GET_VALUES_MIN_LEN, HELLO_LEN,
+    MAX_SEQ_NAME_LEN, MAX_VALUES_PER_CALL, PING_LEN,
 };
 pub use response::{
-    decode_response, encode_error, encode_hello_ok, encode_ids, encode_ids_header, encode_pong,
-    encode_ranges, encode_uuids, encode_uuids_header, encode_values, encode_values_header,
-    max_response_frame, max_response_frame_for, truncate_message, IdsIter, IdsRef, RangesIter,
-    RangesRef, Response, ResponseRef, SeqMode, ServerHello, UuidsIter, UuidsRef, ValuesRef,
-    HELLO_OK_LEN, MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, MAX_UUIDS_PER_FRAME,
-    MAX_VALUES_PER_FRAME, PONG_LEN,
+    decode_response, encode_error, encode_hello_ok, encode_ids, encode_ids_header,
+    encode_masked_ids, encode_masked_ids_header, encode_pong, encode_ranges, encode_uuids,
+    encode_uuids_header, encode_values, encode_values_header, max_response_frame,
+    max_response_frame_for, truncate_message, IdsIter, IdsRef, MaskedIdsRef, RangesIter, RangesRef,
+    Response, ResponseRef, SeqMode, ServerHello, UuidsIter, UuidsRef, ValuesRef, HELLO_OK_LEN,
+    MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, MAX_UUIDS_PER_FRAME, MAX_VALUES_PER_FRAME,
+    PONG_LEN,
 };
 pub use status::{Status, StatusInfo};
 
@@ -93,8 +95,9 @@ pub use idgen_id::{Layout, LayoutError, Parts, UuidError, UuidParts, WorkerRange
 /// Magic bytes at the start of the HELLO payload.
 pub const MAGIC: [u8; 4] = *b"IDGN";
 /// The newest protocol version this crate implements (version 2 adds GET_RANGES/RANGES,
-/// version 3 GET_VALUES/VALUES: named sequences, version 4 GET_UUIDS/UUIDS: version 7 UUIDs).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// version 3 GET_VALUES/VALUES: named sequences, version 4 GET_UUIDS/UUIDS: version 7 UUIDs,
+/// version 5 GET_IDS_WITH/MASKED_IDS: IDs after a given one, idempotency keys, masked IDs).
+pub const PROTOCOL_VERSION: u16 = 5;
 /// Lowest version this implementation can speak.
 pub const MIN_SUPPORTED_VERSION: u16 = 1;
 /// Highest version this implementation can speak.
@@ -112,6 +115,18 @@ pub const OP_GET_RANGES: u8 = 0x04;
 pub const OP_GET_VALUES: u8 = 0x05;
 /// Request opcode `GET_UUIDS` (version 4; earlier versions decode it as an unknown opcode).
 pub const OP_GET_UUIDS: u8 = 0x06;
+/// Request opcode `GET_IDS_WITH` (version 5; earlier versions decode it as an unknown
+/// opcode): GET_IDS with options ([`OPT_AFTER`], [`OPT_KEY`], [`OPT_MASKED`]).
+pub const OP_GET_IDS_WITH: u8 = 0x07;
+/// GET_IDS_WITH option: an 8-byte ID follows the options byte; every ID answered is greater.
+pub const OPT_AFTER: u8 = 0x01;
+/// GET_IDS_WITH option: an idempotency key follows (a length byte, then 1 to
+/// [`MAX_IDEMPOTENCY_KEY_LEN`] visible ASCII bytes).
+pub const OPT_KEY: u8 = 0x02;
+/// GET_IDS_WITH option: answer the IDs masked (MASKED_IDS) with the node's current key.
+pub const OPT_MASKED: u8 = 0x04;
+/// The longest idempotency key (bytes), on the protocol and the HTTP API alike.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 64;
 /// The former name of [`OP_GET_RANGES`], from when version 1 only reserved it.
 pub const OP_GET_RANGES_RESERVED: u8 = OP_GET_RANGES;
 /// Response opcode `HELLO_OK`.
@@ -126,6 +141,8 @@ pub const OP_RANGES: u8 = 0x84;
 pub const OP_VALUES: u8 = 0x85;
 /// Response opcode `UUIDS` (version 4).
 pub const OP_UUIDS: u8 = 0x86;
+/// Response opcode `MASKED_IDS` (version 5): masked IDs and the key ID that masked them.
+pub const OP_MASKED_IDS: u8 = 0x87;
 /// Response opcode `ERROR`.
 pub const OP_ERROR: u8 = 0xFF;
 
@@ -209,14 +226,15 @@ mod tests {
     #[test]
     fn negotiation() {
         assert_eq!(negotiate_version(1, 1), Some(1));
-        assert_eq!(negotiate_version(0, 7), Some(4));
-        assert_eq!(negotiate_version(1, u16::MAX), Some(4));
-        assert_eq!(negotiate_version(2, 7), Some(4));
+        assert_eq!(negotiate_version(0, 7), Some(5));
+        assert_eq!(negotiate_version(1, u16::MAX), Some(5));
+        assert_eq!(negotiate_version(2, 7), Some(5));
+        assert_eq!(negotiate_version(5, 5), Some(5));
         assert_eq!(negotiate_version(1, 3), Some(3));
         assert_eq!(negotiate_version(4, 4), Some(4));
         assert_eq!(negotiate_version(1, 2), Some(2));
         assert_eq!(negotiate_version(3, 3), Some(3));
-        assert_eq!(negotiate_version(5, 7), None);
+        assert_eq!(negotiate_version(6, 7), None);
         assert_eq!(negotiate_version(0, 0), None);
         assert_eq!(negotiate_version(1, 0), None);
     }

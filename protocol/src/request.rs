@@ -4,9 +4,9 @@
 use bytes::BufMut;
 
 use crate::{
-    negotiate_version, FrameError, Limits, Status, MAGIC, MAX_SUPPORTED_VERSION,
-    MIN_SUPPORTED_VERSION, OP_GET_IDS, OP_GET_RANGES, OP_GET_UUIDS, OP_GET_VALUES, OP_HELLO,
-    OP_PING,
+    negotiate_version, FrameError, Limits, Status, MAGIC, MAX_IDEMPOTENCY_KEY_LEN,
+    MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION, OPT_AFTER, OPT_KEY, OPT_MASKED, OP_GET_IDS,
+    OP_GET_IDS_WITH, OP_GET_RANGES, OP_GET_UUIDS, OP_GET_VALUES, OP_HELLO, OP_PING,
 };
 
 /// The longest sequence name GET_VALUES carries.
@@ -88,6 +88,108 @@ impl std::fmt::Display for SeqName {
     }
 }
 
+/// An idempotency key as GET_IDS_WITH carries it: 1 to [`MAX_IDEMPOTENCY_KEY_LEN`] visible
+/// ASCII bytes (`!` to `~`). Kept inline, so a decoded request stays `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IdemKey {
+    len: u8,
+    bytes: [u8; MAX_IDEMPOTENCY_KEY_LEN],
+}
+
+/// Why bytes are not an idempotency key (the server answers `INVALID_OPTION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IdemKeyError {
+    /// No bytes, or more than [`MAX_IDEMPOTENCY_KEY_LEN`].
+    #[error("an idempotency key is 1 to 64 bytes")]
+    Length,
+    /// A byte that is not visible ASCII.
+    #[error("an idempotency key is visible ASCII characters (no spaces)")]
+    BadByte,
+}
+
+impl IdemKey {
+    /// Checks `bytes` against the key rule.
+    pub fn new(bytes: &[u8]) -> Result<IdemKey, IdemKeyError> {
+        if bytes.is_empty() || bytes.len() > MAX_IDEMPOTENCY_KEY_LEN {
+            return Err(IdemKeyError::Length);
+        }
+        if !bytes.iter().all(u8::is_ascii_graphic) {
+            return Err(IdemKeyError::BadByte);
+        }
+        let mut key = IdemKey {
+            len: bytes.len() as u8,
+            bytes: [0; MAX_IDEMPOTENCY_KEY_LEN],
+        };
+        key.bytes[..bytes.len()].copy_from_slice(bytes);
+        Ok(key)
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// The key (always ASCII).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
+impl std::str::FromStr for IdemKey {
+    type Err = IdemKeyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        IdemKey::new(s.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for IdemKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IdemKey({:?})", self.as_str())
+    }
+}
+
+/// What a GET_IDS_WITH asks for (version 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IdsOptions {
+    /// Number of IDs (`1..=max_batch` once decoded).
+    pub count: u32,
+    /// Every ID answered is greater than this one ([`OPT_AFTER`]).
+    pub after: Option<u64>,
+    /// The idempotency key ([`OPT_KEY`]).
+    pub key: Option<IdemKey>,
+    /// Answer masked IDs (MASKED_IDS) instead of IDS ([`OPT_MASKED`]).
+    pub masked: bool,
+}
+
+impl IdsOptions {
+    /// `count` IDs, no option.
+    pub const fn new(count: u32) -> Self {
+        IdsOptions {
+            count,
+            after: None,
+            key: None,
+            masked: false,
+        }
+    }
+
+    /// The options byte.
+    pub const fn options_byte(&self) -> u8 {
+        (if self.after.is_some() { OPT_AFTER } else { 0 })
+            | (if self.key.is_some() { OPT_KEY } else { 0 })
+            | (if self.masked { OPT_MASKED } else { 0 })
+    }
+
+    /// The frame length (opcode and payload) these options encode to.
+    pub const fn frame_len(&self) -> u32 {
+        GET_IDS_WITH_MIN_LEN
+            + if self.after.is_some() { 8 } else { 0 }
+            + match self.key {
+                Some(k) => 1 + k.len as u32,
+                None => 0,
+            }
+    }
+}
+
 /// A usable request, as decoded by [`decode_request`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Request {
@@ -127,6 +229,9 @@ pub enum Request {
         /// Number of UUIDs requested.
         count: u32,
     },
+    /// `0x07 GET_IDS_WITH` (version 5): ask for IDs with options: greater than an ID seen,
+    /// under an idempotency key, masked.
+    GetIdsWith(IdsOptions),
 }
 
 /// What [`decode_request`] found in one well-formed frame.
@@ -156,6 +261,10 @@ pub const PING_LEN: u32 = 9;
 pub const GET_RANGES_LEN: u32 = 5;
 /// Fixed frame length of GET_UUIDS.
 pub const GET_UUIDS_LEN: u32 = 5;
+/// Shortest frame length of GET_IDS_WITH (no option): opcode, count, options byte.
+pub const GET_IDS_WITH_MIN_LEN: u32 = 6;
+/// Longest frame length of GET_IDS_WITH (every option, a 64-byte key).
+pub const GET_IDS_WITH_MAX_LEN: u32 = 6 + 8 + 1 + MAX_IDEMPOTENCY_KEY_LEN as u32;
 /// Shortest frame length of GET_VALUES (a one-byte name).
 pub const GET_VALUES_MIN_LEN: u32 = 6;
 /// Longest frame length of GET_VALUES (a 64-byte name).
@@ -192,6 +301,7 @@ pub fn decode_request_for(
     let ranges = version >= 2;
     let values = version >= 3;
     let uuids = version >= 4;
+    let with = version >= 5;
     let Some(&[a, b, c, d]) = buf.get(..4) else {
         return Ok(None);
     };
@@ -233,6 +343,16 @@ pub fn decode_request_for(
             opcode,
             length,
             expected: "5 + name length, name 1..=64 bytes",
+        });
+    }
+    if opcode == OP_GET_IDS_WITH
+        && with
+        && !(GET_IDS_WITH_MIN_LEN..=GET_IDS_WITH_MAX_LEN).contains(&length)
+    {
+        return Err(FrameError::WrongLength {
+            opcode,
+            length,
+            expected: "6 + 8 with after + 1 + key length with a key",
         });
     }
     // `length <= max_request_frame <= u32::MAX` fits in usize on every supported target.
@@ -322,6 +442,7 @@ pub fn decode_request_for(
                 }
             }
         }
+        OP_GET_IDS_WITH if with => decode_ids_with(opcode, length, payload, limits)?,
         OP_PING => {
             let mut token = [0u8; 8];
             token.copy_from_slice(payload);
@@ -335,6 +456,87 @@ pub fn decode_request_for(
         },
     };
     Ok(Some((decoded, total)))
+}
+
+/// GET_IDS_WITH's payload (the frame's length already within bounds): a length that does not
+/// match its options is a broken frame; the refusals keep the connection.
+fn decode_ids_with(
+    opcode: u8,
+    length: u32,
+    payload: &[u8],
+    limits: &Limits,
+) -> Result<Decoded, FrameError> {
+    let wrong = || FrameError::WrongLength {
+        opcode,
+        length,
+        expected: "6 + 8 with after + 1 + key length with a key",
+    };
+    let count = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+    let options = payload[4];
+    let mut rest = &payload[5..];
+    let mut after = None;
+    if options & OPT_AFTER != 0 {
+        let Some((bytes, tail)) = rest.split_first_chunk::<8>() else {
+            return Err(wrong());
+        };
+        after = Some(u64::from_be_bytes(*bytes));
+        rest = tail;
+    }
+    let mut key = None;
+    if options & OPT_KEY != 0 {
+        let Some((&len, tail)) = rest.split_first() else {
+            return Err(wrong());
+        };
+        if tail.len() != usize::from(len) {
+            return Err(wrong());
+        }
+        key = Some(IdemKey::new(tail));
+        rest = &[];
+    }
+    if !rest.is_empty() {
+        return Err(wrong());
+    }
+    let reject = |status, message| Ok(Decoded::Reject { status, message });
+    if count == 0 {
+        return reject(
+            Status::INVALID_COUNT,
+            "GET_IDS_WITH count must be at least 1",
+        );
+    }
+    if count > limits.max_batch {
+        return reject(
+            Status::BATCH_TOO_LARGE,
+            "GET_IDS_WITH count exceeds max_batch",
+        );
+    }
+    if options & !(OPT_AFTER | OPT_KEY | OPT_MASKED) != 0 {
+        return reject(
+            Status::INVALID_OPTION,
+            "GET_IDS_WITH with an unknown option bit (known: 0x01 after, 0x02 key, 0x04 masked)",
+        );
+    }
+    if after.is_some_and(|a| a >= 1 << 63) {
+        return reject(
+            Status::INVALID_OPTION,
+            "GET_IDS_WITH after with the sign bit set: not an ID",
+        );
+    }
+    let key = match key {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(_)) => {
+            return reject(
+                Status::INVALID_OPTION,
+                "an idempotency key is 1 to 64 visible ASCII bytes",
+            )
+        }
+    };
+    Ok(Decoded::Request(Request::GetIdsWith(IdsOptions {
+        count,
+        after,
+        key,
+        masked: options & OPT_MASKED != 0,
+    })))
 }
 
 /// Encode `request` as one frame (client side). Any `count` is encoded as given, so a
@@ -379,6 +581,19 @@ pub fn encode_request<B: BufMut + ?Sized>(request: &Request, buf: &mut B) {
             buf.put_u32(count);
             buf.put_slice(name);
         }
+        Request::GetIdsWith(o) => {
+            buf.put_u32(o.frame_len());
+            buf.put_u8(OP_GET_IDS_WITH);
+            buf.put_u32(o.count);
+            buf.put_u8(o.options_byte());
+            if let Some(after) = o.after {
+                buf.put_u64(after);
+            }
+            if let Some(key) = o.key {
+                buf.put_u8(key.len);
+                buf.put_slice(key.as_bytes());
+            }
+        }
     }
 }
 
@@ -397,6 +612,7 @@ impl Request {
             Request::GetRanges { .. } => GET_RANGES_LEN as usize,
             Request::GetUuids { .. } => GET_UUIDS_LEN as usize,
             Request::GetValues { name, .. } => 5 + name.len as usize,
+            Request::GetIdsWith(o) => o.frame_len() as usize,
         }
     }
 }
@@ -839,7 +1055,7 @@ mod tests {
         assert_eq!(s.check(&hello), Ok(()));
         assert_eq!(
             s.version(),
-            Some(4),
+            Some(5),
             "1..=9 picks the highest common version"
         );
         assert_eq!(s.check(&get), Ok(()));
@@ -851,7 +1067,7 @@ mod tests {
 
     #[test]
     fn conn_state_version_mismatch() {
-        for (min, max) in [(5, 6), (0, 0), (3, 1), (1, 0)] {
+        for (min, max) in [(6, 7), (0, 0), (3, 1), (1, 0)] {
             let mut s = ServerConnState::new();
             let e = s
                 .check(&Decoded::Request(Request::Hello {

@@ -5,9 +5,41 @@ use bytes::BufMut;
 use idgen_id::{Layout, Parts, WorkerRange};
 
 use crate::{
-    FrameError, Status, WorkersBeyondWire, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_PONG, OP_RANGES,
-    OP_UUIDS, OP_VALUES,
+    FrameError, Status, WorkersBeyondWire, OP_ERROR, OP_HELLO_OK, OP_IDS, OP_MASKED_IDS, OP_PONG,
+    OP_RANGES, OP_UUIDS, OP_VALUES,
 };
+
+/// The largest masking key ID (key IDs are `0..=61`, one base62 character).
+pub const MAX_MASK_KEY_ID: u8 = 61;
+
+/// The masked IDs of a MASKED_IDS frame (version 5), borrowed from the receive buffer and
+/// validated (each below 2^63), with the key ID that masked them.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MaskedIdsRef<'a> {
+    key_id: u8,
+    ids: IdsRef<'a>,
+}
+
+impl<'a> MaskedIdsRef<'a> {
+    /// The key ID (`0..=61`) of the key that masked them: the first character of their
+    /// string forms.
+    pub const fn key_id(&self) -> u8 {
+        self.key_id
+    }
+    /// The masked IDs, in the order of the IDs they mask (which is not theirs).
+    pub const fn ids(&self) -> IdsRef<'a> {
+        self.ids
+    }
+}
+
+impl std::fmt::Debug for MaskedIdsRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MaskedIdsRef")
+            .field("key_id", &self.key_id)
+            .field("ids", &self.ids)
+            .finish()
+    }
+}
 
 /// Fixed frame length (opcode + payload) of HELLO_OK.
 pub const HELLO_OK_LEN: u32 = 33;
@@ -369,6 +401,8 @@ pub enum ResponseRef<'a> {
     Values(ValuesRef<'a>),
     /// `0x86 UUIDS` (version 4): the requested version 7 UUIDs.
     Uuids(UuidsRef<'a>),
+    /// `0x87 MASKED_IDS` (version 5): the requested IDs, masked.
+    MaskedIds(MaskedIdsRef<'a>),
 }
 
 /// The runs of a RANGES frame, validated: each run non-empty, runs strictly increasing and
@@ -443,6 +477,10 @@ impl ResponseRef<'_> {
                 values: v.to_vec(),
             },
             ResponseRef::Uuids(u) => Response::Uuids(u.to_vec()),
+            ResponseRef::MaskedIds(m) => Response::MaskedIds {
+                key_id: m.key_id(),
+                ids: m.ids().to_vec(),
+            },
         }
     }
 }
@@ -475,6 +513,13 @@ pub enum Response {
     },
     /// `0x86 UUIDS` (version 4): version 7 UUIDs (non-empty when encoded).
     Uuids(Vec<[u8; 16]>),
+    /// `0x87 MASKED_IDS` (version 5): masked IDs (non-empty when encoded) and their key ID.
+    MaskedIds {
+        /// The key ID (`0..=61`).
+        key_id: u8,
+        /// The masked IDs.
+        ids: Vec<u64>,
+    },
 }
 
 impl Response {
@@ -489,6 +534,7 @@ impl Response {
             Response::Ranges(runs) => encode_ranges(runs, buf),
             Response::Values { mode, values } => encode_values(*mode, values, buf),
             Response::Uuids(uuids) => encode_uuids(uuids, buf),
+            Response::MaskedIds { key_id, ids } => encode_masked_ids(*key_id, ids, buf),
         }
         Ok(())
     }
@@ -627,6 +673,35 @@ pub fn encode_uuids<B: BufMut + ?Sized>(uuids: &[[u8; 16]], buf: &mut B) {
     }
 }
 
+/// Encode the 10-byte head of a MASKED_IDS frame (version 5: length, opcode, key ID, count);
+/// the caller appends exactly `count` masked IDs with `put_u64`.
+///
+/// # Panics
+/// If `count` is 0 or above [`MAX_VALUES_PER_FRAME`], or `key_id` above [`MAX_MASK_KEY_ID`].
+pub fn encode_masked_ids_header<B: BufMut + ?Sized>(key_id: u8, count: u32, buf: &mut B) {
+    assert!(
+        (1..=MAX_VALUES_PER_FRAME).contains(&count) && key_id <= MAX_MASK_KEY_ID,
+        "MASKED_IDS count {count} or key ID {key_id} out of range"
+    );
+    buf.put_u32(6 + 8 * count);
+    buf.put_u8(OP_MASKED_IDS);
+    buf.put_u8(key_id);
+    buf.put_u32(count);
+}
+
+/// Encode a complete MASKED_IDS frame (version 5).
+///
+/// # Panics
+/// Like [`encode_masked_ids_header`].
+pub fn encode_masked_ids<B: BufMut + ?Sized>(key_id: u8, ids: &[u64], buf: &mut B) {
+    let count = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+    encode_masked_ids_header(key_id, count, buf);
+    for &id in ids {
+        debug_assert!(id >> 63 == 0, "masked id {id:#x} has the top bit set");
+        buf.put_u64(id);
+    }
+}
+
 /// Encode a PONG frame echoing `token`.
 pub fn encode_pong<B: BufMut + ?Sized>(token: u64, buf: &mut B) {
     buf.put_u32(PONG_LEN);
@@ -706,7 +781,11 @@ pub fn decode_response(
         OP_UUIDS if length < 21 || (length - 5) % 16 != 0 => {
             return Err(wrong("5 + 16 * count with count >= 1"))
         }
-        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS | OP_RANGES | OP_VALUES | OP_UUIDS => {}
+        OP_MASKED_IDS if length < 14 || (length - 6) % 8 != 0 => {
+            return Err(wrong("6 + 8 * count with count >= 1"))
+        }
+        OP_HELLO_OK | OP_PONG | OP_ERROR | OP_IDS | OP_RANGES | OP_VALUES | OP_UUIDS
+        | OP_MASKED_IDS => {}
         _ => return Err(FrameError::UnknownResponseOpcode(opcode)),
     }
     if opcode == OP_IDS {
@@ -723,6 +802,21 @@ pub fn decode_response(
             let count = u32::from_be_bytes([a, b, c, d]);
             if count != (length - 5) / 16 {
                 return Err(FrameError::BadUuids(
+                    "count disagrees with the frame length",
+                ));
+            }
+        }
+    }
+    if opcode == OP_MASKED_IDS {
+        if let Some(&k) = buf.get(5) {
+            if k > MAX_MASK_KEY_ID {
+                return Err(FrameError::BadMaskedIds("key ID above 61"));
+            }
+        }
+        if let Some(&[a, b, c, d]) = buf.get(6..10) {
+            let count = u32::from_be_bytes([a, b, c, d]);
+            if count != (length - 6) / 8 {
+                return Err(FrameError::BadMaskedIds(
                     "count disagrees with the frame length",
                 ));
             }
@@ -778,6 +872,16 @@ pub fn decode_response(
             ResponseRef::Ids(IdsRef { bytes })
         }
         OP_PONG => ResponseRef::Pong(be_u64(p)),
+        OP_MASKED_IDS => {
+            let bytes = &p[5..];
+            if bytes.chunks_exact(8).any(|c| c[0] & 0x80 != 0) {
+                return Err(FrameError::BadMaskedIds("a masked ID has the top bit set"));
+            }
+            ResponseRef::MaskedIds(MaskedIdsRef {
+                key_id: p[0],
+                ids: IdsRef { bytes },
+            })
+        }
         OP_UUIDS => {
             let bytes = &p[4..];
             let mut previous: Option<&[u8]> = None;
@@ -1240,7 +1344,7 @@ mod tests {
 
     #[test]
     fn unknown_response_opcode() {
-        for op in [0x00u8, 0x01, 0x80, 0x87, 0xFE] {
+        for op in [0x00u8, 0x01, 0x80, 0x88, 0xFE] {
             assert_eq!(
                 decode_response(&[0, 0, 0, 1, op], MAX),
                 Err(FrameError::UnknownResponseOpcode(op))

@@ -80,6 +80,9 @@ status_table! {
     202 UNKNOWN_OPCODE      closes=false retry=false "Well-formed frame within the size limit with an unknown opcode; the frame is skipped.";
     203 UNKNOWN_SEQUENCE    closes=false retry=false "GET_VALUES named a sequence the cluster's namespace does not have (never created, or dropped).";
     204 INVALID_SEQUENCE_NAME closes=false retry=false "GET_VALUES with a name that is not 1 to 64 bytes of a-z, 0-9, '.', '_' and '-' starting with a letter or a digit.";
+    205 INVALID_OPTION      closes=false retry=false "GET_IDS_WITH with an option the node cannot honour: an unknown option bit, an after that is not an ID of the cluster or lies more than 60 s ahead of the node's clock, a key that is not 1 to 64 visible ASCII bytes, or a key or masking the node has not enabled.";
+    206 IDEMPOTENCY_KEY_REUSED closes=false retry=false "The idempotency key came with another request (count or options) within its window: use a new key.";
+    207 IDEMPOTENCY_KEY_IN_FLIGHT closes=false retry=false "The first request with this idempotency key is still being answered: retry it on the same node shortly.";
     300 UNAVAILABLE_LEASE   closes=false retry=true  "The node holds no usable lease (lease ceiling reached or no lease).";
     301 UNAVAILABLE_CLOCK   closes=false retry=true  "The node's clock is at fault: it moved backwards further than the server waits out, or stood still.";
     302 SHUTTING_DOWN       closes=true  retry=true  "The server is shutting down; it closes after answering the requests it has read.";
@@ -261,6 +264,6 @@ mod tests {
         assert!(Status::RANGE_CHANGED.retry_elsewhere());
         assert!(!Status::BUSY.closes_connection());
         assert!(Status::BUSY.retry_elsewhere());
-        assert_eq!(Status::TABLE.len(), 19);
+        assert_eq!(Status::TABLE.len(), 22);
     }
 }

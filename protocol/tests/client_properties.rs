@@ -96,6 +96,7 @@ fn read_all(conn: &mut ClientConn, wire: &[u8], cuts: &[usize]) -> Vec<String> {
                 Answer::Pong(t) => format!("pong {t}"),
                 Answer::Values(v) => format!("values {}", v.len()),
                 Answer::Uuids(u) => format!("uuids {}", u.len()),
+                Answer::MaskedIds(m) => format!("masked {}", m.ids().len()),
                 Answer::Refused(r) => format!("refused {} {:?}", r.status.code(), r.after),
             });
             buf.drain(..used);

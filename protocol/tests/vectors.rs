@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use idgen_id::WorkerRange;
 use idgen_protocol::{
-    decode_request_for, decode_response, encode_request, Decoded, Limits, Request, Response,
-    SeqMode, ServerConnState, ServerHello, Status,
+    decode_request_for, decode_response, encode_request, Decoded, IdsOptions, Limits, Request,
+    Response, SeqMode, ServerConnState, ServerHello, Status,
 };
 use serde_json::Value;
 
@@ -16,6 +16,7 @@ fn vectors() -> Vec<Value> {
     [
         include_str!("vectors.json"),
         include_str!("vectors_v4.json"),
+        include_str!("vectors_v5.json"),
     ]
     .iter()
     .flat_map(|text| {
@@ -72,6 +73,14 @@ fn request_from_json(d: &Value) -> Request {
         "GET_UUIDS" => Request::GetUuids {
             count: num(d, "count"),
         },
+        "GET_IDS_WITH" => Request::GetIdsWith(IdsOptions {
+            count: num(d, "count"),
+            after: d.get("after").map(dec_u64),
+            key: d
+                .get("key")
+                .map(|k| k.as_str().unwrap().parse().expect("a key")),
+            masked: d["masked"].as_bool().expect("masked"),
+        }),
         "GET_VALUES" => Request::GetValues {
             count: num(d, "count"),
             name: d["name"]
@@ -103,6 +112,10 @@ fn response_from_json(d: &Value) -> Response {
         }),
         "IDS" => Response::Ids(d["ids"].as_array().unwrap().iter().map(dec_u64).collect()),
         "PONG" => Response::Pong(dec_u64(&d["token"])),
+        "MASKED_IDS" => Response::MaskedIds {
+            key_id: num(d, "key_id"),
+            ids: d["ids"].as_array().unwrap().iter().map(dec_u64).collect(),
+        },
         "UUIDS" => Response::Uuids(
             d["uuids"]
                 .as_array()
@@ -300,6 +313,8 @@ fn vectors_cover_the_protocol() {
         "VALUES",
         "GET_UUIDS",
         "UUIDS",
+        "GET_IDS_WITH",
+        "MASKED_IDS",
         "ERROR",
     ] {
         assert!(ops.contains(op), "no vector decodes {op}");

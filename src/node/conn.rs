@@ -53,6 +53,12 @@ pub(crate) struct ConnCtx {
     pub shutdown: watch::Receiver<bool>,
     /// The node's named sequences (GET_VALUES; their reservations run on the control thread).
     pub sequences: Arc<Holder>,
+    /// The `[mask]` keyring, for GET_IDS_WITH's masked option (`None`: off).
+    pub mask: Option<Arc<idgen_id::mask::Keyring>>,
+    /// Kept answers for idempotency keys, the node's one table (`None`: off).
+    pub idempotency: Option<Arc<super::idempotency::Idempotency>>,
+    /// How long a GET_IDS_WITH with `after` may wait for the clock (the cluster's max_drift).
+    pub max_after_wait: std::time::Duration,
 }
 
 /// Answers a connection over the limit with OVERLOADED, then closes it.

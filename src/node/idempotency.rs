@@ -21,8 +21,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The longest key accepted (characters, visible ASCII).
-pub const MAX_KEY_LEN: usize = 255;
+/// The longest key accepted (characters, visible ASCII): the protocol's limit, so a key
+/// works on both ways in.
+pub const MAX_KEY_LEN: usize = idgen_protocol::MAX_IDEMPOTENCY_KEY_LEN;
 
 /// Bytes counted for an entry beyond its key, request and answer.
 const ENTRY_OVERHEAD: usize = 96;

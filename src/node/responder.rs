@@ -12,31 +12,40 @@
 
 use std::mem::MaybeUninit;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use idgen_core::sequence::holder::HoldError;
 use idgen_core::sequence::{Mode, SequenceError};
 use idgen_protocol::{
     decode_request, decode_request_for, encode_error, encode_hello_ok, encode_ids_header,
-    encode_pong, encode_ranges, encode_uuids_header, encode_values_header, Decoded, Limits,
-    Request, SeqMode, SeqName, ServerConnState, ServerHello, Status, DEFAULT_MAX_REQUEST_FRAME,
-    MAX_VALUES_PER_CALL,
+    encode_masked_ids_header, encode_pong, encode_ranges, encode_uuids_header,
+    encode_values_header, Decoded, IdsOptions, Limits, Request, SeqMode, SeqName, ServerConnState,
+    ServerHello, Status, DEFAULT_MAX_REQUEST_FRAME, MAX_VALUES_PER_CALL,
 };
 use idgen_protocol::{SINGLE_ID_HEADER, SINGLE_ID_REQUEST};
 
 use super::conn::ConnCtx;
+use super::idempotency;
 use super::issuer::{refusal, ClockHold, IssueError};
 use super::telemetry::{bump, Op, ShardStats, BATCH_BUCKETS};
+use idgen_core::clock::{Clock, SystemClock};
 use idgen_core::generator::{Fill, Progress};
 use idgen_core::histogram::bucket_of;
 use idgen_core::member::Announced;
-use idgen_id::{Layout, UuidError};
+use idgen_id::mask::Keyring;
+use idgen_id::{Id, Layout, UuidError};
 use rand::RngExt;
 
 /// A one-ID answer: the protocol's [`SINGLE_ID_HEADER`], then the ID's 8 bytes.
 const SINGLE_ID_ANSWER_LEN: usize = SINGLE_ID_HEADER.len() + 8;
 /// The most one-ID requests answered by one draw.
 const MAX_SINGLE_ID_RUN: usize = 4096;
+
+/// An `after` further ahead of this node's clock than this is refused outright
+/// (INVALID_OPTION) rather than with a retry status: no clock the cluster trusts issued it.
+const AFTER_FUTURE_LIMIT_MS: u64 = 60_000;
 
 /// The most GET_VALUES frames of one sequence answered by one call to the holder.
 const MAX_VALUES_RUN: usize = 4096;
@@ -84,6 +93,20 @@ enum Kind {
     Uuids,
     /// A run of `count` one-ID GET_IDS requests, still in the input: one IDS frame each.
     SingleIds,
+    /// GET_IDS_WITH: one IDS (or MASKED_IDS) frame of `count` IDs, under [`Pending::with`].
+    IdsWith,
+}
+
+/// What a GET_IDS_WITH carries beyond its count, while it is answered.
+struct With {
+    /// The ID every answered ID must be above, and its Unix time (ms).
+    after: Option<(u64, u64)>,
+    /// When (the issuer's monotonic ns) the wait for `after` ends: set at the first wait.
+    deadline: u64,
+    /// The keyring and width that mask the answer (the frame's header already names the key).
+    mask: Option<(Arc<Keyring>, u32)>,
+    /// The right to keep the answer under its idempotency key.
+    ticket: Option<idempotency::Ticket>,
 }
 
 /// A request for IDs that is waiting for the clock or its turn.
@@ -93,6 +116,8 @@ struct Pending {
     /// Where this request's answer starts in the output buffer.
     mark: usize,
     fill: Fill,
+    /// GET_IDS_WITH's options (`None` for the other kinds).
+    with: Option<Box<With>>,
 }
 
 /// What [`Responder::single_id_run`] did.
@@ -316,6 +341,8 @@ impl Responder {
                 Decoded::Request(Request::Ping { .. }) => Some(Op::Ping),
                 Decoded::Request(Request::GetValues { .. }) => Some(Op::GetValues),
                 Decoded::Request(Request::GetUuids { .. }) => Some(Op::GetUuids),
+                // Timed and counted as GET_IDS: the same IDs, with options.
+                Decoded::Request(Request::GetIdsWith(_)) => Some(Op::GetIds),
                 // A refused frame (a count out of bounds) counts under its opcode.
                 Decoded::Reject { .. } => input.get(4).copied().and_then(Op::of_opcode),
             };
@@ -338,6 +365,7 @@ impl Responder {
                         count,
                         mark,
                         fill: Fill::new(u64::from(count)),
+                        with: None,
                     };
                     if let Some(at) = self.resume(pending, input, out) {
                         return Next::Wait(at);
@@ -350,6 +378,7 @@ impl Responder {
                         count,
                         mark: out.len(),
                         fill: Fill::new(u64::from(count)),
+                        with: None,
                     };
                     if let Some(at) = self.resume(pending, input, out) {
                         return Next::Wait(at);
@@ -364,8 +393,14 @@ impl Responder {
                         count,
                         mark,
                         fill: Fill::new(u64::from(count)),
+                        with: None,
                     };
                     if let Some(at) = self.resume(pending, input, out) {
+                        return Next::Wait(at);
+                    }
+                }
+                Decoded::Request(Request::GetIdsWith(options)) => {
+                    if let Some(at) = self.ids_with(options, input, out) {
                         return Next::Wait(at);
                     }
                 }
@@ -493,6 +528,7 @@ impl Responder {
             count: n as u32,
             mark: out.len(),
             fill: Fill::new(n as u64),
+            with: None,
         };
         match self.resume_single_ids(run, input, out) {
             Some(at) => Run::Wait(at),
@@ -591,6 +627,9 @@ impl Responder {
         if p.kind == Kind::SingleIds {
             return self.resume_single_ids(p, input, out);
         }
+        if p.kind == Kind::IdsWith {
+            return self.resume_with(p, out);
+        }
         let ranges = p.kind == Kind::Ranges;
         // GET_UUIDS: the thread's CSPRNG (ChaCha, reseeded from the OS) for the random bits.
         let mut uuids = (p.kind == Kind::Uuids).then(rand::rng);
@@ -640,6 +679,247 @@ impl Responder {
                 self.refuse(&e, out);
                 None
             }
+        }
+    }
+
+    /// Starts a GET_IDS_WITH (PROTOCOL.md §3.8): the options the node must have enabled, the
+    /// kept answer of its idempotency key if there is one, the time of `after`; then the
+    /// frame's header and the IDs, as [`resume_with`](Self::resume_with) issues them.
+    fn ids_with(
+        &mut self,
+        o: IdsOptions,
+        _input: &mut BytesMut,
+        out: &mut BytesMut,
+    ) -> Option<u64> {
+        let mask = match (o.masked, &self.ctx.mask) {
+            (false, _) => None,
+            (true, Some(keys)) => Some((
+                Arc::clone(keys),
+                idgen_id::mask::layout_width(&self.announced_layout),
+            )),
+            (true, None) => {
+                self.reject(
+                    Status::INVALID_OPTION,
+                    "masking is not configured on this node (mask_keys_file or IDGEN_MASK_KEYS)",
+                    out,
+                );
+                return None;
+            }
+        };
+        let after = match o.after {
+            None => None,
+            Some(a) => {
+                let gens = self.ctx.gen.borrow().lease().generations();
+                match gens.decompose(Id(a)) {
+                    Ok((_, parts)) => Some((a, parts.unix_ms)),
+                    Err(e) => {
+                        let message = format!("after={a}: not an ID of this cluster: {e}");
+                        self.reject(Status::INVALID_OPTION, &message, out);
+                        return None;
+                    }
+                }
+            }
+        };
+        let ticket = match o.key {
+            None => None,
+            Some(key) => {
+                let Some(table) = &self.ctx.idempotency else {
+                    self.reject(
+                        Status::INVALID_OPTION,
+                        "idempotency keys are not enabled on this node (idempotency_window is 0): a retry would get new IDs",
+                        out,
+                    );
+                    return None;
+                };
+                let request = format!(
+                    "protocol GET_IDS_WITH count={} after={:?} masked={}",
+                    o.count, o.after, o.masked
+                );
+                let bytes = o.count as usize * 8 + 16;
+                match table.begin(key.as_str(), &request, bytes, Instant::now()) {
+                    idempotency::Begin::Fresh(t) => Some(t),
+                    idempotency::Begin::Replay(kept) => {
+                        out.extend_from_slice(&kept.body);
+                        self.tally.served(u64::from(o.count));
+                        return None;
+                    }
+                    idempotency::Begin::InFlight => {
+                        self.reject(
+                            Status::IDEMPOTENCY_KEY_IN_FLIGHT,
+                            "the first request with this idempotency key is still being answered: retry shortly",
+                            out,
+                        );
+                        return None;
+                    }
+                    idempotency::Begin::Mismatch => {
+                        self.reject(
+                            Status::IDEMPOTENCY_KEY_REUSED,
+                            "this idempotency key came with another request (count or options): use a new key",
+                            out,
+                        );
+                        return None;
+                    }
+                    idempotency::Begin::Full => {
+                        self.reject(
+                            Status::BUSY,
+                            "the node's table of idempotency keys is full (idempotency_max_bytes): retry later",
+                            out,
+                        );
+                        return None;
+                    }
+                }
+            }
+        };
+        let mark = out.len();
+        match &mask {
+            Some((keys, _)) => encode_masked_ids_header(keys.current_key_id(), o.count, out),
+            None => encode_ids_header(o.count, out),
+        }
+        out.reserve(o.count as usize * 8);
+        let pending = Pending {
+            kind: Kind::IdsWith,
+            count: o.count,
+            mark,
+            fill: Fill::new(u64::from(o.count)),
+            with: Some(Box::new(With {
+                after,
+                deadline: 0,
+                mask,
+                ticket,
+            })),
+        };
+        self.resume_with(pending, out)
+    }
+
+    /// Issues what it can of a GET_IDS_WITH now, after waiting (within the cluster's
+    /// `max_drift`) for the clock to pass its `after`; `Some(at)`: call again then.
+    fn resume_with(&mut self, mut p: Pending, out: &mut BytesMut) -> Option<u64> {
+        let Some(mut with) = p.with.take() else {
+            return None;
+        };
+        let header = if with.mask.is_some() { 10 } else { 9 };
+        if let Some((after, after_ms)) = with.after.filter(|_| p.fill.emitted() == 0) {
+            let now_ms = SystemClock::new().wall_ms();
+            let mono = self.ctx.gen.borrow().mono_ns();
+            if with.deadline == 0 {
+                with.deadline = mono.saturating_add(
+                    u64::try_from(self.ctx.max_after_wait.as_nanos()).unwrap_or(u64::MAX),
+                );
+            }
+            if now_ms <= after_ms {
+                let ahead = after_ms + 1 - now_ms;
+                let at = mono.saturating_add(ahead * 1_000_000);
+                if ahead > AFTER_FUTURE_LIMIT_MS || at > with.deadline {
+                    out.truncate(p.mark);
+                    let (status, message) = if ahead > AFTER_FUTURE_LIMIT_MS {
+                        (
+                            Status::INVALID_OPTION,
+                            format!("after={after} lies {ahead} ms ahead of this node's clock: not an ID a trusted clock of this cluster issued"),
+                        )
+                    } else {
+                        (
+                            Status::UNAVAILABLE_CLOCK,
+                            format!("after={after} lies {ahead} ms ahead of this node's clock, more than it waits (max_drift): retry later, or on the node that issued it"),
+                        )
+                    };
+                    self.reject(status, &message, out);
+                    return None;
+                }
+                p.with = Some(with);
+                self.pending = Some(p);
+                return Some(at);
+            }
+        }
+        let after = with.after.map(|(a, _)| a);
+        let mut below_after = false;
+        let mut mask_failed = None;
+        let result = {
+            let mut gen = self.ctx.gen.borrow_mut();
+            let first_call = p.fill.emitted() == 0;
+            let mask = with.mask.as_ref();
+            let mut first_run = first_call;
+            gen.issue(self.announced, &mut p.fill, |first, n| {
+                if first_run {
+                    // IDs of one answer increase: the first is the smallest.
+                    below_after = after.is_some_and(|a| first <= a);
+                    first_run = false;
+                }
+                match mask {
+                    None => put_run(out, first, n),
+                    Some((keys, width)) => {
+                        for id in first..first + n {
+                            match keys.mask(id, *width) {
+                                Ok(m) => out.extend_from_slice(&m.to_be_bytes()),
+                                Err(e) => mask_failed = Some(e),
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        if let Some(e) = mask_failed {
+            self.ctx.gen.borrow_mut().abandon(&mut p.fill);
+            out.truncate(p.mark);
+            let message = format!("cannot mask an issued ID: {e}");
+            encode_error(Status::INTERNAL, &message, out);
+            self.ctx.stats.error(Status::INTERNAL);
+            self.closing = true;
+            return None;
+        }
+        if below_after {
+            // Drawn before this shard's clock passed `after` (a node behind in its layout, a
+            // clock read just before): those IDs stay unused; draw again a millisecond later.
+            self.ctx.gen.borrow_mut().abandon(&mut p.fill);
+            out.truncate(p.mark + header);
+            p.fill = Fill::new(u64::from(p.count));
+            let mono = self.ctx.gen.borrow().mono_ns();
+            if mono >= with.deadline {
+                out.truncate(p.mark);
+                let message = format!(
+                    "cannot issue above after={} yet: retry later, or on the node that issued it",
+                    after.unwrap_or(0)
+                );
+                self.reject(Status::UNAVAILABLE_CLOCK, &message, out);
+                return None;
+            }
+            p.with = Some(with);
+            self.pending = Some(p);
+            return Some(mono + 1_000_000);
+        }
+        match result {
+            Ok(Progress::Done) => {
+                if let Some(ticket) = with.ticket.take() {
+                    ticket.keep(
+                        idempotency::Kept {
+                            status: 200,
+                            body: out[p.mark..].to_vec(),
+                        },
+                        Instant::now(),
+                    );
+                }
+                self.tally.served(u64::from(p.count));
+                None
+            }
+            Ok(Progress::RetryAt(at)) => {
+                p.with = Some(with);
+                self.pending = Some(p);
+                Some(at)
+            }
+            Err(e) => {
+                out.truncate(p.mark);
+                self.refuse(&e, out);
+                None
+            }
+        }
+    }
+
+    /// Answers a request refused before it drew IDs with an ERROR frame of `status` (one
+    /// that keeps the connection).
+    fn reject(&mut self, status: Status, message: &str, out: &mut BytesMut) {
+        encode_error(status, message, out);
+        self.ctx.stats.error(status);
+        if status.closes_connection() {
+            self.closing = true;
         }
     }
 

@@ -245,6 +245,9 @@ async fn serve(setup: ShardSetup, listeners: Listeners) -> IssuerExit {
             stats: Arc::clone(&stats),
             shutdown: shutdown.clone(),
             sequences: Arc::clone(&sequences),
+            mask: mask.clone(),
+            idempotency: idempotency.clone(),
+            max_after_wait,
         }),
         http: Rc::new(http::HttpCtx {
             layout,

@@ -490,12 +490,13 @@ where
                         encode_pong(token, &mut out);
                     }
                     // The fake speaks version 1 (its HELLO_OK says so): version-1 decoding
-                    // never yields GET_RANGES, GET_VALUES or GET_UUIDS, and HELLO was answered
-                    // above.
+                    // never yields GET_RANGES, GET_VALUES, GET_UUIDS or GET_IDS_WITH, and
+                    // HELLO was answered above.
                     Request::Hello { .. }
                     | Request::GetRanges { .. }
                     | Request::GetValues { .. }
-                    | Request::GetUuids { .. } => unreachable!(),
+                    | Request::GetUuids { .. }
+                    | Request::GetIdsWith(_) => unreachable!(),
                 },
                 (Some(Action::Error(status, message)), _) => {
                     encode_error(status, message, &mut out);

@@ -891,7 +891,7 @@ fn answer(pending: &mut VecDeque<Pending>, response: Answer<'_>) -> Result<(), E
                         failed.get_or_insert(e);
                     }
                 }
-                Answer::Pong(_) | Answer::Values(_) | Answer::Uuids(_) => {
+                Answer::Pong(_) | Answer::Values(_) | Answer::Uuids(_) | Answer::MaskedIds(_) => {
                     return Err(Error::UnexpectedResponse(format!(
                         "{response:?} in answer to GET_IDS of {part}"
                     )))

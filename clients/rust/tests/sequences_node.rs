@@ -98,7 +98,7 @@ fn dense_and_strict_sequences_give_unique_increasing_values() {
     let node = node(&dir, &[]);
     run(&node, async {
         let client = Client::connect(node.addr).await.unwrap();
-        assert_eq!(client.hello().version, 4);
+        assert_eq!(client.hello().version, idgen_protocol::PROTOCOL_VERSION);
         for seq in ["orders", "ledger"] {
             let mut got = Vec::new();
             for _ in 0..100 {

@@ -31,7 +31,7 @@ fn uuids_are_version_7_increasing_and_decode_to_the_connections_ids() {
     let node = node(&["--max-batch", "1000"]);
     run(&node, async {
         let client = Client::connect(node.addr).await.unwrap();
-        assert_eq!(client.hello().version, 4);
+        assert_eq!(client.hello().version, idgen_protocol::PROTOCOL_VERSION);
         let layout = client.layout();
         let workers = client.hello().workers;
         let before = client.next_id().await.unwrap();

@@ -352,6 +352,11 @@ impl<C: Clock + Clone> Issuer<C> {
         self.clock.sleep(self.until(at));
     }
 
+    /// The issuer's monotonic clock now (ns): the time base of [`Progress::RetryAt`].
+    pub fn mono_ns(&self) -> u64 {
+        self.clock.mono_ns()
+    }
+
     /// How long until monotonic time `at` (a [`Progress::RetryAt`]) on the issuer's clock.
     pub fn until(&self, at: u64) -> std::time::Duration {
         std::time::Duration::from_nanos(at.saturating_sub(self.clock.mono_ns()))

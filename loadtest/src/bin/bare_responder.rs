@@ -133,6 +133,20 @@ async fn serve(mut stream: TcpStream, next: Rc<Cell<u64>>) {
                         }
                     }
                 }
+                // Plain IDs whatever the options: the floor a node's options add to.
+                Decoded::Request(Request::GetIdsWith(o)) if !o.masked => {
+                    let first = next.get();
+                    next.set(first + u64::from(o.count));
+                    encode_ids_header(o.count, &mut wbuf);
+                    for id in first..first + u64::from(o.count) {
+                        wbuf.extend_from_slice(&id.to_be_bytes());
+                    }
+                }
+                Decoded::Request(Request::GetIdsWith(_)) => encode_error(
+                    Status::INVALID_OPTION,
+                    "the bare responder has no masking keys",
+                    &mut wbuf,
+                ),
                 Decoded::Reject { status, message } => encode_error(status, message, &mut wbuf),
             }
         }
