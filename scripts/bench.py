@@ -335,6 +335,60 @@ def print_uuids(rows):
           "counter with random bits 0")
 
 
+# GET_IDS_WITH's options beside plain GET_IDS (protocol version 5, issue 35): one node with
+# masking keys and idempotency keys on, each of these workloads plain and with each option.
+OPTION_WORKLOADS = ["big batches", "1 ID/req, 50 conn × 128", "1 request in flight"]
+OPTIONS = [(", after", ["--after-id", "1"]), (", idempotency key", ["--idempotency-keys"]),
+           (", masked", ["--masked"])]
+BENCH_MASK_KEYS = "1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+
+
+def option_runs(seconds):
+    """OPTION_WORKLOADS plain and with each of OPTIONS, on one node, in one run."""
+    os.environ["IDGEN_MASK_KEYS"] = BENCH_MASK_KEYS
+    try:
+        server, addr, data = start_idgen(1, extra=("--idempotency-window", "10s",
+                                                   "--idempotency-max-bytes", str(4 << 30)))
+    finally:
+        os.environ.pop("IDGEN_MASK_KEYS", None)
+    label = "idgen (1 shard)"
+    rows = []
+    for name, args in WORKLOADS:
+        if name not in OPTION_WORKLOADS:
+            continue
+        rows.append(loadtest(["--addr", addr, *args], seconds, label, name, server.pid))
+        for suffix, flags in OPTIONS:
+            rows.append(loadtest(["--addr", addr, *flags, *args], seconds, label, name + suffix,
+                                 server.pid))
+    stop(server)
+    shutil.rmtree(data, ignore_errors=True)
+    return rows
+
+
+def print_options(rows):
+    """Each option beside plain IDs: rate, server CPU per ID, latency."""
+    by = {(r["system"], r["workload"]): r for r in rows}
+    print("GET_IDS_WITH options beside plain GET_IDS (same node, same run)")
+    print(f"{'workload':<26} {'option':<18} {'IDs/s':>14} {'÷':>6} {'ns/ID':>8} {'÷':>6} "
+          f"{'p50 µs':>8} {'p99 µs':>8} {'errors':>7}")
+    for (system, workload), plain in by.items():
+        if any(workload.endswith(s) for s, _ in OPTIONS):
+            continue
+        for suffix, _ in [("", None), *OPTIONS]:
+            r = by.get((system, workload + suffix))
+            if r is None:
+                continue
+            ns, ns0 = r.get("server_cpu_ns_per_id"), plain.get("server_cpu_ns_per_id")
+            cost = f"{ns:>8.1f} {ns / ns0:>6.2f}" if ns and ns0 else f"{'-':>8} {'-':>6}"
+            lat = r.get("latency_us", {})
+            print(f"{workload:<26} {suffix.lstrip(', ') or 'none':<18} {r['ids_per_sec']:>14,.0f} "
+                  f"{r['ids_per_sec'] / plain['ids_per_sec']:>6.2f} {cost} "
+                  f"{lat.get('p50', 0):>8.1f} {lat.get('p99', 0):>8.1f} {r.get('errors', 0) or 0:>7}")
+    print("÷: over the plain row of the workload; ns/ID: server CPU time (user + system, /proc) "
+          "per ID; after = 1 (always already passed: the option's own cost); a new idempotency "
+          "key per request (window 10 s); masked: FF1 per ID on the node")
+
+
 # The second write pattern: each connection writes a whole window of --pipeline requests in one
 # write and the next once all are answered (redis-benchmark -P, pgbench's pipelines), where the
 # load tester's own pattern refills the window as answers come. One request in flight is the
@@ -1257,6 +1311,9 @@ def main():
                     help="only version 7 UUIDs beside plain IDs: one node and the floor, each "
                          "workload of UUID_WORKLOADS with GET_IDS and with GET_UUIDS (prints, "
                          "writes nothing)")
+    ap.add_argument("--options-only", action="store_true",
+                    help="only GET_IDS_WITH's options (after, idempotency keys, masked) beside "
+                         "plain IDs on one node (prints, writes nothing)")
     ap.add_argument("--sequences-only", action="store_true",
                     help="only the named sequences against Redis INCR and PostgreSQL nextval "
                          "(scripts/bench-sequences; prints, writes nothing)")
@@ -1309,6 +1366,8 @@ def main():
         return only(uuids, show)
     if a.sequences_only:
         return only(sequence_runs, lambda lines: print("\n".join(lines)))
+    if a.options_only:
+        return only(lambda: option_runs(seconds), print_options)
     if a.http_only:
         return only(lambda: http_runs(seconds), lambda r: print_http(*r))
     if a.clients_only:

@@ -81,6 +81,16 @@ pub fn key_id_char(id: u8) -> Option<char> {
     BASE62.get(usize::from(id)).map(|&b| char::from(b))
 }
 
+/// The string form of a masked integer made with key `key_id` (its character, then the value
+/// in 11 base62 digits): what a node's masked answer is written as, without the key. `None`
+/// for a key ID above [`MAX_KEY_ID`] or a value with the sign bit.
+pub fn masked_str(key_id: u8, masked: u64) -> Option<String> {
+    let mut out = String::with_capacity(MASKED_STR_LEN);
+    out.push(key_id_char(key_id)?);
+    out.push_str(&forms::to_base62(masked).ok()?);
+    Some(out)
+}
+
 /// The key ID a base62 character names, or `None` for any other character.
 pub fn key_id_from_char(ch: char) -> Option<u8> {
     match ch {
@@ -667,10 +677,7 @@ impl Keyring {
     pub fn mask_both(&self, id: u64, width: u32) -> Result<(u64, String), MaskError> {
         let key = &self.keys[0];
         let masked = key.mask(id, width)?;
-        let mut out = String::with_capacity(MASKED_STR_LEN);
-        out.extend(key_id_char(key.id));
-        // masked < 2^63, the base62 form's range.
-        out.push_str(&forms::to_base62(masked).map_err(|_| MaskError::OutOfRange { width })?);
+        let out = masked_str(key.id, masked).ok_or(MaskError::OutOfRange { width })?;
         Ok((masked, out))
     }
 

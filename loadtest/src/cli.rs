@@ -112,6 +112,22 @@ pub struct Cli {
     #[arg(long, conflicts_with_all = ["ranges", "sequence"])]
     pub uuids: bool,
 
+    /// Ask with GET_IDS_WITH (protocol version 5) and this `after`: every ID answered must be
+    /// above it (1: always already true, so the run measures the option's own cost). idgen
+    /// target only.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["ranges", "sequence", "uuids"])]
+    pub after_id: Option<u64>,
+
+    /// Ask with GET_IDS_WITH and a new idempotency key in every request (the node must run
+    /// with --idempotency-window). idgen target only.
+    #[arg(long, conflicts_with_all = ["ranges", "sequence", "uuids"])]
+    pub idempotency_keys: bool,
+
+    /// Ask with GET_IDS_WITH for masked IDs (MASKED_IDS; the node must have masking keys):
+    /// counted, not verified (masked IDs are in no order). idgen target only.
+    #[arg(long, conflicts_with_all = ["ranges", "sequence", "uuids", "verify"])]
+    pub masked: bool,
+
     /// Print one JSON object at the end instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use hdrhistogram::Histogram;
 use idgen_protocol::client::{Answer, Awaits, ClientConn, ClientError, Handshake, HandshakeError};
-use idgen_protocol::{encode_request, FrameError, Request, SeqName};
+use idgen_protocol::{encode_request, FrameError, IdsOptions, Request, SeqName};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -81,6 +81,10 @@ pub struct Config {
     pub requests: Vec<Vec<u8>>,
     /// What each idgen request awaits (`None` for Redis).
     awaits: Option<Awaits>,
+    /// GET_IDS_WITH's options instead of GET_IDS (protocol version 5).
+    pub with: Option<IdsOptions>,
+    /// Each request gets a new idempotency key (the last 16 bytes of the frame, a counter).
+    pub fresh_keys: bool,
     pub progress: Option<UnboundedSender<Interval>>,
     /// Error messages already printed (so that each kind is printed once).
     notes: Mutex<HashSet<String>>,
@@ -88,7 +92,33 @@ pub struct Config {
     pub tls: Option<(Tls, Vec<ServerName<'static>>)>,
 }
 
+/// The key template of `--idempotency-keys`: its last 16 characters are a counter, rewritten
+/// in every request.
+const KEY_TEMPLATE: &str = "lt-0000000000000000";
+/// The counter of `--idempotency-keys`, shared by every connection: keys never repeat.
+static NEXT_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl Config {
+    /// GET_IDS_WITH with `after` (an ID every answer is above), a fresh idempotency key per
+    /// request, or masked answers, instead of GET_IDS (idgen target only).
+    pub fn with_options(mut self, after: Option<u64>, keys: bool, masked: bool) -> Config {
+        let options = IdsOptions {
+            count: self.batch,
+            after,
+            key: keys.then(|| KEY_TEMPLATE.parse().expect("a valid key")),
+            masked,
+        };
+        let request = Request::GetIdsWith(options);
+        for r in &mut self.requests {
+            r.clear();
+            encode_request(&request, r);
+        }
+        self.awaits = Awaits::of(&request);
+        self.with = Some(options);
+        self.fresh_keys = keys;
+        self
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         target: Target,
@@ -147,6 +177,8 @@ impl Config {
             window: false,
             requests,
             awaits,
+            with: None,
+            fresh_keys: false,
             progress,
             notes: Mutex::new(HashSet::new()),
             tls,
@@ -383,6 +415,12 @@ async fn connect(cfg: &Config, which: usize) -> Result<Conn, ConnectError> {
             hello.version
         )));
     }
+    if cfg.with.is_some() && !protocol.ids_with() {
+        return Err(ConnectError::Fatal(format!(
+            "{addr}: --after-id, --idempotency-keys and --masked need protocol version 5, the server speaks version {}",
+            hello.version
+        )));
+    }
     if cfg.uuids && !protocol.uuids() {
         return Err(ConnectError::Fatal(format!(
             "{addr}: --uuids needs protocol version 4, the server speaks version {}",
@@ -544,6 +582,12 @@ impl State<'_> {
             }
             self.inflight.push_back((t, measured));
             wbuf.extend_from_slice(self.request);
+            if self.cfg.fresh_keys {
+                let n = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let end = wbuf.len();
+                let hex = format!("{n:016x}");
+                wbuf[end - 16..].copy_from_slice(hex.as_bytes());
+            }
             if let (Some(p), Some(awaits)) = (protocol.as_mut(), self.cfg.awaits) {
                 p.sent(awaits);
             }

@@ -231,6 +231,15 @@ async fn run(cli: Cli) -> Result<bool, String> {
         tls,
     );
     cfg.window = cli.write_pattern == WritePattern::Window;
+    if cli.after_id.is_some() || cli.idempotency_keys || cli.masked {
+        if cli.target != Target::Idgen {
+            return Err(
+                "--after-id, --idempotency-keys and --masked are for the idgen target (GET_IDS_WITH) only"
+                    .into(),
+            );
+        }
+        cfg = cfg.with_options(cli.after_id, cli.idempotency_keys, cli.masked);
+    }
     if let (Some(name), Target::Http) = (&cli.sequence, cli.target) {
         let path = format!("/seq/{name}");
         for (request, host) in cfg.requests.iter_mut().zip(&cli.addrs) {

@@ -83,8 +83,8 @@ pub use response::{
     encode_uuids_header, encode_values, encode_values_header, max_response_frame,
     max_response_frame_for, truncate_message, IdsIter, IdsRef, MaskedIdsRef, RangesIter, RangesRef,
     Response, ResponseRef, SeqMode, ServerHello, UuidsIter, UuidsRef, ValuesRef, HELLO_OK_LEN,
-    MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, MAX_UUIDS_PER_FRAME, MAX_VALUES_PER_FRAME,
-    PONG_LEN,
+    MAX_ERROR_LEN, MAX_ERROR_MESSAGE, MAX_IDS_PER_FRAME, MAX_MASK_KEY_ID, MAX_UUIDS_PER_FRAME,
+    MAX_VALUES_PER_FRAME, PONG_LEN,
 };
 pub use status::{Status, StatusInfo};
 

@@ -794,9 +794,7 @@ impl Responder {
     /// Issues what it can of a GET_IDS_WITH now, after waiting (within the cluster's
     /// `max_drift`) for the clock to pass its `after`; `Some(at)`: call again then.
     fn resume_with(&mut self, mut p: Pending, out: &mut BytesMut) -> Option<u64> {
-        let Some(mut with) = p.with.take() else {
-            return None;
-        };
+        let mut with = p.with.take()?;
         let header = if with.mask.is_some() { 10 } else { 9 };
         if let Some((after, after_ms)) = with.after.filter(|_| p.fill.emitted() == 0) {
             let now_ms = SystemClock::new().wall_ms();

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use idgen_id::Layout;
 use idgen_protocol::client::{Answer, ClientConn, ClientError, Handshake, HandshakeError};
-use idgen_protocol::{SeqName, ServerHello};
+use idgen_protocol::{IdsOptions, SeqName, ServerHello};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -129,10 +129,60 @@ enum Command {
         count: u32,
         reply: oneshot::Sender<Result<Vec<uuid::Uuid>, Error>>,
     },
+    IdsWith {
+        options: IdsOptions,
+        reply: oneshot::Sender<Result<WithAnswer, Error>>,
+    },
+}
+
+/// What a GET_IDS_WITH was answered with.
+#[derive(Debug)]
+enum WithAnswer {
+    Ids(Vec<u64>),
+    Masked(MaskedIds),
 }
 
 /// The protocol version that has GET_UUIDS.
 pub(crate) const UUIDS_VERSION: u16 = 4;
+/// The protocol version that has GET_IDS_WITH: `after`, idempotency keys, masked answers.
+pub(crate) const WITH_VERSION: u16 = 5;
+
+/// Options of [`Client::next_ids_with`] and [`Client::next_masked_ids`] (protocol version 5:
+/// GET_IDS_WITH, `protocol/PROTOCOL.md` §3.8).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdOptions {
+    /// Every ID answered is greater than this one: an ID the caller has seen, from any node
+    /// of the cluster (read-your-writes order for a caller that passes on what it saw). The
+    /// node waits, at most its `max_drift`, for its clock to pass that ID's time; beyond that
+    /// it answers `UNAVAILABLE_CLOCK` (retry later, or on the node that issued it).
+    pub after: Option<u64>,
+    /// An idempotency key (1 to 64 visible ASCII characters): on a node with idempotency
+    /// keys enabled (`idempotency_window`), the same call with the same key within the
+    /// window gets the same IDs again. The scope is that node: retries must go to it (a
+    /// [`Pool`](crate::Pool) routes a key to one node by hashing it).
+    pub idempotency_key: Option<String>,
+}
+
+/// IDs masked by a node (GET_IDS_WITH's masked option): the key ID of the key that masked
+/// them and the masked integers, in the order of the IDs (which is not theirs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaskedIds {
+    /// The key ID (`0..=61`): the first character of the string forms.
+    pub key_id: u8,
+    /// The masked integers.
+    pub ids: Vec<u64>,
+}
+
+impl MaskedIds {
+    /// The 12-character string forms (`clients/vectors/MASK.md`): the key ID's character and
+    /// the value in 11 base62 digits.
+    pub fn strings(&self) -> Vec<String> {
+        self.ids
+            .iter()
+            .filter_map(|&m| idgen_id::mask::masked_str(self.key_id, m))
+            .collect()
+    }
+}
 
 /// One command waiting for its answers.
 #[derive(Debug)]
@@ -166,6 +216,11 @@ enum Pending {
         failed: Option<Error>,
         reply: oneshot::Sender<Result<Vec<uuid::Uuid>, Error>>,
     },
+    IdsWith {
+        /// The answer, once its IDS or MASKED_IDS has arrived.
+        got: Option<WithAnswer>,
+        reply: oneshot::Sender<Result<WithAnswer, Error>>,
+    },
 }
 
 impl Pending {
@@ -175,6 +230,7 @@ impl Pending {
             Pending::Ping { reply, .. } => drop(reply.send(Err(e))),
             Pending::Values { reply, .. } => drop(reply.send(Err(e))),
             Pending::Uuids { reply, .. } => drop(reply.send(Err(e))),
+            Pending::IdsWith { reply, .. } => drop(reply.send(Err(e))),
         }
     }
 }
@@ -338,6 +394,80 @@ impl Client {
     pub async fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
         check_id_count(n)?;
         self.call(|reply| Command::Ids { count: n, reply }).await
+    }
+
+    /// `n` IDs with [`IdOptions`] (protocol version 5: one GET_IDS_WITH), strictly increasing,
+    /// all or nothing. `n` must be `1..=max_batch` (a call with options is one request, never
+    /// split: an idempotency key names one answer), and the key 1 to 64 visible ASCII
+    /// characters, else [`Error::InvalidArgument`]; a node that negotiated a version below 5
+    /// is [`Error::NodeVersion`]; nothing is sent in those cases. The node's refusals are
+    /// [`Error::Server`]: `UNAVAILABLE_CLOCK` for an `after` too far ahead of its clock,
+    /// `INVALID_OPTION` for one that is no ID of the cluster or a key on a node without keys,
+    /// `IDEMPOTENCY_KEY_REUSED` for a key that came with another request,
+    /// `IDEMPOTENCY_KEY_IN_FLIGHT` while its first request is answered.
+    pub async fn next_ids_with(&self, n: u32, options: &IdOptions) -> Result<Vec<u64>, Error> {
+        let options = self.ids_options(n, options, false)?;
+        match self
+            .call(|reply| Command::IdsWith { options, reply })
+            .await?
+        {
+            WithAnswer::Ids(ids) => Ok(ids),
+            WithAnswer::Masked(_) => Err(Error::UnexpectedResponse(
+                "MASKED_IDS in answer to GET_IDS_WITH without the masked option".into(),
+            )),
+        }
+    }
+
+    /// `n` IDs masked by the node with its current masking key (GET_IDS_WITH's masked
+    /// option), as [`next_ids_with`](Client::next_ids_with) otherwise: the masked integers
+    /// and the key ID, whose string forms [`MaskedIds::strings`] makes. A node without
+    /// masking keys refuses with `INVALID_OPTION`.
+    pub async fn next_masked_ids(&self, n: u32, options: &IdOptions) -> Result<MaskedIds, Error> {
+        let options = self.ids_options(n, options, true)?;
+        match self
+            .call(|reply| Command::IdsWith { options, reply })
+            .await?
+        {
+            WithAnswer::Masked(m) => Ok(m),
+            WithAnswer::Ids(_) => Err(Error::UnexpectedResponse(
+                "IDS in answer to GET_IDS_WITH with the masked option".into(),
+            )),
+        }
+    }
+
+    fn ids_options(&self, n: u32, options: &IdOptions, masked: bool) -> Result<IdsOptions, Error> {
+        check_id_count(n)?;
+        let hello = &self.shared.hello;
+        if n > hello.max_batch {
+            return Err(Error::InvalidArgument(format!(
+                "a call with options is one request: at most the node's max_batch ({}) IDs, not {n}",
+                hello.max_batch
+            )));
+        }
+        if hello.version < WITH_VERSION {
+            return Err(Error::NodeVersion {
+                version: hello.version,
+                required: WITH_VERSION,
+            });
+        }
+        if options.after.is_some_and(|a| a >> 63 != 0) {
+            return Err(Error::InvalidArgument(
+                "after has the sign bit set: not an ID".into(),
+            ));
+        }
+        let key = match &options.idempotency_key {
+            None => None,
+            Some(k) => Some(
+                k.parse::<idgen_protocol::IdemKey>()
+                    .map_err(|e| Error::InvalidArgument(e.to_string()))?,
+            ),
+        };
+        Ok(IdsOptions {
+            count: n,
+            after: options.after,
+            key,
+            masked,
+        })
     }
 
     /// One version 7 UUID (protocol version 4: GET_UUIDS). See
@@ -716,6 +846,7 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
             Command::Ping { reply, .. } => drop(reply.send(Err(Error::Closed))),
             Command::Values { reply, .. } => drop(reply.send(Err(Error::Closed))),
             Command::Uuids { reply, .. } => drop(reply.send(Err(Error::Closed))),
+            Command::IdsWith { reply, .. } => drop(reply.send(Err(Error::Closed))),
         }
         return;
     }
@@ -781,6 +912,21 @@ fn enqueue(command: Command, queue: &mut Queue, buf: &mut Vec<u8>, batch: u32, r
                 failed: None,
                 reply,
             });
+        }
+        Command::IdsWith { options, reply } => {
+            if !queue.protocol.ids_with() {
+                // Checked by the caller already; never send GET_IDS_WITH below version 5.
+                let version = queue.protocol.hello().version;
+                let _ = reply.send(Err(Error::NodeVersion {
+                    version,
+                    required: WITH_VERSION,
+                }));
+                return;
+            }
+            queue.protocol.get_ids_with(options, buf);
+            queue
+                .pending
+                .push_back(Pending::IdsWith { got: None, reply });
         }
     }
 }
@@ -929,6 +1075,27 @@ fn answer(pending: &mut VecDeque<Pending>, response: Answer<'_>) -> Result<(), E
             *remaining -= part;
             *remaining == 0 || closing.is_some()
         }
+        Pending::IdsWith { got, reply } => {
+            match response {
+                // Skip the copy when the caller has given up (timed out).
+                Answer::Ids(ids) if !reply.is_closed() => {
+                    *got = Some(WithAnswer::Ids(ids.to_vec()));
+                }
+                Answer::MaskedIds(m) if !reply.is_closed() => {
+                    *got = Some(WithAnswer::Masked(MaskedIds {
+                        key_id: m.key_id(),
+                        ids: m.ids().to_vec(),
+                    }));
+                }
+                Answer::Ids(_) | Answer::MaskedIds(_) | Answer::Refused(_) => {}
+                other => {
+                    return Err(Error::UnexpectedResponse(format!(
+                        "{other:?} in answer to GET_IDS_WITH"
+                    )))
+                }
+            }
+            true
+        }
         Pending::Ping { token, .. } => match response {
             Answer::Pong(t) if t == *token => true,
             Answer::Refused(_) => true,
@@ -1000,6 +1167,14 @@ fn finish(entry: Pending, refused: Option<Error>) {
             let _ = reply.send(match (refused, got) {
                 (Some(e), _) => Err(e),
                 (None, Some(fetched)) => Ok(fetched),
+                // Only when the caller had given up (no one reads this).
+                (None, None) => Err(Error::Timeout),
+            });
+        }
+        Pending::IdsWith { got, reply } => {
+            let _ = reply.send(match (refused, got) {
+                (Some(e), _) => Err(e),
+                (None, Some(answer)) => Ok(answer),
                 // Only when the caller had given up (no one reads this).
                 (None, None) => Err(Error::Timeout),
             });

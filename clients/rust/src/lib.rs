@@ -191,7 +191,7 @@ mod sequence;
 #[cfg(feature = "tls")]
 pub mod tls;
 
-pub use client::{Client, ClientOptions};
+pub use client::{Client, ClientOptions, IdOptions, MaskedIds};
 pub use error::{Error, TlsError, TlsErrorKind};
 // Re-exported because the client's API hands these out: an application needs only this crate.
 /// The ID model, shared with the server and the protocol crate (`idgen-id`): the layout the

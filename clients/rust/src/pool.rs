@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use crate::sequence::{self, Fetched, Prefetch};
 #[cfg(feature = "tls")]
 use crate::TlsConfig;
-use crate::{Client, ClientOptions, Error, Status};
+use crate::{Client, ClientOptions, Error, IdOptions, MaskedIds, Status};
 
 /// Settings for a [`Pool`].
 ///
@@ -324,6 +324,40 @@ impl Pool {
             .await
     }
 
+    /// `n` IDs with [`IdOptions`] (protocol version 5; see [`Client::next_ids_with`]). With
+    /// only `after`, from whichever node answers, with failover. With an idempotency key, from
+    /// the one node the key picks (FNV-1a 64 of its bytes, modulo the number of nodes, in
+    /// the order given): the node's table is what makes a retry get the same IDs, so a keyed
+    /// call never fails over. If that node cannot answer, the call fails with its error;
+    /// retrying the call elsewhere (without the key, or on another pool) gets new IDs.
+    pub async fn next_ids_with(&self, n: u32, options: &IdOptions) -> Result<Vec<u64>, Error> {
+        crate::client::check_id_count(n)?;
+        let order = self.order_for(options);
+        self.call_in(order, move |client| async move {
+            client.next_ids_with(n, options).await
+        })
+        .await
+    }
+
+    /// `n` IDs masked by the node (see [`Client::next_masked_ids`]), routed like
+    /// [`next_ids_with`](Pool::next_ids_with).
+    pub async fn next_masked_ids(&self, n: u32, options: &IdOptions) -> Result<MaskedIds, Error> {
+        crate::client::check_id_count(n)?;
+        let order = self.order_for(options);
+        self.call_in(order, move |client| async move {
+            client.next_masked_ids(n, options).await
+        })
+        .await
+    }
+
+    /// The nodes a call with `options` may try: the one its idempotency key picks, or all.
+    fn order_for(&self, options: &IdOptions) -> Vec<usize> {
+        match &options.idempotency_key {
+            Some(key) => vec![key_node(key, self.inner.nodes.len())],
+            None => self.order(Instant::now()),
+        }
+    }
+
     /// One version 7 UUID, with failover. See [`next_uuids`](Pool::next_uuids).
     pub async fn next_uuid(&self) -> Result<uuid::Uuid, Error> {
         self.call(|client| async move { client.next_uuid().await })
@@ -475,11 +509,20 @@ impl Pool {
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
     {
+        self.call_in(self.order(Instant::now()), op).await
+    }
+
+    /// [`call`](Self::call) over the nodes `order` names, in that order.
+    async fn call_in<T, F, Fut>(&self, order: Vec<usize>, op: F) -> Result<T, Error>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
         let options = &self.inner.options;
         let start = Instant::now();
         let deadline = start + options.call_deadline;
         let mut last = None;
-        for i in self.order(start) {
+        for i in order {
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::Timeout);
@@ -544,6 +587,17 @@ impl Pool {
         node.lock().client = Some(client.clone());
         Ok(client)
     }
+}
+
+/// The node an idempotency key goes to: FNV-1a 64 of its bytes, modulo the number of nodes
+/// (the same in every idgen client, so keys spread the same way whatever the language).
+pub(crate) fn key_node(key: &str, nodes: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % nodes.max(1) as u64) as usize
 }
 
 fn open_client(node: &Node) -> Option<Client> {
@@ -631,5 +685,24 @@ mod tests {
             version: 2,
             required: 3
         }));
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::key_node;
+
+    /// The FNV-1a 64 choices every client makes the same way (fixed expectations: a change
+    /// of hash would send retries of one key to another node in a mixed fleet).
+    #[test]
+    fn a_key_picks_its_node_by_fnv1a() {
+        assert_eq!(key_node("", 3), (0xcbf2_9ce4_8422_2325u64 % 3) as usize);
+        // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c.
+        assert_eq!(key_node("a", 7), (0xaf63_dc4c_8601_ec8cu64 % 7) as usize);
+        assert_eq!(key_node("a", 1), 0);
+        assert_eq!(key_node("order-42", 5), key_node("order-42", 5));
+        let spread: std::collections::HashSet<usize> =
+            (0..100).map(|i| key_node(&format!("k{i}"), 4)).collect();
+        assert_eq!(spread.len(), 4);
     }
 }
