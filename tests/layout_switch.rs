@@ -7,7 +7,6 @@
 #![cfg(feature = "etcd")]
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,19 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use idgen_protocol::client::Handshake;
 use idgen_testkit::conn::{TestConn, Timeouts};
 use idgen_testkit::etcd::EtcdCluster;
-use idgen_testkit::node::{http, idgen_binary, NodeProc};
-
-fn idgen(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(idgen_binary())
-        .args(args)
-        .output()
-        .expect("run idgen");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use idgen_testkit::node::{http, idgen, NodeProc};
 
 fn now_ms() -> u64 {
     SystemTime::now()

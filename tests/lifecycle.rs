@@ -3,11 +3,10 @@
 //! (`idgen store restored`) with clocks set back under libfaketime.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idgen_testkit::conn::TestConn;
-use idgen_testkit::node::{idgen_binary, NodeProc};
+use idgen_testkit::node::{idgen, NodeProc};
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
@@ -22,19 +21,6 @@ fn served_once_the_clock_passes(c: &mut TestConn) -> Vec<u64> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-/// Runs `idgen ARGS`; returns (exit code, stdout, stderr).
-fn idgen(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(idgen_binary())
-        .args(args)
-        .output()
-        .expect("run idgen");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Starts a node (on the embedded store in `data`, unless `extra` names another), its wall

@@ -736,35 +736,30 @@ impl Responder {
                     o.count, o.after, o.masked
                 );
                 let bytes = o.count as usize * 8 + 16;
-                match table.begin(key.as_str(), &request, bytes, Instant::now()) {
-                    idempotency::Begin::Fresh(t) => Some(t),
+                let refusal = match table.begin(key.as_str(), &request, bytes, Instant::now()) {
+                    idempotency::Begin::Fresh(t) => Ok(t),
                     idempotency::Begin::Replay(kept) => {
                         out.extend_from_slice(&kept.body);
                         self.tally.served(u64::from(o.count));
                         return None;
                     }
-                    idempotency::Begin::InFlight => {
-                        self.reject(
-                            Status::IDEMPOTENCY_KEY_IN_FLIGHT,
-                            "the first request with this idempotency key is still being answered: retry shortly",
-                            out,
-                        );
-                        return None;
-                    }
-                    idempotency::Begin::Mismatch => {
-                        self.reject(
-                            Status::IDEMPOTENCY_KEY_REUSED,
-                            "this idempotency key came with another request (count or options): use a new key",
-                            out,
-                        );
-                        return None;
-                    }
-                    idempotency::Begin::Full => {
-                        self.reject(
-                            Status::BUSY,
-                            "the node's table of idempotency keys is full (idempotency_max_bytes): retry later",
-                            out,
-                        );
+                    idempotency::Begin::InFlight => Err((
+                        Status::IDEMPOTENCY_KEY_IN_FLIGHT,
+                        "the first request with this idempotency key is still being answered: retry shortly",
+                    )),
+                    idempotency::Begin::Mismatch => Err((
+                        Status::IDEMPOTENCY_KEY_REUSED,
+                        "this idempotency key came with another request (count or options): use a new key",
+                    )),
+                    idempotency::Begin::Full => Err((
+                        Status::BUSY,
+                        "the node's table of idempotency keys is full (idempotency_max_bytes): retry later",
+                    )),
+                };
+                match refusal {
+                    Ok(t) => Some(t),
+                    Err((status, message)) => {
+                        self.reject(status, message, out);
                         return None;
                     }
                 }

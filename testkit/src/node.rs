@@ -324,6 +324,20 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (
         .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
 }
 
+/// Runs `idgen ARGS…` (an operator command: `store upgrade`, `layout schedule`, `inspect`…);
+/// returns its exit code, stdout and stderr.
+pub fn idgen(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(idgen_binary())
+        .args(args)
+        .output()
+        .expect("run idgen");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs `idgen seq ARGS…` (`create NAME --mode strict --store URL`, `create NAME --data-dir
 /// DIR`, …) against the store it names, before or beside the nodes; panics with its stderr if
 /// it fails. What the tests of named sequences create them with.
