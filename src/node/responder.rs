@@ -708,17 +708,14 @@ impl Responder {
         };
         let after = match o.after {
             None => None,
-            Some(a) => {
-                let gens = self.ctx.gen.borrow().lease().generations();
-                match gens.decompose(Id(a)) {
-                    Ok((_, parts)) => Some((a, parts.unix_ms)),
-                    Err(e) => {
-                        let message = format!("after={a}: not an ID of this cluster: {e}");
-                        self.reject(Status::INVALID_OPTION, &message, out);
-                        return None;
-                    }
+            Some(a) => match self.after_time(a) {
+                Ok(unix_ms) => Some((a, unix_ms)),
+                Err(e) => {
+                    let message = format!("after={a}: not an ID of this cluster: {e}");
+                    self.reject(Status::INVALID_OPTION, &message, out);
+                    return None;
                 }
-            }
+            },
         };
         let ticket = match o.key {
             None => None,
@@ -784,6 +781,28 @@ impl Responder {
             })),
         };
         self.resume_with(pending, out)
+    }
+
+    /// The Unix time (ms) of `after`, an ID of the cluster. The common case costs no look-up
+    /// of the cluster's layout generations: an ID of this issuer's generation (at or above its
+    /// first ID) whose time, read with its layout, has passed; an ID of an earlier generation
+    /// is below every ID drawn here, so its time is 0. Otherwise (it reads as ahead of the
+    /// clock: maybe an ID of a later generation) the generations say.
+    fn after_time(&self, after: u64) -> Result<u64, idgen_id::LayoutError> {
+        let gen = self.ctx.gen.borrow();
+        let layout = gen.layout();
+        layout.check_id(after)?;
+        if after < gen.first_id() {
+            return Ok(0);
+        }
+        let unix_ms = layout.decompose(Id(after)).unix_ms;
+        if unix_ms < SystemClock::new().wall_ms() {
+            return Ok(unix_ms);
+        }
+        gen.lease()
+            .generations()
+            .decompose(Id(after))
+            .map(|(_, parts)| parts.unix_ms)
     }
 
     /// Issues what it can of a GET_IDS_WITH now, after waiting (within the cluster's

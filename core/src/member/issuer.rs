@@ -25,6 +25,8 @@ pub struct Issuer<C: Clock + Clone = CachedClock> {
     layout: Layout,
     /// Its layout generation.
     layout_generation: u32,
+    /// That generation's first ID: every ID the issuer draws is at or above it.
+    first_id: u64,
     /// Worker IDs per issuer: the issuer `index` has `first + index × workers ..` of a grant.
     workers: u64,
     max_rollback_wait: Duration,
@@ -114,6 +116,7 @@ impl<C: Clock + Clone> Issuer<C> {
             index,
             layout: settings.layout,
             layout_generation: 0,
+            first_id: 0,
             workers: settings.workers,
             max_rollback_wait: settings.max_rollback_wait,
             lease,
@@ -172,6 +175,11 @@ impl<C: Clock + Clone> Issuer<C> {
                 self.current_range = config.workers;
                 self.layout = view.layout;
                 self.layout_generation = view.grant.layout_generation;
+                self.first_id = self
+                    .lease
+                    .generations()
+                    .get(view.grant.layout_generation)
+                    .map_or(0, |g| g.first_id);
                 true
             }
             Err(e) => {
@@ -214,6 +222,12 @@ impl<C: Clock + Clone> Issuer<C> {
     /// The layout generation of the issuer's current grant.
     pub fn layout_generation(&self) -> u32 {
         self.layout_generation
+    }
+
+    /// The first ID of that layout generation (0 for generation 0): every ID drawn is at or
+    /// above it.
+    pub fn first_id(&self) -> u64 {
+        self.first_id
     }
 
     pub fn index(&self) -> usize {
