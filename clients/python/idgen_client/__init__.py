@@ -48,6 +48,7 @@ from .errors import (
     UnavailableError,
     UuidsUnsupportedError,
 )
+from .generations import LayoutGeneration, LayoutGenerations
 from .mask import Keyring, MaskError
 
 __version__ = "0.1.0"
@@ -56,6 +57,8 @@ __all__ = [
     "Client",
     "IdParts",
     "Layout",
+    "LayoutGeneration",
+    "LayoutGenerations",
     "UuidParts",
     "TimeBoundsError",
     "BeforeEpoch",

@@ -8,6 +8,8 @@
 
 export { Client, Layout, TimeBoundsError, formatId, parseNode } from "./client.js";
 export type { CallOptions, ClientOptions, ClientStats, IdForm, IdParts, NodeState, TimeBoundsKind, TlsOptions, UuidParts } from "./client.js";
+export { LayoutGenerations } from "./generations.js";
+export type { LayoutGeneration } from "./generations.js";
 export { PrefetchPool } from "./prefetch.js";
 export type { PrefetchOptions, PrefetchStats } from "./prefetch.js";
 export type { SequenceBufferState } from "./sequences.js";
