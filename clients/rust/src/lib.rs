@@ -198,7 +198,9 @@ pub use error::{Error, TlsError, TlsErrorKind};
 /// server announced ([`Client::layout`]), the parts of an ID, worker ranges, the text forms,
 /// and the ID bounds of a time interval for range queries ([`Layout::bounds`],
 /// [`Layout::min_id_at`], [`Layout::max_id_at`]).
-pub use idgen_id::{forms, Bounds, Id, Layout, LayoutError, Parts, TimeError, WorkerRange};
+pub use idgen_id::{
+    forms, Bounds, Generation, Generations, Id, Layout, LayoutError, Parts, TimeError, WorkerRange,
+};
 pub use idgen_protocol::{FrameError, ServerHello, Status};
 /// The `uuid` crate, whose `Uuid`s [`Client::next_uuids`] hands out.
 pub use uuid;
