@@ -50,6 +50,9 @@ def error_frame(status, message):
 
 
 cases = [
+    {"name": "hello_range_1_to_5_picks_5", "direction": "request", "hex": "00000009014944474e00010005",
+     "connection": "new", "decoded": {"op": "HELLO", "min_version": 1, "max_version": 5},
+     "negotiated_version": 5, "limits": LIMITS},
     req("get_ids_with_no_option", get_ids_with(3), {"op": "GET_IDS_WITH", "count": 3, "masked": False}),
     req("get_ids_with_after", get_ids_with(2, after=4196401153),
         {"op": "GET_IDS_WITH", "count": 2, "after": "4196401153", "masked": False}),

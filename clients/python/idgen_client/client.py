@@ -90,22 +90,46 @@ from typing import (
     Union,
 )
 
-from . import protocol
+from . import forms, protocol
 from . import status as _status
 from . import tls as _tls
 from .errors import (
     ClientClosedError,
     IdgenError,
     NoNodeAvailable,
+    OptionsUnsupportedError,
     ProtocolError,
     SequencesUnsupportedError,
     ServerError,
     UnavailableError,
     UuidsUnsupportedError,
 )
-from .protocol import ErrorFrame, HelloOk, Ids, Pong, Ranges, Uuids, Values
+from .protocol import ErrorFrame, HelloOk, Ids, MaskedIds, Pong, Ranges, Uuids, Values
 
-__all__ = ["Client", "Layout", "IdParts", "UuidParts", "NodeState"]
+__all__ = ["Client", "Layout", "IdParts", "UuidParts", "NodeState", "MaskedIdList", "key_node"]
+
+#: The slot kind of a GET_IDS_WITH answered with MASKED_IDS (client-internal: the opcode with a
+#: flag above the byte).
+_MASKED_KIND = 0x100 | protocol.OP_GET_IDS_WITH
+
+
+class MaskedIdList(NamedTuple):
+    """IDs masked by the node (``next_masked_ids``): the key ID of the key that masked them,
+    the masked integers in the order of the IDs, and their 12-character string forms."""
+
+    key_id: int
+    ids: List[int]
+    strings: List[str]
+
+
+def key_node(key: str, nodes: int) -> int:
+    """The node an idempotency key goes to: FNV-1a 64 of the key's bytes, modulo the number of
+    nodes (the same in every idgen client)."""
+    h = 0xCBF29CE484222325
+    for b in key.encode("utf-8"):
+        h ^= b
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h % max(nodes, 1)
 
 _T = TypeVar("_T")
 
@@ -594,7 +618,9 @@ class _Connection:
         slots = []
         frames = []
         for op, arg in requests:
-            if op == protocol.OP_GET_VALUES and isinstance(arg, tuple):
+            if op in (protocol.OP_GET_VALUES, protocol.OP_GET_IDS_WITH, _MASKED_KIND) and isinstance(
+                arg, tuple
+            ):
                 expect, frame = arg
             elif op == protocol.OP_GET_IDS and isinstance(arg, int):
                 expect, frame = arg, protocol.encode_get_ids(arg)
@@ -647,7 +673,7 @@ class _Connection:
         """:meth:`wait` for a GET_IDS slot: its IDs."""
         ids = self.wait(slot, timeout)
         # The reader sets a GET_IDS slot only to the IDs it checked (``_dispatch``).
-        assert slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES), slot.kind
+        assert slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES, protocol.OP_GET_IDS_WITH), slot.kind
         assert isinstance(ids, list)
         return ids
 
@@ -742,6 +768,26 @@ class _Connection:
             else:
                 self._last_id = frame.ids[-1]
                 slot.set(frame.ids)
+                return
+        elif slot.kind == protocol.OP_GET_IDS_WITH:
+            if not isinstance(frame, Ids):
+                err = ProtocolError(f"GET_IDS_WITH answered with {type(frame).__name__}")
+            elif len(frame.ids) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} IDs, got {len(frame.ids)}")
+            elif frame.ids[0] <= self._last_id:
+                err = ProtocolError("IDs on one connection are not increasing")
+            else:
+                self._last_id = frame.ids[-1]
+                slot.set(frame.ids)
+                return
+        elif slot.kind == _MASKED_KIND:
+            # Masked IDs are in no order: only their count is checked.
+            if not isinstance(frame, MaskedIds):
+                err = ProtocolError(f"GET_IDS_WITH (masked) answered with {type(frame).__name__}")
+            elif len(frame.ids) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} masked IDs, got {len(frame.ids)}")
+            else:
+                slot.set(frame)
                 return
         elif slot.kind == protocol.OP_GET_UUIDS:
             if not isinstance(frame, Uuids):
@@ -954,10 +1000,21 @@ class Client:
             return self._pool_pop()
         return self.next_ids(1)[0]
 
-    def next_ids(self, n: int) -> List[int]:
+    def next_ids(
+        self, n: int, *, after: Optional[int] = None, idempotency_key: Optional[str] = None
+    ) -> List[int]:
         """``n`` IDs, increasing, from one node (all or nothing). Above the node's
         ``max_batch`` the request is split into pipelined GET_IDS frames and re-joined.
-        ``n == 0`` is sent as is and the server's ``200 INVALID_COUNT`` raised."""
+        ``n == 0`` is sent as is and the server's ``200 INVALID_COUNT`` raised.
+
+        With ``after`` (an ID seen, from any node) every ID is greater than it: the node waits,
+        at most its ``max_drift``, for its clock to pass that ID's time (read-your-writes order
+        for a caller that passes on what it saw). With ``idempotency_key`` (1 to 64 visible
+        ASCII characters) the same call with the same key, within the node's
+        ``idempotency_window``, gets the same IDs again; the key picks its node (FNV-1a,
+        :func:`key_node`) and the call is never failed over, since another node would issue
+        new IDs. Either option makes the call one GET_IDS_WITH (protocol version 5, else
+        :class:`OptionsUnsupportedError`), so ``n`` is at most the node's ``max_batch``."""
         self._check_fork()
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int, not {type(n).__name__}")
@@ -965,7 +1022,75 @@ class Client:
             raise ValueError("n must be >= 0")
         if n > _MAX_IDS_PER_CALL:
             raise ValueError(f"n must be at most {_MAX_IDS_PER_CALL} per call")
-        return self._with_failover(lambda conn: self._fetch(conn, n))
+        if after is None and idempotency_key is None:
+            return self._with_failover(lambda conn: self._fetch(conn, n))
+        frame = self._with_frame(n, after, idempotency_key, masked=False)
+
+        def run(conn: _Connection) -> List[int]:
+            slot = self._submit_with(conn, n, frame, protocol.OP_GET_IDS_WITH)
+            return conn.wait_ids(slot, self._timeout)
+
+        return self._routed(idempotency_key, run)
+
+    def next_masked_ids(
+        self, n: int, *, after: Optional[int] = None, idempotency_key: Optional[str] = None
+    ) -> MaskedIdList:
+        """``n`` IDs masked by the node with its current masking key (GET_IDS_WITH's masked
+        option; the node needs masking keys, else ``205 INVALID_OPTION``): the key ID, the
+        masked integers and their string forms. ``after`` and ``idempotency_key`` as for
+        :meth:`next_ids`."""
+        self._check_fork()
+        frame = self._with_frame(n, after, idempotency_key, masked=True)
+
+        def run(conn: _Connection) -> MaskedIdList:
+            slot = self._submit_with(conn, n, frame, _MASKED_KIND)
+            got = conn.wait(slot, self._timeout)
+            assert isinstance(got, MaskedIds)
+            key = forms.BASE62_ALPHABET[got.key_id]
+            return MaskedIdList(got.key_id, got.ids, [key + forms.to_base62(m) for m in got.ids])
+
+        return self._routed(idempotency_key, run)
+
+    def _with_frame(
+        self, n: int, after: Optional[int], key: Optional[str], masked: bool
+    ) -> bytes:
+        """The GET_IDS_WITH frame of a call with options, its arguments checked."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an int of at least 1, not {n!r}")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63):
+            raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
+        return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
+
+    def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
+        if conn.hello.version < protocol.IDS_WITH_VERSION:
+            raise OptionsUnsupportedError(conn.hello.version, conn.node)
+        if n > conn.hello.max_batch:
+            raise ValueError(
+                f"a call with options is one request: at most the node's max_batch "
+                f"({conn.hello.max_batch}) IDs, not {n}"
+            )
+        (slot,) = conn.submit([(kind, (n, frame))])
+        self._stats.add("requests")
+        return slot
+
+    def _routed(self, key: Optional[str], run: Callable[[_Connection], _T]) -> _T:
+        """``run`` with failover, or, with an idempotency key, on the key's node only."""
+        if key is None:
+            return self._with_failover(run)
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        node = self._nodes[key_node(key, len(self._nodes))]
+        for attempt in (0, 1):
+            conn = self._connection(node)
+            try:
+                return run(conn)
+            except ServerError as e:
+                if e.status == _status.RANGE_CHANGED and attempt == 0:
+                    # The node is fine; a new connection learns its new range. Once.
+                    self._drop(node, conn)
+                    continue
+                raise
+        raise UnavailableError("the key's node changed its range twice", node.addr)
 
     def next_uuid(self) -> uuid.UUID:
         """One version 7 UUID (see :meth:`next_uuids`)."""

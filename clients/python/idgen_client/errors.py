@@ -170,5 +170,21 @@ class UuidsUnsupportedError(IdgenError):
         )
 
 
+class OptionsUnsupportedError(IdgenError):
+    """A call with options (``after``, ``idempotency_key``, masked IDs) on a node that
+    negotiated a protocol version below 5, which has no GET_IDS_WITH. Raised before anything is
+    sent. ``version`` is the node's version, ``required`` 5."""
+
+    def __init__(self, version: int, node: Optional[str] = None, required: int = 5):
+        self.version = version
+        self.required = required
+        self.node = node
+        prefix = f"{node}: " if node else ""
+        super().__init__(
+            f"{prefix}the node speaks protocol version {version}; after, idempotency keys and "
+            f"masked IDs need protocol version {required} (upgrade the node)"
+        )
+
+
 class ClientClosedError(IdgenError):
     """The client (or its connection) was closed by the application."""

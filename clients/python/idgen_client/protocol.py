@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: The highest protocol version this client speaks (and offers in HELLO).
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 #: The lowest version it offers (and accepts in HELLO_OK).
 MIN_PROTOCOL_VERSION = 1
 #: The first version with GET_VALUES/VALUES (named sequences).
@@ -68,12 +68,22 @@ OP_PING = 0x03
 OP_GET_RANGES = 0x04
 OP_GET_VALUES = 0x05
 OP_GET_UUIDS = 0x06
+OP_GET_IDS_WITH = 0x07
+#: GET_IDS_WITH's options (PROTOCOL.md section 3.8).
+OPT_AFTER = 0x01
+OPT_KEY = 0x02
+OPT_MASKED = 0x04
+#: The longest idempotency key, in bytes (visible ASCII).
+MAX_IDEMPOTENCY_KEY_LEN = 64
+#: The protocol version that has GET_IDS_WITH and MASKED_IDS.
+IDS_WITH_VERSION = 5
 OP_HELLO_OK = 0x81
 OP_IDS = 0x82
 OP_PONG = 0x83
 OP_RANGES = 0x84
 OP_VALUES = 0x85
 OP_UUIDS = 0x86
+OP_MASKED_IDS = 0x87
 OP_ERROR = 0xFF
 
 #: VALUES' ``mode`` byte.
@@ -160,6 +170,14 @@ class Uuids(NamedTuple):
     uuids: List[uuid.UUID]
 
 
+class MaskedIds(NamedTuple):
+    """MASKED_IDS (0x87, version 5): the IDs of one GET_IDS_WITH with the masked option,
+    masked with the key ``key_id`` (0..=61), in the IDs' order (which is not theirs)."""
+
+    key_id: int
+    ids: List[int]
+
+
 class ErrorFrame(NamedTuple):
     """ERROR (0xFF): a status and a human-readable message."""
 
@@ -179,7 +197,7 @@ class ErrorFrame(NamedTuple):
         return _status.retry_elsewhere(self.status)
 
 
-Response = Union[HelloOk, Ids, Ranges, Pong, Values, Uuids, ErrorFrame]
+Response = Union[HelloOk, Ids, Ranges, Pong, Values, Uuids, MaskedIds, ErrorFrame]
 
 
 # ---------------------------------------------------------------------------------------
@@ -190,7 +208,7 @@ def encode_hello(
     min_version: int = MIN_PROTOCOL_VERSION, max_version: int = PROTOCOL_VERSION
 ) -> bytes:
     """HELLO (0x01): magic ``IDGN`` and the inclusive range of versions offered (by default
-    what this client speaks, 1..=3)."""
+    what this client speaks, 1..=5)."""
     if not (0 <= min_version <= 0xFFFF and 0 <= max_version <= 0xFFFF):
         raise ValueError(f"HELLO versions {min_version}..={max_version} do not fit in a u16")
     return struct.pack(">IB4sHH", 9, OP_HELLO, MAGIC, min_version, max_version)
@@ -217,6 +235,39 @@ def encode_get_uuids(count: int) -> bytes:
     if not 0 <= count <= MAX_U32:
         raise ValueError(f"GET_UUIDS count {count} does not fit in a u32")
     return struct.pack(">IBI", 5, OP_GET_UUIDS, count)
+
+
+def check_idempotency_key(key: Union[str, bytes]) -> bytes:
+    """The key's bytes if it is 1 to 64 visible ASCII characters, else ValueError."""
+    raw = key.encode("utf-8") if isinstance(key, str) else bytes(key)
+    if not 1 <= len(raw) <= MAX_IDEMPOTENCY_KEY_LEN:
+        raise ValueError(f"an idempotency key is 1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes, not {len(raw)}")
+    if any(b < 0x21 or b > 0x7E for b in raw):
+        raise ValueError("an idempotency key is visible ASCII characters (no spaces)")
+    return raw
+
+
+def encode_get_ids_with(
+    count: int,
+    after: Optional[int] = None,
+    key: Optional[Union[str, bytes]] = None,
+    masked: bool = False,
+) -> bytes:
+    """GET_IDS_WITH (0x07, version 5): ``count`` IDs, each greater than ``after`` (an ID
+    seen), under an idempotency ``key``, masked (answered by MASKED_IDS)."""
+    if not 0 <= count <= MAX_U32:
+        raise ValueError(f"GET_IDS_WITH count {count} does not fit in a u32")
+    options = (OPT_AFTER if after is not None else 0) | (OPT_KEY if key is not None else 0)
+    options |= OPT_MASKED if masked else 0
+    body = struct.pack(">BIB", OP_GET_IDS_WITH, count, options)
+    if after is not None:
+        if not 0 <= after <= MAX_U64:
+            raise ValueError(f"after {after} does not fit in a u64")
+        body += struct.pack(">Q", after)
+    if key is not None:
+        raw = check_idempotency_key(key)
+        body += bytes([len(raw)]) + raw
+    return struct.pack(">I", len(body)) + body
 
 
 def encode_ping(token: int) -> bytes:
@@ -393,6 +444,15 @@ def _check_header(
             (count,) = _U32.unpack_from(buf, 5)
             if count != (length - 5) // 16:
                 raise _bad(f"UUIDS count {count} disagrees with frame length {length}")
+    elif opcode == OP_MASKED_IDS:
+        if length < 6 + 8 or (length - 6) % 8 != 0:
+            raise _bad(f"MASKED_IDS length {length} is not 6 + 8 * count with count >= 1")
+        if len(buf) > 5 and buf[5] > 61:
+            raise _bad(f"MASKED_IDS with key ID {buf[5]} above 61")
+        if len(buf) >= 10:
+            (count,) = _U32.unpack_from(buf, 6)
+            if count != (length - 6) // 8:
+                raise _bad(f"MASKED_IDS count {count} disagrees with frame length {length}")
     elif opcode == OP_ERROR:
         if not ERROR_MIN_LENGTH <= length <= ERROR_MAX_LENGTH:
             raise _bad(f"ERROR length {length} outside {ERROR_MIN_LENGTH}..={ERROR_MAX_LENGTH}")
@@ -470,6 +530,14 @@ def _parse_body(opcode: int, body: bytes, max_frame: int = DEFAULT_MAX_RESPONSE_
             previous = value
             uuids.append(uuid.UUID(bytes=raw))
         return Uuids(uuids)
+    if opcode == OP_MASKED_IDS:
+        key_id = body[0]
+        (count,) = _U32.unpack_from(body, 1)
+        if count == 0 or 5 + 8 * count != len(body):  # unreachable after _check_header
+            raise _bad(f"MASKED_IDS count {count} disagrees with frame length {len(body) + 1}")
+        if max(body[5::8]) >= 0x80:
+            raise _bad("MASKED_IDS holds a value with the top bit set")
+        return MaskedIds(key_id, list(struct.unpack_from(f">{count}Q", body, 5)))
     if opcode == OP_PONG:
         return Pong(_U64.unpack(body)[0])
     if opcode == OP_ERROR:

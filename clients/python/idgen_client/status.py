@@ -25,6 +25,9 @@ STATUSES: Dict[int, StatusInfo] = {
         StatusInfo(202, "UNKNOWN_OPCODE", False, False),
         StatusInfo(203, "UNKNOWN_SEQUENCE", False, False),
         StatusInfo(204, "INVALID_SEQUENCE_NAME", False, False),
+        StatusInfo(205, "INVALID_OPTION", False, False),
+        StatusInfo(206, "IDEMPOTENCY_KEY_REUSED", False, False),
+        StatusInfo(207, "IDEMPOTENCY_KEY_IN_FLIGHT", False, False),
         StatusInfo(300, "UNAVAILABLE_LEASE", False, True),
         StatusInfo(301, "UNAVAILABLE_CLOCK", False, True),
         StatusInfo(302, "SHUTTING_DOWN", True, True),
@@ -44,6 +47,9 @@ INVALID_COUNT = 200
 BATCH_TOO_LARGE = 201
 UNKNOWN_SEQUENCE = 203
 INVALID_SEQUENCE_NAME = 204
+INVALID_OPTION = 205
+IDEMPOTENCY_KEY_REUSED = 206
+IDEMPOTENCY_KEY_IN_FLIGHT = 207
 EXHAUSTED = 304
 RANGE_CHANGED = 305
 BUSY = 306

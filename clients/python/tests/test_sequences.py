@@ -56,8 +56,8 @@ class Calls(unittest.TestCase):
         self.assertEqual(
             node.value_requests, [("orders", 1), ("orders", 3), ("ledger", 2), ("ledger", 1)]
         )
-        self.assertEqual(node.hellos, [protocol.encode_hello()])  # offered 1..=4
-        self.assertEqual(node.hellos[0][-4:], b"\x00\x01\x00\x04")
+        self.assertEqual(node.hellos, [protocol.encode_hello()])  # offered 1..=5
+        self.assertEqual(node.hellos[0][-4:], b"\x00\x01\x00\x05")
         self.assertEqual(node_state(client, node.addr)["hello"].version, 3)
         stats = client.stats()
         self.assertEqual((stats["value_requests"], stats["values"]), (4, 7))

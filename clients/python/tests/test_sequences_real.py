@@ -42,10 +42,10 @@ class RealServerSequences(unittest.TestCase):
         self.addCleanup(c.close)
         return c
 
-    def test_the_node_negotiates_version_4_which_has_the_sequences_of_3(self):
+    def test_the_node_negotiates_version_5_which_has_the_sequences_of_3(self):
         client = self.client()
         self.assertIsInstance(client.next_value("orders"), int)
-        self.assertEqual(client.nodes()[0]["hello"].version, 4)
+        self.assertEqual(client.nodes()[0]["hello"].version, 5)
 
     def check_unique_increasing(self, name, threads=4, calls=150):
         client = self.client()

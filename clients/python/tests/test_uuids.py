@@ -79,11 +79,11 @@ class Calls(unittest.TestCase):
                 # The node still serves IDs over its version.
                 self.assertEqual(len(client.next_ids(3)), 3)
 
-    def test_the_client_offers_version_4_and_accepts_an_older_node(self):
+    def test_the_client_offers_version_5_and_accepts_an_older_node(self):
         old = self.fake(v4_hello(version=3))
         client = self.client([old])
         self.assertEqual(len(client.next_ids(2)), 2)
-        self.assertEqual(old.hellos[0], protocol.encode_hello(1, 4))
+        self.assertEqual(old.hellos[0], protocol.encode_hello(1, 5))
 
     def test_bad_arguments_are_refused_before_anything_is_sent(self):
         node = self.fake()

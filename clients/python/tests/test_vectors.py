@@ -7,8 +7,10 @@ import _support  # noqa: F401  (puts idgen_client on the path when not installed
 from idgen_client import ProtocolError, protocol
 
 # Version 4's cases (GET_UUIDS, UUIDS) are a file of their own; a version 4 client passes both.
-VECTORS = _support.load_json("protocol/tests/vectors.json") + _support.load_json(
-    "protocol/tests/vectors_v4.json"
+VECTORS = (
+    _support.load_json("protocol/tests/vectors.json")
+    + _support.load_json("protocol/tests/vectors_v4.json")
+    + _support.load_json("protocol/tests/vectors_v5.json")
 )
 
 
@@ -24,6 +26,14 @@ def encode_request(decoded):
         return protocol.encode_get_values(decoded["name"], decoded["count"])
     if op == "GET_UUIDS":
         return protocol.encode_get_uuids(decoded["count"])
+    if op == "GET_IDS_WITH":
+        after = decoded.get("after")
+        return protocol.encode_get_ids_with(
+            decoded["count"],
+            after=int(after) if after is not None else None,
+            key=decoded.get("key"),
+            masked=decoded["masked"],
+        )
     raise AssertionError(f"unknown request op {op}")
 
 
@@ -41,6 +51,8 @@ def as_decoded(frame):
         return {"op": "VALUES", "mode": frame.mode_name, "values": [str(v) for v in frame.values]}
     if isinstance(frame, protocol.Uuids):
         return {"op": "UUIDS", "uuids": [u.hex for u in frame.uuids]}
+    if isinstance(frame, protocol.MaskedIds):
+        return {"op": "MASKED_IDS", "key_id": frame.key_id, "ids": [str(i) for i in frame.ids]}
     if isinstance(frame, protocol.ErrorFrame):
         return {
             "op": "ERROR",
@@ -158,11 +170,11 @@ class RequestGetValuesVectors(unittest.TestCase):
                 frame = protocol.encode_get_values(name, count)
                 self.assertEqual(frame[: len(raw)].hex(), raw.hex())
 
-    def test_the_client_hello_offers_versions_1_to_4(self):
-        self.assertEqual(protocol.encode_hello().hex(), "00000009014944474e00010004")
-        picks = {c["name"]: c for c in VECTORS if c["name"] == "hello_range_1_to_4_picks_4"}
-        self.assertEqual(picks["hello_range_1_to_4_picks_4"]["hex"], protocol.encode_hello().hex())
-        self.assertEqual(picks["hello_range_1_to_4_picks_4"]["negotiated_version"], 4)
+    def test_the_client_hello_offers_versions_1_to_5(self):
+        self.assertEqual(protocol.encode_hello().hex(), "00000009014944474e00010005")
+        picks = {c["name"]: c for c in VECTORS if c["name"] == "hello_range_1_to_5_picks_5"}
+        self.assertEqual(picks["hello_range_1_to_5_picks_5"]["hex"], protocol.encode_hello().hex())
+        self.assertEqual(picks["hello_range_1_to_5_picks_5"]["negotiated_version"], 5)
 
     def test_sequence_names(self):
         good = ["a", "0", "orders", "invoice.tenant-42", "a_b-c.d", "9" * 64]
