@@ -756,22 +756,12 @@ class _Connection:
                     )
                 )
             return
-        if slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES):
-            # GET_IDS is answered with IDS, GET_RANGES with RANGES: never the other.
-            wanted = Ids if slot.kind == protocol.OP_GET_IDS else Ranges
+        if slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES, protocol.OP_GET_IDS_WITH):
+            # GET_IDS (and GET_IDS_WITH unmasked) is answered with IDS, GET_RANGES with RANGES:
+            # never the other.
+            wanted = Ranges if slot.kind == protocol.OP_GET_RANGES else Ids
             if not isinstance(frame, wanted):
                 err = ProtocolError(f"{wanted.__name__.upper()} expected, got {type(frame).__name__}")
-            elif len(frame.ids) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} IDs, got {len(frame.ids)}")
-            elif frame.ids[0] <= self._last_id:
-                err = ProtocolError("IDs on one connection are not increasing")
-            else:
-                self._last_id = frame.ids[-1]
-                slot.set(frame.ids)
-                return
-        elif slot.kind == protocol.OP_GET_IDS_WITH:
-            if not isinstance(frame, Ids):
-                err = ProtocolError(f"GET_IDS_WITH answered with {type(frame).__name__}")
             elif len(frame.ids) != slot.expect:
                 err = ProtocolError(f"asked for {slot.expect} IDs, got {len(frame.ids)}")
             elif frame.ids[0] <= self._last_id:
