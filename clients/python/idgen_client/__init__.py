@@ -42,6 +42,7 @@ from .client import (
 from .errors import (
     ClientClosedError,
     IdgenError,
+    KeyNodeUnavailableError,
     NoNodeAvailable,
     OptionsUnsupportedError,
     ProtocolError,
@@ -79,6 +80,7 @@ __all__ = [
     "SequencesUnsupportedError",
     "UuidsUnsupportedError",
     "OptionsUnsupportedError",
+    "KeyNodeUnavailableError",
     "MaskedIdList",
     "key_node",
     "forms",

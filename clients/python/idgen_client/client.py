@@ -96,6 +96,7 @@ from . import tls as _tls
 from .errors import (
     ClientClosedError,
     IdgenError,
+    KeyNodeUnavailableError,
     NoNodeAvailable,
     OptionsUnsupportedError,
     ProtocolError,
@@ -1003,7 +1004,7 @@ class Client:
         ASCII characters) the same call with the same key, within the node's
         ``idempotency_window``, gets the same IDs again; the key picks its node (FNV-1a,
         :func:`key_node`) and the call is never failed over, since another node would issue
-        new IDs. Either option makes the call one GET_IDS_WITH (protocol version 5, else
+        new IDs: a retry-elsewhere failure of that node raises :class:`KeyNodeUnavailableError`. Either option makes the call one GET_IDS_WITH (protocol version 5, else
         :class:`OptionsUnsupportedError`), so ``n`` is at most the node's ``max_batch``."""
         self._check_fork()
         if isinstance(n, bool) or not isinstance(n, int):
@@ -1071,15 +1072,30 @@ class Client:
             raise ClientClosedError("the client is closed")
         node = self._nodes[key_node(key, len(self._nodes))]
         for attempt in (0, 1):
-            conn = self._connection(node)
+            conn: Optional[_Connection] = None
             try:
+                conn = self._connection(node)
                 return run(conn)
             except ServerError as e:
                 if e.status == _status.RANGE_CHANGED and attempt == 0:
                     # The node is fine; a new connection learns its new range. Once.
                     self._drop(node, conn)
                     continue
-                raise
+                if not e.retry_elsewhere:
+                    if e.closes_connection:
+                        self._drop(node, conn)
+                    raise
+                # Retry-elsewhere: back the node off as failover would, but do not go to
+                # another node with this key (it would issue new IDs); say so.
+                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
+                raise KeyNodeUnavailableError(key, node.addr, e) from e
+            except UnavailableError as e:
+                if self._closed:
+                    raise ClientClosedError("the client is closed") from e
+                if isinstance(e, KeyNodeUnavailableError):
+                    raise
+                self._mark_down(node, conn, e)
+                raise KeyNodeUnavailableError(key, node.addr, e) from e
         raise UnavailableError("the key's node changed its range twice", node.addr)
 
     def next_uuid(self) -> uuid.UUID:

@@ -186,5 +186,23 @@ class OptionsUnsupportedError(IdgenError):
         )
 
 
+class KeyNodeUnavailableError(UnavailableError):
+    """A call with an idempotency key whose node (the one :func:`key_node` picks) failed with
+    a retry-elsewhere error (a 3xx status, a lost or refused connection). The call is NOT
+    retried on another node, which would issue new IDs for the key: retry it later with the
+    same key. ``key`` is the key, ``status`` the node's status (``None`` for a connection
+    failure), ``node`` the node; the original error is ``__cause__``."""
+
+    def __init__(self, key: str, node: Optional[str], cause: BaseException):
+        self.key = key
+        self.status: Optional[int] = getattr(cause, "status", None)
+        super().__init__(
+            f"idempotency key {key!r} goes to node {node} only, which failed ({cause}); "
+            f"the call was not retried on another node (that would issue new IDs): "
+            f"retry it later with the same key",
+            node,
+        )
+
+
 class ClientClosedError(IdgenError):
     """The client (or its connection) was closed by the application."""

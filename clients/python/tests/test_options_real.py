@@ -8,6 +8,7 @@ import unittest
 import _support
 from idgen_client import (
     Client,
+    KeyNodeUnavailableError,
     Keyring,
     NoNodeAvailable,
     OptionsUnsupportedError,
@@ -99,6 +100,41 @@ class OlderNode(unittest.TestCase):
         self.addCleanup(c.close)
         with self.assertRaises(OptionsUnsupportedError):
             c.next_ids(1, after=5)
+        with self.assertRaises(OptionsUnsupportedError) as e:
+            c.next_masked_ids(1)
+        self.assertIn("protocol version 4", str(e.exception))
+        self.assertEqual(node.requests, 0)
+
+
+class KeyedNoFailover(unittest.TestCase):
+    """A keyed call goes to key_node's node only and is never failed over."""
+
+    def key_for(self, index, nodes):
+        return next(f"k{i}" for i in range(1000) if key_node(f"k{i}", nodes) == index)
+
+    def test_retry_elsewhere_status_is_not_failed_over(self):
+        down = _support.FakeNode(_support.default_hello(version=5), "unavailable", status=301)
+        up = _support.FakeNode(_support.default_hello(version=5), "serve")
+        self.addCleanup(down.close)
+        self.addCleanup(up.close)
+        c = Client([down.addr, up.addr], timeout=2.0)
+        self.addCleanup(c.close)
+        with self.assertRaises(KeyNodeUnavailableError) as e:
+            c.next_ids(2, idempotency_key=self.key_for(0, 2))
+        self.assertEqual(e.exception.status, 301)
+        self.assertIn("not retried on another node", str(e.exception))
+        self.assertEqual(up.requests, 0)
+
+    def test_unreachable_key_node_is_not_failed_over(self):
+        up = _support.FakeNode(_support.default_hello(version=5), "serve")
+        self.addCleanup(up.close)
+        dead = f"127.0.0.1:{_support.unused_port()}"
+        c = Client([up.addr, dead], timeout=2.0)
+        self.addCleanup(c.close)
+        with self.assertRaises(KeyNodeUnavailableError) as e:
+            c.next_ids(2, idempotency_key=self.key_for(1, 2))
+        self.assertIsNone(e.exception.status)
+        self.assertEqual(up.requests, 0)
 
 
 if __name__ == "__main__":
