@@ -44,6 +44,9 @@ final class Connection {
         final int op;
         final long arg; // count, or PING token
         final byte[] name; // GET_VALUES: the sequence name (checked), else null
+        byte[] frame; // GET_IDS_WITH: the whole request frame, else null
+        long after = -1; // GET_IDS_WITH: the after option, or -1
+        boolean masked; // GET_IDS_WITH: the masked option
         final CompletableFuture<Object> future = new CompletableFuture<>();
 
         Pending(int op, long arg) {
@@ -58,6 +61,9 @@ final class Connection {
 
         /** The request frame's size on the wire, length prefix included. */
         int wireSize() {
+            if (frame != null) {
+                return frame.length;
+            }
             return name == null ? 13 : 9 + name.length;
         }
     }
@@ -382,6 +388,35 @@ final class Connection {
     }
 
     /**
+     * One GET_IDS_WITH (protocol version 5) of {@code n} (1 ..= max_batch): completes with the
+     * {@code long[]} IDs (IDS) or, when {@code masked}, a {@link MaskedIds} (MASKED_IDS).
+     *
+     * @throws IdsWithUnsupportedException when the connection negotiated a version below 5
+     * @throws IllegalArgumentException when {@code n} is outside 1 ..= max_batch or the frame
+     *     is above max_request_frame
+     */
+    CompletableFuture<Object> getIdsWith(int n, IdOptions options, boolean masked) {
+        if (hello.version() < Frames.IDS_WITH_VERSION) {
+            throw new IdsWithUnsupportedException(hello.version(), node);
+        }
+        if (n < 1 || n > hello.maxBatch()) {
+            throw new IllegalArgumentException("n must be in 1 .. " + hello.maxBatch()
+                    + " (the node's max_batch: one GET_IDS_WITH is never split), not " + n);
+        }
+        byte[] frame = Frames.getIdsWith(n, options.after(), options.key(), masked);
+        if (frame.length - 4 > hello.maxRequestFrame()) {
+            throw new IllegalArgumentException("GET_IDS_WITH of " + (frame.length - 4)
+                    + " bytes is above the node's max_request_frame " + hello.maxRequestFrame());
+        }
+        Pending p = new Pending(Frames.OP_GET_IDS_WITH, n);
+        p.frame = frame;
+        p.after = options.after() == null ? -1 : options.after();
+        p.masked = masked;
+        submit(new Pending[] {p});
+        return p.future;
+    }
+
+    /**
      * {@code n} (>= 1) version 7 UUIDs: GET_UUIDS split into max_batch-sized frames written at
      * once; completes with all of them, strictly increasing, or with the first part's failure.
      *
@@ -456,6 +491,8 @@ final class Connection {
                     outBuf.putInt(9).put((byte) Frames.OP_PING).putLong(p.arg);
                 } else if (p.op == Frames.OP_GET_VALUES) {
                     Frames.putGetValues(outBuf, p.arg, p.name);
+                } else if (p.frame != null) {
+                    outBuf.put(p.frame);
                 } else {
                     Frames.putCountFrame(outBuf, p.op, p.arg);
                 }
@@ -657,6 +694,40 @@ final class Connection {
                     throw complain(p, "IDs on one connection are not increasing");
                 }
                 lastId = ids[ids.length - 1];
+                stats.ids.add(ids.length);
+                p.future.complete(ids);
+            }
+            case Frames.OP_GET_IDS_WITH -> {
+                if (p.masked) {
+                    if (!(frame instanceof Frames.MaskedIds m)) {
+                        throw complain(p, "masked GET_IDS_WITH answered with " + frame.getClass().getSimpleName());
+                    }
+                    if (m.masked().length != p.arg) {
+                        throw complain(p, "asked for " + p.arg + " IDs, got MASKED_IDS of " + m.masked().length);
+                    }
+                    stats.ids.add(m.masked().length);
+                    p.future.complete(new MaskedIds(m.keyId(), m.masked()));
+                    return;
+                }
+                if (!(frame instanceof Ids f)) {
+                    throw complain(p, "GET_IDS_WITH answered with " + frame.getClass().getSimpleName());
+                }
+                long[] ids = f.ids();
+                if (ids.length != p.arg) {
+                    throw complain(p, "asked for " + p.arg + " IDs, got " + ids.length);
+                }
+                for (int i = 1; i < ids.length; i++) {
+                    if (ids[i] <= ids[i - 1]) {
+                        throw complain(p, "IDS answer is not increasing");
+                    }
+                }
+                if (ids[0] <= p.after) {
+                    throw complain(p, "IDs not above after " + p.after);
+                }
+                // A repeat of an idempotent answer may be below what the connection saw since.
+                if (ids[0] > lastId) {
+                    lastId = ids[ids.length - 1];
+                }
                 stats.ids.add(ids.length);
                 p.future.complete(ids);
             }

@@ -17,15 +17,18 @@ public final class Frames {
     public static final int MIN_VERSION = 1;
     /**
      * The newest protocol version this client speaks (version 2 adds GET_RANGES, version 3
-     * GET_VALUES for named sequences, version 4 GET_UUIDS for version 7 UUIDs).
+     * GET_VALUES for named sequences, version 4 GET_UUIDS for version 7 UUIDs, version 5
+     * GET_IDS_WITH/MASKED_IDS: after, idempotency keys, masked IDs).
      */
-    public static final int MAX_VERSION = 4;
+    public static final int MAX_VERSION = 5;
     /** The first protocol version with GET_RANGES/RANGES. */
     public static final int RANGES_VERSION = 2;
     /** The first protocol version with named sequences (GET_VALUES/VALUES). */
     public static final int SEQUENCES_VERSION = 3;
     /** The first protocol version with UUIDs (GET_UUIDS/UUIDS). */
     public static final int UUIDS_VERSION = 4;
+    /** The first protocol version with GET_IDS_WITH/MASKED_IDS. */
+    public static final int IDS_WITH_VERSION = 5;
 
     public static final int OP_HELLO = 0x01;
     public static final int OP_GET_IDS = 0x02;
@@ -33,12 +36,14 @@ public final class Frames {
     public static final int OP_GET_RANGES = 0x04;
     public static final int OP_GET_VALUES = 0x05;
     public static final int OP_GET_UUIDS = 0x06;
+    public static final int OP_GET_IDS_WITH = 0x07;
     public static final int OP_HELLO_OK = 0x81;
     public static final int OP_IDS = 0x82;
     public static final int OP_PONG = 0x83;
     public static final int OP_RANGES = 0x84;
     public static final int OP_VALUES = 0x85;
     public static final int OP_UUIDS = 0x86;
+    public static final int OP_MASKED_IDS = 0x87;
     public static final int OP_ERROR = 0xFF;
 
     static final int HELLO_OK_LENGTH = 33;
@@ -62,7 +67,7 @@ public final class Frames {
     private Frames() {}
 
     /** A decoded response frame. */
-    public sealed interface Frame permits HelloOk, Ids, Ranges, Values, Uuids, Pong, ErrorFrame {}
+    public sealed interface Frame permits HelloOk, Ids, Ranges, Values, Uuids, MaskedIds, Pong, ErrorFrame {}
 
     /** HELLO_OK (0x81): the negotiated version, the ID layout and the connection's limits. */
     public record HelloOk(
@@ -120,6 +125,12 @@ public final class Frames {
      * variant, strictly increasing as 128-bit unsigned numbers.
      */
     public record Uuids(UUID[] uuids) implements Frame {}
+
+    /**
+     * MASKED_IDS (0x87, version 5): the IDs of one GET_IDS_WITH with the masked option, each
+     * masked with the node's key {@code keyId} (0..=61), in the IDs' order.
+     */
+    public record MaskedIds(int keyId, long[] masked) implements Frame {}
 
     /** PONG (0x83): the token of the PING it answers. */
     public record Pong(long token) implements Frame {}
@@ -262,8 +273,53 @@ public final class Frames {
             case OP_GET_RANGES -> RANGES_VERSION;
             case OP_GET_VALUES -> SEQUENCES_VERSION;
             case OP_GET_UUIDS -> UUIDS_VERSION;
+            case OP_GET_IDS_WITH -> IDS_WITH_VERSION;
             default -> 1;
         };
+    }
+
+    /** The longest idempotency key, in bytes. */
+    public static final int MAX_IDEMPOTENCY_KEY = 64;
+
+    /**
+     * GET_IDS_WITH (0x07, version 5) of {@code count}: {@code after} (or {@code null}) an ID
+     * every answered ID exceeds, {@code key} (or {@code null}) an idempotency key of 1..=64
+     * visible ASCII bytes, {@code masked} for a MASKED_IDS answer.
+     *
+     * @throws IllegalArgumentException for a key that is not 1..=64 bytes of {@code !..~} or a
+     *     negative {@code after} (the server would answer INVALID_OPTION)
+     */
+    public static byte[] getIdsWith(long count, Long after, String key, boolean masked) {
+        byte[] k = key == null ? null : idempotencyKey(key);
+        if (after != null && after < 0) {
+            throw new IllegalArgumentException("after " + Long.toUnsignedString(after) + " has the sign bit set");
+        }
+        int length = 6 + (after != null ? 8 : 0) + (k != null ? 1 + k.length : 0);
+        ByteBuffer out = ByteBuffer.allocate(4 + length);
+        out.putInt(length).put((byte) OP_GET_IDS_WITH).putInt((int) checkU32(count));
+        out.put((byte) ((after != null ? 0x01 : 0) | (k != null ? 0x02 : 0) | (masked ? 0x04 : 0)));
+        if (after != null) {
+            out.putLong(after);
+        }
+        if (k != null) {
+            out.put((byte) k.length).put(k);
+        }
+        return out.array();
+    }
+
+    /** An idempotency key's bytes, checked: 1..=64 visible ASCII bytes ({@code !} to {@code ~}). */
+    public static byte[] idempotencyKey(String key) {
+        byte[] b = key.getBytes(StandardCharsets.UTF_8);
+        if (b.length < 1 || b.length > MAX_IDEMPOTENCY_KEY) {
+            throw new IllegalArgumentException("idempotency key of " + b.length + " bytes, not 1.." + MAX_IDEMPOTENCY_KEY);
+        }
+        for (byte c : b) {
+            if (c < '!' || c > '~') {
+                throw new IllegalArgumentException("idempotency key " + quote(b) + " holds " + describe(c & 0xFF)
+                        + ": only visible ASCII (! to ~)");
+            }
+        }
+        return b;
     }
 
     /** GET_UUIDS (0x06, version 4) for {@code count} version 7 UUIDs. */
@@ -392,6 +448,11 @@ public final class Frames {
             case OP_UUIDS -> {
                 if (length < 5 + 16 || (length - 5) % 16 != 0) {
                     throw bad("UUIDS length " + length + " is not 5 + 16 * count with count >= 1");
+                }
+            }
+            case OP_MASKED_IDS -> {
+                if (length < 6 + 8 || (length - 6) % 8 != 0) {
+                    throw bad("MASKED_IDS length " + length + " is not 6 + 8 * count with count >= 1");
                 }
             }
             case OP_ERROR -> {
@@ -546,6 +607,26 @@ public final class Frames {
                     uuids[i] = u;
                 }
                 return new Uuids(uuids);
+            }
+            case OP_MASKED_IDS: {
+                int keyId = b[off] & 0xFF;
+                if (keyId > 61) {
+                    throw bad("MASKED_IDS key ID " + keyId + " above 61");
+                }
+                long count = u32(b, off + 1);
+                if (count == 0 || 5 + 8 * count != len) {
+                    throw bad("MASKED_IDS count " + count + " disagrees with frame length " + (len + 1));
+                }
+                long[] masked = new long[(int) count];
+                int p = off + 5;
+                for (int i = 0; i < masked.length; i++, p += 8) {
+                    long v = u64(b, p);
+                    if (v < 0) {
+                        throw bad("MASKED_IDS holds a value with the top bit set");
+                    }
+                    masked[i] = v;
+                }
+                return new MaskedIds(keyId, masked);
             }
             case OP_PONG:
                 return new Pong(u64(b, off));

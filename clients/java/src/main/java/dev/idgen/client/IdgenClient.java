@@ -362,6 +362,89 @@ public final class IdgenClient implements AutoCloseable {
         return call(conn -> conn.getIds(n), deadline);
     }
 
+    // ---- GET_IDS_WITH: after, idempotency keys, masked IDs (protocol version 5) ----
+
+    /** One ID with {@code options} (see {@link #nextIdsAsync(int, IdOptions, Duration)}). */
+    public long nextId(IdOptions options) {
+        return nextIds(1, options)[0];
+    }
+
+    /** Exactly {@code n} IDs with {@code options}, within the default call deadline. */
+    public long[] nextIds(int n, IdOptions options) {
+        return nextIds(n, options, callDeadline);
+    }
+
+    /** Exactly {@code n} IDs with {@code options}, within {@code deadline}. */
+    public long[] nextIds(int n, IdOptions options, Duration deadline) {
+        return await(nextIdsAsync(n, options, deadline), deadline);
+    }
+
+    /**
+     * Exactly {@code n} (1 ..= the node's max_batch) IDs, increasing, with {@code options}
+     * (protocol version 5: one GET_IDS_WITH, never the prefetch pool), asynchronously, within
+     * {@code deadline}. With {@link IdOptions#after()} every ID is greater than it. With an
+     * idempotency key the request goes to the one node the key hashes to ({@link
+     * #nodeForKey(String)}) and is never retried on another: a failure that another node could
+     * have served fails with {@link KeyedRequestFailedException}. The future fails with {@link
+     * IdsWithUnsupportedException}, nothing sent and no other node tried, on a node that
+     * negotiated a version below 5.
+     */
+    public CompletableFuture<long[]> nextIdsAsync(int n, IdOptions options, Duration deadline) {
+        return idsWith(n, options, false, deadline).thenApply(o -> (long[]) o);
+    }
+
+    /** Exactly {@code n} IDs masked by the node, within the default call deadline. */
+    public MaskedIds nextMaskedIds(int n, IdOptions options) {
+        return nextMaskedIds(n, options, callDeadline);
+    }
+
+    /** Exactly {@code n} IDs masked by the node, within {@code deadline}. */
+    public MaskedIds nextMaskedIds(int n, IdOptions options, Duration deadline) {
+        return await(nextMaskedIdsAsync(n, options, deadline), deadline);
+    }
+
+    /**
+     * Exactly {@code n} IDs masked by the node with its current masking key (the node needs
+     * {@code IDGEN_MASK_KEYS}, else 205 INVALID_OPTION): the key's ID, the masked values and
+     * ({@link MaskedIds#strings()}) their 12-character forms. Options, routing and errors as
+     * {@link #nextIdsAsync(int, IdOptions, Duration)}.
+     */
+    public CompletableFuture<MaskedIds> nextMaskedIdsAsync(int n, IdOptions options, Duration deadline) {
+        return idsWith(n, options, true, deadline).thenApply(o -> (MaskedIds) o);
+    }
+
+    private CompletableFuture<Object> idsWith(int n, IdOptions options, boolean masked, Duration deadline) {
+        IdOptions o = options == null ? IdOptions.NONE : options;
+        if (n < 1 || n > MAX_IDS_PER_CALL) {
+            throw new IllegalArgumentException("n must be in 1 .. " + MAX_IDS_PER_CALL + ", not " + n);
+        }
+        int pinned = o.key() == null ? -1 : keyNodeIndex(o.key(), nodes.size());
+        return call(conn -> conn.getIdsWith(n, o, masked), deadline, pinned);
+    }
+
+    /**
+     * The node ({@code host:port}) a request with idempotency key {@code key} goes to: FNV-1a
+     * 64 of the key's bytes, modulo the number of configured nodes, in the order given.
+     */
+    public String nodeForKey(String key) {
+        return nodes.get(keyNodeIndex(key, nodes.size())).address;
+    }
+
+    /** FNV-1a 64 of the key's bytes, unsigned, modulo {@code nodeCount}. */
+    static int keyNodeIndex(String key, int nodeCount) {
+        return (int) Long.remainderUnsigned(fnv1a64(Frames.idempotencyKey(key)), nodeCount);
+    }
+
+    /** FNV-1a, 64 bits. */
+    static long fnv1a64(byte[] bytes) {
+        long h = 0xcbf29ce484222325L;
+        for (byte b : bytes) {
+            h ^= b & 0xFF;
+            h *= 0x100000001b3L;
+        }
+        return h;
+    }
+
     // ---- Version 7 UUIDs (protocol version 4) ----
 
     /** One version 7 UUID, within the default call deadline. See {@link #nextUuidsAsync(int, Duration)}. */
@@ -640,8 +723,13 @@ public final class IdgenClient implements AutoCloseable {
     }
 
     private <T> CompletableFuture<T> call(Function<Connection, CompletableFuture<T>> op, Duration deadline) {
+        return call(op, deadline, -1);
+    }
+
+    /** A call; {@code pinned} >= 0: only that node, never another (a keyed request). */
+    private <T> CompletableFuture<T> call(Function<Connection, CompletableFuture<T>> op, Duration deadline, int pinned) {
         checkDeadline(deadline);
-        Call<T> c = new Call<>(op, System.nanoTime() + deadline.toNanos());
+        Call<T> c = new Call<>(op, System.nanoTime() + deadline.toNanos(), pinned);
         if (closed) {
             c.result.completeExceptionally(new ClientClosedException("the client is closed"));
             return c.result;
@@ -662,10 +750,13 @@ public final class IdgenClient implements AutoCloseable {
         Node retrySame;
         Throwable lastError;
 
-        Call(Function<Connection, CompletableFuture<T>> op, long deadline) {
+        final boolean pinned;
+
+        Call(Function<Connection, CompletableFuture<T>> op, long deadline, int pinned) {
             this.op = op;
             this.deadline = deadline;
-            this.order = order(System.nanoTime());
+            this.pinned = pinned >= 0;
+            this.order = pinned >= 0 ? List.of(nodes.get(pinned)) : order(System.nanoTime());
         }
 
         /** Tries the next node: inline when it is connected, else on a worker thread. */
@@ -777,7 +868,7 @@ public final class IdgenClient implements AutoCloseable {
         void failed(Node node, Connection conn, Throwable e, boolean atSubmit) {
             lastError = e;
             if (atSubmit && (e instanceof IllegalArgumentException || e instanceof SequencesUnsupportedException
-                    || e instanceof UuidsUnsupportedException)) {
+                    || e instanceof UuidsUnsupportedException || e instanceof IdsWithUnsupportedException)) {
                 // Refused before sending (a count above the node's max_batch, a node without
                 // named sequences or UUIDs): not the node's failure, and no other node is tried.
                 result.completeExceptionally(e);
@@ -835,6 +926,11 @@ public final class IdgenClient implements AutoCloseable {
         }
 
         void finish() {
+            if (pinned && tried.size() == 1) {
+                Map.Entry<String, Throwable> only = tried.entrySet().iterator().next();
+                result.completeExceptionally(new KeyedRequestFailedException(only.getKey(), only.getValue()));
+                return;
+            }
             if (tried.size() == 1) {
                 result.completeExceptionally(tried.values().iterator().next());
                 return;

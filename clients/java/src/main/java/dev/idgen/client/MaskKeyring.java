@@ -206,9 +206,21 @@ public final class MaskKeyring {
      * the masked value in 11 base62 characters, most significant first (12 in all).
      */
     public String maskString(long id, int width) {
-        long m = mask(id, width);
+        return maskedString(currentKeyId(), mask(id, width));
+    }
+
+    /**
+     * The string form of a value already masked with key {@code keyId} (as a node's MASKED_IDS
+     * answers it): the key ID's base62 character, then the value in 11 base62 characters. No key
+     * is needed.
+     */
+    public static String maskedString(int keyId, long masked) {
+        if (keyId < 0 || keyId > MAX_KEY_ID || masked < 0) {
+            throw new MaskException("key ID " + keyId + " outside 0.." + MAX_KEY_ID + " or a negative masked value");
+        }
+        long m = masked;
         char[] out = new char[STRING_LENGTH];
-        out[0] = ALPHABET.charAt(currentKeyId());
+        out[0] = ALPHABET.charAt(keyId);
         for (int i = STRING_LENGTH - 1; i >= 1; i--) {
             out[i] = ALPHABET.charAt((int) (m % 62)); // m >= 0
             m /= 62;

@@ -21,6 +21,9 @@ public final class Status {
     public static final int UNKNOWN_OPCODE = 202;
     public static final int UNKNOWN_SEQUENCE = 203;
     public static final int INVALID_SEQUENCE_NAME = 204;
+    public static final int INVALID_OPTION = 205;
+    public static final int IDEMPOTENCY_KEY_REUSED = 206;
+    public static final int IDEMPOTENCY_KEY_IN_FLIGHT = 207;
     public static final int UNAVAILABLE_LEASE = 300;
     public static final int UNAVAILABLE_CLOCK = 301;
     public static final int SHUTTING_DOWN = 302;
@@ -49,6 +52,9 @@ public final class Status {
             new Info(UNKNOWN_OPCODE, "UNKNOWN_OPCODE", false, false),
             new Info(UNKNOWN_SEQUENCE, "UNKNOWN_SEQUENCE", false, false),
             new Info(INVALID_SEQUENCE_NAME, "INVALID_SEQUENCE_NAME", false, false),
+            new Info(INVALID_OPTION, "INVALID_OPTION", false, false),
+            new Info(IDEMPOTENCY_KEY_REUSED, "IDEMPOTENCY_KEY_REUSED", false, false),
+            new Info(IDEMPOTENCY_KEY_IN_FLIGHT, "IDEMPOTENCY_KEY_IN_FLIGHT", false, false),
             new Info(UNAVAILABLE_LEASE, "UNAVAILABLE_LEASE", false, true),
             new Info(UNAVAILABLE_CLOCK, "UNAVAILABLE_CLOCK", false, true),
             new Info(SHUTTING_DOWN, "SHUTTING_DOWN", true, true),

@@ -42,11 +42,11 @@ class RealNodeTest {
     }
 
     @Test
-    void handshakeNegotiatesVersion4AndTheLayoutDecodesIds() {
+    void handshakeNegotiatesVersion5AndTheLayoutDecodesIds() {
         try (IdgenClient c = IdgenClient.create(node.addr)) {
             long id = c.nextId();
             NodeInfo info = c.nodes().get(0);
-            assertEquals(4, info.hello().version());
+            assertEquals(5, info.hello().version());
             assertEquals(1000, info.hello().maxBatch());
             Layout.Parts p = c.decode(id);
             assertTrue(Math.abs(p.unixMs() - System.currentTimeMillis()) < 60_000, "timestamp " + p);

@@ -88,7 +88,7 @@ class SequencesRealNodeTest {
         for (String name : new String[] {"orders", "ledger"}) {
             try (IdgenClient c = IdgenClient.create(node.addr)) {
                 List<Long> got = takeMixed(c, name);
-                assertEquals(4, c.nodes().get(0).hello().version(), "the node speaks version 4 (sequences since 3)");
+                assertEquals(5, c.nodes().get(0).hello().version(), "the node speaks version 5 (sequences since 3)");
                 assertEquals(50 + 500, got.size());
                 for (int i = 1; i < got.size(); i++) {
                     assertTrue(got.get(i - 1) < got.get(i), name + ": one client's successive calls increase at " + i);

@@ -113,7 +113,18 @@ final class Support {
             return Files.createTempDirectory("idgen-javatest-");
         }
 
+        /** A node on the memory store with 2 shards, {@code env} added to its environment. */
+        static Node memoryWithEnv(java.util.Map<String, String> env, String... extra) throws IOException {
+            List<String> a = new ArrayList<>(List.of("--store", "memory", "--shards", "2"));
+            a.addAll(List.of(extra));
+            return new Node(newDataDir(), a, env);
+        }
+
         Node(Path dataDir, List<String> args) throws IOException {
+            this(dataDir, args, java.util.Map.of());
+        }
+
+        Node(Path dataDir, List<String> args, java.util.Map<String, String> env) throws IOException {
             dir = dataDir;
             List<String> cmd = new ArrayList<>(List.of(idgenBin(), "serve", "--admin-listen", "off",
                     "--http-listen", "off", "--data-dir", dir.toString()));
@@ -123,6 +134,7 @@ final class Support {
             cmd.addAll(args);
             boolean tls = args.contains("--tls-listen");
             ProcessBuilder pb = new ProcessBuilder(cmd);
+            pb.environment().putAll(env);
             pb.redirectError(dir.resolve("stderr.log").toFile());
             pb.redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")));
             proc = pb.start();

@@ -67,7 +67,7 @@ class TlsTest {
             try (IdgenClient c = IdgenClient.builder().nodes(addr).tls(trust("ca.crt").build()).build()) {
                 long[] ids = c.nextIds(5000);
                 assertEquals(5000, ids.length);
-                assertEquals(4, c.nodes().get(0).hello().version());
+                assertEquals(5, c.nodes().get(0).hello().version());
                 assertTrue(c.ping().toMillis() < 1000);
             }
         }

@@ -197,7 +197,7 @@ class UuidsTest {
             all[0] = one;
             System.arraycopy(many, 0, all, 1, 2500);
             assertIncreasing(all);
-            assertEquals(4, c.nodes().get(0).hello().version());
+            assertEquals(5, c.nodes().get(0).hello().version());
             long last = before;
             for (UUID u : all) {
                 assertEquals(7, u.version());

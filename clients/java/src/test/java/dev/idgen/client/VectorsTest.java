@@ -40,6 +40,8 @@ class VectorsTest {
         // Version 4's cases (GET_UUIDS, UUIDS) are a file of their own: a version 4 client passes both.
         List<Map<String, Object>> all = new ArrayList<>((List<Map<String, Object>>) Support.json("protocol/tests/vectors.json"));
         all.addAll((List<Map<String, Object>>) Support.json("protocol/tests/vectors_v4.json"));
+        // Version 5's (GET_IDS_WITH, MASKED_IDS, statuses 205-207) likewise.
+        all.addAll((List<Map<String, Object>>) Support.json("protocol/tests/vectors_v5.json"));
         return all;
     }
 
@@ -70,6 +72,9 @@ class VectorsTest {
             case "PING" -> Frames.ping(num(d.get("token")));
             case "GET_VALUES" -> Frames.getValues(num(d.get("count")), (String) d.get("name"));
             case "GET_UUIDS" -> Frames.getUuids(num(d.get("count")));
+            case "GET_IDS_WITH" -> Frames.getIdsWith(num(d.get("count")),
+                    d.containsKey("after") ? Long.valueOf(num(d.get("after"))) : null,
+                    (String) d.get("key"), Boolean.TRUE.equals(d.get("masked")));
             default -> throw new AssertionError("unknown request op " + d.get("op"));
         };
     }
@@ -112,6 +117,14 @@ class VectorsTest {
                 l.add(uuid.toString().replace("-", ""));
             }
             m.put("uuids", l);
+        } else if (f instanceof Frames.MaskedIds mi) {
+            m.put("op", "MASKED_IDS");
+            m.put("key_id", (long) mi.keyId());
+            List<Object> l = new ArrayList<>();
+            for (long v : mi.masked()) {
+                l.add(Long.toString(v));
+            }
+            m.put("ids", l);
         } else if (f instanceof Pong p) {
             m.put("op", "PONG");
             m.put("token", Long.toUnsignedString(p.token()));
@@ -422,9 +435,36 @@ class VectorsTest {
     }
 
     @Test
+    void getIdsWithRefusesKeysAndAftersTheServerWouldRefuse() {
+        for (String bad : new String[] {"", "a b", "x".repeat(65), "caf\u00e9", "tab\t", "\u007f"}) {
+            assertThrows(IllegalArgumentException.class, () -> Frames.getIdsWith(1, null, bad, false), bad);
+        }
+        assertThrows(IllegalArgumentException.class, () -> Frames.getIdsWith(1, -1L, null, false));
+        assertEquals(4 + 6 + 8 + 1 + 64, Frames.getIdsWith(1, 5L, "~".repeat(64), true).length);
+        assertEquals(Frames.IDS_WITH_VERSION, Frames.requestVersion(Frames.OP_GET_IDS_WITH));
+    }
+
+    @Test
+    void maskedIdsCountIsCheckedAndKeyIdBounded() {
+        // key 0, count 1, value 7: decodes; key 62 is BAD_FRAME.
+        byte[] ok = HexFormat.of().parseHex("0000000e8700000000010000000000000007");
+        Frames.MaskedIds m = (Frames.MaskedIds) Frames.decodeResponse(ok, 1 << 20).frame();
+        assertEquals(0, m.keyId());
+        assertArrayEquals(new long[] {7}, m.masked());
+        byte[] k62 = ok.clone();
+        k62[5] = 62;
+        assertEquals(Status.BAD_FRAME,
+                assertThrows(ProtocolException.class, () -> Frames.decodeResponse(k62, 1 << 20)).status());
+        for (int cut = 0; cut < ok.length; cut++) {
+            assertNull(Frames.decodeResponse(ok, 0, cut, 1 << 20));
+        }
+    }
+
+    @Test
     void getValuesIsEncodedAsSection11_5() {
         assertArrayEquals(HexFormat.of().parseHex("0000000b05000000026f7264657273"), Frames.getValues(2, "orders"));
-        assertArrayEquals(HexFormat.of().parseHex("00000009014944474e00010004"),
+        // vectors_v5.json's hello_range_1_to_5_picks_5: this client offers 1..=5.
+        assertArrayEquals(HexFormat.of().parseHex("00000009014944474e00010005"),
                 Frames.hello(Frames.MIN_VERSION, Frames.MAX_VERSION));
         for (String bad : new String[] {"", "Orders", ".orders", "-x", "_x", "a b", "a/b", "café", "a\0",
                 "x".repeat(65)}) {
