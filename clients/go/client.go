@@ -43,9 +43,11 @@ type Options struct {
 	// is refilled in the background when it holds fewer than LowWater IDs (default
 	// Prefetch/4).
 	Prefetch, LowWater int
-	// MaxVersion is the highest protocol version offered (1 to 4; default 4). Version 2
+	// MaxVersion is the highest protocol version offered (1 to 5; default 5). Version 2
 	// answers batches as runs of consecutive IDs, expanded here; version 3 adds named
-	// sequences (NextValue, NextValues); version 4 UUIDs (NextUUID, NextUUIDs).
+	// sequences (NextValue, NextValues); version 4 UUIDs (NextUUID, NextUUIDs); version 5
+	// IDs with options (NextIDsWith, NextMaskedIDs). The client negotiates: an older node
+	// answers with its own highest version, and only the calls it speaks work there.
 	MaxVersion uint16
 	// SequencePrefetch is K, the number of values NextValue/NextValues ask for at once per
 	// dense sequence, keeping the rest in a buffer per sequence name to answer later calls
@@ -184,9 +186,9 @@ func NewClient(opts Options) (*Client, error) {
 	switch opts.MaxVersion {
 	case 0:
 		opts.MaxVersion = MaxProtocolVersion
-	case 1, 2, 3, 4:
+	case 1, 2, 3, 4, 5:
 	default:
-		return nil, fmt.Errorf("idgen: Options.MaxVersion %d: this client speaks versions 1 to 4", opts.MaxVersion)
+		return nil, fmt.Errorf("idgen: Options.MaxVersion %d: this client speaks versions 1 to 5", opts.MaxVersion)
 	}
 	if opts.SequencePrefetch < 0 || opts.SequencePrefetch > MaxValuesPerCall {
 		return nil, fmt.Errorf("idgen: Options.SequencePrefetch %d: must be in 0..=%d", opts.SequencePrefetch, MaxValuesPerCall)
@@ -498,6 +500,13 @@ func (c *Client) fetch(ctx context.Context, cc *conn, n int) ([]uint64, error) {
 
 // withFailover runs one call on the preferred node, failing over as the type says.
 func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error {
+	return c.runCall(ctx, -1, run)
+}
+
+// runCall runs one call: on the preferred node, failing over as the type says (only < 0),
+// or on the node only alone (a keyed call): then a failure that would have moved the call
+// on to another node is a *KeyedError instead, and a node backing off is still tried.
+func (c *Client) runCall(ctx context.Context, only int, run func(*conn) error) error {
 	if c.closed.Load() {
 		return c.errClosed()
 	}
@@ -507,8 +516,14 @@ func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error 
 	var again []bool // reconnected to this node once already in this call
 	for k := 0; k < count; k++ {
 		i := (start + k) % count
+		if only >= 0 {
+			if k > 0 {
+				break
+			}
+			i = only
+		}
 		n := c.nodes[i]
-		if n.isDown(time.Now()) {
+		if only < 0 && n.isDown(time.Now()) {
 			continue
 		}
 		if len(tried) > 0 {
@@ -523,7 +538,9 @@ func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error 
 				n.mu.Lock()
 				n.failures = 0
 				n.mu.Unlock()
-				c.preferred.Store(int64(i))
+				if only < 0 {
+					c.preferred.Store(int64(i))
+				}
 				return nil
 			}
 			if c.closed.Load() {
@@ -532,7 +549,7 @@ func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error 
 			if ctx.Err() != nil {
 				return err // the context's error, from the wait or the dial
 			}
-			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrSequencesUnsupported) || errors.Is(err, ErrUUIDsUnsupported) {
+			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrSequencesUnsupported) || errors.Is(err, ErrUUIDsUnsupported) || errors.Is(err, ErrIDsWithUnsupported) {
 				// Refused before sending (the call does not fit this node's limits, or the
 				// node is too old for it): nothing to retry, the node is fine.
 				return err
@@ -568,6 +585,9 @@ func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error 
 				return err
 			default: // unavailable, TLS, protocol errors
 				c.markDown(n, cc, err, false)
+			}
+			if only >= 0 {
+				return &KeyedError{Node: n.addr, Err: err}
 			}
 			tried = append(tried, err)
 			break

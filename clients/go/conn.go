@@ -42,12 +42,20 @@ const (
 // slot is one request frame waiting for its answer.
 type slot struct {
 	req   *request
-	op    byte     // opGetIDs, opGetRanges, opGetValues, opGetUUIDs or opPing
+	op    byte     // opGetIDs, opGetRanges, opGetValues, opGetUUIDs, opGetIDsWith or opPing
 	dst   []uint64 // where the IDs (or a sequence's values) go
 	uuids []UUID   // GET_UUIDS: where the UUIDs go
 	token uint64
 	name  string       // GET_VALUES: the sequence
 	mode  SequenceMode // GET_VALUES: the mode VALUES announced (set by the reader)
+
+	// GET_IDS_WITH (version 5): its options, and the key ID MASKED_IDS announced (set by
+	// the reader).
+	hasAfter bool
+	after    uint64
+	key      string
+	masked   bool
+	keyID    uint8
 }
 
 // request is one call's frames on one connection; only the reader goroutine changes it
@@ -181,6 +189,8 @@ func (c *conn) submit(r *request) error {
 			c.wbuf = appendGetValues(c.wbuf, uint32(len(s.dst)), s.name)
 		case opGetUUIDs:
 			c.wbuf = appendGetUUIDs(c.wbuf, uint32(len(s.uuids)))
+		case opGetIDsWith:
+			c.wbuf = appendGetIDsWith(c.wbuf, uint32(len(s.dst)), s.hasAfter, s.after, s.key, s.masked)
 		case opPing:
 			c.wbuf = appendPing(c.wbuf, s.token)
 		}
@@ -377,18 +387,31 @@ func (c *conn) answer(s *slot, op byte, body []byte, last *uint64, haveLast *boo
 			return e, nil
 		}
 		return nil, nil
-	case op == opIDs && s.op == opGetIDs:
+	case op == opIDs && (s.op == opGetIDs || (s.op == opGetIDsWith && !s.masked)):
 		n, err := idsCount(body)
 		if err != nil {
 			return nil, err
 		}
 		if n != len(s.dst) {
-			return nil, &ProtocolError{Detail: fmt.Sprintf("IDS of %d in answer to GET_IDS of %d", n, len(s.dst))}
+			return nil, &ProtocolError{Detail: fmt.Sprintf("IDS of %d in answer to %s of %d", n, opName(s.op), len(s.dst))}
 		}
 		if *last, err = parseIDs(body, s.dst, *last, *haveLast); err != nil {
 			return nil, err
 		}
+		if s.op == opGetIDsWith && s.hasAfter && s.dst[0] <= s.after {
+			return nil, &ProtocolError{Detail: fmt.Sprintf("IDS: ID %d is not above the after %d asked for", s.dst[0], s.after)}
+		}
 		*haveLast = true
+		c.stats.ids.Add(int64(n))
+	case op == opMaskedIDs && s.op == opGetIDsWith && s.masked:
+		keyID, n := maskedIDsHeader(body)
+		if n != len(s.dst) {
+			return nil, &ProtocolError{Detail: fmt.Sprintf("MASKED_IDS of %d in answer to GET_IDS_WITH of %d", n, len(s.dst))}
+		}
+		if err := parseMaskedIDs(body, s.dst); err != nil {
+			return nil, err
+		}
+		s.keyID = keyID
 		c.stats.ids.Add(int64(n))
 	case op == opRanges && s.op == opGetRanges:
 		n, err := rangesHeader(body)
@@ -451,6 +474,10 @@ func opName(op byte) string {
 		return "GET_VALUES"
 	case opGetUUIDs:
 		return "GET_UUIDS"
+	case opGetIDsWith:
+		return "GET_IDS_WITH"
+	case opMaskedIDs:
+		return "MASKED_IDS"
 	case opPing:
 		return "PING"
 	case opHelloOK:

@@ -27,6 +27,14 @@ var (
 	// ErrUUIDsUnsupported matches every *VersionError of a UUID call (Required 4): UUIDs need
 	// protocol version 4, and the node (or Options.MaxVersion) speaks an older one.
 	ErrUUIDsUnsupported = errors.New("idgen: UUIDs need protocol version 4")
+	// ErrIDsWithUnsupported matches every *VersionError of NextIDsWith or NextMaskedIDs
+	// (Required 5): IDs after an ID, idempotency keys and masked IDs need protocol version 5,
+	// and the node (or Options.MaxVersion) speaks an older one.
+	ErrIDsWithUnsupported = errors.New("idgen: IDs with options (after, idempotency key, masked) need protocol version 5")
+	// ErrKeyedNotRetried matches every *KeyedError: a call with an idempotency key failed
+	// on its key's node in a way that another node might have served, and it was not tried
+	// on another node (that would issue new IDs under the key).
+	ErrKeyedNotRetried = errors.New("idgen: a call with an idempotency key is not retried on another node")
 )
 
 // argError is an ErrInvalidArgument with what was wrong.
@@ -42,10 +50,13 @@ func argError(format string, args ...any) error {
 type VersionError struct {
 	Node     string // "host:port" of the node; "" when Options.MaxVersion is the limit
 	Version  uint16 // the version the node negotiated (or Options.MaxVersion)
-	Required uint16 // the version the call needs: 3 (named sequences; also when 0) or 4 (UUIDs)
+	Required uint16 // the version the call needs: 3 (named sequences; also when 0), 4 (UUIDs) or 5 (IDs with options)
 }
 
 func (e *VersionError) what() (string, uint16) {
+	if e.Required >= IDsWithVersion {
+		return "IDs with options (after, idempotency key, masked)", e.Required
+	}
 	if e.Required >= UUIDsVersion {
 		return "UUIDs", e.Required
 	}
@@ -57,16 +68,39 @@ func (e *VersionError) Error() string {
 	if e.Node == "" {
 		return fmt.Sprintf("idgen: the client offers protocol versions up to %d (Options.MaxVersion); %s need version %d", e.Version, what, required)
 	}
-	return fmt.Sprintf("idgen: %s: the node speaks protocol version %d; %s need version %d", e.Node, e.Version, what, required)
+	return fmt.Sprintf("idgen: %s: the node is too old: it speaks protocol version %d; %s need version %d", e.Node, e.Version, what, required)
 }
 
-// Is matches ErrSequencesUnsupported, or ErrUUIDsUnsupported for a UUID call.
+// Is matches ErrSequencesUnsupported, ErrUUIDsUnsupported for a UUID call or
+// ErrIDsWithUnsupported for NextIDsWith/NextMaskedIDs.
 func (e *VersionError) Is(target error) bool {
+	if e.Required >= IDsWithVersion {
+		return target == ErrIDsWithUnsupported
+	}
 	if e.Required >= UUIDsVersion {
 		return target == ErrUUIDsUnsupported
 	}
 	return target == ErrSequencesUnsupported
 }
+
+// KeyedError: a call with an idempotency key failed on the node its key maps to (a status
+// whose "retry elsewhere" column is yes, a connection that failed or a node backing off),
+// and the client did not try another node, since another node does not know the key and
+// would issue new IDs. Retry the same call later (it goes to the same node), or give up the
+// key. It matches ErrKeyedNotRetried and unwraps to the node's error.
+type KeyedError struct {
+	Node string // the key's node
+	Err  error
+}
+
+func (e *KeyedError) Error() string {
+	return fmt.Sprintf("idgen: %s (the idempotency key's node) failed: %v; a keyed call is not retried on another node (it would issue new IDs): retry it later on the same node", e.Node, e.Err)
+}
+
+func (e *KeyedError) Unwrap() error { return e.Err }
+
+// Is matches ErrKeyedNotRetried.
+func (e *KeyedError) Is(target error) bool { return target == ErrKeyedNotRetried }
 
 // Retrying a failed call on another node is always safe: a server never sends an ID twice,
 // so a request that failed (or was abandoned) leaves at most a gap, never a duplicate.

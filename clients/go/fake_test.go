@@ -504,7 +504,7 @@ func TestClosedClientAndBadOptions(t *testing.T) {
 		{Nodes: []string{"a:1"}, BackoffMin: 2 * time.Second, BackoffMax: time.Second},
 		{Nodes: []string{"a:1"}, Prefetch: -1},
 		{Nodes: []string{"a:1"}, Prefetch: 10, LowWater: 10},
-		{Nodes: []string{"a:1"}, MaxVersion: 5},
+		{Nodes: []string{"a:1"}, MaxVersion: 6},
 		{Nodes: []string{"a:1"}, SequencePrefetch: -1},
 		{Nodes: []string{"a:1"}, SequencePrefetch: MaxValuesPerCall + 1},
 		{Nodes: []string{"a:1"}, SequencePrefetch: 10, MaxVersion: 2},

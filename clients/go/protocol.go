@@ -13,25 +13,30 @@ import (
 const (
 	// MinProtocolVersion and MaxProtocolVersion bound the versions this client speaks.
 	// Version 2 adds GET_RANGES/RANGES, version 3 GET_VALUES/VALUES (named sequences),
-	// version 4 GET_UUIDS/UUIDS (version 7 UUIDs).
+	// version 4 GET_UUIDS/UUIDS (version 7 UUIDs), version 5 GET_IDS_WITH/MASKED_IDS (IDs
+	// after an ID seen, idempotency keys, masked IDs).
 	MinProtocolVersion = 1
-	MaxProtocolVersion = 4
+	MaxProtocolVersion = 5
 	// UUIDsVersion is the first protocol version with GET_UUIDS.
 	UUIDsVersion = 4
+	// IDsWithVersion is the first protocol version with GET_IDS_WITH and MASKED_IDS.
+	IDsWithVersion = 5
 
-	opHello     = 0x01
-	opGetIDs    = 0x02
-	opPing      = 0x03
-	opGetRanges = 0x04
-	opGetValues = 0x05
-	opGetUUIDs  = 0x06
-	opHelloOK   = 0x81
-	opIDs       = 0x82
-	opPong      = 0x83
-	opRanges    = 0x84
-	opValues    = 0x85
-	opUUIDs     = 0x86
-	opError     = 0xFF
+	opHello      = 0x01
+	opGetIDs     = 0x02
+	opPing       = 0x03
+	opGetRanges  = 0x04
+	opGetValues  = 0x05
+	opGetUUIDs   = 0x06
+	opGetIDsWith = 0x07
+	opHelloOK    = 0x81
+	opIDs        = 0x82
+	opPong       = 0x83
+	opRanges     = 0x84
+	opValues     = 0x85
+	opUUIDs      = 0x86
+	opMaskedIDs  = 0x87
+	opError      = 0xFF
 
 	helloOKLength  = 33
 	pongLength     = 9
@@ -49,6 +54,13 @@ const (
 	// MaxValuesPerCall is the most values one GET_VALUES may ask for (2^20), whatever the
 	// node's max_batch.
 	MaxValuesPerCall = 1 << 20
+
+	// MaxIdempotencyKey is the longest idempotency key, in bytes (version 5).
+	MaxIdempotencyKey = 64
+
+	idsWithAfter  = 0x01
+	idsWithKey    = 0x02
+	idsWithMasked = 0x04
 )
 
 // SequenceMode is a named sequence's mode, as VALUES says it (docs/ARCHITECTURE.md §6).
@@ -130,6 +142,50 @@ func appendGetValues(b []byte, count uint32, name string) []byte {
 func appendGetUUIDs(b []byte, count uint32) []byte {
 	b = append(b, 0, 0, 0, 5, opGetUUIDs)
 	return binary.BigEndian.AppendUint32(b, count)
+}
+
+// appendGetIDsWith appends GET_IDS_WITH (version 5) of count with its options: after when
+// hasAfter, the idempotency key when key != "", masked. The caller has checked the key
+// (checkIdempotencyKey).
+func appendGetIDsWith(b []byte, count uint32, hasAfter bool, after uint64, key string, masked bool) []byte {
+	length := 6
+	var opts byte
+	if hasAfter {
+		opts |= idsWithAfter
+		length += 8
+	}
+	if key != "" {
+		opts |= idsWithKey
+		length += 1 + len(key)
+	}
+	if masked {
+		opts |= idsWithMasked
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(length))
+	b = append(b, opGetIDsWith)
+	b = binary.BigEndian.AppendUint32(b, count)
+	b = append(b, opts)
+	if hasAfter {
+		b = binary.BigEndian.AppendUint64(b, after)
+	}
+	if key != "" {
+		b = append(b, byte(len(key)))
+		b = append(b, key...)
+	}
+	return b
+}
+
+// checkIdempotencyKey checks an idempotency key: 1..=64 visible ASCII bytes ('!' to '~').
+func checkIdempotencyKey(key string) error {
+	if len(key) == 0 || len(key) > MaxIdempotencyKey {
+		return fmt.Errorf("idgen: an idempotency key is 1 to %d bytes, not %d", MaxIdempotencyKey, len(key))
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < '!' || c > '~' {
+			return fmt.Errorf("idgen: an idempotency key is visible ASCII ('!' to '~'); byte %d is 0x%02x", i, c)
+		}
+	}
+	return nil
 }
 
 // appendPing appends PING with token.
@@ -228,6 +284,21 @@ func frameHeader(buf []byte, maxFrame uint32, version uint16) (int, error) {
 		if len(buf) >= 9 {
 			if count := binary.BigEndian.Uint32(buf[5:]); count != (length-5)/16 {
 				return 0, badFrame("UUIDS count %d disagrees with frame length %d", count, length)
+			}
+		}
+	case opMaskedIDs:
+		if version < IDsWithVersion {
+			return 0, badFrame("MASKED_IDS (0x87) on a version %d connection", version)
+		}
+		if length < 6+8 || (length-6)%8 != 0 {
+			return 0, badFrame("MASKED_IDS length %d is not 6 + 8 * count with count >= 1", length)
+		}
+		if len(buf) >= 6 && buf[5] > MaxMaskKeyID {
+			return 0, badFrame("MASKED_IDS with key ID %d above %d", buf[5], MaxMaskKeyID)
+		}
+		if len(buf) >= 10 {
+			if count := binary.BigEndian.Uint32(buf[6:]); count != (length-6)/8 {
+				return 0, badFrame("MASKED_IDS count %d disagrees with frame length %d", count, length)
 			}
 		}
 	case opError:
@@ -403,6 +474,26 @@ func parseValues(body []byte, dst []uint64) error {
 	return nil
 }
 
+// maskedIDsHeader is the key ID and count of a MASKED_IDS body (already checked by
+// frameHeader).
+func maskedIDsHeader(body []byte) (uint8, int) {
+	return body[0], int(binary.BigEndian.Uint32(body[1:]))
+}
+
+// parseMaskedIDs decodes a MASKED_IDS body's masked values into dst (len(dst) == its count):
+// each with the top bit clear (masked values are in no order).
+func parseMaskedIDs(body []byte, dst []uint64) error {
+	p := body[5:]
+	for i := range dst {
+		v := binary.BigEndian.Uint64(p[8*i:])
+		if v&topBit != 0 {
+			return badFrame("MASKED_IDS holds a value with the top bit set")
+		}
+		dst[i] = v
+	}
+	return nil
+}
+
 // parseError parses an ERROR body.
 func parseError(body []byte) (Status, string, error) {
 	status := Status(binary.BigEndian.Uint16(body))
@@ -422,6 +513,7 @@ type response struct {
 	mode    SequenceMode // VALUES
 	values  []uint64     // VALUES
 	uuids   []UUID       // UUIDS
+	keyID   uint8        // MASKED_IDS (its values in ids)
 	token   uint64
 	status  Status
 	message string
@@ -459,6 +551,11 @@ func decodeResponse(buf []byte, maxFrame uint32, version uint16) (response, int,
 	case opUUIDs:
 		r.uuids = make([]UUID, uuidsCount(body))
 		_, err = parseUUIDs(body, r.uuids, UUID{}, false)
+	case opMaskedIDs:
+		var n int
+		r.keyID, n = maskedIDsHeader(body)
+		r.ids = make([]uint64, n)
+		err = parseMaskedIDs(body, r.ids)
 	case opPong:
 		r.token = binary.BigEndian.Uint64(body)
 	case opError:

@@ -424,7 +424,7 @@ func TestRealNodeUUIDsAreVersion7IncreasingAndMadeFromTheConnectionsIDs(t *testi
 		t.Fatal(err)
 	}
 	h := nodeState(c, n.addr).Hello
-	if h.Version != 4 {
+	if h.Version != MaxProtocolVersion {
 		t.Fatalf("negotiated %d", h.Version)
 	}
 	last := before

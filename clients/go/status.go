@@ -13,25 +13,28 @@ type Status uint16
 
 // The status codes of the protocol's table.
 const (
-	StatusBadFrame            Status = 100
-	StatusFrameTooLarge       Status = 101
-	StatusHandshakeRequired   Status = 102
-	StatusUnsupportedVersion  Status = 103
-	StatusInvalidCount        Status = 200
-	StatusBatchTooLarge       Status = 201
-	StatusUnknownOpcode       Status = 202
-	StatusUnknownSequence     Status = 203 // version 3
-	StatusInvalidSequenceName Status = 204 // version 3
-	StatusUnavailableLease    Status = 300
-	StatusUnavailableClock    Status = 301
-	StatusShuttingDown        Status = 302
-	StatusOverloaded          Status = 303
-	StatusExhausted           Status = 304
-	StatusRangeChanged        Status = 305
-	StatusBusy                Status = 306
-	StatusSequenceUsedUp      Status = 307 // version 3
-	StatusSequenceUnavailable Status = 308 // version 3
-	StatusInternal            Status = 500
+	StatusBadFrame               Status = 100
+	StatusFrameTooLarge          Status = 101
+	StatusHandshakeRequired      Status = 102
+	StatusUnsupportedVersion     Status = 103
+	StatusInvalidCount           Status = 200
+	StatusBatchTooLarge          Status = 201
+	StatusUnknownOpcode          Status = 202
+	StatusUnknownSequence        Status = 203 // version 3
+	StatusInvalidSequenceName    Status = 204 // version 3
+	StatusInvalidOption          Status = 205 // version 5
+	StatusIdempotencyKeyReused   Status = 206 // version 5
+	StatusIdempotencyKeyInFlight Status = 207 // version 5
+	StatusUnavailableLease       Status = 300
+	StatusUnavailableClock       Status = 301
+	StatusShuttingDown           Status = 302
+	StatusOverloaded             Status = 303
+	StatusExhausted              Status = 304
+	StatusRangeChanged           Status = 305
+	StatusBusy                   Status = 306
+	StatusSequenceUsedUp         Status = 307 // version 3
+	StatusSequenceUnavailable    Status = 308 // version 3
+	StatusInternal               Status = 500
 )
 
 // StatusInfo is one row of the protocol's status table.
@@ -55,6 +58,9 @@ var Statuses = []StatusInfo{
 	{StatusUnknownOpcode, "UNKNOWN_OPCODE", false, false},
 	{StatusUnknownSequence, "UNKNOWN_SEQUENCE", false, false},
 	{StatusInvalidSequenceName, "INVALID_SEQUENCE_NAME", false, false},
+	{StatusInvalidOption, "INVALID_OPTION", false, false},
+	{StatusIdempotencyKeyReused, "IDEMPOTENCY_KEY_REUSED", false, false},
+	{StatusIdempotencyKeyInFlight, "IDEMPOTENCY_KEY_IN_FLIGHT", false, false},
 	{StatusUnavailableLease, "UNAVAILABLE_LEASE", false, true},
 	{StatusUnavailableClock, "UNAVAILABLE_CLOCK", false, true},
 	{StatusShuttingDown, "SHUTTING_DOWN", true, true},

@@ -68,7 +68,13 @@ func loadVectors(t *testing.T) []vector {
 	if len(v4) < 10 {
 		t.Fatalf("only %d version 4 vectors", len(v4))
 	}
-	return append(vs, v4...)
+	// Version 5's cases (GET_IDS_WITH, MASKED_IDS, statuses 205-207).
+	var v5 []vector
+	loadJSON(t, "protocol/tests/vectors_v5.json", &v5)
+	if len(v5) < 10 {
+		t.Fatalf("only %d version 5 vectors", len(v5))
+	}
+	return append(append(vs, v4...), v5...)
 }
 
 func (v vector) bytes(t *testing.T) []byte {
@@ -107,6 +113,15 @@ func encodeRequest(t *testing.T, d map[string]any) []byte {
 		return appendPing(nil, num(t, d["token"]))
 	case "GET_UUIDS":
 		return appendGetUUIDs(nil, uint32(num(t, d["count"])))
+	case "GET_IDS_WITH":
+		after, hasAfter := d["after"]
+		var a uint64
+		if hasAfter {
+			a = num(t, after)
+		}
+		key, _ := d["key"].(string)
+		masked, _ := d["masked"].(bool)
+		return appendGetIDsWith(nil, uint32(num(t, d["count"])), hasAfter, a, key, masked)
 	case "GET_VALUES":
 		name, ok := d["name"].(string)
 		if !ok {
@@ -152,6 +167,8 @@ func asDecoded(r response) map[string]any {
 			uuids[i] = hex.EncodeToString(u[:])
 		}
 		return map[string]any{"op": "UUIDS", "uuids": uuids}
+	case opMaskedIDs:
+		return map[string]any{"op": "MASKED_IDS", "key_id": float64(r.keyID), "ids": ids()}
 	case opPong:
 		return map[string]any{"op": "PONG", "token": strconv.FormatUint(r.token, 10)}
 	case opError:
@@ -199,7 +216,8 @@ func TestResponseVectors(t *testing.T) {
 		// an unknown response opcode.
 		isValues := len(raw) > 4 && raw[4] == opValues
 		isUUIDs := len(raw) > 4 && raw[4] == opUUIDs
-		for _, version := range []uint16{1, 2, 3, 4} {
+		isMasked := len(raw) > 4 && raw[4] == opMaskedIDs
+		for _, version := range []uint16{1, 2, 3, 4, 5} {
 			t.Run(v.Name+"/v"+strconv.Itoa(int(version)), func(t *testing.T) {
 				r, used, err := decodeResponse(raw, v.MaxFrame, version)
 				switch {
@@ -212,6 +230,11 @@ func TestResponseVectors(t *testing.T) {
 					counts["uuids before v4"]++
 					if pe, ok := err.(*ProtocolError); !ok || pe.Status != StatusBadFrame {
 						t.Fatalf("UUIDS on a version %d connection: used %d, err %v, want BAD_FRAME", version, used, err)
+					}
+				case isMasked && version < IDsWithVersion:
+					counts["masked before v5"]++
+					if pe, ok := err.(*ProtocolError); !ok || pe.Status != StatusBadFrame {
+						t.Fatalf("MASKED_IDS on a version %d connection: used %d, err %v, want BAD_FRAME", version, used, err)
 					}
 				case v.Decoded != nil:
 					counts["decoded"]++
