@@ -84,7 +84,7 @@ export class NodeProc {
    * shards unless `args` say otherwise), and wait for its `listening on` line (and
    * `listening with TLS on` with --tls-listen).
    */
-  static async start(args: string[] = [], options: { store?: string | null; dir?: string } = {}): Promise<NodeProc> {
+  static async start(args: string[] = [], options: { store?: string | null; dir?: string; env?: Record<string, string> } = {}): Promise<NodeProc> {
     const bin = idgenBin();
     const dir = options.dir ?? tmpDir("idgen-tstest-");
     const logPath = path.join(dir, `server-${Date.now()}.log`);
@@ -93,7 +93,7 @@ export class NodeProc {
     const full = ["serve", ...(args.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"]), "--admin-listen", "off", "--http-listen", "off", ...store, "--data-dir", dir];
     if (!args.includes("--shards")) full.push("--shards", "2");
     full.push(...args);
-    const proc = spawn(bin, full, { stdio: ["ignore", "pipe", log] });
+    const proc = spawn(bin, full, { stdio: ["ignore", "pipe", log], env: options.env !== undefined ? { ...process.env, ...options.env } : process.env });
     closeSync(log);
     const exited = new Promise<void>((r) => proc.once("exit", () => r()));
     const wantTls = args.includes("--tls-listen");
