@@ -34,13 +34,14 @@
 import { readFileSync } from "node:fs";
 import * as net from "node:net";
 
-import { Connection, type TlsSettings, type Values } from "./connection.js";
+import { Connection, type IdsWith, type TlsSettings, type Values } from "./connection.js";
 import { Deadline, checkCall } from "./deadline.js";
-import { ClientClosedError, DeadlineError, NoNodeAvailableError, ProtocolError, SequencesUnsupportedError, ServerError, UnavailableError, UuidsUnsupportedError } from "./errors.js";
+import { ClientClosedError, DeadlineError, IdempotencyKeyNodeError, IdsWithUnsupportedError, NoNodeAvailableError, ProtocolError, SequencesUnsupportedError, ServerError, UnavailableError, UuidsUnsupportedError } from "./errors.js";
 import { checkId, toBase32, toBase62, toDecimal } from "./forms.js";
-import { MAX_SEQUENCE_NAME_BYTES, MAX_VALUES_PER_CALL, MAX_VERSION, MIN_VERSION, isSequenceName, type HelloOk } from "./protocol.js";
+import { MAX_SEQUENCE_NAME_BYTES, MAX_VALUES_PER_CALL, MAX_VERSION, MIN_VERSION, isIdempotencyKey, isSequenceName, type HelloOk, type IdsWithOptions } from "./protocol.js";
 import { SequencePrefetch, type SequenceBufferState } from "./sequences.js";
 import { RANGE_CHANGED } from "./status.js";
+import { maskedString } from "./mask.js";
 
 /** An ID taken apart (PROTOCOL.md section 10). */
 export interface IdParts {
@@ -270,6 +271,48 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * A call's options for IDs (protocol version 5, GET_IDS_WITH) besides its deadline. With
+ * either set, the call needs a node of version 5 (IdsWithUnsupportedError otherwise).
+ */
+export interface IdOptions extends CallOptions {
+  /** Every ID answered is greater than this one: pass an ID you have seen (from any node of
+   * the cluster) to get read-your-writes order. The node may wait up to its max_drift for its
+   * clock; beyond that `301 UNAVAILABLE_CLOCK`; a non-ID or far-future one `205`. */
+  after?: bigint | null;
+  /** An idempotency key (1 to 64 visible ASCII characters): on a node with idempotency keys
+   * enabled, the same call with the same key within the node's window gets the same IDs
+   * again. The key picks the node (FNV-1a 64 of its bytes, modulo the number of nodes) and the
+   * call is never retried on another node (IdempotencyKeyNodeError instead). */
+  idempotencyKey?: string | null;
+}
+
+/** Masked IDs answered by a node (`nextMaskedIds`). */
+export interface MaskedIds {
+  /** The ID (0..61) of the node's masking key that masked them. */
+  readonly keyId: number;
+  /** The masked integers, in the IDs' order (masked values themselves are not in order). */
+  readonly values: BigUint64Array;
+  /** Their 12-character string forms: the key ID's base62 character + 11 base62 digits. */
+  readonly strings: string[];
+}
+
+/** FNV-1a 64 of `key`'s bytes (latin1: an idempotency key is ASCII). */
+export function fnv1a64(key: string): bigint {
+  let h = 0xcbf29ce484222325n;
+  for (let i = 0; i < key.length; i++) {
+    h ^= BigInt(key.charCodeAt(i) & 0xff);
+    h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
+  }
+  return h;
+}
+
+/** The index (in the order given) of the node an idempotency key goes to among `count`
+ * configured nodes: FNV-1a 64 of the key's bytes, modulo `count`. */
+export function keyNodeIndex(key: string, count: number): number {
+  return Number(fnv1a64(key) % BigInt(count));
+}
+
 /** The state of one node, as {@link Client.nodes} reports it. */
 export interface NodeState {
   readonly node: string;
@@ -428,8 +471,8 @@ export class Client {
 
   // -- public API ----------------------------------------------------------------------------
 
-  /** One ID. */
-  async nextId(options?: CallOptions): Promise<bigint> {
+  /** One ID. With `after` or `idempotencyKey` see {@link nextIds}. */
+  async nextId(options?: IdOptions): Promise<bigint> {
     const ids = await this.nextIds(1, options);
     return ids[0]!;
   }
@@ -445,8 +488,16 @@ export class Client {
    * `bigint`; `Array.from(ids)` gives a `bigint[]`). Above the node's max_batch the request is
    * split into pipelined frames and re-joined. `n === 0` is sent as is and the server's
    * `200 INVALID_COUNT` thrown.
+   *
+   * With `options.after` or `options.idempotencyKey` (protocol version 5, GET_IDS_WITH; see
+   * {@link IdOptions}) the call is one frame: `1 <= n <= max_batch`. It needs a node of
+   * version 5 (IdsWithUnsupportedError, never a silent fallback that drops the options). A
+   * keyed call goes to the node the key hashes to and is not retried on another one.
    */
-  nextIds(n: number, options?: CallOptions): Promise<BigUint64Array> {
+  nextIds(n: number, options?: IdOptions): Promise<BigUint64Array> {
+    if (options !== undefined && ((options.after ?? null) !== null || (options.idempotencyKey ?? null) !== null)) {
+      return this.idsWith(n, options, false).then((r) => r.ids);
+    }
     if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
     if (n < 0) return Promise.reject(new RangeError("n must be >= 0"));
     if (n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be at most ${MAX_IDS_PER_CALL} per call`));
@@ -459,6 +510,48 @@ export class Client {
         });
       },
       options,
+    );
+  }
+
+  /**
+   * `n` IDs masked by the node with its current masking key (protocol version 5, GET_IDS_WITH
+   * masked; the node runs with `IDGEN_MASK_KEYS`, else `205 INVALID_OPTION`): the key's ID,
+   * the masked integers and their 12-character string forms (built here, without the key).
+   * `after` and `idempotencyKey` as for {@link nextIds}; `1 <= n <= max_batch`.
+   */
+  nextMaskedIds(n: number, options?: IdOptions): Promise<MaskedIds> {
+    return this.idsWith(n, options ?? {}, true).then((r) => {
+      const keyId = r.keyId!;
+      return { keyId, values: r.ids, strings: Array.from(r.ids, (v) => maskedString(keyId, v)) };
+    });
+  }
+
+  /** One GET_IDS_WITH call: checks, the key's node, failover only without a key. */
+  private idsWith(n: number, options: IdOptions, masked: boolean): Promise<IdsWith> {
+    if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
+    if (n < 1) return Promise.reject(new RangeError(`n must be >= 1, not ${n}`));
+    const after = options.after ?? null;
+    const key = options.idempotencyKey ?? null;
+    if (after !== null && (typeof after !== "bigint" || after < 0n || after >= 1n << 63n)) {
+      return Promise.reject(new RangeError(`after must be an ID (a bigint in 0..2^63), not ${String(after)}`));
+    }
+    if (key !== null && !isIdempotencyKey(key)) {
+      return Promise.reject(new RangeError("an idempotency key is 1 to 64 visible ASCII characters (! to ~)"));
+    }
+    const opts: IdsWithOptions = { after, key, masked };
+    const pinned = key !== null ? keyNodeIndex(key, this.nodeList.length) : null;
+    return this.withFailover(
+      (conn) => {
+        if (!conn.idsWith) throw new IdsWithUnsupportedError(conn.hello.version, conn.node);
+        if (n > conn.hello.maxBatch) throw new RangeError(`n ${n} is above the node's max_batch ${conn.hello.maxBatch} (a call with options is one request)`);
+        this.counters.requests++;
+        return conn.fetchIdsWith(n, opts).then((r) => {
+          this.counters.ids += r.ids.length;
+          return r;
+        });
+      },
+      options,
+      pinned,
     );
   }
 
@@ -634,19 +727,25 @@ export class Client {
 
   // -- failover ----------------------------------------------------------------------------
 
-  private async withFailover<T>(run: (conn: Connection) => Promise<T>, options: CallOptions | undefined): Promise<T> {
+  /**
+   * `pinned`: the one node (index) to use (an idempotency key's): it is tried even while
+   * backing off, never another node; a failure that would go elsewhere is thrown as
+   * IdempotencyKeyNodeError.
+   */
+  private async withFailover<T>(run: (conn: Connection) => Promise<T>, options: CallOptions | undefined, pinned: number | null = null): Promise<T> {
     if (this.closed) throw new ClientClosedError();
     const deadline = options !== undefined && (options.timeoutMs !== undefined || options.signal !== undefined) ? new Deadline(checkCall(options)) : null;
     try {
       const count = this.nodeList.length;
       const order: number[] = [];
-      for (let k = 0; k < count; k++) order.push((this.preferred + k) % count);
+      if (pinned !== null) order.push(pinned);
+      else for (let k = 0; k < count; k++) order.push((this.preferred + k) % count);
       const tried: Error[] = [];
       const reconnected = new Set<number>();
       while (order.length > 0) {
         const index = order.shift()!;
         const node = this.nodeList[index]!;
-        if (node.downUntil > performance.now()) continue;
+        if (pinned === null && node.downUntil > performance.now()) continue;
         if (tried.length > 0 && !reconnected.has(index)) this.counters.failovers++;
         let conn: Connection | null = null;
         try {
@@ -654,7 +753,7 @@ export class Client {
           conn = c;
           const result = deadline ? await deadline.race(run(c)) : await run(c);
           if (node.failures !== 0) node.failures = 0;
-          this.preferred = index;
+          if (pinned === null) this.preferred = index;
           return result;
         } catch (e) {
           if (e instanceof DeadlineError || e instanceof ClientClosedError) throw e;
@@ -695,6 +794,7 @@ export class Client {
           throw e;
         }
       }
+      if (pinned !== null && tried.length > 0) throw new IdempotencyKeyNodeError(this.nodeList[pinned]!.addr, tried[tried.length - 1]!);
       if (tried.length === 1) throw tried[0]!;
       const now = performance.now();
       const errors = new Map<string, Error | null>(this.nodeList.map((n) => [n.addr, n.lastError]));

@@ -41,6 +41,10 @@ import {
   readValuesInto,
   SEQUENCES_VERSION,
   UUIDS_VERSION,
+  IDS_WITH_VERSION,
+  OP_MASKED_IDS,
+  encodeGetIdsWith,
+  type IdsWithOptions,
   responseFrameLimit,
   u32,
   decodeResponse,
@@ -88,6 +92,21 @@ interface UuidBatch {
   reject(err: Error): void;
 }
 
+/** The answer to one GET_IDS_WITH: the IDs (masked ones when `keyId` is not null: the
+ * masking key's ID, 0..=61). */
+export interface IdsWith {
+  readonly keyId: number | null;
+  readonly ids: BigUint64Array;
+}
+
+interface WithCall {
+  readonly masked: boolean;
+  readonly keyed: boolean;
+  settled: boolean;
+  resolve(v: IdsWith): void;
+  reject(err: Error): void;
+}
+
 interface ValuesCall {
   settled: boolean;
   resolve(v: Values): void;
@@ -99,6 +118,7 @@ const KIND_RANGES = 1;
 const KIND_PING = 2;
 const KIND_VALUES = 3;
 const KIND_UUIDS = 4;
+const KIND_WITH = 5;
 
 interface Slot {
   readonly kind: number;
@@ -112,6 +132,8 @@ interface Slot {
   readonly values: ValuesCall | null;
   /** GET_UUIDS: the call's batch (where this frame's UUIDs go: `at`). */
   readonly uuids?: UuidBatch;
+  /** GET_IDS_WITH: the call. */
+  readonly withCall?: WithCall;
   readonly sentAt: number;
 }
 
@@ -455,6 +477,33 @@ export class Connection {
     });
   }
 
+  /** Whether GET_IDS_WITH (after, idempotency keys, masked IDs) may be sent: the connection
+   * negotiated version 5 or later. */
+  get idsWith(): boolean {
+    return this.hello.version >= IDS_WITH_VERSION;
+  }
+
+  /**
+   * One GET_IDS_WITH frame for `count` (1..=max_batch) IDs with `opts` (version 5; the
+   * caller checked the count, the options and the version). Resolves with exactly `count`
+   * IDs (IDS), or masked values and their key ID (MASKED_IDS) when `opts.masked`.
+   */
+  fetchIdsWith(count: number, opts: IdsWithOptions): Promise<IdsWith> {
+    return new Promise<IdsWith>((resolve, reject) => {
+      if (this.error !== null) {
+        reject(this.error);
+        return;
+      }
+      if (!this.idsWith) {
+        reject(new Error(`internal: GET_IDS_WITH on a version ${this.hello.version} connection`));
+        return;
+      }
+      const frame = encodeGetIdsWith(count, opts);
+      const withCall: WithCall = { masked: opts.masked === true, keyed: (opts.key ?? null) !== null, settled: false, resolve, reject };
+      this.send(frame, { kind: KIND_WITH, count, at: 0, batch: null, token: 0n, ping: null, values: null, withCall, sentAt: performance.now() });
+    });
+  }
+
   private send(frame: Buffer, slot: Slot): void {
     this.pending.push(slot);
     if (!this.corked) {
@@ -617,6 +666,38 @@ export class Connection {
       }
       return;
     }
+    if (slot.kind === KIND_WITH) {
+      const call = slot.withCall!;
+      let result: IdsWith;
+      if (call.masked) {
+        if (opcode !== OP_MASKED_IDS) throw mismatch(slot, opcode);
+        // frameSize checked the key ID and that the count agrees with the length.
+        const count = u32(buf, p + 1);
+        if (count !== slot.count) throw new ProtocolError(`asked for ${slot.count} masked IDs, got MASKED_IDS of ${count}`);
+        const ids = new BigUint64Array(count);
+        readIdsInto(buf, p + 5, count, ids, 0);
+        result = { keyId: buf[p]!, ids };
+      } else {
+        if (opcode !== OP_IDS) throw mismatch(slot, opcode);
+        const count = u32(buf, p);
+        if (count !== slot.count) throw new ProtocolError(`asked for ${slot.count} IDs, got ${count}`);
+        const ids = new BigUint64Array(count);
+        readIdsInto(buf, p + 4, count, ids, 0);
+        // A keyed retry may answer IDs kept from an earlier request: the order check holds
+        // within the frame only then; otherwise they continue the connection's order.
+        for (let i = 1; i < count; i++) {
+          if (ids[i]! <= ids[i - 1]!) throw new ProtocolError("IDs in one IDS frame are not increasing");
+        }
+        if (!call.keyed && ids[0]! <= this.lastId) throw new ProtocolError("IDs on one connection are not increasing");
+        if (ids[count - 1]! > this.lastId) this.lastId = ids[count - 1]!;
+        result = { keyId: null, ids };
+      }
+      if (!call.settled) {
+        call.settled = true;
+        call.resolve(result);
+      }
+      return;
+    }
     const batch = slot.batch!;
     const out = batch.out;
     if (slot.kind === KIND_IDS) {
@@ -645,8 +726,8 @@ export class Connection {
 }
 
 function mismatch(slot: Slot, opcode: number): ProtocolError {
-  const asked = slot.kind === KIND_PING ? "PING" : slot.kind === KIND_IDS ? "GET_IDS" : slot.kind === KIND_VALUES ? "GET_VALUES" : slot.kind === KIND_UUIDS ? "GET_UUIDS" : "GET_RANGES";
-  const names: Record<number, string> = { [OP_HELLO_OK]: "HELLO_OK", [OP_IDS]: "IDS", [OP_PONG]: "PONG", [OP_RANGES]: "RANGES", [OP_VALUES]: "VALUES", [OP_UUIDS]: "UUIDS" };
+  const asked = slot.kind === KIND_WITH ? "GET_IDS_WITH" : slot.kind === KIND_PING ? "PING" : slot.kind === KIND_IDS ? "GET_IDS" : slot.kind === KIND_VALUES ? "GET_VALUES" : slot.kind === KIND_UUIDS ? "GET_UUIDS" : "GET_RANGES";
+  const names: Record<number, string> = { [OP_HELLO_OK]: "HELLO_OK", [OP_IDS]: "IDS", [OP_PONG]: "PONG", [OP_RANGES]: "RANGES", [OP_VALUES]: "VALUES", [OP_UUIDS]: "UUIDS", [OP_MASKED_IDS]: "MASKED_IDS" };
   return new ProtocolError(`${asked} answered with ${names[opcode] ?? `opcode 0x${opcode.toString(16)}`}`);
 }
 
@@ -665,6 +746,9 @@ function settleError(slot: Slot, err: Error): void {
   } else if (slot.uuids !== undefined && !slot.uuids.settled) {
     slot.uuids.settled = true;
     slot.uuids.reject(err);
+  } else if (slot.withCall !== undefined && !slot.withCall.settled) {
+    slot.withCall.settled = true;
+    slot.withCall.reject(err);
   }
 }
 

@@ -174,6 +174,32 @@ export class UuidsUnsupportedError extends IdgenError {
   }
 }
 
+/**
+ * A call with `after`, an idempotency key or masking (`nextIdsWith`, `nextMaskedIds`)
+ * reached a node whose connection negotiated a protocol version below 5: the node is too old
+ * for GET_IDS_WITH. Nothing was sent, nothing was dropped silently, no other node was tried.
+ */
+export class IdsWithUnsupportedError extends IdgenError {
+  readonly version: number;
+
+  constructor(version: number, node?: string) {
+    super(`the node is too old: it speaks protocol version ${version}; after, idempotency keys and masked IDs need protocol version 5`, { node });
+    this.version = version;
+  }
+}
+
+/**
+ * A request with an idempotency key failed on its node (the one the key hashes to) with an
+ * error that would otherwise send the call to another node. It was NOT retried elsewhere:
+ * another node would issue new IDs. `cause` is the node's error; retry the same call (same
+ * key) later, and it reaches the same node.
+ */
+export class IdempotencyKeyNodeError extends IdgenError {
+  constructor(node: string, cause: Error) {
+    super(`the request with an idempotency key failed on its node ${node} and was not retried on another node (that would issue new IDs): ${cause.message}`, { node, cause });
+  }
+}
+
 /** The call's own deadline (`timeoutMs` or `signal`) ran out before it was served. */
 export class DeadlineError extends IdgenError {
   constructor(message: string, cause?: unknown) {

@@ -1,13 +1,13 @@
 /**
- * idgen client for Node.js: the idgen wire protocol (versions 1 to 4) over TCP or TLS,
+ * idgen client for Node.js: the idgen wire protocol (versions 1 to 5) over TCP or TLS,
  * pipelining, failover across nodes, a prefetch pool, named sequences (with prefetch for
  * dense ones), version 7 UUIDs (as canonical strings), the shared string forms and FF1
  * masking. IDs and sequence values are `bigint`
  * everywhere (never `number`).
  */
 
-export { Client, Layout, TimeBoundsError, formatId, parseNode } from "./client.js";
-export type { CallOptions, ClientOptions, ClientStats, IdForm, IdParts, NodeState, TimeBoundsKind, TlsOptions, UuidParts } from "./client.js";
+export { Client, Layout, TimeBoundsError, fnv1a64, formatId, keyNodeIndex, parseNode } from "./client.js";
+export type { CallOptions, IdOptions, MaskedIds, ClientOptions, ClientStats, IdForm, IdParts, NodeState, TimeBoundsKind, TlsOptions, UuidParts } from "./client.js";
 export { LayoutGenerations } from "./generations.js";
 export type { LayoutGeneration } from "./generations.js";
 export { PrefetchPool } from "./prefetch.js";
@@ -17,7 +17,9 @@ export type { SequenceMode } from "./protocol.js";
 export {
   ClientClosedError,
   DeadlineError,
+  IdempotencyKeyNodeError,
   IdgenError,
+  IdsWithUnsupportedError,
   NoNodeAvailableError,
   ProtocolError,
   SequencesUnsupportedError,
@@ -37,6 +39,7 @@ export {
   MASK_MIN_WIDTH,
   MaskError,
   MaskKeyring,
+  maskedString,
 } from "./mask.js";
 export { STATUSES, closesConnection, retryElsewhere, statusName } from "./status.js";
 export type { StatusInfo } from "./status.js";

@@ -292,14 +292,7 @@ export class MaskKeyring {
    * the masked value in 11 base62 characters, most significant first (12 in all).
    */
   maskString(id: bigint, width: number = MASK_DEFAULT_WIDTH): string {
-    let m = this.mask(id, width);
-    const out = new Array<string>(MASKED_STRING_LENGTH);
-    out[0] = BASE62_ALPHABET[this.currentKeyId()]!;
-    for (let i = MASKED_STRING_LENGTH - 1; i >= 1; i--) {
-      out[i] = BASE62_ALPHABET[Number(m % 62n)]!;
-      m /= 62n;
-    }
-    return out.join("");
+    return maskedString(this.currentKeyId(), this.mask(id, width));
   }
 
   /** The ID a masked string stands for, under the key its first character names. */
@@ -336,4 +329,22 @@ export class MaskKeyring {
   [Symbol.for("nodejs.util.inspect.custom")](): string {
     return this.toString();
   }
+}
+
+/**
+ * The 12-character string form of a masked value under the key `keyId` (0..61): the key id's
+ * base62 character, then the value in 11 base62 digits, most significant first. Needs no key
+ * (the form of the masked IDs a node answers, `Client.nextMaskedIds`).
+ */
+export function maskedString(keyId: number, masked: bigint): string {
+  if (!Number.isInteger(keyId) || keyId < 0 || keyId > MASK_MAX_KEY_ID) throw new MaskError(`key id ${String(keyId)} is not 0..${MASK_MAX_KEY_ID}`);
+  if (typeof masked !== "bigint" || masked < 0n || masked >> 63n !== 0n) throw new MaskError("a masked value is a bigint below 2^63");
+  let m = masked;
+  const out = new Array<string>(MASKED_STRING_LENGTH);
+  out[0] = BASE62_ALPHABET[keyId]!;
+  for (let i = MASKED_STRING_LENGTH - 1; i >= 1; i--) {
+    out[i] = BASE62_ALPHABET[Number(m % 62n)]!;
+    m /= 62n;
+  }
+  return out.join("");
 }

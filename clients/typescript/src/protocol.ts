@@ -1,5 +1,5 @@
 /**
- * Frame encoder and decoder for the idgen wire protocol, versions 1 to 4
+ * Frame encoder and decoder for the idgen wire protocol, versions 1 to 5
  * (protocol/PROTOCOL.md). Pure functions, no I/O. Framing faults throw ProtocolError with
  * `status` 100 (BAD_FRAME) or 101 (FRAME_TOO_LARGE), exactly as the shared vectors expect.
  *
@@ -12,13 +12,15 @@ import { BAD_FRAME, FRAME_TOO_LARGE } from "./status.js";
 
 export const MAGIC = Buffer.from("IDGN", "latin1");
 /** The versions this client speaks: 1 (GET_IDS), 2 (GET_RANGES), 3 (GET_VALUES, named
- * sequences) and 4 (GET_UUIDS, version 7 UUIDs). */
+ * sequences), 4 (GET_UUIDS, version 7 UUIDs) and 5 (GET_IDS_WITH, MASKED_IDS). */
 export const MIN_VERSION = 1;
-export const MAX_VERSION = 4;
+export const MAX_VERSION = 5;
 /** The first version with named sequences (GET_VALUES/VALUES). */
 export const SEQUENCES_VERSION = 3;
 /** The first version with UUIDs (GET_UUIDS/UUIDS). */
 export const UUIDS_VERSION = 4;
+/** The first version with GET_IDS_WITH/MASKED_IDS (after, idempotency keys, masked IDs). */
+export const IDS_WITH_VERSION = 5;
 
 export const OP_HELLO = 0x01;
 export const OP_GET_IDS = 0x02;
@@ -26,12 +28,14 @@ export const OP_PING = 0x03;
 export const OP_GET_RANGES = 0x04;
 export const OP_GET_VALUES = 0x05;
 export const OP_GET_UUIDS = 0x06;
+export const OP_GET_IDS_WITH = 0x07;
 export const OP_HELLO_OK = 0x81;
 export const OP_IDS = 0x82;
 export const OP_PONG = 0x83;
 export const OP_RANGES = 0x84;
 export const OP_VALUES = 0x85;
 export const OP_UUIDS = 0x86;
+export const OP_MASKED_IDS = 0x87;
 export const OP_ERROR = 0xff;
 
 const HELLO_OK_LENGTH = 33;
@@ -82,6 +86,7 @@ export type Response =
   | { readonly op: "RANGES"; readonly total: number; readonly runs: RangesView }
   | { readonly op: "VALUES"; readonly mode: SequenceMode; readonly values: BigUint64Array }
   | { readonly op: "UUIDS"; readonly uuids: string[] }
+  | { readonly op: "MASKED_IDS"; readonly keyId: number; readonly ids: BigUint64Array }
   | { readonly op: "PONG"; readonly token: bigint }
   | { readonly op: "ERROR"; readonly status: number; readonly message: string };
 
@@ -158,6 +163,59 @@ function encodeCount(op: number, count: number): Buffer {
 /** GET_UUIDS (0x06, version 4) for `count` version 7 UUIDs, answered with UUIDS. */
 export function encodeGetUuids(count: number): Buffer {
   return encodeCount(OP_GET_UUIDS, count);
+}
+
+/** GET_IDS_WITH's options (version 5). */
+export interface IdsWithOptions {
+  /** Every ID answered is greater than this one (an ID the caller has seen). */
+  readonly after?: bigint | null;
+  /** An idempotency key: 1 to 64 visible ASCII bytes (`!` to `~`). */
+  readonly key?: string | null;
+  /** Answer MASKED_IDS: the IDs masked with the node's current key. */
+  readonly masked?: boolean;
+}
+
+export const IDS_WITH_AFTER = 0x01;
+export const IDS_WITH_KEY = 0x02;
+export const IDS_WITH_MASKED = 0x04;
+export const MAX_IDEMPOTENCY_KEY_BYTES = 64;
+
+/** Whether `key` is an idempotency key: 1 to 64 visible ASCII characters. */
+export function isIdempotencyKey(key: unknown): key is string {
+  return typeof key === "string" && /^[!-~]{1,64}$/.test(key);
+}
+
+/** GET_IDS_WITH (0x07, version 5) for `count` IDs with options (PROTOCOL.md 3.8). */
+export function encodeGetIdsWith(count: number, opts: IdsWithOptions = {}): Buffer {
+  checkUint(count, MAX_U32, "count");
+  const after = opts.after ?? null;
+  const key = opts.key ?? null;
+  if (after !== null && (typeof after !== "bigint" || after < 0n || after > MAX_U64 >> 1n)) {
+    throw new RangeError(`after ${String(after)} is not an ID (a u63 bigint)`);
+  }
+  if (key !== null && !isIdempotencyKey(key)) {
+    throw new RangeError("an idempotency key is 1 to 64 visible ASCII characters (! to ~)");
+  }
+  let flags = 0;
+  if (after !== null) flags |= IDS_WITH_AFTER;
+  if (key !== null) flags |= IDS_WITH_KEY;
+  if (opts.masked) flags |= IDS_WITH_MASKED;
+  const length = 6 + (after !== null ? 8 : 0) + (key !== null ? 1 + key.length : 0);
+  const b = Buffer.allocUnsafe(4 + length);
+  b.writeUInt32BE(length, 0);
+  b[4] = OP_GET_IDS_WITH;
+  b.writeUInt32BE(count, 5);
+  b[9] = flags;
+  let i = 10;
+  if (after !== null) {
+    b.writeBigUInt64BE(after, i);
+    i += 8;
+  }
+  if (key !== null) {
+    b[i] = key.length;
+    b.write(key, i + 1, "latin1");
+  }
+  return b;
 }
 
 /** PING (0x03) with a u64 token. */
@@ -243,6 +301,17 @@ function checkHeader(buf: Uint8Array, offset: number, available: number, maxFram
         if (count !== (length - 5) / 16) throw bad(`UUIDS count ${count} disagrees with frame length ${length}`);
       }
       break;
+    case OP_MASKED_IDS:
+      if (length < 14 || (length - 6) % 8 !== 0) throw bad(`MASKED_IDS length ${length} is not 6 + 8 * count with count >= 1`);
+      if (available >= 6) {
+        const keyId = buf[offset + 5]!;
+        if (keyId > 61) throw bad(`MASKED_IDS key_id ${keyId} is above 61`);
+      }
+      if (available >= 10) {
+        const count = u32(buf, offset + 6);
+        if (count !== (length - 6) / 8) throw bad(`MASKED_IDS count ${count} disagrees with frame length ${length}`);
+      }
+      break;
     case OP_ERROR:
       if (length < ERROR_MIN_LENGTH || length > ERROR_MAX_LENGTH) {
         throw bad(`ERROR length ${length} outside ${ERROR_MIN_LENGTH}..=${ERROR_MAX_LENGTH}`);
@@ -316,6 +385,13 @@ export function decodeResponse(buf: Uint8Array, maxFrame: number = DEFAULT_MAX_R
       const uuids = new Array<string>(count);
       readUuidsInto(buf, p + 4, count, uuids, 0, null);
       frame = { op: "UUIDS", uuids };
+      break;
+    }
+    case OP_MASKED_IDS: {
+      const count = u32(buf, p + 1);
+      const ids = new BigUint64Array(count);
+      readIdsInto(buf, p + 5, count, ids, 0);
+      frame = { op: "MASKED_IDS", keyId: buf[p]!, ids };
       break;
     }
     case OP_PONG:

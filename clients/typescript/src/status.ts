@@ -26,6 +26,9 @@ export const STATUSES: ReadonlyMap<number, StatusInfo> = new Map(
     row(202, "UNKNOWN_OPCODE", false, false),
     row(203, "UNKNOWN_SEQUENCE", false, false),
     row(204, "INVALID_SEQUENCE_NAME", false, false),
+    row(205, "INVALID_OPTION", false, false),
+    row(206, "IDEMPOTENCY_KEY_REUSED", false, false),
+    row(207, "IDEMPOTENCY_KEY_IN_FLIGHT", false, false),
     row(300, "UNAVAILABLE_LEASE", false, true),
     row(301, "UNAVAILABLE_CLOCK", false, true),
     row(302, "SHUTTING_DOWN", true, true),
@@ -45,6 +48,9 @@ export const RANGE_CHANGED = 305;
 export const UNKNOWN_SEQUENCE = 203;
 export const INVALID_SEQUENCE_NAME = 204;
 export const SEQUENCE_USED_UP = 307;
+export const INVALID_OPTION = 205;
+export const IDEMPOTENCY_KEY_REUSED = 206;
+export const IDEMPOTENCY_KEY_IN_FLIGHT = 207;
 export const SEQUENCE_UNAVAILABLE = 308;
 
 /** The status name, or `null` for a code not in the table. */

@@ -268,7 +268,7 @@ describe("broken and unreachable nodes", () => {
   });
 
   test("bad constructor arguments and a closed client", async () => {
-    for (const o of [{ timeoutMs: 0 }, { backoffMinMs: 2, backoffMaxMs: 1 }, { maxVersion: 0 }, { maxVersion: 5 }, { sequencePrefetch: -1 }]) {
+    for (const o of [{ timeoutMs: 0 }, { backoffMinMs: 2, backoffMaxMs: 1 }, { maxVersion: 0 }, { maxVersion: 6 }, { sequencePrefetch: -1 }]) {
       assert.throws(() => new Client(["127.0.0.1:1"], o), RangeError);
     }
     for (const nodes of [[], ["nohost"], ["h:0"], ["a:1", "a:1"], ["h:65536"]]) {

@@ -39,7 +39,7 @@ describe("a real node", () => {
       const rtt = await client.ping();
       assert.ok(rtt >= 0);
       const state = client.nodes()[0]!;
-      assert.equal(state.hello?.version, 4, "a version 4 node answers HELLO 1..4 with 4");
+      assert.equal(state.hello?.version, 5, "a version 5 node answers HELLO 1..5 with 5");
       const layout = await client.layout();
       assert.equal(layout.timestampBits + layout.workerBits + layout.sequenceBits, 63);
       const parts = layout.decode(ids[0]!);

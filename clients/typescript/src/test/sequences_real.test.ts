@@ -46,7 +46,7 @@ describe("named sequences on a real node", () => {
       assert.ok(batch[0]! > first, "increasing across calls on one connection");
       const one = await client.nextValue("orders");
       assert.ok(one > batch[999]!);
-      assert.equal(client.nodes()[0]!.hello?.version, 4); // version 4 has the sequences of version 3
+      assert.equal(client.nodes()[0]!.hello?.version, 5); // version 5 has the sequences of version 3
       // Many concurrent calls on the one connection: all distinct.
       const calls = await Promise.all(Array.from({ length: 300 }, (_, i) => client.nextValues("orders", 1 + (i % 4))));
       const all = [first, ...batch, one, ...calls.flatMap((c) => Array.from(c))];

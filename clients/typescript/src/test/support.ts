@@ -84,7 +84,7 @@ export class NodeProc {
    * shards unless `args` say otherwise), and wait for its `listening on` line (and
    * `listening with TLS on` with --tls-listen).
    */
-  static async start(args: string[] = [], options: { store?: string | null; dir?: string } = {}): Promise<NodeProc> {
+  static async start(args: string[] = [], options: { store?: string | null; dir?: string; env?: Record<string, string> } = {}): Promise<NodeProc> {
     const bin = idgenBin();
     const dir = options.dir ?? tmpDir("idgen-tstest-");
     const logPath = path.join(dir, `server-${Date.now()}.log`);
@@ -93,7 +93,7 @@ export class NodeProc {
     const full = ["serve", ...(args.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"]), "--admin-listen", "off", "--http-listen", "off", ...store, "--data-dir", dir];
     if (!args.includes("--shards")) full.push("--shards", "2");
     full.push(...args);
-    const proc = spawn(bin, full, { stdio: ["ignore", "pipe", log] });
+    const proc = spawn(bin, full, { stdio: ["ignore", "pipe", log], env: options.env !== undefined ? { ...process.env, ...options.env } : process.env });
     closeSync(log);
     const exited = new Promise<void>((r) => proc.once("exit", () => r()));
     const wantTls = args.includes("--tls-listen");
@@ -303,7 +303,7 @@ export function cert(name: string): string {
 // -- a server's request decoder (for the vectors and the fake nodes) -----------------------------
 
 /** The versions a (fake) server speaks. */
-export const SERVER_VERSIONS = [1, 4] as const;
+export const SERVER_VERSIONS = [1, 5] as const;
 
 /** A request as the vectors' `decoded` writes it. */
 export type DecodedRequest =
@@ -312,7 +312,8 @@ export type DecodedRequest =
   | { op: "GET_RANGES"; count: number }
   | { op: "PING"; token: string }
   | { op: "GET_VALUES"; count: number; name: string }
-  | { op: "GET_UUIDS"; count: number };
+  | { op: "GET_UUIDS"; count: number }
+  | { op: "GET_IDS_WITH"; count: number; after?: string; key?: string; masked: boolean };
 
 /** One well-formed request frame: a request to serve, or a status that refuses it and keeps
  * the connection open (`reject`). */
@@ -362,12 +363,14 @@ export function decodeRequest(buf: Uint8Array, limits: RequestLimits, version: n
   const want = fixed[op];
   if (want !== undefined && length !== want) throw new FrameFault(100, `opcode ${op} with length ${length}, expected ${want}`);
   if (op === 0x05 && version >= 3 && (length < 6 || length > 69)) throw new FrameFault(100, `GET_VALUES length ${length} outside 6..=69`);
+  if (op === 0x07 && version >= 5 && (length < 6 || length > 79)) throw new FrameFault(100, `GET_IDS_WITH length ${length} outside 6..=79`);
   if (buf.length < 4 + length) return null;
   const consumed = 4 + length;
   const p = Buffer.from(buf.buffer, buf.byteOffset + 5, length - 1);
   const ok = (request: DecodedRequest): RequestOutcome => ({ consumed, request, reject: null });
   const no = (status: number): RequestOutcome => ({ consumed, request: null, reject: status });
-  switch (want === undefined && !(op === 0x05 && version >= 3) ? -1 : op) {
+  const variable = (op === 0x05 && version >= 3) || (op === 0x07 && version >= 5);
+  switch (want === undefined && !variable ? -1 : op) {
     case 0x01:
       if (p.toString("latin1", 0, 4) !== "IDGN") throw new FrameFault(100, "bad magic");
       return ok({ op: "HELLO", min_version: p.readUInt16BE(4), max_version: p.readUInt16BE(6) });
@@ -388,6 +391,38 @@ export function decodeRequest(buf: Uint8Array, limits: RequestLimits, version: n
       const name = p.subarray(4);
       if (!nameBytesOk(name)) return no(204);
       return ok({ op: "GET_VALUES", count, name: name.toString("latin1") });
+    }
+    case 0x07: {
+      // PROTOCOL.md 3.8 (protocol/src/request.rs decode_ids_with): the length must match the
+      // options (closes); then count, option bits, after's sign bit, the key's bytes (keep).
+      const wrong = () => new FrameFault(100, `GET_IDS_WITH length ${length} disagrees with its options`);
+      const count = p.readUInt32BE(0);
+      const options = p[4]!;
+      let i = 5;
+      let after: bigint | undefined;
+      if (options & 0x01) {
+        if (p.length < i + 8) throw wrong();
+        after = p.readBigUInt64BE(i);
+        i += 8;
+      }
+      let key: Buffer | undefined;
+      if (options & 0x02) {
+        if (p.length < i + 1) throw wrong();
+        const len = p[i]!;
+        if (p.length - (i + 1) !== len) throw wrong();
+        key = p.subarray(i + 1, i + 1 + len);
+        i = p.length;
+      }
+      if (i !== p.length) throw wrong();
+      if (count === 0) return no(200);
+      if (count > limits.max_batch) return no(201);
+      if (options & ~0x07) return no(205);
+      if (after !== undefined && after >= 1n << 63n) return no(205);
+      if (key !== undefined && (key.length < 1 || key.length > 64 || key.some((c) => c < 0x21 || c > 0x7e))) return no(205);
+      const out: DecodedRequest = { op: "GET_IDS_WITH", count, masked: (options & 0x04) !== 0 };
+      if (after !== undefined) out.after = after.toString();
+      if (key !== undefined) out.key = key.toString("latin1");
+      return ok(out);
     }
     default:
       return no(202);

@@ -56,7 +56,7 @@ describe("TLS against a real node", () => {
         const s = client.nodes()[0]!;
         assert.equal(s.alpn, "idgen/1");
         assert.match(s.tlsVersion ?? "", /^TLSv1\.[23]$/);
-        assert.equal(s.hello?.version, 4);
+        assert.equal(s.hello?.version, 5);
       } finally {
         await client.close();
       }

@@ -241,7 +241,7 @@ describe("a real node", () => {
           assert.equal(all.length, 2501);
           for (const u of all) assert.match(u, CANONICAL);
           assert.ok(increasing(all));
-          assert.equal(client.nodes()[0]!.hello?.version, 4);
+          assert.equal(client.nodes()[0]!.hello?.version, 5);
           const layout = await client.layout();
           const ids = all.map((u) => layout.decodeUuid(u).id);
           assert.ok(ids[0]! > before && after > ids[ids.length - 1]!, "they continue the connection's IDs");

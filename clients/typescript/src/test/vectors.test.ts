@@ -1,5 +1,5 @@
-// The shared wire vectors of protocol/tests/vectors.json and vectors_v4.json (version 4: GET_UUIDS,
-// UUIDS), through the client's codec.
+// The shared wire vectors of protocol/tests/vectors.json, vectors_v4.json (version 4: GET_UUIDS,
+// UUIDS) and vectors_v5.json (version 5: GET_IDS_WITH, MASKED_IDS), through the client's codec.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -27,7 +27,10 @@ interface Case {
   negotiated_version?: number;
 }
 
-const VECTORS = [...(loadJson("protocol/tests/vectors.json") as Case[]), ...(loadJson("protocol/tests/vectors_v4.json") as Case[])];
+const VECTORS = [
+  ...(loadJson("protocol/tests/vectors.json") as Case[]), ...(loadJson("protocol/tests/vectors_v4.json") as Case[]),
+  ...(loadJson("protocol/tests/vectors_v5.json") as Case[]),
+];
 
 function encodeRequest(d: Record<string, unknown>): Buffer {
   switch (d["op"]) {
@@ -41,6 +44,12 @@ function encodeRequest(d: Record<string, unknown>): Buffer {
       return protocol.encodeGetValues(d["count"] as number, d["name"] as string);
     case "GET_UUIDS":
       return protocol.encodeGetUuids(d["count"] as number);
+    case "GET_IDS_WITH":
+      return protocol.encodeGetIdsWith(d["count"] as number, {
+        after: d["after"] === undefined ? null : BigInt(d["after"] as string),
+        key: (d["key"] as string | undefined) ?? null,
+        masked: d["masked"] as boolean,
+      });
     default:
       throw new Error(`unknown request op ${String(d["op"])}`);
   }
@@ -85,6 +94,8 @@ function asDecoded(frame: protocol.Response): Record<string, unknown> {
       return { op: "VALUES", mode: frame.mode, values: Array.from(frame.values, (v) => v.toString()) };
     case "UUIDS":
       return { op: "UUIDS", uuids: frame.uuids.map((u) => u.replace(/-/g, "")) };
+    case "MASKED_IDS":
+      return { op: "MASKED_IDS", key_id: frame.keyId, ids: Array.from(frame.ids, (i) => i.toString()) };
   }
 }
 
