@@ -72,11 +72,26 @@ pub enum Error {
         /// The version the call needs.
         required: u16,
     },
+    /// A call with an idempotency key failed on the one node its key picks (a
+    /// [`Pool`](crate::Pool)) in a way that would have sent a call without a key to another
+    /// node. It was not: another node would issue new IDs. Retry it later with the same key
+    /// (within the node's window it answers the same IDs), or without the key elsewhere (new
+    /// IDs).
+    #[error("the idempotency key's node {node} failed, and the call was not tried on another node (that would issue new IDs): {cause}")]
+    KeyNodeFailed {
+        /// The node the key picks.
+        node: String,
+        /// What the node (or the connection to it) answered.
+        cause: Box<Error>,
+    },
 }
 
-/// What a call that needs protocol `required` asks for: named sequences (3), UUIDs (4).
+/// What a call that needs protocol `required` asks for: named sequences (3), UUIDs (4), calls
+/// with options (5).
 fn needs(required: &u16) -> &'static str {
-    if *required >= crate::client::UUIDS_VERSION {
+    if *required >= crate::client::WITH_VERSION {
+        "after, idempotency keys and masked IDs"
+    } else if *required >= crate::client::UUIDS_VERSION {
         "UUIDs"
     } else {
         "named sequences"
@@ -101,6 +116,7 @@ impl Error {
     pub fn closes_connection(&self) -> bool {
         match self {
             Error::Server { status, .. } => status.closes_connection(),
+            Error::KeyNodeFailed { cause, .. } => cause.closes_connection(),
             Error::Timeout | Error::InvalidArgument(_) | Error::NodeVersion { .. } => false,
             Error::Io(_)
             | Error::Closed
@@ -124,6 +140,7 @@ impl Error {
         match self {
             Error::Server { status, .. } => Some(*status),
             Error::Protocol(e) => Some(e.status()),
+            Error::KeyNodeFailed { cause, .. } => cause.status(),
             _ => None,
         }
     }

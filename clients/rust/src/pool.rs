@@ -333,10 +333,12 @@ impl Pool {
     pub async fn next_ids_with(&self, n: u32, options: &IdOptions) -> Result<Vec<u64>, Error> {
         crate::client::check_id_count(n)?;
         let order = self.order_for(options);
-        self.call_in(order, move |client| async move {
-            client.next_ids_with(n, options).await
-        })
-        .await
+        let got = self
+            .call_in(order.clone(), move |client| async move {
+                client.next_ids_with(n, options).await
+            })
+            .await;
+        self.keyed(options, &order, got)
     }
 
     /// `n` IDs masked by the node (see [`Client::next_masked_ids`]), routed like
@@ -344,10 +346,29 @@ impl Pool {
     pub async fn next_masked_ids(&self, n: u32, options: &IdOptions) -> Result<MaskedIds, Error> {
         crate::client::check_id_count(n)?;
         let order = self.order_for(options);
-        self.call_in(order, move |client| async move {
-            client.next_masked_ids(n, options).await
-        })
-        .await
+        let got = self
+            .call_in(order.clone(), move |client| async move {
+                client.next_masked_ids(n, options).await
+            })
+            .await;
+        self.keyed(options, &order, got)
+    }
+
+    /// A keyed call's failure that would have failed over, said as [`Error::KeyNodeFailed`]:
+    /// it was not tried elsewhere.
+    fn keyed<T>(
+        &self,
+        options: &IdOptions,
+        order: &[usize],
+        got: Result<T, Error>,
+    ) -> Result<T, Error> {
+        match (got, &options.idempotency_key, order.first()) {
+            (Err(e), Some(_), Some(&i)) if fails_over(&e) => Err(Error::KeyNodeFailed {
+                node: self.inner.nodes[i].addr.clone(),
+                cause: Box::new(e),
+            }),
+            (got, _, _) => got,
+        }
     }
 
     /// The nodes a call with `options` may try: the one its idempotency key picks, or all.

@@ -127,3 +127,60 @@ fn a_key_gets_the_same_ids_again_and_masked_ids_unmask_to_increasing_ones() {
         }
     });
 }
+
+/// FNV-1a 64 of a key: how every idgen client picks the node of an idempotency key.
+fn fnv1a(key: &str) -> u64 {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[test]
+fn a_pool_sends_a_key_to_its_node_only_and_says_so_when_that_node_fails() {
+    use idgen_client::{Pool, PoolOptions};
+    let node = node(&["--idempotency-window", "30s"], &[]);
+    run(&node, async {
+        // The second address refuses connections.
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead_addr = dead.local_addr().unwrap();
+        drop(dead);
+        let addrs = [node.addr.to_string(), dead_addr.to_string()];
+        let pool = Pool::connect(
+            &addrs,
+            PoolOptions {
+                call_deadline: Duration::from_secs(5),
+                ..PoolOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        let key_for = |want: u64| {
+            (0..)
+                .map(|i| format!("key-{i}"))
+                .find(|k| fnv1a(k) % 2 == want)
+                .unwrap()
+        };
+        let live = IdOptions {
+            idempotency_key: Some(key_for(0)),
+            ..IdOptions::default()
+        };
+        let once = pool.next_ids_with(3, &live).await.unwrap();
+        assert_eq!(pool.next_ids_with(3, &live).await.unwrap(), once);
+        let gone = IdOptions {
+            idempotency_key: Some(key_for(1)),
+            ..IdOptions::default()
+        };
+        match pool.next_ids_with(3, &gone).await {
+            Err(Error::KeyNodeFailed { node, .. }) => assert_eq!(node, dead_addr.to_string()),
+            other => panic!("a keyed call failed over or succeeded: {other:?}"),
+        }
+        // Without a key the same call fails over to the live node.
+        assert_eq!(
+            pool.next_ids_with(3, &IdOptions::default())
+                .await
+                .unwrap()
+                .len(),
+            3
+        );
+    });
+}
