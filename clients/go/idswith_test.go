@@ -65,7 +65,7 @@ func TestGetIDsWithEncodingAndKeyChecks(t *testing.T) {
 		}
 	}
 	// Bad arguments fail before anything is sent.
-	c := newClient(t, Options{Nodes: []string{"127.0.0.1:1"}})
+	c := newClient(t, Options{Nodes: []string{unusedAddr(t)}})
 	ctx := bg(t, 5*time.Second)
 	for _, o := range []IDOptions{{IdempotencyKey: "a b"}, {IdempotencyKey: strings.Repeat("k", 65)}, {After: 1 << 63}} {
 		if _, err := c.NextIDsWith(ctx, 1, o); !errors.Is(err, ErrInvalidArgument) {
