@@ -85,11 +85,11 @@ fn a_layout_switch_under_load_keeps_ids_unique_and_increasing_with_a_node_down_a
     let mut c = node(&url, "c");
     let mut before: Vec<u64> = c.take_ids(500);
 
-    // Refused before the records are at version 4, then scheduled.
-    let schedule = |at: &str| {
+    // `idgen layout plan|schedule` of the successor 42/9/12 at `at`, as JSON.
+    let layout = |verb: &str, at: &str| {
         idgen(&[
             "layout",
-            "schedule",
+            verb,
             "--store",
             &url,
             "--at",
@@ -103,26 +103,14 @@ fn a_layout_switch_under_load_keeps_ids_unique_and_increasing_with_a_node_down_a
             "--json",
         ])
     };
+    let schedule = |at: &str| layout("schedule", at);
+    // Refused before the records are at version 4, then scheduled.
     let (code, out, err) = schedule("10s");
     assert_ne!(code, 0, "scheduled on version 3 records: {out}");
     assert!(err.contains("idgen store upgrade"), "{err}");
     let (code, out, err) = idgen(&["store", "upgrade", "--store", &url]);
     assert_eq!(code, 0, "{out}{err}");
-    let (code, plan, err) = idgen(&[
-        "layout",
-        "plan",
-        "--store",
-        &url,
-        "--at",
-        "10s",
-        "--timestamp-bits",
-        "42",
-        "--worker-bits",
-        "9",
-        "--sequence-bits",
-        "12",
-        "--json",
-    ]);
+    let (code, plan, err) = layout("plan", "10s");
     assert_eq!(code, 0, "{plan}{err}");
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
     assert_eq!(plan["scheduled"], false);

@@ -50,7 +50,7 @@ use idgen_core::generator::Progress;
 use idgen_core::sequence::holder::{HoldError, Holder};
 use idgen_core::sequence::{SequenceError, SequenceName, MAX_BLOCK};
 use idgen_id::mask::{self, Keyring};
-use idgen_id::{Id, Layout, UuidError};
+use idgen_id::{Layout, UuidError};
 use rand::RngExt;
 
 /// Largest request body read (a batch request is `{"count": N}`).
@@ -464,9 +464,9 @@ async fn issue_after(
             .await
             .map_err(|e| issue_error(ctx, &e));
     };
-    let gens = ctx.gen.borrow().lease().generations();
-    let unix_ms = match gens.decompose(Id(after)) {
-        Ok((_, parts)) => parts.unix_ms,
+    let time_to_pass = ctx.gen.borrow().time_to_pass(after);
+    let unix_ms = match time_to_pass {
+        Ok(unix_ms) => unix_ms,
         Err(e) => {
             return Err(error(
                 StatusCode::BAD_REQUEST,

@@ -35,7 +35,7 @@ use idgen_core::generator::{Fill, Progress};
 use idgen_core::histogram::bucket_of;
 use idgen_core::member::Announced;
 use idgen_id::mask::Keyring;
-use idgen_id::{Id, Layout, UuidError};
+use idgen_id::{Layout, UuidError};
 use rand::RngExt;
 
 /// A one-ID answer: the protocol's [`SINGLE_ID_HEADER`], then the ID's 8 bytes.
@@ -400,7 +400,7 @@ impl Responder {
                     }
                 }
                 Decoded::Request(Request::GetIdsWith(options)) => {
-                    if let Some(at) = self.ids_with(options, input, out) {
+                    if let Some(at) = self.ids_with(options, out) {
                         return Next::Wait(at);
                     }
                 }
@@ -685,12 +685,7 @@ impl Responder {
     /// Starts a GET_IDS_WITH (PROTOCOL.md §3.8): the options the node must have enabled, the
     /// kept answer of its idempotency key if there is one, the time of `after`; then the
     /// frame's header and the IDs, as [`resume_with`](Self::resume_with) issues them.
-    fn ids_with(
-        &mut self,
-        o: IdsOptions,
-        _input: &mut BytesMut,
-        out: &mut BytesMut,
-    ) -> Option<u64> {
+    fn ids_with(&mut self, o: IdsOptions, out: &mut BytesMut) -> Option<u64> {
         let mask = match (o.masked, &self.ctx.mask) {
             (false, _) => None,
             (true, Some(keys)) => Some((
@@ -708,14 +703,17 @@ impl Responder {
         };
         let after = match o.after {
             None => None,
-            Some(a) => match self.after_time(a) {
-                Ok(unix_ms) => Some((a, unix_ms)),
-                Err(e) => {
-                    let message = format!("after={a}: not an ID of this cluster: {e}");
-                    self.reject(Status::INVALID_OPTION, &message, out);
-                    return None;
+            Some(a) => {
+                let time = self.ctx.gen.borrow().time_to_pass(a);
+                match time {
+                    Ok(unix_ms) => Some((a, unix_ms)),
+                    Err(e) => {
+                        let message = format!("after={a}: not an ID of this cluster: {e}");
+                        self.reject(Status::INVALID_OPTION, &message, out);
+                        return None;
+                    }
                 }
-            },
+            }
         };
         let ticket = match o.key {
             None => None,
@@ -781,28 +779,6 @@ impl Responder {
             })),
         };
         self.resume_with(pending, out)
-    }
-
-    /// The Unix time (ms) of `after`, an ID of the cluster. The common case costs no look-up
-    /// of the cluster's layout generations: an ID of this issuer's generation (at or above its
-    /// first ID) whose time, read with its layout, has passed; an ID of an earlier generation
-    /// is below every ID drawn here, so its time is 0. Otherwise (it reads as ahead of the
-    /// clock: maybe an ID of a later generation) the generations say.
-    fn after_time(&self, after: u64) -> Result<u64, idgen_id::LayoutError> {
-        let gen = self.ctx.gen.borrow();
-        let layout = gen.layout();
-        layout.check_id(after)?;
-        if after < gen.first_id() {
-            return Ok(0);
-        }
-        let unix_ms = layout.decompose(Id(after)).unix_ms;
-        if unix_ms < SystemClock::new().wall_ms() {
-            return Ok(unix_ms);
-        }
-        gen.lease()
-            .generations()
-            .decompose(Id(after))
-            .map(|(_, parts)| parts.unix_ms)
     }
 
     /// Issues what it can of a GET_IDS_WITH now, after waiting (within the cluster's
@@ -872,10 +848,12 @@ impl Responder {
         if let Some(e) = mask_failed {
             self.ctx.gen.borrow_mut().abandon(&mut p.fill);
             out.truncate(p.mark);
-            let message = format!("cannot mask an issued ID: {e}");
-            encode_error(Status::INTERNAL, &message, out);
-            self.ctx.stats.error(Status::INTERNAL);
-            self.closing = true;
+            // INTERNAL closes the connection: `reject` marks it.
+            self.reject(
+                Status::INTERNAL,
+                &format!("cannot mask an issued ID: {e}"),
+                out,
+            );
             return None;
         }
         if below_after {

@@ -230,6 +230,28 @@ impl<C: Clock + Clone> Issuer<C> {
         self.first_id
     }
 
+    /// The Unix time (ms) this issuer's clock must pass for every ID it draws to be above
+    /// `id`, an ID of the cluster (an `after` a caller has seen): the time of `id`. The common
+    /// case costs no look-up of the cluster's layout generations: an ID of this issuer's
+    /// generation whose time, read with its layout, has passed. An ID of an earlier
+    /// generation is below every ID drawn here: 0. Otherwise (it reads as ahead of the clock:
+    /// maybe an ID of a later generation) the generations say. An ID the cluster's width
+    /// cannot hold is an error.
+    pub fn time_to_pass(&self, id: u64) -> Result<u64, idgen_id::LayoutError> {
+        self.layout.check_id(id)?;
+        if id < self.first_id {
+            return Ok(0);
+        }
+        let unix_ms = self.layout.decompose(idgen_id::Id(id)).unix_ms;
+        if unix_ms < self.clock.wall_ms() {
+            return Ok(unix_ms);
+        }
+        self.lease
+            .generations()
+            .decompose(idgen_id::Id(id))
+            .map(|(_, parts)| parts.unix_ms)
+    }
+
     pub fn index(&self) -> usize {
         self.index
     }
