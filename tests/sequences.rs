@@ -666,3 +666,151 @@ fn sequences_hold_their_promises_through_a_node_paused_past_its_lease_and_etcd_s
         }
     }
 }
+
+/// A node's counter, or 0 before the node has a series for the sequence.
+fn sequence_metric_or_0(node: &NodeProc, family: &str, name: &str) -> f64 {
+    let admin = node.admin.expect("admin address");
+    let (status, text) = try_http(admin, "GET", "/metrics", None, Duration::from_secs(10)).unwrap();
+    assert_eq!(status, 200);
+    let prefix = format!("{family}{{sequence=\"{name}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// Every protocol client of `nodes` (two each, pipelining), each falling back to `fallback`
+/// when its node fails; `during` runs once they are under way.
+fn protocol_round(
+    nodes: &[&NodeProc],
+    fallback: std::net::SocketAddr,
+    name: &str,
+    during: impl FnOnce(),
+) -> (Vec<Call>, Vec<String>) {
+    let origin = Instant::now();
+    let mut threads = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        for c in 0..2 {
+            let (addr, name) = (node.addr, name.to_string());
+            threads.push(std::thread::spawn(move || {
+                protocol_client(addr, fallback, &name, 2 * i + c, origin)
+            }));
+        }
+    }
+    during();
+    let (mut all, mut failures) = (Vec::new(), Vec::new());
+    for t in threads {
+        let (calls, failed) = t.join().expect("a client thread");
+        all.extend(calls);
+        failures.extend(failed);
+    }
+    (all, failures)
+}
+
+fn assert_strict(calls: &[Call], what: &str) {
+    let dup = check::duplicates(calls);
+    assert!(
+        dup.is_empty(),
+        "{what}: values twice: {:?}",
+        &dup[..dup.len().min(5)]
+    );
+    let v = check::real_time_order(calls);
+    assert!(
+        v.is_empty(),
+        "{what}: out of real-time order: {:?}",
+        &v[..v.len().min(5)]
+    );
+}
+
+#[test]
+fn strict_calls_go_to_one_committer_and_another_takes_over_when_it_is_killed() {
+    let cluster = EtcdCluster::start(1);
+    let url = cluster.url("idgen-fwd");
+    seq(&url, &["create", "ledger", "--mode", "strict"]);
+    let node = |id: &str| {
+        NodeProc::start(&[
+            "--store",
+            &url,
+            "--node-id",
+            id,
+            "--lease-ttl",
+            "2s",
+            "--shards",
+            "1",
+            "--advertise",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+    };
+    // The first node claims the committer record at its start; the others find it at theirs.
+    let mut a = node("a");
+    let b = node("b");
+    let c = node("c");
+    assert!(
+        a.log().contains("\"sequence_committer\"") || a.log().contains("sequence_committer"),
+        "a did not log the committer:\n{}",
+        a.log()
+    );
+    let commits =
+        |n: &NodeProc| sequence_metric_or_0(n, "idgen_named_sequence_commits_total", "ledger");
+    let forwarded = |n: &NodeProc| {
+        sequence_metric_or_0(n, "idgen_named_sequence_forwarded_values_total", "ledger")
+    };
+    let (calls, failures) = protocol_round(&[&a, &b, &c], a.addr, "ledger", || {});
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_strict(&calls, "one committer");
+    let answered: usize = calls.iter().map(|c| c.values.len()).sum();
+    // b and c committed nothing: every strict call of theirs went to a, which committed them
+    // with its own.
+    assert_eq!(
+        (commits(&b), commits(&c)),
+        (0.0, 0.0),
+        "b and c committed themselves"
+    );
+    assert!(commits(&a) > 0.0);
+    assert!(
+        forwarded(&b) > 0.0 && forwarded(&c) > 0.0,
+        "b forwarded {}, c {} of {answered} values",
+        forwarded(&b),
+        forwarded(&c)
+    );
+    // The committer killed mid-run: b and c commit their calls themselves at once (no call of
+    // theirs fails), and a's clients move to b.
+    let (calls, failures) = protocol_round(&[&a, &b, &c], b.addr, "ledger", || {
+        std::thread::sleep(Duration::from_millis(150));
+        a.signal("KILL");
+    });
+    a.kill();
+    assert_strict(&calls, "committer killed");
+    assert!(
+        failures.iter().all(|f| f.starts_with(&a.addr.to_string())),
+        "only a's clients may fail: {failures:?}"
+    );
+    // Its claim runs out (6 s after its last renewal) and b or c takes it: the other forwards
+    // to it again.
+    let until = Instant::now() + Duration::from_secs(20);
+    let before = forwarded(&b) + forwarded(&c);
+    loop {
+        let (calls, failures) = protocol_round(&[&b, &c], b.addr, "ledger", || {});
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_strict(&calls, "after the takeover");
+        if forwarded(&b) + forwarded(&c) > before {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "no node took over committing within 20 s:\nb: {}\nc: {}",
+            b.log(),
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (b_log, c_log) = (b.log(), c.log());
+    assert!(
+        b_log.contains("this_node=true")
+            || c_log.contains("this_node=true")
+            || b_log.contains("\"this_node\":true")
+            || c_log.contains("\"this_node\":true"),
+        "neither b nor c logged that it commits:\n{b_log}\n{c_log}"
+    );
+}

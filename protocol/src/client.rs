@@ -262,6 +262,8 @@ pub enum Awaits {
     Uuids(u32),
     /// IDS, or MASKED_IDS if masked, of exactly the options' count (version 5).
     IdsWith(IdsOptions),
+    /// VALUES of exactly this many values, asked with GET_VALUES_HERE (node to node).
+    ValuesHere(u32, SeqName),
 }
 
 impl Awaits {
@@ -275,6 +277,7 @@ impl Awaits {
             Request::GetValues { count, name } => Some(Awaits::Values(count, name)),
             Request::GetUuids { count } => Some(Awaits::Uuids(count)),
             Request::GetIdsWith(o) => Some(Awaits::IdsWith(o)),
+            Request::GetValuesHere { count, name } => Some(Awaits::ValuesHere(count, name)),
             Request::Hello { .. } => None,
         }
     }
@@ -285,6 +288,9 @@ impl Awaits {
             Awaits::Ranges(n) => format!("in answer to GET_RANGES of {n}"),
             Awaits::Pong(t) => format!("in answer to PING {t}"),
             Awaits::Values(n, name) => format!("in answer to GET_VALUES of {n} of {name}"),
+            Awaits::ValuesHere(n, name) => {
+                format!("in answer to GET_VALUES_HERE of {n} of {name}")
+            }
             Awaits::Uuids(n) => format!("in answer to GET_UUIDS of {n}"),
             Awaits::IdsWith(o) => format!(
                 "in answer to GET_IDS_WITH of {}{}",
@@ -411,6 +417,12 @@ impl ClientConn {
         self.encode(Awaits::Values(count, name), buf);
     }
 
+    /// Encodes GET_VALUES_HERE of `count` values of sequence `name` (node to node: the
+    /// receiving node answers from its own reservations) and awaits its VALUES.
+    pub fn get_values_here<B: BufMut + ?Sized>(&mut self, name: SeqName, count: u32, buf: &mut B) {
+        self.encode(Awaits::ValuesHere(count, name), buf);
+    }
+
     /// Encodes GET_UUIDS of `count` (version 4) and awaits its UUIDS.
     pub fn get_uuids<B: BufMut + ?Sized>(&mut self, count: u32, buf: &mut B) {
         self.encode(Awaits::Uuids(count), buf);
@@ -436,6 +448,7 @@ impl ClientConn {
             Awaits::Values(count, name) => Request::GetValues { count, name },
             Awaits::Uuids(count) => Request::GetUuids { count },
             Awaits::IdsWith(o) => Request::GetIdsWith(o),
+            Awaits::ValuesHere(count, name) => Request::GetValuesHere { count, name },
         };
         encode_request(&request, buf);
         self.sent(awaits);
@@ -478,7 +491,7 @@ impl ClientConn {
                 Answer::Ranges(runs)
             }
             (Awaits::Pong(t), ResponseRef::Pong(got)) if got == t => Answer::Pong(got),
-            (Awaits::Values(n, _), ResponseRef::Values(values))
+            (Awaits::Values(n, _) | Awaits::ValuesHere(n, _), ResponseRef::Values(values))
                 if values.len() == n as usize || !self.exact_counts =>
             {
                 Answer::Values(values)

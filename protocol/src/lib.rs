@@ -118,6 +118,10 @@ pub const OP_GET_UUIDS: u8 = 0x06;
 /// Request opcode `GET_IDS_WITH` (version 5; earlier versions decode it as an unknown
 /// opcode): GET_IDS with options ([`OPT_AFTER`], [`OPT_KEY`], [`OPT_MASKED`]).
 pub const OP_GET_IDS_WITH: u8 = 0x07;
+/// Request opcode `GET_VALUES_HERE` (node to node, on a version 3+ connection; a node that
+/// does not know it answers `UNKNOWN_OPCODE`): GET_VALUES answered from the receiving node's
+/// own reservations, never forwarded to another node.
+pub const OP_GET_VALUES_HERE: u8 = 0x08;
 /// GET_IDS_WITH option: an 8-byte ID follows the options byte; every ID answered is greater.
 pub const OPT_AFTER: u8 = 0x01;
 /// GET_IDS_WITH option: an idempotency key follows (a length byte, then 1 to

@@ -6,7 +6,8 @@ use bytes::BufMut;
 use crate::{
     negotiate_version, FrameError, Limits, Status, MAGIC, MAX_IDEMPOTENCY_KEY_LEN,
     MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION, OPT_AFTER, OPT_KEY, OPT_MASKED, OP_GET_IDS,
-    OP_GET_IDS_WITH, OP_GET_RANGES, OP_GET_UUIDS, OP_GET_VALUES, OP_HELLO, OP_PING,
+    OP_GET_IDS_WITH, OP_GET_RANGES, OP_GET_UUIDS, OP_GET_VALUES, OP_GET_VALUES_HERE, OP_HELLO,
+    OP_PING,
 };
 
 /// The longest sequence name GET_VALUES carries.
@@ -232,6 +233,15 @@ pub enum Request {
     /// `0x07 GET_IDS_WITH` (version 5): ask for IDs with options: greater than an ID seen,
     /// under an idempotency key, masked.
     GetIdsWith(IdsOptions),
+    /// `0x08 GET_VALUES_HERE` (node to node, version 3+): GET_VALUES that the receiving node
+    /// answers from its own reservations, never forwarding it (a node forwards a strict
+    /// sequence's GET_VALUES to the node that commits them with this).
+    GetValuesHere {
+        /// Number of values requested.
+        count: u32,
+        /// The sequence.
+        name: SeqName,
+    },
 }
 
 /// What [`decode_request`] found in one well-formed frame.
@@ -335,7 +345,7 @@ pub fn decode_request_for(
             });
         }
     }
-    if opcode == OP_GET_VALUES
+    if (opcode == OP_GET_VALUES || opcode == OP_GET_VALUES_HERE)
         && values
         && !(GET_VALUES_MIN_LEN..=GET_VALUES_MAX_LEN).contains(&length)
     {
@@ -420,7 +430,7 @@ pub fn decode_request_for(
                 Decoded::Request(Request::GetUuids { count })
             }
         }
-        OP_GET_VALUES if values => {
+        OP_GET_VALUES | OP_GET_VALUES_HERE if values => {
             let count = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
             if count == 0 {
                 Decoded::Reject {
@@ -434,6 +444,9 @@ pub fn decode_request_for(
                 }
             } else {
                 match SeqName::new(&payload[4..]) {
+                    Ok(name) if opcode == OP_GET_VALUES_HERE => {
+                        Decoded::Request(Request::GetValuesHere { count, name })
+                    }
                     Ok(name) => Decoded::Request(Request::GetValues { count, name }),
                     Err(_) => Decoded::Reject {
                         status: Status::INVALID_SEQUENCE_NAME,
@@ -573,11 +586,16 @@ pub fn encode_request<B: BufMut + ?Sized>(request: &Request, buf: &mut B) {
             buf.put_u8(OP_GET_UUIDS);
             buf.put_u32(count);
         }
-        Request::GetValues { count, name } => {
+        Request::GetValues { count, name } | Request::GetValuesHere { count, name } => {
+            let here = matches!(request, Request::GetValuesHere { .. });
             let name = name.as_bytes();
             // At most 64 bytes: fits.
             buf.put_u32(5 + name.len() as u32);
-            buf.put_u8(OP_GET_VALUES);
+            buf.put_u8(if here {
+                OP_GET_VALUES_HERE
+            } else {
+                OP_GET_VALUES
+            });
             buf.put_u32(count);
             buf.put_slice(name);
         }
@@ -611,7 +629,9 @@ impl Request {
             Request::Ping { .. } => PING_LEN as usize,
             Request::GetRanges { .. } => GET_RANGES_LEN as usize,
             Request::GetUuids { .. } => GET_UUIDS_LEN as usize,
-            Request::GetValues { name, .. } => 5 + name.len as usize,
+            Request::GetValues { name, .. } | Request::GetValuesHere { name, .. } => {
+                5 + name.len as usize
+            }
             Request::GetIdsWith(o) => o.frame_len() as usize,
         }
     }

@@ -17,6 +17,8 @@ fn vectors() -> Vec<Value> {
         include_str!("vectors.json"),
         include_str!("vectors_v4.json"),
         include_str!("vectors_v5.json"),
+        // GET_VALUES_HERE: node to node, no client sends it (PROTOCOL.md §3.9).
+        include_str!("vectors_peer.json"),
     ]
     .iter()
     .flat_map(|text| {
@@ -82,6 +84,14 @@ fn request_from_json(d: &Value) -> Request {
             masked: d["masked"].as_bool().expect("masked"),
         }),
         "GET_VALUES" => Request::GetValues {
+            count: num(d, "count"),
+            name: d["name"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .expect("a sequence name"),
+        },
+        "GET_VALUES_HERE" => Request::GetValuesHere {
             count: num(d, "count"),
             name: d["name"]
                 .as_str()
@@ -307,6 +317,7 @@ fn vectors_cover_the_protocol() {
         "GET_IDS",
         "PING",
         "GET_VALUES",
+        "GET_VALUES_HERE",
         "HELLO_OK",
         "IDS",
         "PONG",

@@ -59,6 +59,12 @@ settings! {
         /// (503) while it is full.
         #[arg(long, env = "IDGEN_IDEMPOTENCY_MAX_BYTES")]
         pub idempotency_max_bytes: Option<u64>,
+        /// Address other nodes reach this node's plaintext ID protocol at (an IP and port, as
+        /// they dial it; port 0: the port `listen` is bound to); with it, the node may become
+        /// the one that commits every node's strict sequence calls (the others forward theirs
+        /// to it). Unset: it never does.
+        #[arg(long, env = "IDGEN_ADVERTISE")]
+        pub advertise: Option<String>,
     }
 }
 
@@ -87,6 +93,9 @@ pub struct ListenSection {
     #[serde(serialize_with = "ser::duration")]
     pub idempotency_window: Duration,
     pub idempotency_max_bytes: u64,
+    /// `None`: this node never commits other nodes' strict calls.
+    #[serde(serialize_with = "ser::addr_or_off")]
+    pub advertise: Option<SocketAddr>,
 }
 
 impl Default for ListenSection {
@@ -104,6 +113,7 @@ impl Default for ListenSection {
             http_request_timeout: Duration::from_secs(10),
             idempotency_window: Duration::ZERO,
             idempotency_max_bytes: 64 << 20,
+            advertise: None,
         }
     }
 }
@@ -135,9 +145,29 @@ impl ListenSection {
             Some(text) => parse_addr_or_off("http_listen", &text)?,
             None => d.http_listen,
         };
+        let advertise = match given.advertise {
+            None => None,
+            Some(text) => {
+                let a = parse_addr_or_off("advertise", &text)?;
+                if let Some(a) = a {
+                    if a.ip().is_unspecified() {
+                        return Err(err(format!(
+                            "advertise: {a} is not an address other nodes can dial: give this node's IP and its listen port"
+                        )));
+                    }
+                    if listen.is_none() {
+                        return Err(err(
+                            "advertise: needs the plaintext listen address (strict calls are forwarded over it)",
+                        ));
+                    }
+                }
+                a
+            }
+        };
         Ok(ListenSection {
             listen,
             http_listen,
+            advertise,
             shards,
             workers_per_shard: given.workers_per_shard.unwrap_or(d.workers_per_shard),
             max_connections,

@@ -247,6 +247,7 @@ fn the_printed_configuration_reads_back_as_itself() {
         http_request_timeout: Some("3s".into()),
         idempotency_window: Some("90s".into()),
         idempotency_max_bytes: Some(1 << 20),
+        advertise: Some("10.0.0.7:9000".into()),
     };
     s.tls = TlsArgs {
         tls_cert: Some(dir.path().join("tls.crt")),

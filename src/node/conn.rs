@@ -226,11 +226,19 @@ impl Conn {
         };
         let counts = call.counts.clone();
         // The wire's name rule is the store's: this parse cannot fail on a decoded name.
+        let here = call.here;
+        let timeout = self.ctx.listen.http_request_timeout;
         let got = match call.name.as_str().parse::<SequenceName>() {
+            Ok(name) if here => {
+                self.ctx
+                    .sequences
+                    .next_values_each_here(&name, &counts, timeout)
+                    .await
+            }
             Ok(name) => {
                 self.ctx
                     .sequences
-                    .next_values_each(&name, &counts, self.ctx.listen.http_request_timeout)
+                    .next_values_each(&name, &counts, timeout)
                     .await
             }
             Err(e) => counts

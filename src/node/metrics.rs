@@ -590,6 +590,14 @@ pub const FAMILIES: &[Family] = &[
         |s, out| per_sequence(s, out, |st| load(&st.values)),
     ),
     family(
+        "idgen_named_sequence_forwarded_values_total",
+        Counter,
+        &["sequence"],
+        "values",
+        "Values of strict named sequences this node answered that the committing node reserved (calls forwarded to it; counted in its idgen_named_sequence_values_total too), by sequence",
+        |s, out| per_sequence(s, out, |st| load(&st.forwarded)),
+    ),
+    family(
         "idgen_named_sequence_commits_total",
         Counter,
         &["sequence"],

@@ -56,6 +56,7 @@ use crate::config::ServeConfig;
 pub mod admin;
 pub mod audit;
 mod conn;
+mod forward;
 mod http;
 pub mod idempotency;
 pub(crate) mod issuer;
@@ -188,6 +189,28 @@ impl Node {
             ),
             None => {}
         }
+        // Strict sequence calls go to the node that commits them (forward.rs).
+        // An advertised port 0 is the port `listen` was bound to.
+        let advertise = config.listen.advertise.map(|mut a| {
+            let bound = reserved
+                .as_ref()
+                .and_then(|s| s.local_addr().ok())
+                .and_then(|l| l.as_socket());
+            if let (0, Some(bound)) = (a.port(), bound) {
+                a.set_port(bound.port());
+            }
+            a
+        });
+        let forwarder = forward::Forwarder::new(
+            owner.instance.clone(),
+            advertise,
+            Arc::clone(&store),
+            &config.lease.namespace,
+            tokio::runtime::Handle::current(),
+        );
+        forwarder.refresh().await;
+        sequences
+            .set_forward(Arc::clone(&forwarder) as Arc<dyn idgen_core::sequence::holder::Forward>);
         let (member, view) = Member::join(store, settings, owner, clock).await?;
         let member = Arc::new(member);
         let lease = member.lease();
@@ -276,6 +299,7 @@ impl Node {
             tokio::spawn(async move { member.run(rx).await })
         };
         let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(forwarder.run(shutdown_rx.clone())));
         if let Some(tls) = &tls {
             tasks.push(tokio::spawn(Arc::clone(tls).watch(shutdown_rx.clone())));
         }

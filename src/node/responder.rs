@@ -80,6 +80,9 @@ pub(super) struct ValuesCall {
     pub counts: Vec<u64>,
     /// Their sum (at most [`MAX_VALUES_PER_CALL`]).
     total: u64,
+    /// GET_VALUES_HERE (another node forwarded them): answered from this node's own
+    /// reservations, never forwarded again.
+    pub here: bool,
 }
 
 /// What a waiting request answers with.
@@ -339,7 +342,9 @@ impl Responder {
                 Decoded::Request(Request::GetRanges { .. }) => Some(Op::GetRanges),
                 Decoded::Request(Request::Hello { .. }) => Some(Op::Hello),
                 Decoded::Request(Request::Ping { .. }) => Some(Op::Ping),
-                Decoded::Request(Request::GetValues { .. }) => Some(Op::GetValues),
+                Decoded::Request(Request::GetValues { .. } | Request::GetValuesHere { .. }) => {
+                    Some(Op::GetValues)
+                }
                 Decoded::Request(Request::GetUuids { .. }) => Some(Op::GetUuids),
                 // Timed and counted as GET_IDS: the same IDs, with options.
                 Decoded::Request(Request::GetIdsWith(_)) => Some(Op::GetIds),
@@ -406,7 +411,11 @@ impl Responder {
                 }
                 Decoded::Request(Request::Ping { token }) => encode_pong(token, out),
                 Decoded::Request(Request::GetValues { count, name }) => {
-                    self.gather_values(name, count, input, version);
+                    self.gather_values(name, count, false, input, version);
+                    return Next::Values;
+                }
+                Decoded::Request(Request::GetValuesHere { count, name }) => {
+                    self.gather_values(name, count, true, input, version);
                     return Next::Values;
                 }
                 Decoded::Reject { status, message } => {
@@ -424,17 +433,31 @@ impl Responder {
     /// Starts a [`ValuesCall`] with a GET_VALUES just decoded, and adds the GET_VALUES frames
     /// of the same sequence that follow it in the input (until another request, another
     /// sequence, [`MAX_VALUES_RUN`] requests or [`MAX_VALUES_PER_CALL`] values).
-    fn gather_values(&mut self, name: SeqName, count: u32, input: &mut BytesMut, version: u16) {
+    fn gather_values(
+        &mut self,
+        name: SeqName,
+        count: u32,
+        here: bool,
+        input: &mut BytesMut,
+        version: u16,
+    ) {
         let mut call = ValuesCall {
             name,
             counts: vec![u64::from(count)],
             total: u64::from(count),
+            here,
         };
         while call.counts.len() < MAX_VALUES_RUN {
-            let Ok(Some((Decoded::Request(Request::GetValues { count, name: next }), used))) =
-                decode_request_for(input, &self.limits, version)
-            else {
-                break;
+            let (count, next, used) = match decode_request_for(input, &self.limits, version) {
+                Ok(Some((Decoded::Request(Request::GetValues { count, name }), used))) if !here => {
+                    (count, name, used)
+                }
+                Ok(Some((Decoded::Request(Request::GetValuesHere { count, name }), used)))
+                    if here =>
+                {
+                    (count, name, used)
+                }
+                _ => break,
             };
             if next != name || call.total + u64::from(count) > u64::from(MAX_VALUES_PER_CALL) {
                 break;

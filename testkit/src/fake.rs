@@ -495,6 +495,7 @@ where
                     Request::Hello { .. }
                     | Request::GetRanges { .. }
                     | Request::GetValues { .. }
+                    | Request::GetValuesHere { .. }
                     | Request::GetUuids { .. }
                     | Request::GetIdsWith(_) => unreachable!(),
                 },

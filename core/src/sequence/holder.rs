@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, Notify};
@@ -27,7 +27,27 @@ use super::dense::Blocks;
 use super::strict::{Batches, Values};
 use super::{Block, Mode, SequenceError, SequenceName, Sequences, MAX_BLOCK};
 use crate::histogram::Histogram;
-use crate::store::KvStore;
+use crate::store::{BoxFuture, KvStore};
+
+/// What a [`Forward`] answers: per call, its mode and values, or `None` (committed here).
+pub type Forwarded = Vec<Option<(Mode, Vec<u64>)>>;
+
+/// Where a holder sends the strict calls another node commits (`idgen serve`'s forwarder,
+/// see [`super::committer`]). Forwarding is only ever a choice of where the commit happens:
+/// every answer still comes from a reservation committed after its call began.
+pub trait Forward: Send + Sync {
+    /// Strict calls of `counts` values of `name`, all begun, sent to the committer and answered
+    /// there by `until`: one entry per call, `Some` with its values (increasing, above every
+    /// earlier call's) or `None` for a call the committer did not answer (it is this node,
+    /// there is none, it cannot be reached in time, or it refused): the holder commits those
+    /// itself. Never an error: a forward that fails costs only time.
+    fn forward<'a>(
+        &'a self,
+        name: &'a SequenceName,
+        counts: &'a [u64],
+        until: tokio::time::Instant,
+    ) -> BoxFuture<'a, Forwarded>;
+}
 
 /// The most calls one strict sequence keeps waiting on one holder; more are refused as busy.
 pub const MAX_WAITING: usize = 65_536;
@@ -102,6 +122,9 @@ pub struct SeqStats {
     pub commit_duration: Histogram<14>,
     /// Values left below the maximum after the last reservation (`u64::MAX` before one).
     pub remaining: AtomicU64,
+    /// Values of [`values`](Self::values) that another node committed (strict calls
+    /// forwarded to the committer, [`Forward`]).
+    pub forwarded: AtomicU64,
 }
 
 impl SeqStats {
@@ -132,6 +155,8 @@ pub struct Holder {
     seqs: Mutex<HashMap<SequenceName, Arc<Seq>>>,
     /// Milliseconds for block sizing (the holder's own monotonic clock).
     started: Instant,
+    /// Where strict calls go when another node commits them (set once by `idgen serve`).
+    forward: OnceLock<Arc<dyn Forward>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -148,7 +173,13 @@ impl Holder {
             rt,
             seqs: Mutex::new(HashMap::new()),
             started: Instant::now(),
+            forward: OnceLock::new(),
         })
+    }
+
+    /// Sends strict calls through `forward` from now on (once; a second call is ignored).
+    pub fn set_forward(&self, forward: Arc<dyn Forward>) {
+        let _ = self.forward.set(forward);
     }
 
     /// The runtime the reservations run on.
@@ -221,6 +252,27 @@ impl Holder {
         counts: &[u64],
         deadline: Duration,
     ) -> Vec<Result<(Mode, Vec<u64>), HoldError>> {
+        self.values_each(name, counts, deadline, true).await
+    }
+
+    /// [`next_values_each`](Self::next_values_each) committed here, never forwarded (the calls
+    /// another node forwarded to this one: GET_VALUES_HERE).
+    pub async fn next_values_each_here(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        counts: &[u64],
+        deadline: Duration,
+    ) -> Vec<Result<(Mode, Vec<u64>), HoldError>> {
+        self.values_each(name, counts, deadline, false).await
+    }
+
+    async fn values_each(
+        self: &Arc<Self>,
+        name: &SequenceName,
+        counts: &[u64],
+        deadline: Duration,
+        may_forward: bool,
+    ) -> Vec<Result<(Mode, Vec<u64>), HoldError>> {
         let all = |e: HoldError| counts.iter().map(|_| Err(e.clone())).collect::<Vec<_>>();
         if let Some(&n) = counts.iter().find(|&&n| n == 0 || n > MAX_BLOCK) {
             return all(SequenceError::BadSpec(format!(
@@ -249,7 +301,13 @@ impl Holder {
                 }
                 got
             }
-            Mode::Strict => self.strict(name, &seq, counts, until, deadline).await,
+            Mode::Strict => match self.forward.get().filter(|_| may_forward) {
+                Some(fwd) => {
+                    self.strict_forwarded(fwd.as_ref(), name, &seq, counts, until, deadline)
+                        .await
+                }
+                None => self.strict(name, &seq, counts, until, deadline).await,
+            },
         };
         got.into_iter()
             .map(|r| {
@@ -428,6 +486,50 @@ impl Holder {
             drop(st);
             seq.arrived.notify_waiters();
         });
+    }
+
+    /// Strict calls sent to the committer first; those it did not answer are committed here.
+    async fn strict_forwarded(
+        self: &Arc<Self>,
+        fwd: &dyn Forward,
+        name: &SequenceName,
+        seq: &Arc<Seq>,
+        counts: &[u64],
+        until: tokio::time::Instant,
+        deadline: Duration,
+    ) -> Vec<Result<Vec<u64>, HoldError>> {
+        let answered = fwd.forward(name, counts, until).await;
+        let mut out: Vec<Option<Result<Vec<u64>, HoldError>>> = Vec::with_capacity(counts.len());
+        let mut left = Vec::new();
+        // Only the calls before the first one the committer did not answer keep its values:
+        // the rest are committed here, after it, so each call's values stay above the
+        // previous call's.
+        for (i, &n) in counts.iter().enumerate() {
+            match answered.get(i).cloned().flatten() {
+                Some((_, values)) if values.len() as u64 == n && left.is_empty() => {
+                    seq.stats
+                        .forwarded
+                        .fetch_add(values.len() as u64, Ordering::Relaxed);
+                    out.push(Some(Ok(values)));
+                }
+                _ => {
+                    left.push(n);
+                    out.push(None);
+                }
+            }
+        }
+        if !left.is_empty() {
+            let mut here = self
+                .strict(name, seq, &left, until, deadline)
+                .await
+                .into_iter();
+            for slot in out.iter_mut().filter(|s| s.is_none()) {
+                *slot = here.next();
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(HoldError::Timeout(deadline))))
+            .collect()
     }
 
     /// Strict calls of `counts` values each, queued together for the next commit (their

@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 use crate::store::{Check, Commit, CommitOrGet, Entry, KvStore, StoreError, Txn, Write};
 
 pub mod check;
+pub mod committer;
 pub mod dense;
 pub mod holder;
 pub mod strict;

@@ -515,11 +515,11 @@ mod holder {
     use super::super::holder::{HoldError, Holder};
     use super::*;
 
-    const DEADLINE: Duration = Duration::from_secs(10);
+    pub(super) const DEADLINE: Duration = Duration::from_secs(10);
 
     use crate::test_support::runtime;
 
-    async fn setup(mode: Mode, max_block: u64) -> (Arc<MemoryStore>, Arc<Holder>) {
+    pub(super) async fn setup(mode: Mode, max_block: u64) -> (Arc<MemoryStore>, Arc<Holder>) {
         let store = Arc::new(MemoryStore::new());
         let mut spec = SequenceSpec::new(mode);
         spec.max_block = max_block;
@@ -971,6 +971,133 @@ mod contention {
             assert!(
                 slowest < Duration::from_millis(250),
                 "the quiet holder's slowest call took {slowest:?} of simulated time"
+            );
+        });
+    }
+}
+
+mod forwarding {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::super::holder::Holder;
+    use super::holder::{setup, DEADLINE};
+    use super::*;
+    use crate::test_support::runtime;
+
+    /// Forwards to another holder in the process, as `idgen serve` forwards to the committing
+    /// node, answering the calls `pattern` picks (the rest: no answer): 0 every call, 1 the
+    /// first of each batch, 2 all but the first, 3 none.
+    struct ToHolder {
+        committer: Arc<Holder>,
+        pattern: std::sync::atomic::AtomicUsize,
+    }
+
+    impl super::super::holder::Forward for ToHolder {
+        fn forward<'a>(
+            &'a self,
+            name: &'a SequenceName,
+            counts: &'a [u64],
+            until: tokio::time::Instant,
+        ) -> crate::store::BoxFuture<'a, super::super::holder::Forwarded> {
+            Box::pin(async move {
+                let pattern = self.pattern.load(std::sync::atomic::Ordering::Relaxed);
+                let picked = |i: usize| match pattern {
+                    0 => true,
+                    1 => i == 0,
+                    2 => i > 0,
+                    _ => false,
+                };
+                let asked: Vec<u64> = (0..counts.len())
+                    .filter(|&i| picked(i))
+                    .map(|i| counts[i])
+                    .collect();
+                let deadline = until.saturating_duration_since(tokio::time::Instant::now());
+                let mut got = self
+                    .committer
+                    .next_values_each_here(name, &asked, deadline)
+                    .await
+                    .into_iter();
+                (0..counts.len())
+                    .map(|i| picked(i).then(|| got.next().and_then(Result::ok)).flatten())
+                    .collect()
+            })
+        }
+    }
+
+    #[test]
+    fn forwarded_strict_calls_keep_real_time_order_and_the_rest_are_committed_here() {
+        runtime().block_on(async {
+            let (store, committer) = setup(Mode::Strict, 64).await;
+            let forwarder = Holder::new(store.clone(), "h", tokio::runtime::Handle::current());
+            let fwd = Arc::new(ToHolder {
+                committer: Arc::clone(&committer),
+                pattern: 0.into(),
+            });
+            forwarder.set_forward(fwd.clone());
+            let origin = Instant::now();
+            let ns = |o: Instant| u64::try_from(o.elapsed().as_nanos()).unwrap();
+            let mut joins = Vec::new();
+            for t in 0..12usize {
+                let (holder, fwd) = if t % 3 == 0 {
+                    (Arc::clone(&committer), None)
+                } else {
+                    (Arc::clone(&forwarder), Some(Arc::clone(&fwd)))
+                };
+                joins.push(tokio::spawn(async move {
+                    let mut mine = Vec::new();
+                    for c in 0..60usize {
+                        if let Some(f) = &fwd {
+                            // Phases of 15 calls, one per pattern.
+                            f.pattern
+                                .store(c / 15, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        // Batches of 1 to 3 pipelined calls, as a connection hands them over.
+                        let counts: Vec<u64> = (0..1 + (t + c) % 3).map(|i| 1 + i as u64).collect();
+                        let start = ns(origin);
+                        let got = holder.next_values_each(&name("s"), &counts, DEADLINE).await;
+                        let end = ns(origin);
+                        let mut last = 0;
+                        for (r, &n) in got.into_iter().zip(&counts) {
+                            let (_, values) = r.unwrap();
+                            assert_eq!(values.len() as u64, n);
+                            assert!(values[0] > last, "a batch's calls are answered in order");
+                            last = *values.last().unwrap();
+                            mine.push(Call { start, end, values });
+                        }
+                    }
+                    mine
+                }));
+            }
+            let mut all = Vec::new();
+            for j in joins {
+                all.extend(j.await.unwrap());
+            }
+            assert!(check::duplicates(&all).is_empty());
+            let v = check::real_time_order(&all);
+            assert!(v.is_empty(), "{:?}", &v[..v.len().min(5)]);
+            let stat = |h: &Holder, f: fn(&super::super::holder::SeqStats) -> u64| {
+                let mut x = 0;
+                h.each_stats(|_, st| x += f(st));
+                x
+            };
+            let forwarded = stat(&forwarder, |st| {
+                st.forwarded.load(std::sync::atomic::Ordering::Relaxed)
+            });
+            let answered = stat(&forwarder, |st| {
+                st.values.load(std::sync::atomic::Ordering::Relaxed)
+            });
+            let own_commits = stat(&forwarder, |st| {
+                st.commits.load(std::sync::atomic::Ordering::Relaxed)
+            });
+            assert!(forwarded > 0, "no call was forwarded");
+            assert!(
+                forwarded < answered,
+                "every call was forwarded: none fell back"
+            );
+            assert!(
+                own_commits > 0,
+                "calls the committer did not answer were not committed here"
             );
         });
     }

@@ -111,7 +111,9 @@ async fn serve(mut stream: TcpStream, next: Rc<Cell<u64>>) {
                 }
                 Decoded::Request(Request::Ping { token }) => encode_pong(token, &mut wbuf),
                 // Any name: one counter, from 1, as a dense sequence (the floor of GET_VALUES).
-                Decoded::Request(Request::GetValues { count, .. }) => {
+                Decoded::Request(
+                    Request::GetValues { count, .. } | Request::GetValuesHere { count, .. },
+                ) => {
                     let first = next.get().max(1);
                     next.set(first + u64::from(count));
                     encode_values_header(SeqMode::Dense, count, &mut wbuf);
