@@ -56,6 +56,12 @@ type Options struct {
 	// (gaps, up to K per name), and values handed out by two clients interleave. At most
 	// 1048576.
 	SequencePrefetch int
+	// Expand makes each address a node's host resolves to a node of its own (a Kubernetes
+	// headless Service: every ready pod), in the resolver's order, duplicates removed; TLS
+	// still verifies the host given. Names are resolved in NewClient (one that resolves to
+	// nothing is a node that is down) and again when a node fails, at most once a second.
+	// Without it a node is one host:port whose addresses are tried in turn.
+	Expand bool
 }
 
 // Client hands out IDs from a set of idgen nodes. It is safe for use by many goroutines:
@@ -195,6 +201,9 @@ func NewClient(opts Options) (*Client, error) {
 	}
 	if opts.SequencePrefetch > 0 && opts.MaxVersion < 3 {
 		return nil, fmt.Errorf("idgen: Options.SequencePrefetch needs protocol version 3, Options.MaxVersion is %d", opts.MaxVersion)
+	}
+	if opts.Expand {
+		return nil, errors.New("idgen: Options.Expand is not available yet")
 	}
 	if opts.TLS != nil && opts.TLS.InsecureSkipVerify {
 		return nil, errors.New("idgen: TLS without certificate verification is refused; trust the nodes' authority with RootCAs instead")
