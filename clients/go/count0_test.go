@@ -26,6 +26,10 @@ func TestEveryCountedCallRefusesZeroBeforeSending(t *testing.T) {
 				v, err := c.NextIDsWith(ctx, n, IDOptions{After: 1})
 				return len(v), err
 			},
+			"NextIDsWithInt64": func(n int) (int, error) {
+				v, err := c.NextIDsWithInt64(ctx, n, IDOptions{})
+				return len(v), err
+			},
 			"NextMaskedIDs": func(n int) (int, error) {
 				v, err := c.NextMaskedIDs(ctx, n, IDOptions{})
 				return len(v.Values), err
