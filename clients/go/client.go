@@ -56,6 +56,22 @@ type Options struct {
 	// (gaps, up to K per name), and values handed out by two clients interleave. At most
 	// 1048576.
 	SequencePrefetch int
+	// Expand makes each address a node's host resolves to a node of its own (a Kubernetes
+	// headless Service: every ready pod), in the resolver's order, duplicates removed; TLS
+	// still verifies the host given. Names are resolved in NewClient (one that resolves to
+	// nothing is a node that is down) and again when a node fails, at most once a second.
+	// Without it a node is one host:port whose addresses are tried in turn.
+	Expand bool
+	// lookup resolves a name for Expand (tests only; nil: net.DefaultResolver.LookupHost).
+	lookup func(ctx context.Context, host string) ([]string, error)
+	// Logger receives the client's log records (nil: nothing is logged). Any value with
+	// *slog.Logger's Debug/Info/Warn/Error methods: on Go 1.21+ a *slog.Logger as it is.
+	// See Logger for the events and their levels.
+	Logger Logger
+	// Hooks receives every event (connect, connect_failed, request, refused, failover,
+	// node_down, node_up) with its fields, for metrics and tracing (nil: none). HookFunc
+	// adapts a function. A hook that panics is recovered and ignored (see Hooks).
+	Hooks Hooks
 }
 
 // Client hands out IDs from a set of idgen nodes. It is safe for use by many goroutines:
@@ -75,8 +91,9 @@ type Options struct {
 // unique but not ordered against the earlier ones.
 type Client struct {
 	opts      Options
-	nodes     []*node
-	preferred atomic.Int64
+	nodesMu   sync.Mutex
+	nodes     []*node // replaced as a whole (expand), never changed in place: see nodeList
+	preferred atomic.Pointer[node]
 	stats     stats
 	tokens    atomic.Uint64
 	base      context.Context // cancelled by Close
@@ -88,12 +105,26 @@ type Client struct {
 
 	pool *pool
 	seqs *seqBuffers // nil without SequencePrefetch
-	wg   sync.WaitGroup
+	obs  *observer
+
+	// Options.Expand: the configured entries, the resolver, the last resolution.
+	entries     []nodeEntry
+	lookup      func(ctx context.Context, host string) ([]string, error)
+	resolveMu   sync.Mutex
+	resolving   bool
+	lastResolve time.Time
+	wg          sync.WaitGroup
 }
 
 type node struct {
-	addr string
-	tls  *tls.Config
+	addr  string // "host:port" dialed: the entry, or (Options.Expand) one of its addresses
+	entry string // the configured "host:port" it comes from
+	tls   *tls.Config
+
+	// Options.Expand: unresolved, a name that resolved to nothing (the node is down);
+	// gone, an address its name no longer resolves to (dropped when its connection
+	// fails); removed, out of the list (a connection dialed late is closed).
+	unresolved, gone, removed bool
 
 	mu        sync.Mutex
 	conn      *conn
@@ -131,6 +162,7 @@ type Stats struct {
 // NodeState is one node's state, from Client.Nodes.
 type NodeState struct {
 	Addr      string
+	Entry     string // the configured "host:port" Addr comes from (Addr itself without Options.Expand)
 	Connected bool
 	Down      bool          // backing off now
 	RetryIn   time.Duration // until it is tried again
@@ -199,7 +231,7 @@ func NewClient(opts Options) (*Client, error) {
 	if opts.TLS != nil && opts.TLS.InsecureSkipVerify {
 		return nil, errors.New("idgen: TLS without certificate verification is refused; trust the nodes' authority with RootCAs instead")
 	}
-	c := &Client{opts: opts}
+	c := &Client{opts: opts, obs: newObserver(opts.Logger, opts.Hooks)}
 	c.opts.Nodes = append([]string(nil), opts.Nodes...)
 	seen := map[string]bool{}
 	for _, addr := range opts.Nodes {
@@ -214,13 +246,18 @@ func NewClient(opts Options) (*Client, error) {
 			return nil, fmt.Errorf("idgen: node %q is listed twice", addr)
 		}
 		seen[addr] = true
-		n := &node{addr: addr}
-		if opts.TLS != nil {
-			n.tls = nodeTLS(opts.TLS, host)
+		c.entries = append(c.entries, nodeEntry{addr: addr, host: host, port: port})
+		if !opts.Expand {
+			c.nodes = append(c.nodes, c.newNode(addr, addr, host))
 		}
-		c.nodes = append(c.nodes, n)
 	}
 	c.base, c.cancel = context.WithCancel(context.Background())
+	if opts.Expand {
+		if c.lookup = opts.lookup; c.lookup == nil {
+			c.lookup = net.DefaultResolver.LookupHost
+		}
+		c.nodes = c.resolveAll(c.base, nil)
+	}
 	if opts.SequencePrefetch > 0 {
 		c.seqs = newSeqBuffers(opts.SequencePrefetch)
 	}
@@ -288,7 +325,7 @@ func (c *Client) NextIDs(ctx context.Context, n int) ([]uint64, error) {
 		return nil, argError("NextIDs: n = %d: must be in 1..=%d", n, maxIDsPerCall)
 	}
 	var ids []uint64
-	err := c.withFailover(ctx, func(cc *conn) error {
+	err := c.withFailover(ctx, "ids", n, func(cc *conn) error {
 		var err error
 		ids, err = c.fetch(ctx, cc, n)
 		return err
@@ -329,7 +366,7 @@ func (c *Client) NextUUIDs(ctx context.Context, n int) ([]UUID, error) {
 		return nil, &VersionError{Version: c.opts.MaxVersion, Required: UUIDsVersion}
 	}
 	var uuids []UUID
-	err := c.withFailover(ctx, func(cc *conn) error {
+	err := c.withFailover(ctx, "uuids", n, func(cc *conn) error {
 		var err error
 		uuids, err = c.fetchUUIDs(ctx, cc, n)
 		return err
@@ -371,7 +408,7 @@ func (c *Client) fetchUUIDs(ctx context.Context, cc *conn, n int) ([]UUID, error
 // Ping sends a PING to a node (with failover) and returns the round-trip time.
 func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
 	var rtt time.Duration
-	err := c.withFailover(ctx, func(cc *conn) error {
+	err := c.withFailover(ctx, "ping", 1, func(cc *conn) error {
 		start := time.Now()
 		r := newRequest(1)
 		r.slots[0].op = opPing
@@ -397,7 +434,7 @@ func (c *Client) Layout(ctx context.Context) (Layout, error) {
 	if l != nil {
 		return *l, nil
 	}
-	if err := c.withFailover(ctx, func(*conn) error { return nil }); err != nil {
+	if err := c.withFailover(ctx, "", 0, func(*conn) error { return nil }); err != nil {
 		return Layout{}, err
 	}
 	c.layoutMu.Lock()
@@ -420,10 +457,11 @@ func (c *Client) Stats() Stats {
 // Nodes returns each node's state.
 func (c *Client) Nodes() []NodeState {
 	now := time.Now()
-	out := make([]NodeState, 0, len(c.nodes))
-	for _, n := range c.nodes {
+	list := c.nodeList()
+	out := make([]NodeState, 0, len(list))
+	for _, n := range list {
 		n.mu.Lock()
-		st := NodeState{Addr: n.addr, Failures: n.failures, LastError: n.lastErr}
+		st := NodeState{Addr: n.addr, Entry: n.entry, Failures: n.failures, LastError: n.lastErr}
 		if n.downUntil.After(now) {
 			st.Down, st.RetryIn = true, n.downUntil.Sub(now)
 		}
@@ -445,7 +483,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.cancel()
-	for _, n := range c.nodes {
+	for _, n := range c.nodeList() {
 		n.mu.Lock()
 		cc := n.conn
 		n.conn = nil
@@ -499,35 +537,63 @@ func (c *Client) fetch(ctx context.Context, cc *conn, n int) ([]uint64, error) {
 }
 
 // withFailover runs one call on the preferred node, failing over as the type says.
-func (c *Client) withFailover(ctx context.Context, run func(*conn) error) error {
-	return c.runCall(ctx, -1, run)
+// op and count name the call for the request event (op "": no event).
+func (c *Client) withFailover(ctx context.Context, op string, count int, run func(*conn) error) error {
+	return c.runCall(ctx, op, count, nil, run)
 }
 
-// runCall runs one call: on the preferred node, failing over as the type says (only < 0),
+// runCall runs one call: on the preferred node, failing over as the type says (only nil),
 // or on the node only alone (a keyed call): then a failure that would have moved the call
 // on to another node is a *KeyedError instead, and a node backing off is still tried.
-func (c *Client) runCall(ctx context.Context, only int, run func(*conn) error) error {
-	if c.closed.Load() {
-		return c.errClosed()
+func (c *Client) runCall(ctx context.Context, op string, count int, only *node, run func(*conn) error) error {
+	if op == "" || !c.obs.on() {
+		_, err := c.runCallOn(ctx, op, only, run)
+		return err
 	}
-	count := len(c.nodes)
-	start := int(c.preferred.Load())
-	var tried []error
-	var again []bool // reconnected to this node once already in this call
-	for k := 0; k < count; k++ {
-		i := (start + k) % count
-		if only >= 0 {
-			if k > 0 {
+	start := time.Now()
+	n, err := c.runCallOn(ctx, op, only, run)
+	e := Event{Name: EventRequest, Op: op, Count: count, Duration: time.Since(start), Err: err, Outcome: outcomeOf(err)}
+	if n != nil {
+		e.Node = n.addr
+	}
+	c.obs.emit(e)
+	return err
+}
+
+// runCallOn is runCall; it returns the node that answered (nil: none did).
+func (c *Client) runCallOn(ctx context.Context, op string, only *node, run func(*conn) error) (answered *node, _ error) {
+	if c.closed.Load() {
+		return nil, c.errClosed()
+	}
+	list := c.nodeList()
+	if only != nil {
+		list = []*node{only}
+	}
+	count := len(list)
+	start := 0
+	if p := c.preferred.Load(); p != nil && only == nil {
+		for i, n := range list {
+			if n == p {
+				start = i
 				break
 			}
-			i = only
 		}
-		n := c.nodes[i]
-		if only < 0 && n.isDown(time.Now()) {
+	}
+	var tried []error
+	var from *node // the node the call left, for the failover event
+	var fromErr error
+	var again map[*node]bool // reconnected to this node once already in this call
+	for k := 0; k < count; k++ {
+		n := list[(start+k)%count]
+		if only == nil && n.isDown(time.Now()) {
 			continue
 		}
 		if len(tried) > 0 {
 			c.stats.failovers.Add(1)
+			if from != nil && c.obs.on() {
+				c.obs.emit(Event{Name: EventFailover, From: from.addr, To: n.addr, Reason: errString(fromErr)})
+			}
+			from = nil
 		}
 		for {
 			cc, err := c.connFor(ctx, n)
@@ -536,72 +602,80 @@ func (c *Client) runCall(ctx context.Context, only int, run func(*conn) error) e
 			}
 			if err == nil {
 				n.mu.Lock()
+				failing := n.failures > 0
 				n.failures = 0
 				n.mu.Unlock()
-				if only < 0 {
-					c.preferred.Store(int64(i))
+				if failing && c.obs.on() {
+					c.obs.emit(Event{Name: EventNodeUp, Node: n.addr, Reason: "served a call"})
 				}
-				return nil
+				if only == nil {
+					c.preferred.Store(n)
+				}
+				return n, nil
 			}
 			if c.closed.Load() {
-				return c.errClosed()
+				return nil, c.errClosed()
 			}
 			if ctx.Err() != nil {
-				return err // the context's error, from the wait or the dial
+				return nil, err // the context's error, from the wait or the dial
 			}
 			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrSequencesUnsupported) || errors.Is(err, ErrUUIDsUnsupported) || errors.Is(err, ErrIDsWithUnsupported) {
 				// Refused before sending (the call does not fit this node's limits, or the
 				// node is too old for it): nothing to retry, the node is fine.
-				return err
+				return nil, err
 			}
 			if again == nil {
-				again = make([]bool, count)
+				again = map[*node]bool{}
 			}
 			var se *ServerError
 			var ue *UnavailableError
+			if errors.As(err, &se) && c.obs.on() {
+				c.obs.emit(Event{Name: EventRefused, Node: n.addr, Op: op, Status: se.Status, Message: se.Message})
+			}
 			switch {
-			case errors.As(err, &se) && se.Status == StatusRangeChanged && !again[i]:
+			case se != nil && se.Status == StatusRangeChanged && !again[n]:
 				// The node took another worker range and closed this connection. The node
 				// is fine: reconnect at once (the new HELLO_OK announces the new range)
 				// and retry the whole call there, once; then the next node.
-				again[i] = true
+				again[n] = true
 				c.drop(n, cc)
 				continue
-			case errors.As(err, &ue) && ue.peerClosed && cc != nil && !again[i] && time.Since(cc.opened) > c.opts.RequestTimeout:
+			case errors.As(err, &ue) && ue.peerClosed && cc != nil && !again[n] && time.Since(cc.opened) > c.opts.RequestTimeout:
 				// An older connection the node closed (an idle timeout, a restart): try
 				// one fresh connection before calling the node down.
-				again[i] = true
+				again[n] = true
 				c.drop(n, cc)
 				continue
 			case se != nil && !se.RetryElsewhere():
 				if se.Closes() {
 					c.drop(n, cc)
 				}
-				return err
+				return nil, err
 			case se != nil:
 				// 300, 301, 306 (the connection stays usable), 302, 303, 305 again: back off.
 				c.markDown(n, cc, err, !se.Closes())
 			case errors.Is(err, ErrClosed):
-				return err
+				return nil, err
 			default: // unavailable, TLS, protocol errors
 				c.markDown(n, cc, err, false)
 			}
-			if only >= 0 {
-				return &KeyedError{Node: n.addr, Err: err}
+			if only != nil {
+				return nil, &KeyedError{Node: n.addr, Err: err}
 			}
 			tried = append(tried, err)
+			from, fromErr = n, err
 			break
 		}
 	}
 	if len(tried) == 1 {
-		return tried[0]
+		return nil, tried[0]
 	}
 	now := time.Now()
 	e := &NoNodeError{Errors: map[string]error{}, RetryIn: map[string]time.Duration{}}
 	if len(tried) > 0 {
 		e.last = tried[len(tried)-1]
 	}
-	for _, n := range c.nodes {
+	for _, n := range list {
 		n.mu.Lock()
 		e.Errors[n.addr] = n.lastErr
 		if n.downUntil.After(now) {
@@ -609,7 +683,7 @@ func (c *Client) runCall(ctx context.Context, only int, run func(*conn) error) e
 		}
 		n.mu.Unlock()
 	}
-	return e
+	return nil, e
 }
 
 func (n *node) isDown(now time.Time) bool {
@@ -659,10 +733,17 @@ func (c *Client) connFor(ctx context.Context, n *node) (*conn, error) {
 
 func (c *Client) dialNode(n *node, ch chan struct{}) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(c.base, c.opts.ConnectTimeout)
-	cc, err := dial(ctx, n.addr, dialOptions{tls: n.tls, maxVersion: c.opts.MaxVersion,
-		timeout: c.opts.RequestTimeout, stats: &c.stats})
-	cancel()
+	started := time.Now()
+	var cc *conn
+	var err error
+	if n.unresolved {
+		err = &UnavailableError{Node: n.addr, Detail: "the name resolves to no address (Options.Expand)"}
+	} else {
+		ctx, cancel := context.WithTimeout(c.base, c.opts.ConnectTimeout)
+		cc, err = dial(ctx, n.addr, dialOptions{tls: n.tls, maxVersion: c.opts.MaxVersion,
+			timeout: c.opts.RequestTimeout, stats: &c.stats})
+		cancel()
+	}
 	if err == nil {
 		if lerr := c.checkLayout(cc); lerr != nil {
 			cc.close()
@@ -673,10 +754,22 @@ func (c *Client) dialNode(n *node, ch chan struct{}) {
 		cc.close()
 		cc, err = nil, c.errClosed()
 	}
+	if c.obs.on() && !c.closed.Load() {
+		if err == nil {
+			c.obs.emit(Event{Name: EventConnect, Node: n.addr, Address: cc.nc.RemoteAddr().String(),
+				Version: cc.hello.Version, Duration: time.Since(started)})
+		} else {
+			c.obs.emit(Event{Name: EventConnectFailed, Node: n.addr, Err: err, Duration: time.Since(started)})
+		}
+	}
 	if err != nil {
 		c.markDown(n, nil, err, false)
 	}
 	n.mu.Lock()
+	if n.removed && cc != nil { // dropped from the list (Options.Expand) while dialing
+		cc.close()
+		cc, err = nil, &UnavailableError{Node: n.addr, Detail: "the name no longer resolves to this address"}
+	}
 	n.conn, n.dialErr, n.dialing = cc, err, nil
 	n.mu.Unlock()
 	close(ch)
@@ -722,6 +815,7 @@ func (c *Client) drop(n *node, cc *conn) {
 // keep: the node answered with a status that leaves cc usable.
 func (c *Client) markDown(n *node, cc *conn, err error, keep bool) {
 	now := time.Now()
+	down := false
 	n.mu.Lock()
 	stale := cc != nil && n.conn != nil && n.conn != cc
 	if cc != nil && n.conn == cc && !keep {
@@ -743,9 +837,20 @@ func (c *Client) markDown(n *node, cc *conn, err error, keep bool) {
 		n.downUntil = now.Add(delay)
 		n.lastErr = err
 		c.stats.nodeFailures.Add(1)
+		down = true
 	}
+	gone := n.gone
 	n.mu.Unlock()
 	if cc != nil && !keep {
 		cc.fail(err)
+	}
+	if down && c.obs.on() && !c.closed.Load() {
+		c.obs.emit(Event{Name: EventNodeDown, Node: n.addr, Reason: errString(err)})
+	}
+	if c.opts.Expand && !c.closed.Load() {
+		if gone {
+			c.removeNode(n)
+		}
+		c.maybeResolve()
 	}
 }

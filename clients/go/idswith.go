@@ -58,7 +58,8 @@ func keyNodeIndex(key string, count int) int {
 // KeyNode is the node ("host:port", from Options.Nodes) a call with this idempotency key
 // goes to: FNV-1a 64 of the key's bytes, modulo the number of nodes, in the order given.
 func (c *Client) KeyNode(key string) string {
-	return c.nodes[keyNodeIndex(key, len(c.nodes))].addr
+	list := c.nodeList()
+	return list[keyNodeIndex(key, len(list))].addr
 }
 
 // maskedString is a masked value's string form under key keyID (no key needed).
@@ -117,13 +118,18 @@ func (c *Client) idsWith(ctx context.Context, what string, n int, opts IDOptions
 	if c.opts.MaxVersion < IDsWithVersion {
 		return nil, 0, &VersionError{Version: c.opts.MaxVersion, Required: IDsWithVersion}
 	}
-	only := -1
+	var only *node
 	if opts.IdempotencyKey != "" {
-		only = keyNodeIndex(opts.IdempotencyKey, len(c.nodes))
+		list := c.nodeList() // the list as it is now (Options.Expand may change it)
+		only = list[keyNodeIndex(opts.IdempotencyKey, len(list))]
 	}
 	var ids []uint64
 	var keyID uint8
-	err := c.runCall(ctx, only, func(cc *conn) error {
+	op := "ids_with"
+	if masked {
+		op = "masked_ids"
+	}
+	err := c.runCall(ctx, op, n, only, func(cc *conn) error {
 		if cc.hello.Version < IDsWithVersion {
 			return &VersionError{Node: cc.node, Version: cc.hello.Version, Required: IDsWithVersion}
 		}

@@ -165,6 +165,10 @@ func TestRealNodeIDsAfterAnIDSeen(t *testing.T) {
 	if err != nil || len(next) != 5 || !increasing(next) || next[0] <= first[4] {
 		t.Fatalf("after %d: %v %v", first[4], next, err)
 	}
+	as64, err := c.NextIDsWithInt64(ctx, 2, IDOptions{After: next[4]})
+	if err != nil || len(as64) != 2 || as64[0] <= int64(next[4]) || as64[1] <= as64[0] {
+		t.Fatalf("NextIDsWithInt64 after %d: %v %v", next[4], as64, err)
+	}
 	// An ID 400 ms in the future: answered after a wait, and above it.
 	l, err := c.Layout(ctx)
 	if err != nil {
@@ -237,6 +241,11 @@ func TestRealNodeMaskedIDs(t *testing.T) {
 	m, err := c.NextMaskedIDs(ctx, 5, IDOptions{After: before})
 	if err != nil || m.KeyID != 4 || len(m.Values) != 5 || len(m.Strings) != 5 {
 		t.Fatalf("%+v %v", m, err)
+	}
+	for i, v := range m.Int64s() {
+		if v < 0 || uint64(v) != m.Values[i] {
+			t.Fatalf("Int64s()[%d] = %d, value %d", i, v, m.Values[i])
+		}
 	}
 	last := before
 	for i, v := range m.Values {

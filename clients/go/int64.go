@@ -44,6 +44,19 @@ func (c *Client) NextValuesInt64(ctx context.Context, name string, n int) ([]int
 	return int64s(vs), nil
 }
 
+// NextIDsWithInt64 is NextIDsWith as int64s.
+func (c *Client) NextIDsWithInt64(ctx context.Context, n int, opts IDOptions) ([]int64, error) {
+	ids, err := c.NextIDsWith(ctx, n, opts)
+	if err != nil {
+		return nil, err
+	}
+	return int64s(ids), nil
+}
+
+// Int64s are the masked values as int64s (each below 2^63: a masked ID keeps its layout's
+// width, checked when decoded).
+func (m MaskedIDs) Int64s() []int64 { return int64s(m.Values) }
+
 // int64s converts IDs or values, each below 2^63 (checked when decoded).
 func int64s(u []uint64) []int64 {
 	out := make([]int64, len(u))

@@ -64,3 +64,20 @@ func TestInt64FormsAreExactUpToTheLargestIDAndValue(t *testing.T) {
 		}
 	}
 }
+
+// A node that answers an ID with the top bit set (above every layout's 63 bits) fails the
+// call with a protocol error, in IDS (version 1) and RANGES (version 2) alike: no int64 form
+// ever returns a negative number.
+func TestAnIDWithTheTopBitSetFailsClearly(t *testing.T) {
+	for _, version := range []uint16{1, 2} {
+		h := defaultHello()
+		h.Version = version
+		f := startFake(t, &fakeNode{hello: h, mode: "serve", status: StatusUnavailableLease, nextID: 1<<63 - 2})
+		c := newClient(t, Options{Nodes: []string{f.addr}})
+		ids, err := c.NextIDsInt64(bg(t, 5*time.Second), 5)
+		if !errors.Is(err, ErrProtocol) || ids != nil {
+			t.Fatalf("version %d: IDs past 2^63: %v %v", version, ids, err)
+		}
+		t.Logf("version %d: %v", version, err)
+	}
+}

@@ -95,7 +95,7 @@ func (c *Client) refillLoop() {
 	p := c.pool
 	// A refill tries each node at most once, each within its timeouts.
 	parts := p.size/DefaultMaxBatch + 2
-	bound := (c.opts.ConnectTimeout+c.opts.RequestTimeout*time.Duration(parts))*time.Duration(len(c.nodes)) + time.Second
+	bound := (c.opts.ConnectTimeout+c.opts.RequestTimeout*time.Duration(parts))*time.Duration(len(c.nodeList())) + time.Second
 	for {
 		select {
 		case <-p.kick:

@@ -108,7 +108,7 @@ func (c *Client) NextValues(ctx context.Context, name string, n int) ([]uint64, 
 func (c *Client) fetchValues(ctx context.Context, name string, need, want int) ([]uint64, SequenceMode, error) {
 	var values []uint64
 	var mode SequenceMode
-	err := c.withFailover(ctx, func(cc *conn) error {
+	err := c.withFailover(ctx, "values", need, func(cc *conn) error {
 		if err := checkValuesRequest(cc.hello, cc.node, name, need); err != nil {
 			return err
 		}

@@ -408,7 +408,11 @@ func startFake(t testing.TB, f *fakeNode) *fakeNode {
 			return serr
 		}
 	}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	listen := "127.0.0.1:0"
+	if f.addr != "" { // a given address (a node that comes up where nothing listened)
+		listen = f.addr
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
