@@ -352,12 +352,14 @@ public final class IdgenClient implements AutoCloseable {
     }
 
     /**
-     * Exactly {@code n} IDs, asynchronously, within {@code deadline}. {@code n = 0} is sent as
-     * is and refused by the node ({@code 200 INVALID_COUNT}).
+     * Exactly {@code n} IDs, asynchronously, within {@code deadline}.
+     *
+     * @throws IllegalArgumentException at once, nothing sent, for an {@code n} outside {@code 1
+     *     ..= 16777216} (0 included: no call returns an empty batch)
      */
     public CompletableFuture<long[]> nextIdsAsync(int n, Duration deadline) {
-        if (n < 0 || n > MAX_IDS_PER_CALL) {
-            throw new IllegalArgumentException("n must be in 0 .. " + MAX_IDS_PER_CALL);
+        if (n < 1 || n > MAX_IDS_PER_CALL) {
+            throw new IllegalArgumentException("n must be in 1 .. " + MAX_IDS_PER_CALL + ", not " + n);
         }
         return call(conn -> conn.getIds(n), deadline);
     }
