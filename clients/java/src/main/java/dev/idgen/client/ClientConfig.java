@@ -47,10 +47,10 @@ public final class ClientConfig {
     private final String serverName;
     private final Long connectTimeoutMs;
     private final Long timeoutMs;
-    private final boolean expand;
+    private final Boolean expand; // null: not given
 
     private ClientConfig(String source, List<String> nodes, boolean tls, String ca, String cert, String key,
-            String serverName, Long connectTimeoutMs, Long timeoutMs, boolean expand) {
+            String serverName, Long connectTimeoutMs, Long timeoutMs, Boolean expand) {
         this.source = source;
         this.nodes = List.copyOf(nodes);
         this.tls = tls;
@@ -105,7 +105,12 @@ public final class ClientConfig {
 
     /** Whether each address a node's name resolves to is a node of its own. */
     public boolean expand() {
-        return expand;
+        return Boolean.TRUE.equals(expand);
+    }
+
+    /** Whether the URL gave {@code expand} (either value). */
+    boolean expandGiven() {
+        return expand != null;
     }
 
     /** Where the settings came from ("the URL", "IDGEN_NODES", ...), for messages. */
@@ -141,7 +146,7 @@ public final class ClientConfig {
     public String toString() {
         return "ClientConfig[nodes=" + nodes + ", tls=" + tls + ", ca=" + ca + ", cert=" + cert + ", key=" + key
                 + ", serverName=" + serverName + ", connectTimeoutMs=" + connectTimeoutMs + ", timeoutMs=" + timeoutMs
-                + ", expand=" + expand + "]";
+                + ", expand=" + expand() + "]";
     }
 
     // ---------------------------------------------------------------------------------
@@ -244,12 +249,12 @@ public final class ClientConfig {
         if ((cert == null) != (key == null)) {
             throw bad(url, cert != null ? "cert without key (mutual TLS needs both)" : "key without cert (mutual TLS needs both)");
         }
-        boolean expand = false;
+        Boolean expand = null;
         String e = params.get("expand");
         if (e != null) {
-            if (e.equals("true")) {
-                expand = true;
-            } else if (!e.equals("false")) {
+            if (e.equals("true") || e.equals("false")) {
+                expand = Boolean.valueOf(e);
+            } else {
                 throw bad(url, "expand must be true or false, not " + e);
             }
         }
@@ -441,7 +446,7 @@ public final class ClientConfig {
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException(e.getMessage(), e);
         }
-        return new ClientConfig("the environment", list, tls, ca, cert, key, serverName, connect, timeout, false);
+        return new ClientConfig("the environment", list, tls, ca, cert, key, serverName, connect, timeout, null);
     }
 
     private static String get(Map<String, String> env, String name) {
