@@ -419,7 +419,12 @@ public final class ClientConfig {
                 throw new IllegalArgumentException(ENV_NODES + " is a URL, so " + String.join(", ", set)
                         + " must not be set: give every setting in the URL (each setting has one source)");
             }
-            ClientConfig c = parseUrl(nodes.strip());
+            ClientConfig c;
+            try {
+                c = parseUrl(nodes.strip());
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException(ENV_NODES + ": " + e.getMessage(), e);
+            }
             return new ClientConfig(ENV_NODES, c.nodes, c.tls, c.ca, c.cert, c.key, c.serverName, c.connectTimeoutMs,
                     c.timeoutMs, c.expand);
         }

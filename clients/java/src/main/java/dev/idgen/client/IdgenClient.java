@@ -82,6 +82,15 @@ import java.util.function.Function;
  * that negotiated version 1 or 2 fails the call with {@link SequencesUnsupportedException}.
  * With {@link Builder#sequencePrefetch(int)}, values of dense sequences are fetched ahead and
  * kept per name; strict sequences' values never are.
+ *
+ * <h2>Configuration and events</h2>
+ * {@link #fromUrl(String)}, {@link #fromEnv()} and {@link Builder#url(String)} take nodes, TLS,
+ * timeouts and {@code expand} from an {@code idgen://}/{@code idgens://} URL or from {@code
+ * IDGEN_NODES} and {@code IDGEN_CLIENT_*} ({@link ClientConfig}, clients/vectors/CONFIG.md); a
+ * setting given there and in code is an error. With {@link Builder#expand(boolean)} each address
+ * of a name is a node of its own. Events (connects, requests, refusals, failovers, nodes down and
+ * up) go to {@code System.getLogger("dev.idgen.client")} and to an optional {@link
+ * IdgenListener}; see {@link IdgenEvent}.
  */
 public final class IdgenClient implements AutoCloseable {
     /** The default ID port of {@code idgen serve}. */

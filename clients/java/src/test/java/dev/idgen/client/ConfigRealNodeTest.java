@@ -117,6 +117,15 @@ class ConfigRealNodeTest {
     }
 
     @Test
+    void idgensWithoutCaVerifiesAgainstTheSystemRoots() {
+        // The test CA is not among the JDK's roots: the node's certificate is refused.
+        try (IdgenClient c = IdgenClient.fromUrl("idgens://localhost:" + port(mtls.tlsAddr) + "?connect_timeout_ms=5000")) {
+            TlsException e = assertThrows(TlsException.class, () -> c.nextIds(1));
+            assertEquals(TlsException.Kind.UNKNOWN_ISSUER, e.kind());
+        }
+    }
+
+    @Test
     void aSettingGivenBothInCodeAndInTheUrlIsAnError() {
         String url = "idgen://" + plain.addr + "?connect_timeout_ms=500&timeout_ms=500";
         List<IdgenClient.Builder> both = List.of(
