@@ -1048,12 +1048,13 @@ public final class IdgenClient implements AutoCloseable {
 
         /**
          * With expand, once every node of the order was tried: resolves the names again (at most
-         * once a second) and appends the nodes not tried yet. Runs on a worker thread.
+         * once a second) and appends the nodes of the list not tried yet. Runs on a worker thread.
          */
         boolean reresolved() {
-            if (tried.isEmpty() || !resolveIfDue()) {
+            if (tried.isEmpty()) {
                 return false;
             }
+            resolveIfDue(); // or a resolution after a node failed just ran: take its nodes too
             Set<Node> had = new HashSet<>(order);
             for (Node n : nodes) {
                 if (!had.contains(n)) {
@@ -1385,6 +1386,14 @@ public final class IdgenClient implements AutoCloseable {
         }
         if (marked) {
             events.emit("node_down", "node", node.address, "reason", String.valueOf(err.getMessage()));
+            if (expand) {
+                // A node failed: look at the names again (at most once a second), off this thread.
+                try {
+                    workers.execute(this::resolveIfDue);
+                } catch (java.util.concurrent.RejectedExecutionException closing) {
+                    // the client is closing
+                }
+            }
         }
         dropIfGone(node);
     }

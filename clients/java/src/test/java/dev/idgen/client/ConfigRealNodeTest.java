@@ -100,6 +100,36 @@ class ConfigRealNodeTest {
         }
     }
 
+    /** Runs {@link EnvProbe} in a JVM whose environment holds no IDGEN_* but {@code env}. */
+    static String probe(Map<String, String> env) throws Exception {
+        ProcessBuilder pb = new ProcessBuilder(java.nio.file.Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "-cp", ConnectTest.classpathOf(IdgenClient.class) + java.io.File.pathSeparator
+                        + ConnectTest.classpathOf(EnvProbe.class), EnvProbe.class.getName());
+        pb.environment().keySet().removeIf(k -> k.startsWith("IDGEN_"));
+        pb.environment().putAll(env);
+        pb.redirectErrorStream(true);
+        Process p = pb.start();
+        String out = Support.readAll(p.getInputStream());
+        if (!p.waitFor(60, java.util.concurrent.TimeUnit.SECONDS)) {
+            p.destroyForcibly();
+            throw new AssertionError("EnvProbe did not finish: " + out);
+        }
+        return out;
+    }
+
+    @Test
+    void fromTheProcessEnvironment() throws Exception {
+        String out = probe(Map.of("IDGEN_NODES", plain.addr));
+        assertTrue(out.contains("ok 3 from " + plain.addr), out);
+        out = probe(Map.of("IDGEN_NODES", "localhost:" + port(mtls.tlsAddr), "IDGEN_CLIENT_CA", cert("ca.crt"),
+                "IDGEN_CLIENT_CERT", cert("client.crt"), "IDGEN_CLIENT_KEY", cert("client.key")));
+        assertTrue(out.contains("ok 3 from localhost:" + port(mtls.tlsAddr)), out);
+        out = probe(Map.of());
+        assertTrue(out.contains("error: IDGEN_NODES is not set"), out);
+        out = probe(Map.of("IDGEN_NODES", "idgen://" + plain.addr, "IDGEN_CLIENT_TIMEOUT_MS", "100"));
+        assertTrue(out.contains("error: IDGEN_NODES is a URL, so IDGEN_CLIENT_TIMEOUT_MS must not be set"), out);
+    }
+
     @Test
     void fromAUrlWithMutualTlsAndAServerName() {
         // Dialed by address, verified as the name server_name gives (the certificate names localhost).
@@ -206,6 +236,21 @@ class ConfigRealNodeTest {
         r.names.put("ids.test", List.of("127.0.0.1"));
         try (Support.Node a = Support.Node.memory("--listen", "127.0.0.1:" + p, "--region-bits", "1", "--region", "0");
                 Support.Node b = Support.Node.memory("--listen", "127.0.0.2:" + p, "--region-bits", "1", "--region", "1")) {
+            // A node that fails while the call succeeds elsewhere has the names looked at again.
+            Resolver r2 = new Resolver();
+            r2.names.put("ids.test", List.of("127.0.0.3", "127.0.0.1")); // nothing listens on 127.0.0.3
+            try (IdgenClient c = IdgenClient.builder().url("idgen://ids.test:" + p + "?expand=true").resolver(r2).build()) {
+                assertEquals(List.of("127.0.0.3:" + p, "127.0.0.1:" + p), addresses(c));
+                Thread.sleep(1100);
+                r2.names.put("ids.test", List.of("127.0.0.3", "127.0.0.1", "127.0.0.2"));
+                assertEquals(0, c.decode(c.nextIds(3)[0]).region(), "served by the node on 127.0.0.1 after a failover");
+                for (int i = 0; i < 200 && addresses(c).size() < 3; i++) {
+                    Thread.sleep(10);
+                }
+                assertEquals(List.of("127.0.0.3:" + p, "127.0.0.1:" + p, "127.0.0.2:" + p), addresses(c),
+                        "the address that appeared was added after the failure");
+            }
+
             List<IdgenEvent> events = new CopyOnWriteArrayList<>();
             try (IdgenClient c = IdgenClient.builder().url("idgen://ids.test:" + p + "?expand=true&timeout_ms=2000")
                     .resolver(r).listener(events::add).build()) {
