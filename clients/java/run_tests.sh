@@ -65,6 +65,13 @@ if [ -n "$strays" ] || "$jar" --list --file "$tmp/idgen-client.jar" | grep -q 'B
   echo "$strays" >&2
   exit 1
 fi
+# What a repository needs from a published pom (Maven Central's list).
+for tag in name description url licenses scm developers; do
+  if ! grep -q "^  <$tag>" "$here/pom.xml"; then
+    echo "java client: pom.xml has no <$tag>" >&2
+    exit 1
+  fi
+done
 echo "jar: module $module, $("$jar" --list --file "$tmp/idgen-client.jar" | grep -c '\.class$') classes, no bench"
 
 echo "==> javac test sources"

@@ -92,6 +92,16 @@ final class Connection {
     private long lastId = -1;
     private java.util.UUID lastUuid; // the reader's: the last UUID answered on this connection
 
+    /** The address that accepted the connection ({@code ip:port}). */
+    String remoteAddress() {
+        java.net.SocketAddress a = socket.getRemoteSocketAddress();
+        if (a instanceof InetSocketAddress i && i.getAddress() != null) {
+            String ip = i.getAddress().getHostAddress();
+            return (ip.indexOf(':') >= 0 ? "[" + ip + "]" : ip) + ":" + i.getPort();
+        }
+        return String.valueOf(a);
+    }
+
     private Connection(String node, Socket socket, HelloOk hello, byte[] rest, int restLen, boolean useRanges,
             Stats stats) throws IOException {
         this.node = node;
@@ -121,8 +131,19 @@ final class Connection {
      */
     static Connection open(String node, String host, int port, TlsConfig tls, long timeoutMillis,
             boolean useRanges, Stats stats) {
+        return open(node, host, null, port, tls, timeoutMillis, useRanges, stats);
+    }
+
+    /**
+     * As {@link #open(String, String, int, TlsConfig, long, boolean, Stats)}; with {@code fixed}
+     * non-null, connects to that address only (a node of a name expanded to its addresses),
+     * while TLS still verifies {@code host} (or the configured server name).
+     */
+    static Connection open(String node, String host, java.net.InetAddress fixed, int port, TlsConfig tls,
+            long timeoutMillis, boolean useRanges, Stats stats) {
         long deadline = System.nanoTime() + timeoutMillis * 1_000_000L;
-        Socket raw = connectAny(node, host, port, deadline, timeoutMillis);
+        Socket raw = fixed == null ? connectAny(node, host, port, deadline, timeoutMillis)
+                : connectAny(node, new InetSocketAddress[] {new InetSocketAddress(fixed, port)}, deadline, timeoutMillis);
         Socket sock = raw;
         try {
             if (tls != null) {

@@ -82,13 +82,30 @@ import java.util.function.Function;
  * that negotiated version 1 or 2 fails the call with {@link SequencesUnsupportedException}.
  * With {@link Builder#sequencePrefetch(int)}, values of dense sequences are fetched ahead and
  * kept per name; strict sequences' values never are.
+ *
+ * <h2>Configuration and events</h2>
+ * {@link #fromUrl(String)}, {@link #fromEnv()} and {@link Builder#url(String)} take nodes, TLS,
+ * timeouts and {@code expand} from an {@code idgen://}/{@code idgens://} URL or from {@code
+ * IDGEN_NODES} and {@code IDGEN_CLIENT_*} ({@link ClientConfig}, clients/vectors/CONFIG.md); a
+ * setting given there and in code is an error. With {@link Builder#expand(boolean)} each address
+ * of a name is a node of its own. Events (connects, requests, refusals, failovers, nodes down and
+ * up) go to {@code System.getLogger("dev.idgen.client")} and to an optional {@link
+ * IdgenListener}; see {@link IdgenEvent}.
  */
 public final class IdgenClient implements AutoCloseable {
     /** The default ID port of {@code idgen serve}. */
     public static final int DEFAULT_PORT = 7420;
     private static final int MAX_IDS_PER_CALL = 1 << 24;
 
-    private final List<Node> nodes;
+    /** The nodes now: the configured ones, or with expand their names' addresses. */
+    private volatile List<Node> nodes;
+    /** The nodes as configured (host:port), in order. */
+    private final List<Node> entries;
+    private final boolean expand;
+    private final Events events;
+    private final Object resolveLock = new Object();
+    private long lastResolve; // System.nanoTime() of the last resolution; guarded by resolveLock
+    private final Function<String, java.net.InetAddress[]> resolver;
     private final TlsConfig tls;
     private final Duration connectTimeout;
     private final Duration requestTimeout;
@@ -102,16 +119,19 @@ public final class IdgenClient implements AutoCloseable {
     private final PrefetchPool prefetch;
     private final SequencePrefetch sequencePrefetch;
     private final AtomicLong tokens = new AtomicLong(1);
-    private volatile int preferred;
+    private volatile Node preferred;
     private volatile Layout layout;
     private volatile boolean closed;
 
     /** One node and its state. */
     private static final class Node {
-        final int index;
         final String address;
         final String host;
         final int port;
+        /** With expand: the one address this node is (TLS still verifies {@code host}); else null. */
+        final java.net.InetAddress fixed;
+        /** With expand: its name no longer resolves to it; dropped once its connection fails. */
+        volatile boolean gone;
         final Object connectLock = new Object();
         volatile Connection conn;
         // Guarded by `this`:
@@ -119,8 +139,17 @@ public final class IdgenClient implements AutoCloseable {
         long downUntil; // System.nanoTime(), 0 when up
         Throwable lastError;
 
-        Node(int index, String address) {
-            this.index = index;
+        /** An address of {@code entry}'s name, a node of its own (expand). */
+        Node(Node entry, java.net.InetAddress addr) {
+            String ip = addr.getHostAddress();
+            this.address = (ip.indexOf(':') >= 0 ? "[" + ip + "]" : ip) + ":" + entry.port;
+            this.host = entry.host;
+            this.port = entry.port;
+            this.fixed = addr;
+        }
+
+        Node(String address) {
+            this.fixed = null;
             this.address = address;
             int colon = address.lastIndexOf(':');
             if (colon <= 0 || colon == address.length() - 1) {
@@ -145,21 +174,67 @@ public final class IdgenClient implements AutoCloseable {
     }
 
     private IdgenClient(Builder b) {
+        List<String> addresses = b.nodes;
+        TlsConfig tlsConfig = b.tls;
+        Duration connect = b.connectTimeout;
+        Duration request = b.requestTimeout;
+        boolean expandNames = b.expand;
+        ClientConfig cfg = b.config;
+        if (cfg != null) {
+            // Each setting has one source: code, or the URL / the environment.
+            String src = cfg.source();
+            if (!b.nodes.isEmpty()) {
+                throw both("the nodes", src);
+            }
+            if (b.tls != null) {
+                throw both("TLS", src);
+            }
+            if (cfg.connectTimeoutMs() != null) {
+                if (b.connectTimeoutSet) {
+                    throw both("the connect timeout", src);
+                }
+                connect = Duration.ofMillis(cfg.connectTimeoutMs());
+            }
+            if (cfg.timeoutMs() != null) {
+                if (b.requestTimeoutSet) {
+                    throw both("the request timeout", src);
+                }
+                request = Duration.ofMillis(cfg.timeoutMs());
+            }
+            if (cfg.expandGiven()) {
+                if (b.expandSet) {
+                    throw both("expand", src);
+                }
+                expandNames = cfg.expand();
+            }
+            addresses = cfg.nodes();
+            tlsConfig = cfg.tlsConfig();
+        }
         List<Node> ns = new ArrayList<>();
         Set<String> seen = new HashSet<>();
-        for (String a : b.nodes) {
+        for (String a : addresses) {
             if (!seen.add(a)) {
                 throw new IllegalArgumentException("node " + a + " is listed twice");
             }
-            ns.add(new Node(ns.size(), a));
+            ns.add(new Node(a));
         }
         if (ns.isEmpty()) {
             throw new IllegalArgumentException("at least one node is required");
         }
-        this.nodes = List.copyOf(ns);
-        this.tls = b.tls;
-        this.connectTimeout = b.connectTimeout;
-        this.requestTimeout = b.requestTimeout;
+        this.entries = List.copyOf(ns);
+        this.expand = expandNames;
+        this.events = new Events(b.listener);
+        this.resolver = b.resolver != null ? b.resolver : IdgenClient::resolveName;
+        this.nodes = this.entries;
+        if (expandNames) {
+            synchronized (resolveLock) {
+                this.nodes = resolved(List.of());
+                lastResolve = System.nanoTime();
+            }
+        }
+        this.tls = tlsConfig;
+        this.connectTimeout = connect;
+        this.requestTimeout = request;
         this.callDeadline = b.callDeadline;
         this.backoffMin = b.backoffMin;
         this.backoffMax = b.backoffMax;
@@ -169,6 +244,11 @@ public final class IdgenClient implements AutoCloseable {
         this.workers = Executors.newCachedThreadPool(daemon("idgen-worker"));
         this.prefetch = b.prefetch > 0 ? new PrefetchPool(this, b.prefetch, b.lowWater) : null;
         this.sequencePrefetch = b.sequencePrefetch > 0 ? new SequencePrefetch(this, b.sequencePrefetch) : null;
+    }
+
+    private static IllegalArgumentException both(String what, String source) {
+        return new IllegalArgumentException(what + " given both in code and in " + source
+                + ": give each setting once (never a silent precedence)");
     }
 
     private static ThreadFactory daemon(String name) {
@@ -190,6 +270,34 @@ public final class IdgenClient implements AutoCloseable {
         return builder().nodes(nodes).build();
     }
 
+    /**
+     * A client for an {@code idgen://} or {@code idgens://} URL (clients/vectors/CONFIG.md, {@link
+     * ClientConfig#parseUrl(String)}), other settings at their defaults.
+     *
+     * @throws IllegalArgumentException for a bad URL, before any connection
+     */
+    public static IdgenClient fromUrl(String url) {
+        return builder().url(url).build();
+    }
+
+    /**
+     * A client for a URL with further settings from {@code options} (a {@link #builder()}); a
+     * setting given both in {@code options} and in the URL is an {@link IllegalArgumentException}.
+     */
+    public static IdgenClient fromUrl(String url, Builder options) {
+        return options.url(url).build();
+    }
+
+    /** A client from the environment ({@code IDGEN_NODES}, {@code IDGEN_CLIENT_*}: {@link ClientConfig#fromEnv()}). */
+    public static IdgenClient fromEnv() {
+        return builder().fromEnv().build();
+    }
+
+    /** A client from the environment with further settings from {@code options}; none may be given twice. */
+    public static IdgenClient fromEnv(Builder options) {
+        return options.fromEnv().build();
+    }
+
     /** Settings of an {@link IdgenClient}. */
     public static final class Builder {
         private final List<String> nodes = new ArrayList<>();
@@ -203,8 +311,63 @@ public final class IdgenClient implements AutoCloseable {
         private int lowWater = -1;
         private int sequencePrefetch;
         private boolean useRanges = true;
+        private boolean connectTimeoutSet;
+        private boolean requestTimeoutSet;
+        private boolean expand;
+        private boolean expandSet;
+        private ClientConfig config;
+        private IdgenListener listener;
+        private Function<String, java.net.InetAddress[]> resolver;
 
         private Builder() {}
+
+        /**
+         * Nodes, TLS, timeouts and expand from a URL ({@link ClientConfig#parseUrl(String)}); a
+         * setting given here too (nodes, tls, connectTimeout, requestTimeout, expand) is an error
+         * at {@link #build()}.
+         */
+        public Builder url(String url) {
+            return config(ClientConfig.parseUrl(url));
+        }
+
+        /** Nodes, TLS and timeouts from the environment ({@link ClientConfig#fromEnv()}); as {@link #url}. */
+        public Builder fromEnv() {
+            return config(ClientConfig.fromEnv());
+        }
+
+        /** Nodes, TLS, timeouts and expand from {@code config}; as {@link #url}. */
+        public Builder config(ClientConfig config) {
+            Objects.requireNonNull(config, "config");
+            if (this.config != null) {
+                throw new IllegalArgumentException("a URL or environment is given twice");
+            }
+            this.config = config;
+            return this;
+        }
+
+        /**
+         * Whether each address a node's name resolves to is a node of its own (a Kubernetes
+         * headless Service: every ready pod), re-resolved when a node fails (at most once a
+         * second). TLS still verifies the name. Default false: a name is one node whose addresses
+         * are tried in turn.
+         */
+        public Builder expand(boolean on) {
+            this.expand = on;
+            this.expandSet = true;
+            return this;
+        }
+
+        /** Receives every event of the client ({@link IdgenEvent}); see {@link IdgenListener}. */
+        public Builder listener(IdgenListener listener) {
+            this.listener = Objects.requireNonNull(listener, "listener");
+            return this;
+        }
+
+        /** The resolver expand uses (tests); an unknown name gives an empty array. */
+        Builder resolver(Function<String, java.net.InetAddress[]> resolver) {
+            this.resolver = resolver;
+            return this;
+        }
 
         /** Adds nodes ({@code host:port}, IPv6 as {@code [::1]:7420}), tried in this order. */
         public Builder nodes(String... addresses) {
@@ -228,12 +391,14 @@ public final class IdgenClient implements AutoCloseable {
         /** Limit for connecting to one node: TCP, TLS and HELLO. Default 2 s. */
         public Builder connectTimeout(Duration d) {
             this.connectTimeout = positive(d, "connectTimeout");
+            this.connectTimeoutSet = true;
             return this;
         }
 
         /** Limit for one node's answer; a node silent for this long counts as failed. Default 1 s. */
         public Builder requestTimeout(Duration d) {
             this.requestTimeout = positive(d, "requestTimeout");
+            this.requestTimeoutSet = true;
             return this;
         }
 
@@ -352,14 +517,16 @@ public final class IdgenClient implements AutoCloseable {
     }
 
     /**
-     * Exactly {@code n} IDs, asynchronously, within {@code deadline}. {@code n = 0} is sent as
-     * is and refused by the node ({@code 200 INVALID_COUNT}).
+     * Exactly {@code n} IDs, asynchronously, within {@code deadline}.
+     *
+     * @throws IllegalArgumentException at once, nothing sent, for an {@code n} outside {@code 1
+     *     ..= 16777216} (0 included: no call returns an empty batch)
      */
     public CompletableFuture<long[]> nextIdsAsync(int n, Duration deadline) {
-        if (n < 0 || n > MAX_IDS_PER_CALL) {
-            throw new IllegalArgumentException("n must be in 0 .. " + MAX_IDS_PER_CALL);
+        if (n < 1 || n > MAX_IDS_PER_CALL) {
+            throw new IllegalArgumentException("n must be in 1 .. " + MAX_IDS_PER_CALL + ", not " + n);
         }
-        return call(conn -> conn.getIds(n), deadline);
+        return call("ids", n, conn -> conn.getIds(n), deadline);
     }
 
     // ---- GET_IDS_WITH: after, idempotency keys, masked IDs (protocol version 5) ----
@@ -418,16 +585,19 @@ public final class IdgenClient implements AutoCloseable {
         if (n < 1 || n > MAX_IDS_PER_CALL) {
             throw new IllegalArgumentException("n must be in 1 .. " + MAX_IDS_PER_CALL + ", not " + n);
         }
-        int pinned = o.key() == null ? -1 : keyNodeIndex(o.key(), nodes.size());
-        return call(conn -> conn.getIdsWith(n, o, masked), deadline, pinned);
+        List<Node> ns = nodes;
+        Node pinned = o.key() == null ? null : ns.get(keyNodeIndex(o.key(), ns.size()));
+        return call(masked ? "masked_ids" : "ids_with", n, conn -> conn.getIdsWith(n, o, masked), deadline, pinned);
     }
 
     /**
      * The node ({@code host:port}) a request with idempotency key {@code key} goes to: FNV-1a
-     * 64 of the key's bytes, modulo the number of configured nodes, in the order given.
+     * 64 of the key's bytes, modulo the number of configured nodes, in the order given (with
+     * expand: of the nodes the names resolve to now, which a re-resolution may change).
      */
     public String nodeForKey(String key) {
-        return nodes.get(keyNodeIndex(key, nodes.size())).address;
+        List<Node> ns = nodes;
+        return ns.get(keyNodeIndex(key, ns.size())).address;
     }
 
     /** FNV-1a 64 of the key's bytes, unsigned, modulo {@code nodeCount}. */
@@ -502,7 +672,7 @@ public final class IdgenClient implements AutoCloseable {
         if (n < 1 || n > MAX_IDS_PER_CALL) {
             throw new IllegalArgumentException("n must be in 1 .. " + MAX_IDS_PER_CALL + ", not " + n);
         }
-        return call(conn -> conn.getUuids(n), deadline);
+        return call("uuids", n, conn -> conn.getUuids(n), deadline);
     }
 
     /** Takes a version 7 UUID apart with {@link #layout()}. */
@@ -574,7 +744,7 @@ public final class IdgenClient implements AutoCloseable {
 
     /** One GET_VALUES of {@code n ..= want} values (see {@link Connection#getValues}), with failover. */
     CompletableFuture<Frames.Values> valuesCall(byte[] nameBytes, int n, int want, Duration deadline) {
-        return call(conn -> conn.getValues(nameBytes, n, want), deadline);
+        return call("values", n, conn -> conn.getValues(nameBytes, n, want), deadline);
     }
 
     /** The sequence prefetch state, or {@code null} without it; for tests. */
@@ -589,7 +759,7 @@ public final class IdgenClient implements AutoCloseable {
 
     /** PING a node, asynchronously. */
     public CompletableFuture<Duration> pingAsync() {
-        return call(conn -> {
+        return call("ping", 0, conn -> {
             long start = System.nanoTime();
             return conn.ping(tokens.getAndIncrement()).thenApply(t -> Duration.ofNanos(System.nanoTime() - start));
         }, callDeadline);
@@ -599,7 +769,7 @@ public final class IdgenClient implements AutoCloseable {
     public Layout layout() {
         Layout l = layout;
         if (l == null) {
-            await(call(conn -> CompletableFuture.completedFuture(conn.hello), callDeadline), callDeadline);
+            await(call(null, 0, conn -> CompletableFuture.completedFuture(conn.hello), callDeadline), callDeadline);
             l = layout;
         }
         return l;
@@ -628,7 +798,7 @@ public final class IdgenClient implements AutoCloseable {
             synchronized (n) {
                 long left = Math.max(0, n.downUntil - now);
                 out.add(new NodeInfo(n.address, c != null && c.alive(), Duration.ofNanos(n.downUntil == 0 ? 0 : left),
-                        n.failures, n.lastError, c != null && c.alive() ? c.hello : null, n.index == preferred));
+                        n.failures, n.lastError, c != null && c.alive() ? c.hello : null, n == preferredNode(nodes)));
             }
         }
         return out;
@@ -722,14 +892,25 @@ public final class IdgenClient implements AutoCloseable {
         }
     }
 
-    private <T> CompletableFuture<T> call(Function<Connection, CompletableFuture<T>> op, Duration deadline) {
-        return call(op, deadline, -1);
+    private <T> CompletableFuture<T> call(String opName, int count, Function<Connection, CompletableFuture<T>> op,
+            Duration deadline) {
+        return call(opName, count, op, deadline, null);
     }
 
-    /** A call; {@code pinned} >= 0: only that node, never another (a keyed request). */
-    private <T> CompletableFuture<T> call(Function<Connection, CompletableFuture<T>> op, Duration deadline, int pinned) {
+    /**
+     * A call; {@code pinned} non-null: only that node, never another (a keyed request). {@code
+     * opName} names it in the request event (null: an internal call, no event).
+     */
+    private <T> CompletableFuture<T> call(String opName, int count, Function<Connection, CompletableFuture<T>> op,
+            Duration deadline, Node pinned) {
         checkDeadline(deadline);
-        Call<T> c = new Call<>(op, System.nanoTime() + deadline.toNanos(), pinned);
+        Call<T> c = new Call<>(opName, op, System.nanoTime() + deadline.toNanos(), pinned);
+        if (opName != null && events.wanted("request")) {
+            long start = System.nanoTime();
+            c.result.whenComplete((v, e) -> events.emit("request", "op", opName, "count", count, "node",
+                    c.answered == null ? null : c.answered.address, "duration", Duration.ofNanos(System.nanoTime() - start),
+                    "outcome", e == null ? "ok" : outcome(unwrap(e))));
+        }
         if (closed) {
             c.result.completeExceptionally(new ClientClosedException("the client is closed"));
             return c.result;
@@ -746,17 +927,21 @@ public final class IdgenClient implements AutoCloseable {
         final List<Node> order;
         int position;
         final Map<String, Throwable> tried = new LinkedHashMap<>();
-        final Set<Integer> reconnected = new HashSet<>();
+        final Set<Node> reconnected = new HashSet<>();
         Node retrySame;
+        Node last;
+        volatile Node answered;
         Throwable lastError;
 
         final boolean pinned;
+        final String opName;
 
-        Call(Function<Connection, CompletableFuture<T>> op, long deadline, int pinned) {
+        Call(String opName, Function<Connection, CompletableFuture<T>> op, long deadline, Node pinned) {
+            this.opName = opName;
             this.op = op;
             this.deadline = deadline;
-            this.pinned = pinned >= 0;
-            this.order = pinned >= 0 ? List.of(nodes.get(pinned)) : order(System.nanoTime());
+            this.pinned = pinned != null;
+            this.order = pinned != null ? List.of(pinned) : new ArrayList<>(order(System.nanoTime()));
         }
 
         /** Tries the next node: inline when it is connected, else on a worker thread. */
@@ -777,15 +962,20 @@ public final class IdgenClient implements AutoCloseable {
             if (retrySame != null) {
                 node = retrySame;
                 retrySame = null;
-            } else if (position < order.size()) {
+            } else if (position < order.size() || (!pinned && expand && reresolved())) {
                 node = order.get(position++);
                 if (!tried.isEmpty()) {
                     stats.failovers.increment();
+                    if (last != null) {
+                        events.emit("failover", "from", last.address, "to", node.address, "reason",
+                                lastError == null ? null : String.valueOf(lastError.getMessage()));
+                    }
                 }
             } else {
                 finish();
                 return;
             }
+            last = node;
             Connection c = node.conn;
             if (c != null && c.alive()) {
                 attempt(node, c);
@@ -856,13 +1046,37 @@ public final class IdgenClient implements AutoCloseable {
             });
         }
 
+        /**
+         * With expand, once every node of the order was tried: resolves the names again (at most
+         * once a second) and appends the nodes of the list not tried yet. Runs on a worker thread.
+         */
+        boolean reresolved() {
+            if (tried.isEmpty()) {
+                return false;
+            }
+            resolveIfDue(); // or a resolution after a node failed just ran: take its nodes too
+            Set<Node> had = new HashSet<>(order);
+            for (Node n : nodes) {
+                if (!had.contains(n)) {
+                    order.add(n);
+                }
+            }
+            return position < order.size();
+        }
+
         void succeeded(Node node) {
+            boolean wasDown;
             synchronized (node) {
+                wasDown = node.failures > 0;
                 node.failures = 0;
                 node.downUntil = 0;
                 node.lastError = null;
             }
-            preferred = node.index;
+            answered = node;
+            preferred = node;
+            if (wasDown) {
+                events.emit("node_up", "node", node.address, "reason", "answered");
+            }
         }
 
         void failed(Node node, Connection conn, Throwable e, boolean atSubmit) {
@@ -883,7 +1097,9 @@ public final class IdgenClient implements AutoCloseable {
                 return;
             }
             if (e instanceof ServerException se) {
-                if (se.status() == Status.RANGE_CHANGED && reconnected.add(node.index)) {
+                events.emit("refused", "node", node.address, "op", opName, "status", se.status(), "status_name",
+                        se.statusName(), "message", se.serverMessage());
+                if (se.status() == Status.RANGE_CHANGED && reconnected.add(node)) {
                     // The node took another worker range and closed this connection; the node
                     // is fine: reconnect (the new HELLO_OK announces the new range) and retry.
                     stats.rangeChanges.increment();
@@ -904,7 +1120,7 @@ public final class IdgenClient implements AutoCloseable {
                 resume();
                 return;
             }
-            if (atSubmit && conn != null && conn.closedIdle() && reconnected.add(node.index)) {
+            if (atSubmit && conn != null && conn.closedIdle() && reconnected.add(node)) {
                 // The node closed an idle connection (its idle timeout): not a failure.
                 drop(node, conn);
                 retrySame = node;
@@ -939,26 +1155,140 @@ public final class IdgenClient implements AutoCloseable {
             for (Node n : nodes) {
                 all.put(n.address, tried.get(n.address));
             }
+            for (Map.Entry<String, Throwable> t : tried.entrySet()) {
+                all.putIfAbsent(t.getKey(), t.getValue()); // a node dropped since (expand)
+            }
             result.completeExceptionally(new NoNodeAvailableException(all));
         }
     }
 
     /** Healthy nodes from the preferred one on, then nodes backing off, soonest back first. */
     private List<Node> order(long now) {
-        int start = preferred;
+        List<Node> ns = nodes;
+        Node p = preferred;
+        int start = p == null ? 0 : Math.max(0, ns.indexOf(p));
         List<Node> up = new ArrayList<>();
         List<Node> down = new ArrayList<>();
-        long[] until = new long[nodes.size()];
-        for (int k = 0; k < nodes.size(); k++) {
-            Node n = nodes.get((start + k) % nodes.size());
+        Map<Node, Long> until = new java.util.IdentityHashMap<>();
+        for (int k = 0; k < ns.size(); k++) {
+            Node n = ns.get((start + k) % ns.size());
+            long u;
             synchronized (n) {
-                until[n.index] = n.downUntil;
+                u = n.downUntil;
             }
-            (until[n.index] > now ? down : up).add(n);
+            until.put(n, u);
+            (u > now ? down : up).add(n);
         }
-        down.sort(Comparator.comparingLong(n -> until[n.index]));
+        down.sort(Comparator.comparingLong(until::get));
         up.addAll(down);
         return up;
+    }
+
+    /** The node calls go to first: the one that answered last, else the first. */
+    private Node preferredNode(List<Node> ns) {
+        Node p = preferred;
+        return p != null && ns.contains(p) ? p : ns.get(0);
+    }
+
+    private static String outcome(Throwable e) {
+        if (e instanceof ServerException se) {
+            String n = se.statusName();
+            return n != null ? n : "status " + se.status();
+        }
+        return e.getClass().getSimpleName();
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Names expanded to their addresses
+
+    private static java.net.InetAddress[] resolveName(String host) {
+        try {
+            return java.net.InetAddress.getAllByName(host);
+        } catch (java.net.UnknownHostException e) {
+            return new java.net.InetAddress[0];
+        }
+    }
+
+    /**
+     * The node list for the names as they resolve now: the configured entries in order, each
+     * replaced by its addresses (resolver's order, duplicates removed; an IP literal stays
+     * itself; a name that resolves to nothing stays one node, which fails to connect). Nodes of
+     * {@code old} are kept where their address still appears; those that are gone stay while
+     * their connection lives (marked gone, dropped when it fails). Caller holds resolveLock.
+     */
+    private List<Node> resolved(List<Node> old) {
+        Map<String, Node> byAddress = new LinkedHashMap<>();
+        for (Node n : old) {
+            byAddress.put(n.address + "/" + n.host, n);
+        }
+        Map<String, Node> next = new LinkedHashMap<>();
+        Set<String> seenAddresses = new HashSet<>();
+        for (Node e : entries) {
+            java.net.InetAddress[] addrs = TlsConfig.isIpLiteral(e.host) ? null : resolver.apply(e.host);
+            if (addrs == null || addrs.length == 0) {
+                if (seenAddresses.add(e.address)) {
+                    Node keep = byAddress.get(e.address + "/" + e.host);
+                    next.put(e.address + "/" + e.host, keep != null ? keep : e);
+                }
+                continue;
+            }
+            for (java.net.InetAddress a : addrs) {
+                Node fresh = new Node(e, a);
+                if (!seenAddresses.add(fresh.address)) {
+                    continue;
+                }
+                String k = fresh.address + "/" + fresh.host;
+                Node keep = byAddress.get(k);
+                if (keep != null) {
+                    keep.gone = false;
+                }
+                next.put(k, keep != null ? keep : fresh);
+            }
+        }
+        for (Map.Entry<String, Node> o : byAddress.entrySet()) {
+            Node n = o.getValue();
+            if (next.containsValue(n)) {
+                continue;
+            }
+            Connection c = n.conn;
+            boolean down;
+            synchronized (n) {
+                down = n.downUntil > System.nanoTime();
+            }
+            if (c != null && c.alive() && !down) {
+                n.gone = true;
+                next.put(o.getKey(), n);
+            } else if (c != null) {
+                drop(n, c);
+            }
+        }
+        return List.copyOf(next.values());
+    }
+
+    /** With expand: resolves again unless that happened less than a second ago; whether it did. */
+    private boolean resolveIfDue() {
+        synchronized (resolveLock) {
+            long now = System.nanoTime();
+            if (now - lastResolve < 1_000_000_000L) {
+                return false;
+            }
+            lastResolve = now;
+            nodes = resolved(nodes);
+            return true;
+        }
+    }
+
+    /** A gone node (its name no longer resolves to it) whose connection failed leaves the list. */
+    private void dropIfGone(Node node) {
+        if (!node.gone) {
+            return;
+        }
+        synchronized (resolveLock) {
+            List<Node> ns = new ArrayList<>(nodes);
+            if (ns.size() > 1 && ns.remove(node)) {
+                nodes = List.copyOf(ns);
+            }
+        }
     }
 
     private Connection connection(Node node, long deadline) {
@@ -976,13 +1306,22 @@ public final class IdgenClient implements AutoCloseable {
             }
             long left = (deadline - System.nanoTime()) / 1_000_000L;
             long timeout = Math.max(1, Math.min(connectTimeout.toMillis(), left));
-            c = Connection.open(node.address, node.host, node.port, tls, timeout, useRanges, stats);
+            long start = System.nanoTime();
             try {
-                checkLayout(c);
+                c = Connection.open(node.address, node.host, node.fixed, node.port, tls, timeout, useRanges, stats);
+                try {
+                    checkLayout(c);
+                } catch (RuntimeException e) {
+                    c.close();
+                    throw e;
+                }
             } catch (RuntimeException e) {
-                c.close();
+                events.emit("connect_failed", "node", node.address, "error", String.valueOf(e.getMessage()), "duration",
+                        Duration.ofNanos(System.nanoTime() - start));
                 throw e;
             }
+            events.emit("connect", "node", node.address, "address", c.remoteAddress(), "version", c.hello.version(),
+                    "duration", Duration.ofNanos(System.nanoTime() - start));
             node.conn = c;
             if (closed) {
                 c.close();
@@ -1019,6 +1358,7 @@ public final class IdgenClient implements AutoCloseable {
     private void markDown(Node node, Connection conn, Throwable err, boolean keepConnection) {
         long now = System.nanoTime();
         boolean dropIt = false;
+        boolean marked = false;
         synchronized (node) {
             Connection current = node.conn;
             boolean stale = conn != null && current != null && current != conn;
@@ -1035,6 +1375,7 @@ public final class IdgenClient implements AutoCloseable {
                 node.downUntil = now + delay;
                 node.lastError = err;
                 stats.nodeFailures.increment();
+                marked = true;
             }
             if (!keepConnection && conn != null) {
                 dropIt = true;
@@ -1043,6 +1384,18 @@ public final class IdgenClient implements AutoCloseable {
         if (dropIt) {
             drop(node, conn);
         }
+        if (marked) {
+            events.emit("node_down", "node", node.address, "reason", String.valueOf(err.getMessage()));
+            if (expand) {
+                // A node failed: look at the names again (at most once a second), off this thread.
+                try {
+                    workers.execute(this::resolveIfDue);
+                } catch (java.util.concurrent.RejectedExecutionException closing) {
+                    // the client is closing
+                }
+            }
+        }
+        dropIfGone(node);
     }
 
     @Override

@@ -71,8 +71,19 @@ public final class TlsConfig {
         private Path keyFile;
         private String serverName;
         private SSLContext context;
+        private boolean systemRoots;
 
         private Builder() {}
+
+        /**
+         * Verify nodes against the JDK's default trust store (the system's roots) instead of a
+         * CA bundle: for nodes whose certificates a public or company-wide authority signed
+         * ({@code idgens://} without {@code ca}).
+         */
+        public Builder systemRoots() {
+            this.systemRoots = true;
+            return this;
+        }
 
         /** The PEM bundle of authorities nodes' certificates must chain to. */
         public Builder caFile(Path path) {
@@ -128,17 +139,23 @@ public final class TlsConfig {
                 }
                 return new TlsConfig(context, serverName, true);
             }
-            if (caFile == null && caPem == null) {
-                throw new IllegalArgumentException("TLS needs the authorities to verify nodes with (caFile)");
+            if (caFile == null && caPem == null && !systemRoots) {
+                throw new IllegalArgumentException("TLS needs the authorities to verify nodes with (caFile, or systemRoots())");
+            }
+            if (systemRoots && (caFile != null || caPem != null)) {
+                throw new IllegalArgumentException("give a CA bundle or systemRoots(), not both");
             }
             try {
-                byte[] ca = caPem != null ? caPem : read(caFile, "CA bundle");
-                String caName = caFile != null ? caFile.toString() : "the CA PEM";
-                List<X509Certificate> roots = certificates(ca, caName);
-                KeyStore trust = KeyStore.getInstance("PKCS12");
-                trust.load(null, null);
-                for (int i = 0; i < roots.size(); i++) {
-                    trust.setCertificateEntry("ca-" + i, roots.get(i));
+                KeyStore trust = null;
+                if (!systemRoots) {
+                    byte[] ca = caPem != null ? caPem : read(caFile, "CA bundle");
+                    String caName = caFile != null ? caFile.toString() : "the CA PEM";
+                    List<X509Certificate> roots = certificates(ca, caName);
+                    trust = KeyStore.getInstance("PKCS12");
+                    trust.load(null, null);
+                    for (int i = 0; i < roots.size(); i++) {
+                        trust.setCertificateEntry("ca-" + i, roots.get(i));
+                    }
                 }
                 TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
                 tmf.init(trust);

@@ -71,13 +71,21 @@ class RealNodeTest {
     }
 
     @Test
-    void countZeroIsRefusedByTheNodeWithoutFailover() {
+    void countZeroIsRefusedLocallyInEveryCallNothingSent() {
         try (IdgenClient c = IdgenClient.create(node.addr)) {
-            ServerException e = assertThrows(ServerException.class, () -> c.nextIds(0));
-            assertEquals(Status.INVALID_COUNT, e.status());
-            assertEquals(0, c.stats().nodeFailures());
-            assertEquals(3, c.nextIds(3).length, "the connection stays usable");
-            assertEquals(1, c.stats().connects());
+            List<org.junit.jupiter.api.function.Executable> calls = List.of(
+                    () -> c.nextIds(0), () -> c.nextIds(0, Duration.ofSeconds(1)), () -> c.nextIdsAsync(0),
+                    () -> c.nextIds(0, IdOptions.NONE), () -> c.nextIdsAsync(0, IdOptions.NONE, Duration.ofSeconds(1)),
+                    () -> c.nextMaskedIds(0, IdOptions.NONE), () -> c.nextUuids(0), () -> c.nextUuidsAsync(0),
+                    () -> c.nextValues("orders", 0), () -> c.nextValuesAsync("orders", 0),
+                    () -> c.nextIds(-1), () -> c.nextUuids(-1), () -> c.nextValues("orders", -1));
+            for (org.junit.jupiter.api.function.Executable call : calls) {
+                IllegalArgumentException e = assertThrows(IllegalArgumentException.class, call);
+                assertTrue(e.getMessage().contains("1 .."), e.getMessage());
+            }
+            assertEquals(0, c.stats().connects(), "nothing connected");
+            assertEquals(0, c.stats().requests(), "nothing sent");
+            assertEquals(3, c.nextIds(3).length, "the client stays usable");
         }
     }
 
