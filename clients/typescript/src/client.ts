@@ -486,8 +486,9 @@ export class Client {
   /**
    * `n` IDs, increasing, from one node (all or nothing), as a `BigUint64Array` (elements are
    * `bigint`; `Array.from(ids)` gives a `bigint[]`). Above the node's max_batch the request is
-   * split into pipelined frames and re-joined. `n === 0` is sent as is and the server's
-   * `200 INVALID_COUNT` thrown.
+   * split into pipelined frames and re-joined. `n` is an integer in `1 ..= 16777216`: `0`, like
+   * a negative count, is refused with a RangeError before anything is sent (CONFIG.md, "Count
+   * 0"); a call never returns an empty batch.
    *
    * With `options.after` or `options.idempotencyKey` (protocol version 5, GET_IDS_WITH; see
    * {@link IdOptions}) the call is one frame: `1 <= n <= max_batch`. It needs a node of
@@ -499,8 +500,7 @@ export class Client {
       return this.idsWith(n, options, false).then((r) => r.ids);
     }
     if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
-    if (n < 0) return Promise.reject(new RangeError("n must be >= 0"));
-    if (n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be at most ${MAX_IDS_PER_CALL} per call`));
+    if (n < 1 || n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be 1..=${MAX_IDS_PER_CALL}, not ${n} (a count of 0 is refused, nothing sent)`));
     return this.withFailover(
       (conn) => {
         this.counters.requests++;
