@@ -1018,6 +1018,7 @@ export class Client {
             }
             if (!e.retryElsewhere) {
               if (e.closes) this.drop(node, conn);
+              record.node = node.addr; // the node answered: with this status
               throw e;
             }
             // A 3xx: back the node off; keep a connection the status leaves open.

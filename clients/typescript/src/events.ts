@@ -19,8 +19,8 @@ export interface IdgenEventFields {
   connect: { node: string; address: string | null; version: number; durationMs: number };
   /** A connect to a node failed. */
   connect_failed: { node: string; error: Error; durationMs: number };
-  /** A call finished (once per user call, not per frame). `node`: the one that answered, if
-   * any; `outcome`: `"ok"`, a status name (`"UNAVAILABLE_LEASE"`) or an error's name. */
+  /** A call finished (once per user call, not per frame). `node`: the one that answered (with
+   * the result or with the status the call failed with), if any; `outcome`: `"ok"`, a status name (`"UNAVAILABLE_LEASE"`) or an error's name. */
   request: { op: IdgenOp; count: number; node: string | null; durationMs: number; outcome: string; error: Error | null };
   /** A node answered an error status. */
   refused: { node: string; op: IdgenOp | "hello"; status: number; statusName: string; message: string };
@@ -41,8 +41,12 @@ export const EVENT_NAMES: readonly IdgenEventName[] = ["connect", "connect_faile
 /** What an event's channel publishes: its fields and its name. */
 export type IdgenEventMessage<E extends IdgenEventName = IdgenEventName> = IdgenEventFields[E] & { event: E };
 
-/** A hook: called synchronously with each event's name and fields. */
-export type IdgenHook = <E extends IdgenEventName>(event: E, fields: IdgenEventFields[E]) => void;
+/** A hook's arguments: an event's name and its fields (checking the name narrows the fields). */
+export type IdgenHookArgs = { [E in IdgenEventName]: [event: E, fields: IdgenEventFields[E]] }[IdgenEventName];
+
+/** A hook: called synchronously with each event's name and fields.
+ * `(event, fields) => { if (event === "request") use(fields.durationMs); }` */
+export type IdgenHook = (...args: IdgenHookArgs) => void;
 
 /** The channel of an event: `idgen-client:<event>`. */
 export function eventChannel(event: IdgenEventName): diagnostics_channel.Channel {
@@ -81,7 +85,7 @@ export class Observer {
     if (channel.hasSubscribers) channel.publish({ ...fields, event });
     for (const hook of this.hooks) {
       try {
-        hook(event, fields);
+        (hook as (event: E, fields: IdgenEventFields[E]) => void)(event, fields);
       } catch (e) {
         if (!this.warned) {
           this.warned = true;
