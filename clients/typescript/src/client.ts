@@ -524,7 +524,7 @@ export class Client {
     this.lookup = options.lookup ?? defaultLookup;
     this.observer = new Observer(checkHooks(options.hooks));
     if (this.expand) {
-      this.firstResolve = this.resolve().finally(() => {
+      this.firstResolve = this.resolve().catch(() => undefined).finally(() => {
         this.firstResolve = null;
       });
     }
@@ -919,18 +919,27 @@ export class Client {
       const seen = new Set<string>();
       const add = (addr: string, make: () => Node) => {
         if (seen.has(addr)) return;
-        seen.add(addr);
         const known = old.get(addr);
-        if (known !== undefined) known.gone = false;
-        next.push(known ?? make());
+        let node: Node;
+        try {
+          node = known ?? make();
+        } catch {
+          return; // not an address (a custom lookup's answer): skipped
+        }
+        seen.add(addr);
+        node.gone = false;
+        next.push(node);
       };
       this.entries.forEach((entry, i) => {
-        const addresses = found[i]!;
-        if (addresses.length === 0) add(entry.addr, () => new Node(entry.addr));
-        for (const a of addresses) {
+        let usable = 0;
+        for (const a of found[i]!) {
+          if (typeof a !== "string" || a === "") continue;
           const addr = addressNode(a, entry.port);
           add(addr, () => new Node(addr, entry.host));
+          if (seen.has(addr)) usable++;
         }
+        // A name that resolves to nothing stays a node of its own: down, its connects fail.
+        if (usable === 0) add(entry.addr, () => new Node(entry.addr));
       });
       for (const n of this.nodeList) {
         if (seen.has(n.addr)) continue;
@@ -969,7 +978,10 @@ export class Client {
     if (this.closed) throw new ClientClosedError();
     const deadline = options !== undefined && (options.timeoutMs !== undefined || options.signal !== undefined) ? new Deadline(checkCall(options)) : null;
     try {
-      if (this.firstResolve !== null) await (deadline ? deadline.race(this.firstResolve) : this.firstResolve);
+      if (this.firstResolve !== null) {
+        await (deadline ? deadline.race(this.firstResolve) : this.firstResolve);
+        if (this.closed) throw new ClientClosedError();
+      }
       const list = this.nodeList;
       const count = list.length;
       const pinned = pinKey !== null ? list[keyNodeIndex(pinKey, count)]! : null;
