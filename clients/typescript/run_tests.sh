@@ -99,6 +99,20 @@ if [ -z "$required" ] || [ -z "$imported" ] || [ "$required" = "$imported" ]; th
 fi
 echo "    require(): $required; import: $imported"
 
+# With the optional peer dependency installed (as a user of the adapter would), the
+# OpenTelemetry entry point loads both ways and its types resolve.
+api_version="$(node -p 'require("./node_modules/@opentelemetry/api/package.json").version')"
+cp test-package/otel.cjs test-package/otel.mjs test-package/otel-types.cts test-package/otel-types.mts "$pkg/project/"
+(cd "$pkg/project" && npm install --no-audit --no-fund --prefer-offline "@opentelemetry/api@$api_version") >"$pkg/install-otel.log" 2>&1 \
+  || { cat "$pkg/install-otel.log" >&2; exit 1; }
+otel="$(cd "$pkg/project" && node otel.cjs && node otel.mjs)"
+[ "$otel" = "$(printf 'require\nimport')" ] || { echo "package: the OpenTelemetry entry point: '$otel'" >&2; exit 1; }
+for resolution in nodenext node16; do
+  "$here/node_modules/.bin/tsc" --noEmit --strict --module "$resolution" --moduleResolution "$resolution" --target es2022 \
+    --typeRoots "$here/node_modules/@types" --types node "$pkg/project/otel-types.cts" "$pkg/project/otel-types.mts"
+done
+echo "    idgen-client/opentelemetry with @opentelemetry/api $api_version: require(), import, types"
+
 echo "==> npm test"
 set +e
 npm test --silent 2>&1 | tee "$tmp/test.log"
