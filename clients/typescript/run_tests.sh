@@ -59,12 +59,26 @@ if grep -E 'bench|/test/|\.map$' "$pkg/contents" >&2; then
   echo "package: benchmark, test or source-map files in the tarball (package.json files)" >&2
   exit 1
 fi
+# What `files` lets in, as npm reports it before packing: the builds and the docs, no benchmark,
+# test or source-map file.
+npm pack --dry-run --json --ignore-scripts >"$pkg/dry-run.json" 2>"$pkg/dry-run.log" || { cat "$pkg/dry-run.log" >&2; exit 1; }
+node -e '
+const files = JSON.parse(require("node:fs").readFileSync(process.argv[1], "utf8"))[0].files.map((f) => f.path);
+const bad = files.filter((f) => /bench|(^|\/)test(s)?\/|\.test\.|\.map$|^src\//.test(f));
+if (bad.length > 0) { console.error("npm pack --dry-run: files that must not ship: " + bad.join(", ")); process.exit(1); }
+for (const f of ["dist/index.js", "dist/cjs/index.js", "dist/opentelemetry.js", "dist/cjs/opentelemetry.js", "package.json", "README.md", "LICENSE"]) {
+  if (!files.includes(f)) { console.error("npm pack --dry-run: " + f + " missing"); process.exit(1); }
+}
+console.log("    npm pack --dry-run: " + files.length + " files, no benchmark, test or source map");
+' "$pkg/dry-run.json"
 cp test-package/require.cjs test-package/import.mjs test-package/types.cts test-package/types.mts "$pkg/project/"
 printf '{ "name": "idgen-client-consumer", "private": true }\n' >"$pkg/project/package.json"
 (cd "$pkg/project" && npm install --no-audit --no-fund --prefer-offline "$tarball") >"$pkg/install.log" 2>&1 \
   || { cat "$pkg/install.log" >&2; exit 1; }
-"$here/node_modules/.bin/tsc" --noEmit --strict --module nodenext --moduleResolution nodenext --target es2022 \
-  --typeRoots "$here/node_modules/@types" --types node "$pkg/project/types.cts" "$pkg/project/types.mts"
+for resolution in nodenext node16; do
+  "$here/node_modules/.bin/tsc" --noEmit --strict --module "$resolution" --moduleResolution "$resolution" --target es2022 \
+    --typeRoots "$here/node_modules/@types" --types node "$pkg/project/types.cts" "$pkg/project/types.mts"
+done
 "$IDGEN_BIN" serve --listen 127.0.0.1:0 --admin-listen off --http-listen off --store memory \
   --data-dir "$pkg/node" >"$pkg/node.log" 2>&1 &
 node_pid=$!
@@ -84,6 +98,20 @@ if [ -z "$required" ] || [ -z "$imported" ] || [ "$required" = "$imported" ]; th
   exit 1
 fi
 echo "    require(): $required; import: $imported"
+
+# With the optional peer dependency installed (as a user of the adapter would), the
+# OpenTelemetry entry point loads both ways and its types resolve.
+api_version="$(node -p 'require("./node_modules/@opentelemetry/api/package.json").version')"
+cp test-package/otel.cjs test-package/otel.mjs test-package/otel-types.cts test-package/otel-types.mts "$pkg/project/"
+(cd "$pkg/project" && npm install --no-audit --no-fund --prefer-offline "@opentelemetry/api@$api_version") >"$pkg/install-otel.log" 2>&1 \
+  || { cat "$pkg/install-otel.log" >&2; exit 1; }
+otel="$(cd "$pkg/project" && node otel.cjs && node otel.mjs)"
+[ "$otel" = "$(printf 'require\nimport')" ] || { echo "package: the OpenTelemetry entry point: '$otel'" >&2; exit 1; }
+for resolution in nodenext node16; do
+  "$here/node_modules/.bin/tsc" --noEmit --strict --module "$resolution" --moduleResolution "$resolution" --target es2022 \
+    --typeRoots "$here/node_modules/@types" --types node "$pkg/project/otel-types.cts" "$pkg/project/otel-types.mts"
+done
+echo "    idgen-client/opentelemetry with @opentelemetry/api $api_version: require(), import, types"
 
 echo "==> npm test"
 set +e

@@ -31,8 +31,12 @@
  * duplicate one.
  */
 
+import { promises as dns } from "node:dns";
 import { readFileSync } from "node:fs";
 import * as net from "node:net";
+
+import { ConfigError, configFromEnv, givenSettings, parseUrl, type IdgenConfig } from "./config.js";
+import { Observer, checkHooks, type HooksOption, type IdgenOp } from "./events.js";
 
 import { Connection, type IdsWith, type TlsSettings, type Values } from "./connection.js";
 import { Deadline, checkCall } from "./deadline.js";
@@ -254,6 +258,20 @@ export interface ClientOptions {
    * (off); at most 1048576.
    */
   sequencePrefetch?: number;
+  /**
+   * Each address a node's name resolves to is a node of its own (CONFIG.md, "Names with
+   * several addresses"): `"idgen-headless.ids.svc:7420"` is every ready pod of a Kubernetes
+   * headless Service. Resolved when the client starts and again when a node fails (at most
+   * once a second); TLS still verifies the name given. Default false.
+   */
+  expand?: boolean;
+  /** The resolver `expand` uses: a host name's addresses, in order (default `dns.lookup` with
+   * `all: true` in the resolver's order). */
+  lookup?: (host: string) => Promise<readonly string[]>;
+  /** Called synchronously with each event (`connect`, `connect_failed`, `request`, `refused`,
+   * `failover`, `node_down`, `node_up`) and its fields; see `events.ts`. A hook that throws is
+   * reported once (`process.emitWarning`) and otherwise ignored. */
+  hooks?: HooksOption;
 }
 
 /** TLS settings: PEM contents, or paths to PEM files (read once, when the client is made). */
@@ -364,17 +382,40 @@ class Node {
   readonly addr: string;
   readonly host: string;
   readonly port: number;
+  /** With `expand`: the name this address came from, which TLS verifies (null: `host`). */
+  readonly tlsName: string | null;
   conn: Connection | null = null;
   connecting: Promise<Connection> | null = null;
   failures = 0;
   downUntil = 0;
   lastError: Error | null = null;
+  /** With `expand`: no longer among the name's addresses; dropped when its connection fails. */
+  gone = false;
 
-  constructor(addr: string) {
+  constructor(addr: string, tlsName: string | null = null) {
     this.addr = addr;
     [this.host, this.port] = parseNode(addr);
+    this.tlsName = tlsName;
   }
 }
+
+/** What a call reports in its `request` event: the operation and the node that answered. */
+interface CallRecord {
+  op: IdgenOp | null;
+  node: string | null;
+}
+
+function addressNode(address: string, port: number): string {
+  return address.includes(":") ? `[${address}]:${port}` : `${address}:${port}`;
+}
+
+async function defaultLookup(host: string): Promise<readonly string[]> {
+  const found = await dns.lookup(host, { all: true, verbatim: true });
+  return found.map((a) => a.address);
+}
+
+/** The least time between two resolutions of the names of an `expand` client. */
+const RESOLVE_INTERVAL_MS = 1000;
 
 /** Split `"host:port"` (IPv6 as `"[::1]:7420"`). */
 export function parseNode(node: string): [string, number] {
@@ -434,14 +475,23 @@ function loadTls(t: TlsOptions): TlsSettings {
  * ```
  */
 export class Client {
-  private readonly nodeList: Node[];
+  /** The nodes; replaced as a whole (never changed in place) when `expand` re-resolves. */
+  private nodeList: Node[];
+  /** The nodes as configured (with `expand`, the names resolved into `nodeList`). */
+  private readonly entries: readonly Node[];
+  private readonly expand: boolean;
+  private readonly lookup: (host: string) => Promise<readonly string[]>;
+  private firstResolve: Promise<void> | null = null;
+  private resolving = false;
+  private lastResolve = -Infinity;
+  private readonly observer: Observer;
   private readonly timeoutMs: number;
   private readonly connectTimeoutMs: number;
   private readonly backoffMinMs: number;
   private readonly backoffMaxMs: number;
   private readonly tls: TlsSettings | null;
   private readonly maxVersion: number;
-  private preferred = 0;
+  private preferred: Node | null = null;
   private cachedLayout: Layout | null = null;
   private closed = false;
   private token = 0n;
@@ -453,6 +503,7 @@ export class Client {
     if (list.length === 0) throw new RangeError("at least one node is required");
     if (new Set(list).size !== list.length) throw new RangeError("nodes must be distinct");
     this.nodeList = list.map((n) => new Node(n));
+    this.entries = this.nodeList;
     this.timeoutMs = positive(options.timeoutMs, 1000, "timeoutMs");
     this.connectTimeoutMs = positive(options.connectTimeoutMs, 1000, "connectTimeoutMs");
     this.backoffMinMs = positive(options.backoffMinMs, 200, "backoffMinMs");
@@ -467,6 +518,74 @@ export class Client {
     }
     this.prefetch = k > 0 ? new SequencePrefetch(k, (name, n, ask, o) => this.requestValues(name, n, ask, o)) : null;
     this.tls = options.tls !== undefined ? loadTls(options.tls) : null;
+    if (options.expand !== undefined && typeof options.expand !== "boolean") throw new TypeError("expand must be true or false");
+    this.expand = options.expand ?? false;
+    if (options.lookup !== undefined && typeof options.lookup !== "function") throw new TypeError("lookup must be a function (host) => Promise<string[]>");
+    this.lookup = options.lookup ?? defaultLookup;
+    this.observer = new Observer(checkHooks(options.hooks));
+    if (this.expand) {
+      this.firstResolve = this.resolve().catch(() => undefined).finally(() => {
+        this.firstResolve = null;
+      });
+    }
+  }
+
+  /**
+   * A client configured by an `idgen://` / `idgens://` URL (clients/vectors/CONFIG.md; see
+   * {@link parseUrl}). `options` add what a URL does not hold (hooks, backoff, prefetch, ...); a
+   * setting given both in `options` and in the URL is a ConfigError, never a silent precedence.
+   *
+   * ```ts
+   * const client = Client.fromUrl("idgens://n1:7420,n2:7420?ca=/etc/idgen/ca.crt&timeout_ms=500");
+   * ```
+   */
+  static fromUrl(url: string, options: ClientOptions = {}): Client {
+    return Client.fromConfig(parseUrl(url), options);
+  }
+
+  /**
+   * A client configured by the environment: `IDGEN_NODES` (a URL or `host:port,host:port`) and
+   * the `IDGEN_CLIENT_*` variables (see {@link configFromEnv}). `env` defaults to `process.env`.
+   */
+  static fromEnv(options: ClientOptions = {}, env: Readonly<Record<string, string | undefined>> = process.env): Client {
+    return Client.fromConfig(configFromEnv(env), options);
+  }
+
+  /** A client from a parsed configuration ({@link parseUrl}, {@link configFromEnv}) and the
+   * options it does not hold; a setting given both ways is a ConfigError. */
+  static fromConfig(config: IdgenConfig, options: ClientOptions = {}): Client {
+    const given = givenSettings(config);
+    const both = (setting: keyof IdgenConfig, option: string, inCode: boolean) => {
+      if (given.has(setting) && inCode) {
+        throw new ConfigError(`${option} is given both in code and in the URL or environment (${setting}): each setting has one source`);
+      }
+    };
+    both("timeoutMs", "timeoutMs", options.timeoutMs !== undefined);
+    both("connectTimeoutMs", "connectTimeoutMs", options.connectTimeoutMs !== undefined);
+    both("expand", "expand", options.expand !== undefined);
+    let tls = options.tls;
+    if (config.tls) {
+      const t: TlsOptions = options.tls ?? {};
+      both("ca", "tls.ca / tls.caFile", t.ca !== undefined || t.caFile !== undefined);
+      both("cert", "tls.cert / tls.certFile", t.cert !== undefined || t.certFile !== undefined);
+      both("key", "tls.key / tls.keyFile", t.key !== undefined || t.keyFile !== undefined);
+      both("serverName", "tls.serverName", t.serverName !== undefined);
+      tls = {
+        ...t,
+        ...(config.ca !== null ? { caFile: config.ca } : {}),
+        ...(config.cert !== null ? { certFile: config.cert } : {}),
+        ...(config.key !== null ? { keyFile: config.key } : {}),
+        ...(config.serverName !== null ? { serverName: config.serverName } : {}),
+      };
+    } else if (options.tls !== undefined) {
+      throw new ConfigError("options.tls is given, but the URL or environment configures plain TCP (idgen://, no IDGEN_CLIENT_* TLS variable): use idgens://");
+    }
+    const merged: ClientOptions = { ...options };
+    if (tls !== undefined) merged.tls = tls;
+    if (config.timeoutMs !== null) merged.timeoutMs = config.timeoutMs;
+    if (config.connectTimeoutMs !== null) merged.connectTimeoutMs = config.connectTimeoutMs;
+    if (given.has("expand")) merged.expand = config.expand;
+    return new Client(config.nodes, merged);
   }
 
   // -- public API ----------------------------------------------------------------------------
@@ -486,8 +605,9 @@ export class Client {
   /**
    * `n` IDs, increasing, from one node (all or nothing), as a `BigUint64Array` (elements are
    * `bigint`; `Array.from(ids)` gives a `bigint[]`). Above the node's max_batch the request is
-   * split into pipelined frames and re-joined. `n === 0` is sent as is and the server's
-   * `200 INVALID_COUNT` thrown.
+   * split into pipelined frames and re-joined. `n` is an integer in `1 ..= 16777216`: `0`, like
+   * a negative count, is refused with a RangeError before anything is sent (CONFIG.md, "Count
+   * 0"); a call never returns an empty batch.
    *
    * With `options.after` or `options.idempotencyKey` (protocol version 5, GET_IDS_WITH; see
    * {@link IdOptions}) the call is one frame: `1 <= n <= max_batch`. It needs a node of
@@ -496,21 +616,24 @@ export class Client {
    */
   nextIds(n: number, options?: IdOptions): Promise<BigUint64Array> {
     if (options !== undefined && ((options.after ?? null) !== null || (options.idempotencyKey ?? null) !== null)) {
-      return this.idsWith(n, options, false).then((r) => r.ids);
+      return this.observed("ids_with", n, (record) => this.idsWith(n, options, false, record).then((r) => r.ids));
     }
-    if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
-    if (n < 0) return Promise.reject(new RangeError("n must be >= 0"));
-    if (n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be at most ${MAX_IDS_PER_CALL} per call`));
-    return this.withFailover(
-      (conn) => {
-        this.counters.requests++;
-        return conn.fetch(n).then((ids) => {
-          this.counters.ids += ids.length;
-          return ids;
-        });
-      },
-      options,
-    );
+    return this.observed("ids", n, (record) => {
+      if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
+      if (n < 1 || n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be 1..=${MAX_IDS_PER_CALL}, not ${n} (a count of 0 is refused, nothing sent)`));
+      return this.withFailover(
+        (conn) => {
+          this.counters.requests++;
+          record.op = conn.hello.version >= 2 ? "ranges" : "ids";
+          return conn.fetch(n).then((ids) => {
+            this.counters.ids += ids.length;
+            return ids;
+          });
+        },
+        options,
+        record,
+      );
+    });
   }
 
   /**
@@ -520,14 +643,16 @@ export class Client {
    * `after` and `idempotencyKey` as for {@link nextIds}; `1 <= n <= max_batch`.
    */
   nextMaskedIds(n: number, options?: IdOptions): Promise<MaskedIds> {
-    return this.idsWith(n, options ?? {}, true).then((r) => {
-      const keyId = r.keyId!;
-      return { keyId, values: r.ids, strings: Array.from(r.ids, (v) => maskedString(keyId, v)) };
-    });
+    return this.observed("masked_ids", n, (record) =>
+      this.idsWith(n, options ?? {}, true, record).then((r) => {
+        const keyId = r.keyId!;
+        return { keyId, values: r.ids, strings: Array.from(r.ids, (v) => maskedString(keyId, v)) };
+      }),
+    );
   }
 
   /** One GET_IDS_WITH call: checks, the key's node, failover only without a key. */
-  private idsWith(n: number, options: IdOptions, masked: boolean): Promise<IdsWith> {
+  private idsWith(n: number, options: IdOptions, masked: boolean, record: CallRecord): Promise<IdsWith> {
     if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
     if (n < 1) return Promise.reject(new RangeError(`n must be >= 1, not ${n}`));
     const after = options.after ?? null;
@@ -539,7 +664,6 @@ export class Client {
       return Promise.reject(new RangeError("an idempotency key is 1 to 64 visible ASCII characters (! to ~)"));
     }
     const opts: IdsWithOptions = { after, key, masked };
-    const pinned = key !== null ? keyNodeIndex(key, this.nodeList.length) : null;
     return this.withFailover(
       (conn) => {
         if (!conn.idsWith) throw new IdsWithUnsupportedError(conn.hello.version, conn.node);
@@ -551,7 +675,8 @@ export class Client {
         });
       },
       options,
-      pinned,
+      record,
+      key,
     );
   }
 
@@ -577,16 +702,22 @@ export class Client {
    * UuidsUnsupportedError: nothing sent, no other node tried.
    */
   nextUuids(n: number, options?: CallOptions): Promise<string[]> {
-    if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
-    if (n < 1 || n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be 1..=${MAX_IDS_PER_CALL}, not ${n}`));
-    return this.withFailover((conn) => {
-      if (!conn.uuids) throw new UuidsUnsupportedError(conn.hello.version, conn.node);
-      this.counters.uuidRequests++;
-      return conn.fetchUuids(n).then((uuids) => {
-        this.counters.uuids += uuids.length;
-        return uuids;
-      });
-    }, options);
+    return this.observed("uuids", n, (record) => {
+      if (typeof n !== "number" || !Number.isInteger(n)) return Promise.reject(new TypeError(`n must be an integer, not ${String(n)}`));
+      if (n < 1 || n > MAX_IDS_PER_CALL) return Promise.reject(new RangeError(`n must be 1..=${MAX_IDS_PER_CALL}, not ${n}`));
+      return this.withFailover(
+        (conn) => {
+          if (!conn.uuids) throw new UuidsUnsupportedError(conn.hello.version, conn.node);
+          this.counters.uuidRequests++;
+          return conn.fetchUuids(n).then((uuids) => {
+            this.counters.uuids += uuids.length;
+            return uuids;
+          });
+        },
+        options,
+        record,
+      );
+    });
   }
 
   /** Take a version 7 UUID apart with the cluster's layout (connects if needed). */
@@ -617,18 +748,20 @@ export class Client {
    * dense sequence are answered from a buffer (see {@link ClientOptions.sequencePrefetch}).
    */
   nextValues(name: string, n: number, options?: CallOptions): Promise<BigUint64Array> {
-    const bad = checkSequenceArgs(name, n);
-    if (bad !== null) return Promise.reject(bad);
-    if (options !== undefined) {
-      try {
-        checkCall(options);
-      } catch (e) {
-        return Promise.reject(e);
+    return this.observed("values", n, (record) => {
+      const bad = checkSequenceArgs(name, n);
+      if (bad !== null) return Promise.reject(bad);
+      if (options !== undefined) {
+        try {
+          checkCall(options);
+        } catch (e) {
+          return Promise.reject(e);
+        }
       }
-    }
-    if (this.closed) return Promise.reject(new ClientClosedError());
-    if (this.prefetch !== null) return this.prefetch.take(name, n, options);
-    return this.requestValues(name, n, n, options).then((v) => v.values);
+      if (this.closed) return Promise.reject(new ClientClosedError());
+      if (this.prefetch !== null) return this.prefetch.take(name, n, options);
+      return this.requestValues(name, n, n, options, record).then((v) => v.values);
+    });
   }
 
   /** What the sequence prefetch holds for `name`: its learnt mode, the values buffered and the
@@ -639,16 +772,22 @@ export class Client {
 
   /** PING a node (with failover); resolves with the round-trip time in ms. */
   ping(options?: CallOptions): Promise<number> {
-    return this.withFailover((conn) => {
-      this.counters.pings++;
-      this.token = (this.token + 1n) & 0xffff_ffff_ffff_ffffn;
-      return conn.ping(this.token);
-    }, options);
+    return this.observed("ping", 1, (record) =>
+      this.withFailover(
+        (conn) => {
+          this.counters.pings++;
+          this.token = (this.token + 1n) & 0xffff_ffff_ffff_ffffn;
+          return conn.ping(this.token);
+        },
+        options,
+        record,
+      ),
+    );
   }
 
   /** The cluster's ID layout (from the first HELLO_OK; connects if needed). */
   async layout(options?: CallOptions): Promise<Layout> {
-    if (this.cachedLayout === null) await this.withFailover(async () => undefined, options);
+    if (this.cachedLayout === null) await this.withFailover(async () => undefined, options, { op: null, node: null });
     return this.cachedLayout!;
   }
 
@@ -706,7 +845,7 @@ export class Client {
    * on a node below version 3 (SequencesUnsupportedError) and for `n` above the node's limit
    * (RangeError).
    */
-  private requestValues(name: string, n: number, ask: number, options?: CallOptions): Promise<Values> {
+  private requestValues(name: string, n: number, ask: number, options?: CallOptions, record: CallRecord = { op: "values", node: null }): Promise<Values> {
     return this.withFailover((conn) => {
       if (!conn.sequences) throw new SequencesUnsupportedError(conn.hello.version, conn.node);
       const cap = Math.min(conn.hello.maxBatch, MAX_VALUES_PER_CALL);
@@ -722,84 +861,208 @@ export class Client {
         this.counters.values += v.values.length;
         return v;
       });
-    }, options);
+    }, options, record);
+  }
+
+  /** Runs one user call and reports it as a `request` event (when anyone listens). */
+  private observed<T>(op: IdgenOp, count: number, call: (record: CallRecord) => Promise<T>): Promise<T> {
+    const record: CallRecord = { op, node: null };
+    if (!this.observer.wants("request")) return call(record);
+    const started = performance.now();
+    const report = (error: Error | null) => {
+      const outcome = error === null ? "ok" : error instanceof ServerError ? (error.statusName ?? `STATUS_${error.code}`) : error.name;
+      this.observer.emit("request", { op: record.op ?? op, count, node: record.node, durationMs: performance.now() - started, outcome, error });
+    };
+    let p: Promise<T>;
+    try {
+      p = call(record);
+    } catch (e) {
+      p = Promise.reject(e);
+    }
+    return p.then(
+      (r) => {
+        report(null);
+        return r;
+      },
+      (e: unknown) => {
+        report(e instanceof Error ? e : new Error(String(e)));
+        throw e;
+      },
+    );
+  }
+
+  // -- names with several addresses (expand) ------------------------------------------------
+
+  /**
+   * Resolve every configured name and rebuild the node list: the entries in order, each
+   * replaced by its addresses (duplicates removed). A known address keeps its node (connection,
+   * backoff); a name that resolves to nothing stays a node of its own (down: its connects
+   * fail); an address that is gone is kept while its connection lives.
+   */
+  private async resolve(): Promise<void> {
+    this.resolving = true;
+    this.lastResolve = performance.now();
+    try {
+      const found = await Promise.all(
+        this.entries.map((e) =>
+          net.isIP(e.host) !== 0
+            ? Promise.resolve([e.host])
+            : this.lookup(e.host).then(
+                (a) => [...a],
+                () => [] as string[],
+              ),
+        ),
+      );
+      if (this.closed) return;
+      const old = new Map(this.nodeList.map((n) => [n.addr, n]));
+      const next: Node[] = [];
+      const seen = new Set<string>();
+      const add = (addr: string, make: () => Node) => {
+        if (seen.has(addr)) return;
+        const known = old.get(addr);
+        let node: Node;
+        try {
+          node = known ?? make();
+        } catch {
+          return; // not an address (a custom lookup's answer): skipped
+        }
+        seen.add(addr);
+        node.gone = false;
+        next.push(node);
+      };
+      this.entries.forEach((entry, i) => {
+        let usable = 0;
+        for (const a of found[i]!) {
+          if (typeof a !== "string" || a === "") continue;
+          const addr = addressNode(a, entry.port);
+          add(addr, () => new Node(addr, entry.host));
+          if (seen.has(addr)) usable++;
+        }
+        // A name that resolves to nothing stays a node of its own: down, its connects fail.
+        if (usable === 0) add(entry.addr, () => new Node(entry.addr));
+      });
+      for (const n of this.nodeList) {
+        if (seen.has(n.addr)) continue;
+        if (n.conn !== null && n.conn.alive) {
+          n.gone = true;
+          next.push(n);
+        } else {
+          n.connecting?.then((c) => c.close(), () => undefined);
+        }
+      }
+      this.nodeList = next;
+    } finally {
+      this.resolving = false;
+    }
+  }
+
+  /** After a node failed: resolve the names again, at most once a second. */
+  private reresolve(): void {
+    if (!this.expand || this.closed || this.resolving || performance.now() - this.lastResolve < RESOLVE_INTERVAL_MS) return;
+    void this.resolve().catch(() => undefined);
+  }
+
+  /** Drop a node whose address is gone from its name (its connection failed). */
+  private forget(node: Node): void {
+    if (node.gone) this.nodeList = this.nodeList.filter((n) => n !== node);
   }
 
   // -- failover ----------------------------------------------------------------------------
 
   /**
-   * `pinned`: the one node (index) to use (an idempotency key's): it is tried even while
-   * backing off, never another node; a failure that would go elsewhere is thrown as
-   * IdempotencyKeyNodeError.
+   * `pinKey`: an idempotency key; the one node to use is the one it hashes to in the node list
+   * as it is now: it is tried even while backing off, never another node; a failure that would
+   * go elsewhere is thrown as IdempotencyKeyNodeError.
    */
-  private async withFailover<T>(run: (conn: Connection) => Promise<T>, options: CallOptions | undefined, pinned: number | null = null): Promise<T> {
+  private async withFailover<T>(run: (conn: Connection) => Promise<T>, options: CallOptions | undefined, record: CallRecord, pinKey: string | null = null): Promise<T> {
     if (this.closed) throw new ClientClosedError();
     const deadline = options !== undefined && (options.timeoutMs !== undefined || options.signal !== undefined) ? new Deadline(checkCall(options)) : null;
     try {
-      const count = this.nodeList.length;
-      const order: number[] = [];
+      if (this.firstResolve !== null) {
+        await (deadline ? deadline.race(this.firstResolve) : this.firstResolve);
+        if (this.closed) throw new ClientClosedError();
+      }
+      const list = this.nodeList;
+      const count = list.length;
+      const pinned = pinKey !== null ? list[keyNodeIndex(pinKey, count)]! : null;
+      const order: Node[] = [];
       if (pinned !== null) order.push(pinned);
-      else for (let k = 0; k < count; k++) order.push((this.preferred + k) % count);
+      else {
+        const start = this.preferred !== null ? Math.max(0, list.indexOf(this.preferred)) : 0;
+        for (let k = 0; k < count; k++) order.push(list[(start + k) % count]!);
+      }
       const tried: Error[] = [];
-      const reconnected = new Set<number>();
+      const reconnected = new Set<Node>();
+      let moving: { from: string; reason: string } | null = null;
       while (order.length > 0) {
-        const index = order.shift()!;
-        const node = this.nodeList[index]!;
+        const node = order.shift()!;
         if (pinned === null && node.downUntil > performance.now()) continue;
-        if (tried.length > 0 && !reconnected.has(index)) this.counters.failovers++;
+        if (moving !== null) {
+          this.counters.failovers++;
+          this.observer.emit("failover", { from: moving.from, to: node.addr, reason: moving.reason });
+          moving = null;
+        }
         let conn: Connection | null = null;
         try {
           const c = node.conn !== null && node.conn.alive ? node.conn : deadline ? await deadline.race(this.connection(node)) : await this.connection(node);
           conn = c;
           const result = deadline ? await deadline.race(run(c)) : await run(c);
-          if (node.failures !== 0) node.failures = 0;
-          if (pinned === null) this.preferred = index;
+          if (node.failures !== 0) {
+            node.failures = 0;
+            this.observer.emit("node_up", { node: node.addr, reason: "answered a call" });
+          }
+          if (pinned === null) this.preferred = node;
+          record.node = node.addr;
           return result;
         } catch (e) {
           if (e instanceof DeadlineError || e instanceof ClientClosedError) throw e;
           if (this.closed) throw new ClientClosedError();
           if (e instanceof ServerError) {
-            if (e.code === RANGE_CHANGED && !reconnected.has(index)) {
+            this.observer.emit("refused", { node: node.addr, op: conn === null || record.op === null ? "hello" : record.op, status: e.code, statusName: e.statusName ?? `STATUS_${e.code}`, message: e.serverMessage });
+            if (e.code === RANGE_CHANGED && !reconnected.has(node)) {
               // The node took another worker range and closed this connection. The node is
               // fine: reconnect at once and retry the whole call there, once.
-              reconnected.add(index);
+              reconnected.add(node);
               this.counters.rangeChanges++;
               this.drop(node, conn);
-              order.unshift(index);
+              order.unshift(node);
               continue;
             }
             if (!e.retryElsewhere) {
               if (e.closes) this.drop(node, conn);
+              record.node = node.addr; // the node answered: with this status
               throw e;
             }
             // A 3xx: back the node off; keep a connection the status leaves open.
             this.markDown(node, conn, e, !e.closes);
             tried.push(e);
+            moving = { from: node.addr, reason: `${e.code} ${e.statusName ?? "UNKNOWN"}` };
             continue;
           }
-          if (e instanceof UnavailableError && e.lost && conn !== null && !reconnected.has(index)) {
+          if (e instanceof UnavailableError && e.lost && conn !== null && !reconnected.has(node)) {
             // The open connection was closed or reset under the call: reconnect to the same
             // node once (a dead node refuses at once and is then marked down).
-            reconnected.add(index);
+            reconnected.add(node);
             this.counters.reconnects++;
             this.drop(node, conn);
-            order.unshift(index);
+            order.unshift(node);
             continue;
           }
           if (e instanceof UnavailableError || e instanceof ProtocolError) {
             this.markDown(node, conn, e, false);
             tried.push(e);
+            moving = { from: node.addr, reason: e.message };
             continue;
           }
           throw e;
         }
       }
-      if (pinned !== null && tried.length > 0) throw new IdempotencyKeyNodeError(this.nodeList[pinned]!.addr, tried[tried.length - 1]!);
+      if (pinned !== null && tried.length > 0) throw new IdempotencyKeyNodeError(pinned.addr, tried[tried.length - 1]!);
       if (tried.length === 1) throw tried[0]!;
       const now = performance.now();
-      const errors = new Map<string, Error | null>(this.nodeList.map((n) => [n.addr, n.lastError]));
+      const errors = new Map<string, Error | null>(list.map((n) => [n.addr, n.lastError]));
       const retry = new Map<string, number>();
-      for (const n of this.nodeList) if (n.downUntil > now) retry.set(n.addr, n.downUntil - now);
+      for (const n of list) if (n.downUntil > now) retry.set(n.addr, n.downUntil - now);
       throw new NoNodeAvailableError(errors, retry);
     } finally {
       deadline?.dispose();
@@ -810,13 +1073,16 @@ export class Client {
   private connection(node: Node): Promise<Connection> {
     if (node.conn !== null && node.conn.alive) return Promise.resolve(node.conn);
     if (node.connecting !== null) return node.connecting;
+    const started = performance.now();
+    // With expand, TLS verifies (and sends as SNI) the name the address came from.
+    const tls = this.tls !== null && node.tlsName !== null && this.tls.serverName === undefined ? { ...this.tls, serverName: node.tlsName } : this.tls;
     const p = Connection.open({
       host: node.host,
       port: node.port,
       node: node.addr,
       connectTimeoutMs: this.connectTimeoutMs,
       timeoutMs: this.timeoutMs,
-      tls: this.tls,
+      tls,
       maxVersion: this.maxVersion,
     }).then((conn) => {
       if (this.closed) {
@@ -834,8 +1100,17 @@ export class Client {
       node.conn = conn;
       conn.onClose = () => {
         if (node.conn === conn) node.conn = null;
+        this.forget(node);
       };
+      if (this.observer.wants("connect")) {
+        this.observer.emit("connect", { node: node.addr, address: conn.remoteAddress, version: conn.hello.version, durationMs: performance.now() - started });
+      }
       return conn;
+    });
+    p.then(undefined, (e: unknown) => {
+      if (!(e instanceof ClientClosedError) && this.observer.wants("connect_failed")) {
+        this.observer.emit("connect_failed", { node: node.addr, error: e instanceof Error ? e : new Error(String(e)), durationMs: performance.now() - started });
+      }
     });
     node.connecting = p;
     const clear = () => {
@@ -868,8 +1143,11 @@ export class Client {
       node.downUntil = now + delay;
       node.lastError = err;
       this.counters.nodeFailures++;
+      this.observer.emit("node_down", { node: node.addr, reason: err.message, retryInMs: delay });
     }
     if (conn !== null && !keep) conn.fail(err);
+    if (!keep) this.forget(node);
+    this.reresolve();
   }
 }
 

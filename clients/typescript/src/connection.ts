@@ -365,6 +365,13 @@ export class Connection {
     });
   }
 
+  /** The address that accepted the connection, `ip:port` (`[v6]:port`), if known. */
+  get remoteAddress(): string | null {
+    const a = this.socket.remoteAddress;
+    if (a === undefined) return null;
+    return a.includes(":") ? `[${a}]:${this.socket.remotePort}` : `${a}:${this.socket.remotePort}`;
+  }
+
   /** Whether the connection can take requests. */
   get alive(): boolean {
     return this.error === null;

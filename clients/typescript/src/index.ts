@@ -8,6 +8,10 @@
 
 export { Client, Layout, TimeBoundsError, fnv1a64, formatId, keyNodeIndex, parseNode } from "./client.js";
 export type { CallOptions, IdOptions, MaskedIds, ClientOptions, ClientStats, IdForm, IdParts, NodeState, TimeBoundsKind, TlsOptions, UuidParts } from "./client.js";
+export { CLIENT_ENV_VARIABLES, ConfigError, DEFAULT_PORT, MAX_CONFIG_TIMEOUT_MS, configFromEnv, parseUrl } from "./config.js";
+export type { IdgenConfig } from "./config.js";
+export { EVENT_NAMES, eventChannel } from "./events.js";
+export type { HooksOption, IdgenEventFields, IdgenEventMessage, IdgenEventName, IdgenHook, IdgenHookArgs, IdgenOp } from "./events.js";
 export { LayoutGenerations } from "./generations.js";
 export type { LayoutGeneration } from "./generations.js";
 export { PrefetchPool } from "./prefetch.js";

@@ -9,7 +9,12 @@ async function main() {
   assert.match(require.resolve("idgen-client"), /[\\/]node_modules[\\/]idgen-client[\\/]dist[\\/]cjs[\\/]index\.js$/);
   assert.equal(typeof idgen.Client, "function");
   assert.equal(typeof idgen.protocol, "object");
-  const client = new idgen.Client([process.argv[2]]);
+  // The OpenTelemetry adapter is its own entry point; its peer dependency is optional and not
+  // installed here, so only that entry point fails to load (saying what is missing).
+  assert.throws(() => require("idgen-client/opentelemetry"), /@opentelemetry\/api/);
+  assert.throws(() => idgen.parseUrl("idgen://h:0"), idgen.ConfigError);
+  const events = [];
+  const client = idgen.Client.fromUrl(`idgen://${process.argv[2]}?timeout_ms=5000`, { hooks: (event) => events.push(event) });
   try {
     const id = await client.nextId();
     assert.equal(typeof id, "bigint");
@@ -17,6 +22,7 @@ async function main() {
     assert.equal(idgen.fromDecimal(idgen.toDecimal(id)), id);
     const keys = idgen.MaskKeyring.parse("1:" + "00".repeat(32));
     assert.equal(keys.unmaskString(keys.maskString(id)), id);
+    assert.deepEqual(events, ["connect", "request"]);
     console.log(String(id));
   } finally {
     await client.close();

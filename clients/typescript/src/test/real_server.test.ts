@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
 import { Client } from "../client.js";
-import { DeadlineError, ServerError } from "../errors.js";
+import { DeadlineError } from "../errors.js";
 import { PrefetchPool } from "../prefetch.js";
 import { FakeNode, NodeProc, allDistinct, defaultHello, sleep } from "./support.js";
 
@@ -92,10 +92,18 @@ describe("a real node", () => {
     }
   });
 
-  test("count 0 is the server's INVALID_COUNT and the connection stays usable", async () => {
+  test("count 0 is refused locally in every call that takes a count, nothing sent", async () => {
     const client = new Client([node.addr]);
     try {
-      await assert.rejects(client.nextIds(0), (e: unknown) => e instanceof ServerError && e.code === 200 && e.statusName === "INVALID_COUNT" && !e.closes && !e.retryElsewhere);
+      await assert.rejects(client.nextIds(0), (e: unknown) => e instanceof RangeError && /0/.test(e.message));
+      await assert.rejects(client.nextUuids(0), RangeError);
+      await assert.rejects(client.nextValues("orders", 0), RangeError);
+      await assert.rejects(client.nextMaskedIds(0), RangeError);
+      await assert.rejects(client.nextIds(0, { after: 1n }), RangeError);
+      await assert.rejects(client.nextIds(0, { idempotencyKey: "k" }), RangeError);
+      const before = client.stats();
+      assert.equal(before.connects, 0, "nothing was sent: not even a connection opened");
+      assert.equal(before.requests, 0);
       assert.equal(typeof (await client.nextId()), "bigint");
       assert.equal(client.stats().connects, 1);
       await assert.rejects(client.nextIds(-1), RangeError);
