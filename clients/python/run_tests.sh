@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Python client with its `mask` extra (cryptography, from PyPI) into a
-# throwaway venv (proving `pip install './clients/python[mask]'` works), checks the package
-# with `mypy --strict` (mypy from PyPI, into the same venv) and runs its unittest suite with that venv's python against a real idgen server.
+# Installs the Python client with its `mask` and `otel` extras (cryptography and
+# opentelemetry-api, from PyPI) into a throwaway venv (proving
+# `pip install './clients/python[mask,otel]'` works), adds opentelemetry-sdk for the
+# OpenTelemetry test (its in-memory exporter), checks the package with `mypy --strict` (mypy
+# from PyPI, into the same venv) and runs its unittest suite with that venv's python against
+# a real idgen server.
 #
 #   IDGEN_BIN   the server binary [default: <repo>/target/debug/idgen]; the suite FAILS if
 #               it is missing (build it with `cargo build -p idgen`)
@@ -25,11 +28,11 @@ echo "==> venv in $tmp ($("$python" --version 2>&1))"
 "$python" -m venv "$tmp/venv"
 venv_py="$tmp/venv/bin/python"
 
-echo "==> pip install $here[mask]"
-if ! "$venv_py" -m pip install --quiet --disable-pip-version-check "$here[mask]" 2>"$tmp/pip.log"; then
+echo "==> pip install $here[mask,otel]"
+if ! "$venv_py" -m pip install --quiet --disable-pip-version-check "$here[mask,otel]" 2>"$tmp/pip.log"; then
   # No package index reachable for the isolated build's setuptools: build with the venv's.
   echo "    (isolated build failed, retrying with --no-build-isolation)"
-  "$venv_py" -m pip install --quiet --disable-pip-version-check --no-build-isolation "$here[mask]" \
+  "$venv_py" -m pip install --quiet --disable-pip-version-check --no-build-isolation "$here[mask,otel]" \
     || { cat "$tmp/pip.log" >&2; exit 1; }
 fi
 # Run from the temp dir so the tests import the installed copy, not the source tree.
@@ -39,6 +42,13 @@ case "$where" in
   "$tmp"/venv/*) echo "    installed: $where" ;;
   *) echo "run_tests.sh: idgen_client imported from $where, not from the venv" >&2; exit 1 ;;
 esac
+
+# The OpenTelemetry test's SDK (in-memory span exporter), a test dependency only; pinned like
+# mypy (it pins the matching opentelemetry-api).
+otel_sdk_version=1.45.2
+echo "==> pip install opentelemetry-sdk==$otel_sdk_version"
+"$venv_py" -m pip install --quiet --disable-pip-version-check "opentelemetry-sdk==$otel_sdk_version" 2>"$tmp/otel-pip.log" \
+  || { cat "$tmp/otel-pip.log" >&2; echo "run_tests.sh: cannot install opentelemetry-sdk $otel_sdk_version (from PyPI)" >&2; exit 1; }
 
 # The package type-checks for its users (py.typed) and for itself: mypy --strict over the
 # sources, with a pinned mypy (a newer one may find new things; move the pin on purpose).

@@ -21,12 +21,21 @@ Standard library only (masking needs the ``mask`` extra). Quick start::
         us = client.next_uuids(100)                     # increasing, from one node
         client.decode_uuid(u)                           # UuidParts(id, unix_ms, ..., sequence)
 
+Configured by a URL or the environment (``IDGEN_NODES``, ``IDGEN_CLIENT_*``)::
+
+    client = Client.from_url("idgens://n1:7420,n2:7420?ca=/etc/idgen/ca.crt", prefetch=1000)
+    client = Client.from_env(hooks=[my_metrics_hook])
+
+Events are logged to ``logging.getLogger("idgen_client")`` (quiet by default) and passed to
+``hooks=`` (:mod:`idgen_client.observe`); an OpenTelemetry adapter is
+:class:`idgen_client.otel.OpenTelemetryHook` (``pip install 'idgen-client[otel]'``).
+
 String forms live in :mod:`idgen_client.forms`, public-ID masking (FF1 over AES; needs
 ``pip install 'idgen-client[mask]'``) in :mod:`idgen_client.mask`, the frame codec in
 :mod:`idgen_client.protocol`.
 """
 
-from . import forms, mask, protocol
+from . import forms, mask, observe, protocol
 from .client import (
     AfterLastTimestamp,
     BeforeEpoch,
@@ -39,6 +48,7 @@ from .client import (
     UuidParts,
     key_node,
 )
+from .config import ConfigError, Settings, parse_url
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -83,6 +93,10 @@ __all__ = [
     "KeyNodeUnavailableError",
     "MaskedIdList",
     "key_node",
+    "ConfigError",
+    "Settings",
+    "parse_url",
+    "observe",
     "forms",
     "mask",
     "protocol",

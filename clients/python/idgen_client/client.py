@@ -69,6 +69,7 @@ several, or none could be tried, it raises ``NoNodeAvailable`` listing each node
 
 import collections
 import itertools
+import logging
 import os
 import socket
 import ssl
@@ -77,6 +78,7 @@ import time
 import uuid
 import weakref
 from typing import (
+    Any,
     Callable,
     Deque,
     Dict,
@@ -91,8 +93,10 @@ from typing import (
 )
 
 from . import forms, protocol
+from . import observe as _observe
 from . import status as _status
 from . import tls as _tls
+from .config import Settings, parse_url
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -475,6 +479,13 @@ class _Connection:
         host, port = _parse_node(node)
         deadline = time.monotonic() + connect_timeout
         sock = _connect_any(node, host, port, deadline, connect_timeout)
+        try:
+            peer = sock.getpeername()
+            ip = str(peer[0])
+            #: The address that accepted the connection (``ip:port``, IPv6 in brackets).
+            self.address = f"[{ip}]:{peer[1]}" if ":" in ip else f"{ip}:{peer[1]}"
+        except OSError:
+            self.address = node
         # The TCP socket, or TLS over it (TLSSocket has the socket methods used here).
         self._sock: Union[socket.socket, _tls.TLSSocket] = sock
         self.tls_version: Optional[str] = None
@@ -828,14 +839,39 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _system_roots_context(
+    cert: Optional[_tls.PathLike], key: Optional[_tls.PathLike]
+) -> ssl.SSLContext:
+    """A client context that verifies nodes against the system's trusted roots (``tls=True``
+    without ``tls_ca``, as ``idgens://`` without ``ca``), with the client certificate
+    ``cert``/``key`` when given."""
+    if (cert is None) != (key is None):
+        raise ValueError("tls_cert and tls_key go together: give both or neither")
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)  # CERT_REQUIRED, check_hostname
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert is not None and key is not None:
+        try:
+            ctx.load_cert_chain(os.fspath(cert), os.fspath(key), password=_tls._no_password)
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise ValueError(
+                f"tls_cert {os.fspath(cert)} / tls_key {os.fspath(key)}: cannot load the "
+                f"client certificate and key (an encrypted key needs ssl_context=): {e}"
+            ) from None
+    ctx.set_alpn_protocols([_tls.ALPN])
+    return ctx
+
+
 def _tls_settings(
     ssl_context: Optional[ssl.SSLContext],
     tls_ca: Optional[_tls.PathLike],
     tls_cert: Optional[_tls.PathLike],
     tls_key: Optional[_tls.PathLike],
     server_hostname: Optional[str],
+    tls: bool = False,
 ) -> Optional[Tuple[ssl.SSLContext, Optional[str]]]:
     """The client's TLS (a context and the server name override), or ``None`` for TCP."""
+    if not isinstance(tls, bool):
+        raise TypeError(f"tls must be a bool, not {type(tls).__name__}")
     if ssl_context is not None:
         if not isinstance(ssl_context, ssl.SSLContext):
             raise TypeError(f"ssl_context must be an ssl.SSLContext, not {type(ssl_context).__name__}")
@@ -844,11 +880,16 @@ def _tls_settings(
         ctx = ssl_context
     elif tls_ca is not None:
         ctx = _tls.make_context(tls_ca, tls_cert, tls_key)
+    elif tls:
+        ctx = _system_roots_context(tls_cert, tls_key)
     elif tls_cert is not None or tls_key is not None:
-        raise ValueError("tls_cert and tls_key need tls_ca (the CA bundle to verify nodes with)")
+        raise ValueError(
+            "tls_cert and tls_key need tls_ca (the CA bundle to verify nodes with) or tls=True "
+            "(the system's trusted roots)"
+        )
     else:
         if server_hostname is not None:
-            raise ValueError("server_hostname needs TLS (ssl_context or tls_ca)")
+            raise ValueError("server_hostname needs TLS (ssl_context, tls_ca or tls=True)")
         return None
     if server_hostname is not None and (not isinstance(server_hostname, str) or not server_hostname):
         raise ValueError("server_hostname must be a non-empty string")
@@ -856,14 +897,46 @@ def _tls_settings(
 
 
 class _Node:
-    def __init__(self, addr: str):
+    def __init__(self, addr: str, tls_name: Optional[str] = None, entry: int = 0, placeholder: bool = False):
         _parse_node(addr)
         self.addr = addr
+        # With expand=True: the name TLS verifies (the configured host, not this address),
+        # the configured entry it came from, and whether it stands for a name that resolved
+        # to nothing (a node that is down until the name resolves).
+        self.tls_name = tls_name
+        self.entry = entry
+        self.placeholder = placeholder
+        self.gone = False  # no longer among its name's addresses: dropped when it fails
         self.lock = threading.Lock()  # serialises connecting
         self.conn: Optional[_Connection] = None
         self.failures = 0
         self.down_until = 0.0
         self.last_error: Optional[BaseException] = None
+
+
+class _CallInfo:
+    """The public call in progress in a thread: its op, and the node that answered."""
+
+    __slots__ = ("op", "node")
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.node: Optional[str] = None
+
+
+def _outcome(err: BaseException) -> str:
+    """A request event's ``outcome`` for a failed call: the status name, else the class."""
+    if isinstance(err, ServerError):
+        return err.name or str(err.status)
+    return type(err).__name__
+
+
+def _reason(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def _format_addr(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 class _SeqState:
@@ -907,6 +980,16 @@ class Client:
     sequence to answer later calls from; a strict sequence's values are never kept (see
     :meth:`next_values`).
 
+    Configuration from a URL or the environment (clients/vectors/CONFIG.md):
+    :meth:`from_url` and :meth:`from_env`. ``tls=True`` turns TLS on without ``tls_ca``,
+    verifying nodes against the system's trusted roots. ``expand=True`` makes each address a
+    node's name resolves to a node of its own (re-resolved when a node fails, at most once a
+    second); TLS still verifies the name given.
+
+    Observability: events are logged to ``logging.getLogger("idgen_client")`` (quiet unless
+    the program configures logging) and passed to ``hooks`` (a callable
+    ``hook(event, fields)`` or a list of them), see :mod:`idgen_client.observe`.
+
     See the module docstring for the pipelining and failover design.
     """
 
@@ -926,6 +1009,9 @@ class Client:
         tls_key: Optional[_tls.PathLike] = None,
         server_hostname: Optional[str] = None,
         sequence_prefetch: int = 0,
+        tls: bool = False,
+        expand: bool = False,
+        hooks: _observe.Hooks = None,
     ):
         if isinstance(nodes, str):
             nodes = [nodes]
@@ -951,9 +1037,19 @@ class Client:
             raise ValueError(
                 f"sequence_prefetch must be in 0 ..= {protocol.MAX_VALUES_PER_CALL}"
             )
-        self._tls = _tls_settings(ssl_context, tls_ca, tls_cert, tls_key, server_hostname)
+        if not isinstance(expand, bool):
+            raise TypeError(f"expand must be a bool, not {type(expand).__name__}")
+        self._obs = _observe.Observer(hooks)
+        self._local = threading.local()  # the call in progress in this thread (_CallInfo)
+        self._tls = _tls_settings(ssl_context, tls_ca, tls_cert, tls_key, server_hostname, tls)
         self._pid = os.getpid()  # a different pid at a public call: we are a forked child
-        self._nodes = [_Node(n) for n in nodes]
+        self._expand = expand
+        self._entries = [_parse_node(n) for n in nodes]
+        self._resolve_lock = threading.Lock()
+        self._resolved_at = time.monotonic()
+        self._nodes: List[_Node] = (
+            self._resolve([]) if expand else [_Node(n) for n in nodes]
+        )
         self._timeout = float(timeout)
         self._connect_timeout = float(connect_timeout)
         self._backoff_min = float(backoff_min)
@@ -982,6 +1078,32 @@ class Client:
             self._start_refiller()
         _CLIENTS.add(self)
 
+    # -- configuration ----------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, **code_settings: Any) -> "Client":
+        """A client configured by an ``idgen://`` / ``idgens://`` URL
+        (:func:`idgen_client.parse_url`), with further settings given in code
+        (``prefetch=1000``, ``hooks=...``). A setting given both in the URL and in code is a
+        :class:`idgen_client.ConfigError`, as are TLS options in code for an ``idgen://``
+        URL."""
+        return cls.from_settings(parse_url(url), **code_settings)
+
+    @classmethod
+    def from_env(cls, **code_settings: Any) -> "Client":
+        """A client configured by ``IDGEN_NODES`` (a URL, or a plain ``host:port,...`` list
+        with the ``IDGEN_CLIENT_*`` variables), see :meth:`idgen_client.Settings.from_env`;
+        code settings as for :meth:`from_url`."""
+        return cls.from_settings(Settings.from_env(), **code_settings)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **code_settings: Any) -> "Client":
+        """A client from parsed :class:`idgen_client.Settings` and settings given in code
+        (each setting from one source only: :meth:`Settings.merge`)."""
+        kwargs: Dict[str, Any] = dict(settings.merge(code_settings))
+        nodes = kwargs.pop("nodes")
+        return cls(nodes, **kwargs)
+
     # -- public API -------------------------------------------------------------------------
 
     def next_id(self) -> int:
@@ -996,7 +1118,8 @@ class Client:
     ) -> List[int]:
         """``n`` IDs, increasing, from one node (all or nothing). Above the node's
         ``max_batch`` the request is split into pipelined GET_IDS frames and re-joined.
-        ``n == 0`` is sent as is and the server's ``200 INVALID_COUNT`` raised.
+        ``n`` is 1 to 16777216: 0, a negative count or one above that raises ``ValueError``
+        before anything is sent (clients/vectors/CONFIG.md, "Count 0").
 
         With ``after`` (an ID seen, from any node) every ID is greater than it: the node waits,
         at most its ``max_drift``, for its clock to pass that ID's time (read-your-writes order
@@ -1009,19 +1132,19 @@ class Client:
         self._check_fork()
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int, not {type(n).__name__}")
-        if n < 0:
-            raise ValueError("n must be >= 0")
-        if n > _MAX_IDS_PER_CALL:
-            raise ValueError(f"n must be at most {_MAX_IDS_PER_CALL} per call")
+        if not 1 <= n <= _MAX_IDS_PER_CALL:
+            raise ValueError(f"n must be 1 to {_MAX_IDS_PER_CALL} per call, not {n}")
         if after is None and idempotency_key is None:
-            return self._with_failover(lambda conn: self._fetch(conn, n))
+            return self._observed(
+                "ids", n, lambda: self._with_failover(lambda conn: self._fetch(conn, n))
+            )
         frame = self._with_frame(n, after, idempotency_key, masked=False)
 
         def run(conn: _Connection) -> List[int]:
             slot = self._submit_with(conn, n, frame, protocol.OP_GET_IDS_WITH)
             return conn.wait_ids(slot, self._timeout)
 
-        return self._routed(idempotency_key, run)
+        return self._observed("ids_with", n, lambda: self._routed(idempotency_key, run))
 
     def next_masked_ids(
         self, n: int, *, after: Optional[int] = None, idempotency_key: Optional[str] = None
@@ -1040,7 +1163,7 @@ class Client:
             key = forms.BASE62_ALPHABET[got.key_id]
             return MaskedIdList(got.key_id, got.ids, [key + forms.to_base62(m) for m in got.ids])
 
-        return self._routed(idempotency_key, run)
+        return self._observed("masked_ids", n, lambda: self._routed(idempotency_key, run))
 
     def _with_frame(
         self, n: int, after: Optional[int], key: Optional[str], masked: bool
@@ -1070,13 +1193,21 @@ class Client:
             return self._with_failover(run)
         if self._closed:
             raise ClientClosedError("the client is closed")
-        node = self._nodes[key_node(key, len(self._nodes))]
+        nodes = self._nodes  # the list as it is when the request is made
+        node = nodes[key_node(key, len(nodes))]
+        info: Optional[_CallInfo] = getattr(self._local, "call", None)
         for attempt in (0, 1):
             conn: Optional[_Connection] = None
             try:
                 conn = self._connection(node)
-                return run(conn)
+                result = run(conn)
+                if info is not None:
+                    info.node = node.addr
+                return result
             except ServerError as e:
+                if info is not None:
+                    info.node = node.addr
+                self._refused(node, e, info)
                 if e.status == _status.RANGE_CHANGED and attempt == 0:
                     # The node is fine; a new connection learns its new range. Once.
                     self._drop(node, conn)
@@ -1118,7 +1249,9 @@ class Client:
             raise TypeError(f"n must be an int, not {type(n).__name__}")
         if not 1 <= n <= _MAX_IDS_PER_CALL:
             raise ValueError(f"n must be 1 to {_MAX_IDS_PER_CALL}, not {n}")
-        return self._with_failover(lambda conn: self._fetch_uuids(conn, n))
+        return self._observed(
+            "uuids", n, lambda: self._with_failover(lambda conn: self._fetch_uuids(conn, n))
+        )
 
     def decode_uuid(self, value: uuid.UUID) -> UuidParts:
         """Take a version 7 UUID apart with :attr:`layout` (see :meth:`Layout.decode_uuid`)."""
@@ -1135,7 +1268,7 @@ class Client:
             conn.wait(slot, self._timeout)
             return time.monotonic() - start
 
-        return self._with_failover(run)
+        return self._observed("ping", 1, lambda: self._with_failover(run))
 
     def next_value(self, name: str) -> int:
         """One value of the named sequence ``name`` (see :meth:`next_values`)."""
@@ -1173,8 +1306,10 @@ class Client:
         if layout is not None and n > layout.max_batch:
             raise ValueError(f"n must be 1 to {layout.max_batch} (the node's max_batch), not {n}")
         if not self._seq_prefetch:
-            return self._get_values(raw, n, n).values
-        return self._prefetched_values(raw.decode("ascii"), raw, n)
+            return self._observed("values", n, lambda: self._get_values(raw, n, n).values)
+        return self._observed(
+            "values", n, lambda: self._prefetched_values(raw.decode("ascii"), raw, n)
+        )
 
     @property
     def layout(self) -> Layout:
@@ -1277,6 +1412,9 @@ class Client:
             if conn is not None:
                 conn.forget()
         self._layout_lock = threading.Lock()
+        self._resolve_lock = threading.Lock()
+        self._obs.after_fork()
+        self._local = threading.local()
         self._stats = _Stats()
         self._pool = collections.deque()
         self._pool_cond = threading.Condition()
@@ -1293,12 +1431,9 @@ class Client:
 
     def _fetch(self, conn: _Connection, n: int) -> List[int]:
         max_batch = conn.hello.max_batch
-        if n == 0:
-            counts = [0]  # let the server say INVALID_COUNT
-        else:
-            counts = [max_batch] * (n // max_batch)
-            if n % max_batch:
-                counts.append(n % max_batch)
+        counts = [max_batch] * (n // max_batch)
+        if n % max_batch:
+            counts.append(n % max_batch)
         # Version 2 and later: RANGES, the same IDs as runs (a few bytes for thousands, and
         # expanded by range() rather than unpacked one by one).
         op = protocol.OP_GET_RANGES if conn.hello.version >= protocol.RANGES_VERSION else protocol.OP_GET_IDS
@@ -1442,23 +1577,43 @@ class Client:
     def _with_failover(self, run: Callable[[_Connection], _T]) -> _T:
         if self._closed:
             raise ClientClosedError("the client is closed")
-        count = len(self._nodes)
-        start = self._preferred
+        nodes = self._nodes  # this call's list (expand=True may replace it meanwhile)
+        count = len(nodes)
+        start = self._preferred % count
         tried: List[BaseException] = []
         order = collections.deque((start + k) % count for k in range(count))
         reconnected: "set[int]" = set()  # nodes already reconnected to after a 305
-        while order:
+        info: Optional[_CallInfo] = getattr(self._local, "call", None)
+        moving: Optional[Tuple[str, BaseException]] = None  # the node left, and why
+        while order or (self._expand and self._nodes is not nodes):
+            if not order:
+                # expand=True: the names were resolved again meanwhile; their new addresses
+                # are tried too.
+                new = [n for n in self._nodes if n not in nodes]
+                if not new:
+                    break
+                order.extend(range(len(nodes), len(nodes) + len(new)))
+                nodes = nodes + new
             index = order.popleft()
-            node = self._nodes[index]
+            node = nodes[index]
             if node.down_until > time.monotonic():
                 continue
             if tried and index not in reconnected:
                 self._stats.add("failovers")
+            if moving is not None and moving[0] != node.addr:
+                self._obs.emit(
+                    _observe.FAILOVER,
+                    {"from_node": moving[0], "to_node": node.addr, "reason": _reason(moving[1])},
+                )
+                moving = None
             conn: Optional[_Connection] = None
             try:
                 conn = self._connection(node)
                 result = run(conn)
             except ServerError as e:
+                if info is not None:
+                    info.node = node.addr
+                self._refused(node, e, info)
                 if e.status == _status.RANGE_CHANGED and index not in reconnected:
                     # The node took another worker range and closed this connection. The
                     # node is fine: reconnect at once (the new HELLO_OK announces the new
@@ -1475,22 +1630,34 @@ class Client:
                 # the node off but keep the connection for when it is tried again.
                 self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
                 tried.append(e)
+                moving = (node.addr, e)
             except (UnavailableError, ProtocolError) as e:
                 if self._closed:
                     raise ClientClosedError("the client is closed") from e
                 self._mark_down(node, conn, e)
                 tried.append(e)
+                moving = (node.addr, e)
             else:
+                if info is not None:
+                    info.node = node.addr
                 if node.failures:
                     with node.lock:
-                        node.failures = 0
-                self._preferred = index
+                        was_down, node.failures = node.failures, 0
+                    if was_down:
+                        self._obs.emit(
+                            _observe.NODE_UP, {"node": node.addr, "reason": "answered again"}
+                        )
+                if nodes is self._nodes:
+                    self._preferred = index
+                else:
+                    current = self._nodes
+                    self._preferred = current.index(node) if node in current else 0
                 return result
         if len(tried) == 1:
             raise _fresh(tried[0])
         now = time.monotonic()
-        errors = {n.addr: n.last_error for n in self._nodes}
-        retry_in = {n.addr: n.down_until - now for n in self._nodes if n.down_until > now}
+        errors = {n.addr: n.last_error for n in nodes}
+        retry_in = {n.addr: n.down_until - now for n in nodes if n.down_until > now}
         raise NoNodeAvailable(errors, retry_in) from (tried[-1] if tried else None)
 
     def _connection(self, node: _Node) -> _Connection:
@@ -1506,16 +1673,47 @@ class Client:
             if node.down_until > time.monotonic() and node.last_error is not None:
                 # Another thread's connect just failed while this one waited for the lock.
                 raise UnavailableError(f"node is down: {node.last_error}", node.addr)
-            conn = _Connection(
-                node.addr, self._connect_timeout, self._timeout, self._stats, self._tls
-            )
+            tls = self._tls
+            if tls is not None and tls[1] is None and node.tls_name is not None:
+                tls = (tls[0], node.tls_name)  # expand=True: verify the name, not the address
+            started = time.monotonic()
             try:
-                self._check_layout(conn)
-            except ProtocolError:
-                conn.close()
-                raise
-            node.conn = conn
-            return conn
+                if node.placeholder:
+                    # expand=True: the name resolved to nothing. Down until it resolves
+                    # (this failure makes the client resolve it again).
+                    raise UnavailableError("the name resolves to no address", node.addr)
+                conn = _Connection(
+                    node.addr, self._connect_timeout, self._timeout, self._stats, tls
+                )
+                try:
+                    self._check_layout(conn)
+                except ProtocolError:
+                    conn.close()
+                    raise
+            except IdgenError as e:
+                failed: Optional[IdgenError] = e
+            else:
+                failed = None
+                node.conn = conn
+        # Events after the lock is released: a hook may call the client.
+        took = time.monotonic() - started
+        if failed is not None:
+            self._obs.emit(
+                _observe.CONNECT_FAILED,
+                {"node": node.addr, "error": _reason(failed), "duration": took},
+            )
+            raise failed
+        assert conn is not None
+        self._obs.emit(
+            _observe.CONNECT,
+            {
+                "node": node.addr,
+                "address": conn.address,
+                "version": conn.hello.version,
+                "duration": took,
+            },
+        )
+        return conn
 
     def _check_layout(self, conn: _Connection) -> None:
         layout = Layout.from_hello(conn.hello)
@@ -1546,6 +1744,7 @@ class Client:
         older connection, or while the node is already backing off, do not extend it.
         ``keep_connection``: the node answered with a status that leaves ``conn`` usable."""
         now = time.monotonic()
+        marked: Optional[Tuple[float, int]] = None
         with node.lock:
             stale = conn is not None and node.conn is not conn and node.conn is not None
             if conn is not None and node.conn is conn and not keep_connection:
@@ -1558,8 +1757,141 @@ class Client:
                 node.down_until = now + delay
                 node.last_error = err
                 self._stats.add("node_failures")
+                marked = (delay, node.failures)
         if conn is not None and not keep_connection:
             conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
+        if marked is not None:
+            self._obs.emit(
+                _observe.NODE_DOWN,
+                {
+                    "node": node.addr,
+                    "reason": _reason(err),
+                    "retry_in": marked[0],
+                    "failures": marked[1],
+                },
+            )
+        if self._expand:
+            self._node_failed(node)
+
+    def _refused(self, node: _Node, err: ServerError, info: Optional[_CallInfo]) -> None:
+        self._obs.emit(
+            _observe.REFUSED,
+            {
+                "node": node.addr,
+                "op": info.op if info is not None else None,
+                "status": err.status,
+                "status_name": err.name,
+                "message": err.message,
+            },
+        )
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _observed(self, op: str, count: int, call: Callable[[], _T]) -> _T:
+        """Run one public call and emit its ``request`` event (op, count, the node that
+        answered, duration, outcome) when it finishes."""
+        local = self._local
+        outer = getattr(local, "call", None)
+        info = local.call = _CallInfo(op)
+        started = time.monotonic()
+        outcome = "ok"
+        try:
+            return call()
+        except BaseException as e:
+            outcome = _outcome(e)
+            raise
+        finally:
+            local.call = outer
+            self._obs.emit(
+                _observe.REQUEST,
+                {
+                    "op": op,
+                    "count": count,
+                    "node": info.node,
+                    "duration": time.monotonic() - started,
+                    "outcome": outcome,
+                },
+            )
+
+    # -- expand=True: each address of a name is a node ---------------------------------------
+
+    def _resolve(self, current: List[_Node]) -> List[_Node]:
+        """The node list for the configured entries: each replaced by its addresses in the
+        resolver's order, duplicates removed. Nodes of ``current`` are kept (same objects)
+        where their address is still there; an entry that does not resolve keeps its current
+        nodes, or is a placeholder node (down until it resolves). Addresses that are gone stay
+        at the end, marked ``gone``, until their connection fails."""
+        by_addr = {n.addr: n for n in current}
+        out: List[_Node] = []
+        seen: "set[str]" = set()
+        for i, (host, port) in enumerate(self._entries):
+            try:
+                infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+            except OSError as e:
+                infos = []
+                _observe.LOGGER.debug("resolving %s:%s failed: %s", host, port, e)
+            addrs = []
+            for info in infos:
+                addr = _format_addr(str(info[4][0]), int(info[4][1]))
+                if addr not in seen:
+                    seen.add(addr)
+                    addrs.append(addr)
+            if not addrs:
+                kept = [n for n in current if n.entry == i and n.addr not in seen]
+                if not kept:
+                    entry = _format_addr(host, port)
+                    kept = [by_addr.get(entry) or _Node(entry, None, i, placeholder=True)]
+                for n in kept:
+                    seen.add(n.addr)
+                out.extend(kept)
+                continue
+            for addr in addrs:
+                node = by_addr.get(addr)
+                if node is None or node.placeholder:
+                    node = _Node(addr, tls_name=host, entry=i)
+                node.gone = False
+                out.append(node)
+        for node in current:
+            if node.addr not in seen and not node.placeholder:
+                node.gone = True
+                out.append(node)
+        return out
+
+    def _node_failed(self, node: _Node) -> None:
+        """expand=True: a node failed. Resolve the names again (at most once a second), and
+        drop the node if its address is gone."""
+        now = time.monotonic()
+        if not self._resolve_lock.acquire(blocking=False):
+            return
+        try:
+            current = self._nodes
+            if now - self._resolved_at >= 1.0:
+                self._resolved_at = now
+                new = self._resolve(current)
+            else:
+                new = list(current)
+            dropped = [n for n in new if n.gone and (n is node or n.conn is None)]
+            if dropped and len(dropped) < len(new):
+                new = [n for n in new if n not in dropped]
+            else:
+                dropped = []
+            removed = [n for n in current if n not in new]
+            if [n.addr for n in new] != [n.addr for n in current]:
+                preferred = current[self._preferred % len(current)]
+                self._nodes = new
+                self._preferred = new.index(preferred) if preferred in new else 0
+                _observe.LOGGER.log(
+                    logging.INFO,
+                    "nodes now %s (names resolved again)",
+                    ", ".join(n.addr for n in new),
+                )
+        finally:
+            self._resolve_lock.release()
+        for n in removed:
+            with n.lock:
+                conn, n.conn = n.conn, None
+            if conn is not None:
+                conn.close()
 
     # -- prefetch pool ------------------------------------------------------------------------
 

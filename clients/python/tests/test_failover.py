@@ -265,7 +265,7 @@ class ServerStatuses(unittest.TestCase):
 
 
 class BadInput(unittest.TestCase):
-    def test_count_0_raises_200_without_failover(self):
+    def test_count_0_is_refused_locally_without_failover(self):
         server = _support.Server(self)
         self.addCleanup(server.stop)
         with Client([server.addr]) as probe:
@@ -273,11 +273,12 @@ class BadInput(unittest.TestCase):
         other = _support.FakeNode(_support.default_hello(epoch_ms=epoch), "unavailable")
         self.addCleanup(other.close)
         with Client([server.addr, other.addr]) as client:
-            with self.assertRaises(ServerError) as cm:
+            with self.assertRaises(ValueError) as cm:
                 client.next_ids(0)
-            self.assertEqual(cm.exception.status, 200)
-            self.assertFalse(cm.exception.retry_elsewhere)
-            self.assertEqual(other.connections, 0, "a 2xx must not fail over")
+            self.assertIn("not 0", str(cm.exception))
+            self.assertEqual(client.stats()["requests"], 0, "nothing is sent")
+            self.assertEqual(client.stats()["connects"], 0)
+            self.assertEqual(other.connections, 0)
             self.assertEqual(client.stats()["failovers"], 0)
             self.assertFalse(node_state(client, server.addr)["down"])
             self.assertIsInstance(client.next_id(), int)

@@ -156,13 +156,23 @@ class RealServer(unittest.TestCase):
         _support.run_threads(4, mixed, timeout=60)
         self.assertEqual(client.stats()["pings"], 101)
 
-    def test_count_0_raises_server_error_200_and_connection_stays_usable(self):
+    def test_count_0_is_refused_before_anything_is_sent(self):
+        # clients/vectors/CONFIG.md, "Count 0": ValueError, like a negative count, with no
+        # request on the wire and no connection made for it.
         client = self.client()
-        with self.assertRaises(ServerError) as cm:
-            client.next_ids(0)
-        self.assertEqual(cm.exception.status, 200)
-        self.assertEqual(cm.exception.name, "INVALID_COUNT")
-        self.assertFalse(cm.exception.retry_elsewhere)
+        calls = [
+            lambda: client.next_ids(0),
+            lambda: client.next_ids(0, after=1),
+            lambda: client.next_ids(0, idempotency_key="k"),
+            lambda: client.next_masked_ids(0),
+            lambda: client.next_uuids(0),
+            lambda: client.next_values("orders", 0),
+        ]
+        for call in calls:
+            with self.assertRaises(ValueError):
+                call()
+        self.assertEqual(client.stats()["connects"], 0)
+        self.assertEqual(client.stats()["requests"], 0)
         self.assertIsInstance(client.next_id(), int)
         self.assertEqual(client.stats()["connects"], 1)
         self.assertEqual(client.stats()["node_failures"], 0)
