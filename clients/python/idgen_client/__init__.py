@@ -26,7 +26,7 @@ String forms live in :mod:`idgen_client.forms`, public-ID masking (FF1 over AES;
 :mod:`idgen_client.protocol`.
 """
 
-from . import forms, mask, protocol
+from . import aio, forms, mask, protocol
 from .client import (
     AfterLastTimestamp,
     BeforeEpoch,
@@ -39,6 +39,7 @@ from .client import (
     UuidParts,
     key_node,
 )
+from .aio import AsyncClient
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -59,6 +60,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "AsyncClient",
     "IdParts",
     "Layout",
     "LayoutGeneration",
@@ -83,6 +85,7 @@ __all__ = [
     "KeyNodeUnavailableError",
     "MaskedIdList",
     "key_node",
+    "aio",
     "forms",
     "mask",
     "protocol",
