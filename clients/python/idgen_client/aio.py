@@ -1180,7 +1180,7 @@ class AsyncClient:
             return None
         try:
             ids = await self._with_failover(lambda conn: self._fetch(conn, want))
-        except (IdgenError, OSError) as e:
+        except Exception as e:  # handed to the waiting callers
             self._refill_not_before = time.monotonic() + min(self._backoff_min, 0.2)
             return e
         if not self._closed:

@@ -354,6 +354,26 @@ class Protocol(AsyncTestCase):
         self.assertEqual(caught.exception.status, 304)
         self.assertEqual(len(up.ids_by_connection), 1, "304 was failed over")
 
+    async def test_cancelled_tasks_leave_the_other_answers_in_order(self):
+        node = self.fake()
+        client = self.client([node.addr])
+        warm = await client.next_ids(2)  # the connection exists: every task submits at once
+        tasks = [asyncio.ensure_future(client.next_ids(3)) for _ in range(100)]
+        await asyncio.sleep(0)  # each task has written its request and waits for its answer
+        for t in tasks[::2]:
+            t.cancel()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        sent = node.ids_by_connection[0]
+        self.assertEqual(sent[:2], warm)
+        for i, got in enumerate(done):
+            if i % 2:
+                self.assertEqual(got, sent[2 + 3 * i : 5 + 3 * i], i)  # its own frame's answer
+            else:
+                self.assertIsInstance(got, asyncio.CancelledError)
+        after = await client.next_ids(3)  # the dropped answers did not shift later ones
+        self.assertEqual(after, sent[302:305])
+        self.assertEqual(client.stats()["connects"], 1)
+
     async def test_305_reconnects_to_the_same_node(self):
         node = _support.FakeNode(_support.default_hello(), "range_changed", serve_before=1)
         self.addCleanup(node.close)
