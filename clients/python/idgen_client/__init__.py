@@ -35,7 +35,7 @@ String forms live in :mod:`idgen_client.forms`, public-ID masking (FF1 over AES;
 :mod:`idgen_client.protocol`.
 """
 
-from . import forms, mask, observe, protocol
+from . import aio, forms, mask, observe, protocol
 from .client import (
     AfterLastTimestamp,
     BeforeEpoch,
@@ -48,6 +48,7 @@ from .client import (
     UuidParts,
     key_node,
 )
+from .aio import AsyncClient
 from .config import ConfigError, Settings, parse_url
 from .errors import (
     ClientClosedError,
@@ -69,6 +70,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "AsyncClient",
     "IdParts",
     "Layout",
     "LayoutGeneration",
@@ -97,6 +99,7 @@ __all__ = [
     "Settings",
     "parse_url",
     "observe",
+    "aio",
     "forms",
     "mask",
     "protocol",

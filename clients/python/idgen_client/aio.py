@@ -1,0 +1,1212 @@
+"""The asyncio client: :class:`AsyncClient`, the threaded :class:`~idgen_client.Client`'s
+semantics on an event loop.
+
+Usage::
+
+    from idgen_client.aio import AsyncClient
+
+    async with AsyncClient(["10.0.0.1:7420", "10.0.0.2:7420"], prefetch=1000) as client:
+        one = await client.next_id()
+        many = await client.next_ids(10_000)
+        order_no = await client.next_value("orders")
+
+Design
+======
+
+Pipelining: **one connection per node, a FIFO of waiting futures and one reader task.** A
+call builds its request frames (a batch above the node's ``max_batch`` is split), appends one
+slot (an ``asyncio.Future``) per frame to the connection's FIFO and writes the frames, with
+no ``await`` in between, so the FIFO is in wire order; then it awaits the transport's
+``drain()`` (bounded by ``timeout``) and its slots' futures. The reader task decodes answers
+as they arrive and resolves the slot at the head of the FIFO (the node answers in request
+order). So any number of tasks have requests in flight on one connection at once. A task
+cancelled while waiting leaves its slot in the FIFO; the answer is matched by position and
+dropped (a gap, never a repeat). No answer within ``timeout`` fails the connection: the node
+is treated as down and every request in flight on it fails over.
+
+Everything else is :class:`~idgen_client.Client`'s (client.py's module docstring): the same
+HELLO (versions 1..=5), GET_RANGES from version 2, the same checks of every answer, the same
+failover, back-off and retry rules, the same named-sequence prefetch, UUIDs, ``after`` and
+idempotency keys (a keyed call goes to its node only), masked IDs, and the same errors. The
+layout, the error classes, :class:`~idgen_client.client.Layout`, the TLS settings and the
+node parsing are client.py's own.
+
+Connecting follows clients/vectors/CONNECT.md: every address the host resolves to is tried
+in the resolver's order, each attempt given ``time left / addresses left``, and the whole
+setup (addresses, TLS, HELLO) is bounded by ``connect_timeout``. TLS runs through asyncio's
+own TLS (``asyncio.open_connection(sock=..., ssl=context, server_hostname=...)``): the name
+verified and sent as SNI is the host given (or ``server_hostname``), never the address.
+
+Event loops: a client belongs to the event loop that first uses it (its connections, locks
+and tasks live there). Using it from another loop while that one is still open raises
+``RuntimeError``; once that loop is closed (``asyncio.run`` returned), the next use starts
+afresh on the new loop.
+
+Fork: a child never uses its parent's connections, pool or sequence buffers. An
+``os.register_at_fork`` hook (and a pid check at every public call) makes the child forget
+them: it closes only its own copy of each socket's descriptor, never sends on it, never shuts
+it down, and never touches the parent's event loop. The child's next call (on the child's
+own event loop: run a new one there, e.g. ``asyncio.run``) connects afresh.
+"""
+
+import asyncio
+import collections
+import itertools
+import os
+import socket
+import ssl
+import time
+import uuid
+import weakref
+from typing import (
+    Awaitable,
+    Callable,
+    Deque,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+from . import forms, protocol
+from . import status as _status
+from . import tls as _tls
+from .client import (
+    _MASKED_KIND,
+    _MAX_IDS_PER_CALL,
+    MAX_PREFETCHED_SEQUENCES,
+    IdParts,
+    Layout,
+    MaskedIdList,
+    NodeState,
+    UuidParts,
+    _fresh,
+    _parse_node,
+    _Stats,
+    _tls_settings,
+    key_node,
+)
+from .errors import (
+    ClientClosedError,
+    IdgenError,
+    KeyNodeUnavailableError,
+    NoNodeAvailable,
+    OptionsUnsupportedError,
+    ProtocolError,
+    SequencesUnsupportedError,
+    ServerError,
+    UnavailableError,
+    UuidsUnsupportedError,
+)
+from .protocol import ErrorFrame, HelloOk, Ids, MaskedIds, Pong, Ranges, Uuids, Values
+
+__all__ = ["AsyncClient"]
+
+_T = TypeVar("_T")
+_RECV_CHUNK = 256 * 1024
+
+# A request for :meth:`_Connection.submit`, as in client.py: (opcode, count or token), or
+# (opcode, (count, the encoded frame)) for GET_VALUES and GET_IDS_WITH.
+_Request = Tuple[int, Union[int, Tuple[int, bytes]]]
+_TLS = Optional[Tuple[ssl.SSLContext, Optional[str]]]
+
+
+def _retrieve(fut: "asyncio.Future[object]") -> None:
+    """Mark a slot's exception as retrieved: a slot whose caller was cancelled may fail with
+    no one awaiting it, which is not worth a "never retrieved" log line."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+class _Slot:
+    """One request frame waiting for its answer: a future the reader task resolves."""
+
+    __slots__ = ("future", "kind", "expect")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, kind: int, expect: int):
+        self.future: "asyncio.Future[object]" = loop.create_future()
+        self.future.add_done_callback(_retrieve)
+        self.kind = kind
+        self.expect = expect
+
+    def set(self, result: object) -> None:
+        if not self.future.done():
+            self.future.set_result(result)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(_fresh(error))
+
+
+async def _connect_any(
+    node: str, host: str, port: int, deadline: float, connect_timeout: float
+) -> socket.socket:
+    """A connected non-blocking TCP socket to the first of ``host``'s addresses that accepts,
+    tried in getaddrinfo's order, each attempt given an even share of the time left
+    (CONNECT.md; client.py's ``_connect_any`` on the event loop)."""
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(host, port, type=socket.SOCK_STREAM),
+            max(deadline - time.monotonic(), 0.001),
+        )
+    except asyncio.TimeoutError:
+        raise UnavailableError(f"connect timed out after {connect_timeout}s (resolving)", node) from None
+    except OSError as e:
+        raise UnavailableError(f"cannot connect: {e}", node) from e
+    last: Optional[BaseException] = None
+    for i, (family, kind, proto, _, addr) in enumerate(infos):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, addr), left / (len(infos) - i))
+            return sock
+        except asyncio.TimeoutError as e:
+            sock.close()
+            last = e
+        except OSError as e:
+            sock.close()
+            last = e
+        except BaseException:  # cancelled: never leak the socket
+            sock.close()
+            raise
+    tried = f" ({len(infos)} addresses tried)" if len(infos) > 1 else ""
+    if last is None or isinstance(last, asyncio.TimeoutError):
+        raise UnavailableError(f"connect timed out after {connect_timeout}s{tried}", node)
+    raise UnavailableError(f"cannot connect: {last}{tried}", node) from last
+
+
+class _Connection:
+    """One TCP (or TLS) connection to one node on one event loop: FIFO of slots, reader task.
+    Made by :meth:`open`."""
+
+    def __init__(
+        self,
+        node: str,
+        sock: socket.socket,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        hello: HelloOk,
+        buf: bytearray,
+        timeout: float,
+        stats: _Stats,
+    ):
+        self.node = node
+        self.hello = hello
+        self.loop = asyncio.get_running_loop()
+        self._sock = sock  # ours: closed alone (no shutdown, no loop) in a forked child
+        self._reader = reader
+        self._writer = writer
+        self._timeout = timeout
+        self._stats = stats
+        self._pending: Deque[_Slot] = collections.deque()
+        self._error: Optional[BaseException] = None
+        self._lost = False  # a submit found the transport closing
+        self._drain_lock = asyncio.Lock()  # concurrent drain() is not safe on every Python
+        self._last_id = -1
+        self._last_uuid = -1
+        self.max_frame = protocol.response_frame_limit(hello.max_batch, hello.version)
+        tls = writer.get_extra_info("ssl_object")
+        self.tls_version: Optional[str] = tls.version() if tls is not None else None
+        self.alpn: Optional[str] = tls.selected_alpn_protocol() if tls is not None else None
+        self._task = self.loop.create_task(self._read_loop(buf))
+
+    @classmethod
+    async def open(
+        cls, node: str, connect_timeout: float, timeout: float, stats: _Stats, tls: _TLS
+    ) -> "_Connection":
+        host, port = _parse_node(node)
+        deadline = time.monotonic() + connect_timeout
+        sock = await _connect_any(node, host, port, deadline, connect_timeout)
+        writer: Optional[asyncio.StreamWriter] = None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                if tls is not None:
+                    ctx, name = tls
+                    reader, writer = await asyncio.wait_for(
+                        asyncio.open_connection(
+                            sock=sock,
+                            ssl=ctx,
+                            server_hostname=name or host,
+                            ssl_handshake_timeout=left,
+                        ),
+                        left,
+                    )
+                else:
+                    reader, writer = await asyncio.open_connection(sock=sock)
+            except asyncio.TimeoutError:
+                raise UnavailableError("no TLS handshake within connect_timeout", node) from None
+            except ssl.SSLError as e:
+                raise _tls.tls_error(e, node) from e
+            except ValueError as e:  # e.g. a server_hostname that is not a host name
+                raise UnavailableError(f"TLS: {e}", node) from e
+            except OSError as e:
+                raise UnavailableError(f"TLS handshake failed: {e}", node) from e
+            assert writer is not None
+            hello, buf = await cls._handshake(node, reader, writer, deadline)
+            stats.add("connects")
+            return cls(node, sock, reader, writer, hello, buf, timeout, stats)
+        except BaseException:
+            if writer is not None:
+                writer.transport.abort()
+            sock.close()
+            raise
+
+    @staticmethod
+    async def _handshake(
+        node: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, deadline: float
+    ) -> Tuple[HelloOk, bytearray]:
+        try:
+            writer.write(protocol.encode_hello())
+            await asyncio.wait_for(writer.drain(), max(deadline - time.monotonic(), 0.001))
+            buf = bytearray()
+            while True:
+                decoded = protocol.decode_response(buf, protocol.DEFAULT_MAX_RESPONSE_FRAME)
+                if decoded is not None:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise asyncio.TimeoutError()
+                data = await asyncio.wait_for(reader.read(_RECV_CHUNK), remaining)
+                if not data:
+                    raise UnavailableError("connection closed during the handshake", node)
+                buf += data
+        except asyncio.TimeoutError:
+            raise UnavailableError("no HELLO_OK within connect_timeout", node) from None
+        except ProtocolError as e:
+            e.node = node
+            raise
+        except ssl.SSLError as e:
+            # TLS 1.3: a node that refuses the client certificate says so after the
+            # handshake, which the client then reads here.
+            raise _tls.tls_error(e, node) from e
+        except OSError as e:
+            raise UnavailableError(f"handshake failed: {e}", node) from e
+        frame, used = decoded
+        del buf[:used]
+        if isinstance(frame, ErrorFrame):
+            raise ServerError(frame.status, frame.name, frame.message, node)
+        if not isinstance(frame, HelloOk):
+            raise ProtocolError(f"expected HELLO_OK, got {type(frame).__name__}", node=node)
+        if not protocol.MIN_PROTOCOL_VERSION <= frame.version <= protocol.PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"server picked version {frame.version}, only versions "
+                f"{protocol.MIN_PROTOCOL_VERSION}..={protocol.PROTOCOL_VERSION} were offered",
+                node=node,
+            )
+        return frame, buf
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self._error is None
+
+    def fail(self, error: BaseException) -> None:
+        """Break the connection: every waiting slot fails with ``error``, later submits fail
+        at once, the transport is aborted (which ends the reader task)."""
+        if self._error is not None:
+            return
+        self._error = error
+        pending, self._pending = self._pending, collections.deque()
+        for slot in pending:
+            slot.fail(error)
+        if not self.loop.is_closed():
+            self._writer.transport.abort()
+        else:
+            self._sock.close()
+
+    async def close(self) -> None:
+        self.fail(ClientClosedError(f"{self.node}: connection closed by the client"))
+        if self._task is not asyncio.current_task() and not self.loop.is_closed():
+            await asyncio.wait({self._task}, timeout=1.0)
+
+    def forget(self) -> None:
+        """In a forked child (or after the client's loop closed): stop using this connection
+        without sending anything, without ``shutdown()`` and without its event loop; only this
+        process's copy of the descriptor is closed."""
+        self._pending = collections.deque()
+        self._error = ClientClosedError(f"{self.node}: connection inherited across fork()")
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    # -- requests -------------------------------------------------------------------------
+
+    def submit(self, requests: Sequence[_Request]) -> List[_Slot]:
+        """Queue request frames (as client.py's ``_Connection.submit``) and write them as one
+        write; :meth:`flush` then waits for the transport to take them."""
+        slots = []
+        frames = []
+        for op, arg in requests:
+            if op in (protocol.OP_GET_VALUES, protocol.OP_GET_IDS_WITH, _MASKED_KIND) and isinstance(
+                arg, tuple
+            ):
+                expect, frame = arg
+            elif op == protocol.OP_GET_IDS and isinstance(arg, int):
+                expect, frame = arg, protocol.encode_get_ids(arg)
+            elif op == protocol.OP_GET_RANGES and isinstance(arg, int):
+                expect, frame = arg, protocol.encode_get_ranges(arg)
+            elif op == protocol.OP_GET_UUIDS and isinstance(arg, int):
+                expect, frame = arg, protocol.encode_get_uuids(arg)
+            elif op == protocol.OP_PING and isinstance(arg, int):
+                expect, frame = arg, protocol.encode_ping(arg)
+            else:
+                raise TypeError(f"not a request: opcode {op} with {type(arg).__name__}")
+            frames.append(frame)
+            slots.append(_Slot(self.loop, op, expect))
+        if self._error is not None:
+            raise _fresh(self._error)
+        # No await between queueing and writing: the FIFO stays in wire order.
+        self._pending.extend(slots)
+        if self._writer.transport.is_closing():
+            # The node closed the connection (perhaps after a closing ERROR the reader has
+            # not handed out yet): nothing is written; flush() lets the reader say why.
+            self._lost = True
+        else:
+            self._writer.write(b"".join(frames))
+        return slots
+
+    async def flush(self) -> None:
+        """Wait (at most ``timeout``) until the transport has room again."""
+        if self._lost:
+            await asyncio.wait({self._task}, timeout=self._timeout)
+            err = UnavailableError("connection closed by the server", self.node)
+            self.fail(err)
+            raise _fresh(self._error or err)
+        if self._writer.transport.get_write_buffer_size() == 0:
+            return
+        try:
+            async with self._drain_lock:
+                await asyncio.wait_for(self._writer.drain(), self._timeout)
+        except asyncio.TimeoutError:
+            err = UnavailableError(f"send blocked longer than {self._timeout}s", self.node)
+            self.fail(err)
+            raise _fresh(self._error or err) from None
+        except (OSError, ssl.SSLError) as e:
+            # The node closed the connection: a closing ERROR it sent first says more than
+            # the send's error. Let the reader report it (bounded).
+            await asyncio.wait({self._task}, timeout=self._timeout)
+            err = UnavailableError(f"send failed: {e}", self.node)
+            self.fail(err)
+            raise _fresh(self._error or err) from e
+
+    async def wait(self, slot: _Slot) -> object:
+        """The answer of one slot, or raise its error. No answer within ``timeout`` breaks the
+        connection (the node is stuck or gone)."""
+        try:
+            return await asyncio.wait_for(slot.future, self._timeout)
+        except asyncio.TimeoutError:
+            err = UnavailableError(f"no answer within {self._timeout}s", self.node)
+            self.fail(err)
+            raise _fresh(err) from None
+
+    async def wait_ids(self, slot: _Slot) -> List[int]:
+        ids = await self.wait(slot)
+        assert isinstance(ids, list)
+        return ids
+
+    async def wait_uuids(self, slot: _Slot) -> List[uuid.UUID]:
+        uuids = await self.wait(slot)
+        assert slot.kind == protocol.OP_GET_UUIDS and isinstance(uuids, list), slot.kind
+        return uuids
+
+    async def wait_values(self, slot: _Slot) -> Values:
+        frame = await self.wait(slot)
+        assert slot.kind == protocol.OP_GET_VALUES and isinstance(frame, Values), slot.kind
+        return frame
+
+    # -- reader task ----------------------------------------------------------------------
+
+    async def _read_loop(self, buf: bytearray) -> None:
+        try:
+            while self._error is None:
+                while True:
+                    decoded = protocol.decode_response(buf, self.max_frame)
+                    if decoded is None:
+                        break
+                    frame, used = decoded
+                    del buf[:used]
+                    self._dispatch(frame)
+                data = await self._reader.read(_RECV_CHUNK)
+                if not data:
+                    if not self._pending and not buf:
+                        # The node closed an idle connection: the next call reconnects.
+                        self.fail(UnavailableError("connection closed by the server (idle)", self.node))
+                    else:
+                        self.fail(
+                            UnavailableError(
+                                "connection closed by the server with requests unanswered",
+                                self.node,
+                            )
+                        )
+                    return
+                buf += data
+        except asyncio.CancelledError:
+            self.fail(ClientClosedError(f"{self.node}: connection closed by the client"))
+            raise
+        except ProtocolError as e:
+            e.node = self.node
+            self.fail(e)
+        except ssl.SSLError as e:
+            self.fail(_tls.tls_error(e, self.node))
+        except OSError as e:
+            self.fail(UnavailableError(f"receive failed: {e}", self.node))
+        except Exception as e:  # a bug: never leave callers waiting
+            self.fail(ProtocolError(f"reader failed: {e!r}", node=self.node))
+
+    def _dispatch(self, frame: protocol.Response) -> None:
+        """client.py's ``_Connection._dispatch``: the answer for the slot at the head."""
+        slot = self._pending.popleft() if self._pending else None
+        if slot is None:
+            raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
+        err: ProtocolError
+        if isinstance(frame, ErrorFrame):
+            refused = ServerError(frame.status, frame.name, frame.message, self.node)
+            slot.fail(refused)
+            if refused.status == _status.RANGE_CHANGED:
+                self.fail(refused)  # every request in flight reconnects to the same node
+            elif refused.closes_connection:
+                self.fail(
+                    UnavailableError(
+                        f"server closed the connection after ERROR {frame.status}"
+                        f" {frame.name or 'UNKNOWN'}",
+                        self.node,
+                    )
+                )
+            return
+        if slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES, protocol.OP_GET_IDS_WITH):
+            wanted = Ranges if slot.kind == protocol.OP_GET_RANGES else Ids
+            if not isinstance(frame, wanted):
+                err = ProtocolError(f"{wanted.__name__.upper()} expected, got {type(frame).__name__}")
+            elif len(frame.ids) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} IDs, got {len(frame.ids)}")
+            elif frame.ids[0] <= self._last_id:
+                err = ProtocolError("IDs on one connection are not increasing")
+            else:
+                self._last_id = frame.ids[-1]
+                slot.set(frame.ids)
+                return
+        elif slot.kind == _MASKED_KIND:
+            if not isinstance(frame, MaskedIds):
+                err = ProtocolError(f"GET_IDS_WITH (masked) answered with {type(frame).__name__}")
+            elif len(frame.ids) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} masked IDs, got {len(frame.ids)}")
+            else:
+                slot.set(frame)
+                return
+        elif slot.kind == protocol.OP_GET_UUIDS:
+            if not isinstance(frame, Uuids):
+                err = ProtocolError(f"GET_UUIDS answered with {type(frame).__name__}")
+            elif len(frame.uuids) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} UUIDs, got {len(frame.uuids)}")
+            elif frame.uuids[0].int <= self._last_uuid:
+                err = ProtocolError("UUIDs on one connection are not increasing")
+            else:
+                self._last_uuid = frame.uuids[-1].int
+                slot.set(frame.uuids)
+                return
+        elif slot.kind == protocol.OP_GET_VALUES:
+            if not isinstance(frame, Values):
+                err = ProtocolError(f"GET_VALUES answered with {type(frame).__name__}")
+            elif len(frame.values) != slot.expect:
+                err = ProtocolError(f"asked for {slot.expect} values, got {len(frame.values)}")
+            else:
+                slot.set(frame)
+                return
+        else:
+            if isinstance(frame, Pong) and frame.token == slot.expect:
+                slot.set(True)
+                return
+            err = ProtocolError(f"PING {slot.expect} answered with {frame!r}")
+        err.node = self.node
+        slot.fail(err)
+        raise err
+
+
+class _Node:
+    def __init__(self, addr: str):
+        _parse_node(addr)
+        self.addr = addr
+        self.connect_lock: Optional[asyncio.Lock] = None  # made on the client's loop
+        self.conn: Optional[_Connection] = None
+        self.failures = 0
+        self.down_until = 0.0
+        self.last_error: Optional[BaseException] = None
+
+
+class _SeqState:
+    """As client.py's ``_SeqState``, with an ``asyncio.Lock``."""
+
+    __slots__ = ("mode", "buffer", "lock")
+
+    def __init__(self) -> None:
+        self.mode: Optional[int] = None
+        self.buffer: Deque[int] = collections.deque()
+        self.lock = asyncio.Lock()
+
+
+def _count(n: int, limit: int = _MAX_IDS_PER_CALL) -> int:
+    """``n`` checked before anything is sent: an int in 1 ..= ``limit`` (a count of 0 is
+    refused like a negative one, clients/vectors/CONFIG.md "Count 0")."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n must be an int, not {type(n).__name__}")
+    if not 1 <= n <= limit:
+        raise ValueError(f"n must be 1 to {limit}, not {n}")
+    return n
+
+
+# Fork safety: every live AsyncClient, reset in a forked child by the at-fork hook.
+_CLIENTS: "weakref.WeakSet[AsyncClient]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_CLIENTS):
+        try:
+            client._forget_parent()
+        except Exception:  # pragma: no cover - the pid check on its next call retries
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class AsyncClient:
+    """An asyncio client for a cluster of idgen nodes: :class:`~idgen_client.Client`'s
+    constructor parameters and semantics, with coroutine methods. Any number of tasks may
+    call it at once; their requests are pipelined on one connection per node.
+
+    ``prefetch=N`` keeps a pool of up to ``N`` IDs for :meth:`next_id`, refilled by a
+    background task when it falls below ``low_water`` (default ``N // 4``); the first
+    refill starts at ``async with`` (or the first :meth:`next_id`). ``sequence_prefetch=K``
+    buffers values of dense named sequences as ``Client`` does.
+
+    Use it as ``async with AsyncClient(...) as client:`` or call :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        *,
+        timeout: float = 1.0,
+        connect_timeout: float = 1.0,
+        backoff_min: float = 0.2,
+        backoff_max: float = 10.0,
+        prefetch: int = 0,
+        low_water: Optional[int] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        tls_ca: Optional[_tls.PathLike] = None,
+        tls_cert: Optional[_tls.PathLike] = None,
+        tls_key: Optional[_tls.PathLike] = None,
+        server_hostname: Optional[str] = None,
+        sequence_prefetch: int = 0,
+    ):
+        if isinstance(nodes, str):
+            nodes = [nodes]
+        if not nodes:
+            raise ValueError("at least one node is required")
+        if len(set(nodes)) != len(nodes):
+            raise ValueError("nodes must be distinct")
+        if timeout <= 0 or connect_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        if not 0 < backoff_min <= backoff_max:
+            raise ValueError("need 0 < backoff_min <= backoff_max")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int):
+            raise TypeError(f"prefetch must be an int, not {type(prefetch).__name__}")
+        if prefetch < 0:
+            raise ValueError("prefetch must be >= 0")
+        if low_water is None:
+            low_water = prefetch // 4
+        if prefetch and not 0 <= low_water < prefetch:
+            raise ValueError("low_water must be in 0 .. prefetch - 1")
+        if isinstance(sequence_prefetch, bool) or not isinstance(sequence_prefetch, int):
+            raise TypeError(
+                f"sequence_prefetch must be an int, not {type(sequence_prefetch).__name__}"
+            )
+        if not 0 <= sequence_prefetch <= protocol.MAX_VALUES_PER_CALL:
+            raise ValueError(f"sequence_prefetch must be in 0 ..= {protocol.MAX_VALUES_PER_CALL}")
+        self._tls = _tls_settings(ssl_context, tls_ca, tls_cert, tls_key, server_hostname)
+        self._pid = os.getpid()
+        self._nodes = [_Node(n) for n in nodes]
+        self._timeout = float(timeout)
+        self._connect_timeout = float(connect_timeout)
+        self._backoff_min = float(backoff_min)
+        self._backoff_max = float(backoff_max)
+        self._preferred = 0
+        self._layout: Optional[Layout] = None
+        self._stats = _Stats()
+        self._tokens = itertools.count(1)
+        self._closed = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._prefetch = prefetch
+        self._low_water = low_water
+        self._pool: Deque[int] = collections.deque()
+        self._refill: "Optional[asyncio.Task[Optional[BaseException]]]" = None
+        self._refill_not_before = 0.0
+        self._seq_prefetch = sequence_prefetch
+        self._seqs: "collections.OrderedDict[str, _SeqState]" = collections.OrderedDict()
+        _CLIENTS.add(self)
+
+    # -- loop and fork ----------------------------------------------------------------------
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            self._forget_parent()
+
+    def _forget_parent(self) -> None:
+        """In a forked child: drop the parent's pool, sequence buffers and connections (their
+        sockets closed in this process only) and the tie to its event loop."""
+        self._forget_connections()
+        self._stats = _Stats()
+        self._pid = os.getpid()
+
+    def _forget_connections(self) -> None:
+        for node in self._nodes:
+            conn, node.conn = node.conn, None
+            node.connect_lock = None
+            if conn is not None:
+                conn.forget()
+        self._pool = collections.deque()
+        self._refill = None
+        self._seqs = collections.OrderedDict()
+        self._loop = None
+
+    def _enter(self) -> None:
+        """At every public coroutine: the fork check, and the client's tie to this loop."""
+        self._check_fork()
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            raise RuntimeError(
+                "this AsyncClient belongs to another event loop that is still open; "
+                "make one client per event loop"
+            )
+        self._forget_connections()  # those of a closed loop, if any
+        self._loop = loop
+        for node in self._nodes:
+            node.connect_lock = asyncio.Lock()
+
+    # -- public API -------------------------------------------------------------------------
+
+    async def next_id(self) -> int:
+        """One ID: from the prefetch pool when ``prefetch`` is set, else one GET_IDS."""
+        self._enter()
+        if self._prefetch:
+            return await self._pool_pop()
+        return (await self._with_failover(lambda conn: self._fetch(conn, 1)))[0]
+
+    async def next_ids(
+        self, n: int, *, after: Optional[int] = None, idempotency_key: Optional[str] = None
+    ) -> List[int]:
+        """``n`` IDs, increasing, from one node (all or nothing), as :meth:`Client.next_ids`
+        (``after``, ``idempotency_key`` included). ``n`` must be 1 or more: 0 raises
+        ``ValueError`` before anything is sent."""
+        self._enter()
+        _count(n)
+        if after is None and idempotency_key is None:
+            return await self._with_failover(lambda conn: self._fetch(conn, n))
+        frame = self._with_frame(n, after, idempotency_key, masked=False)
+
+        async def run(conn: _Connection) -> List[int]:
+            slot = await self._submit_with(conn, n, frame, protocol.OP_GET_IDS_WITH)
+            return await conn.wait_ids(slot)
+
+        return await self._routed(idempotency_key, run)
+
+    async def next_masked_ids(
+        self, n: int, *, after: Optional[int] = None, idempotency_key: Optional[str] = None
+    ) -> MaskedIdList:
+        """``n`` IDs masked by the node, as :meth:`Client.next_masked_ids`."""
+        self._enter()
+        _count(n)
+        frame = self._with_frame(n, after, idempotency_key, masked=True)
+
+        async def run(conn: _Connection) -> MaskedIdList:
+            slot = await self._submit_with(conn, n, frame, _MASKED_KIND)
+            got = await conn.wait(slot)
+            assert isinstance(got, MaskedIds)
+            key = forms.BASE62_ALPHABET[got.key_id]
+            return MaskedIdList(got.key_id, got.ids, [key + forms.to_base62(m) for m in got.ids])
+
+        return await self._routed(idempotency_key, run)
+
+    async def next_uuid(self) -> uuid.UUID:
+        """One version 7 UUID (see :meth:`next_uuids`)."""
+        return (await self.next_uuids(1))[0]
+
+    async def next_uuids(self, n: int) -> List[uuid.UUID]:
+        """``n`` version 7 UUIDs, strictly increasing, from one node, as
+        :meth:`Client.next_uuids`."""
+        self._enter()
+        _count(n)
+        return await self._with_failover(lambda conn: self._fetch_uuids(conn, n))
+
+    async def next_value(self, name: str) -> int:
+        """One value of the named sequence ``name`` (see :meth:`next_values`)."""
+        return (await self.next_values(name, 1))[0]
+
+    async def next_values(self, name: str, n: int) -> List[int]:
+        """``n`` values of the named sequence ``name``, strictly increasing, as
+        :meth:`Client.next_values` (with ``sequence_prefetch`` for dense sequences)."""
+        self._enter()
+        _count(n, protocol.MAX_VALUES_PER_CALL)
+        raw = protocol.check_sequence_name(name)
+        layout = self._layout
+        if layout is not None and n > layout.max_batch:
+            raise ValueError(f"n must be 1 to {layout.max_batch} (the node's max_batch), not {n}")
+        if not self._seq_prefetch:
+            return (await self._get_values(raw, n, n)).values
+        return await self._prefetched_values(raw.decode("ascii"), raw, n)
+
+    async def ping(self) -> float:
+        """PING a node (with failover); returns the round-trip time in seconds."""
+        self._enter()
+
+        async def run(conn: _Connection) -> float:
+            start = time.monotonic()
+            (slot,) = conn.submit([(protocol.OP_PING, next(self._tokens) & protocol.MAX_U64)])
+            self._stats.add("pings")
+            await conn.flush()
+            await conn.wait(slot)
+            return time.monotonic() - start
+
+        return await self._with_failover(run)
+
+    async def get_layout(self) -> Layout:
+        """The cluster's ID layout (from the first HELLO_OK; connects if needed)."""
+        self._enter()
+        if self._layout is None:
+
+            async def hello(conn: _Connection) -> HelloOk:
+                return conn.hello
+
+            await self._with_failover(hello)
+        assert self._layout is not None
+        return self._layout
+
+    @property
+    def layout(self) -> Optional[Layout]:
+        """The layout once a node has answered, else ``None`` (:meth:`get_layout` connects)."""
+        return self._layout
+
+    async def decode(self, id_: int) -> IdParts:
+        """Take an ID apart with the cluster's layout (connects if needed)."""
+        return (await self.get_layout()).decode(id_)
+
+    async def decode_uuid(self, value: uuid.UUID) -> UuidParts:
+        """Take a version 7 UUID apart with the cluster's layout (connects if needed)."""
+        return (await self.get_layout()).decode_uuid(value)
+
+    def stats(self) -> Dict[str, int]:
+        """The counters of :meth:`Client.stats` (a forked child starts from zero)."""
+        self._check_fork()
+        return self._stats.snapshot()
+
+    def nodes(self) -> List[NodeState]:
+        """Each node's state, as :meth:`Client.nodes`."""
+        self._check_fork()
+        now = time.monotonic()
+        return [
+            {
+                "node": node.addr,
+                "connected": node.conn is not None and node.conn.alive,
+                "down": node.down_until > now,
+                "retry_in": max(0.0, node.down_until - now),
+                "failures": node.failures,
+                "last_error": node.last_error,
+                "hello": node.conn.hello if node.conn is not None else None,
+            }
+            for node in self._nodes
+        ]
+
+    async def aclose(self) -> None:
+        """Close every connection and stop the refill task. Pooled IDs are dropped (a gap);
+        waiting calls fail with :class:`ClientClosedError`. In a forked child it closes only
+        the child's own connections."""
+        self._check_fork()
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.clear()
+        self._seqs.clear()
+        refill, self._refill = self._refill, None
+        if refill is not None and not refill.done():
+            refill.cancel()
+        for node in self._nodes:
+            conn, node.conn = node.conn, None
+            if conn is None:
+                continue
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:  # pragma: no cover - aclose is a coroutine
+                running = None
+            if conn.loop is running:
+                await conn.close()
+            else:
+                conn.forget()  # its loop is gone: just this process's descriptor
+
+    async def __aenter__(self) -> "AsyncClient":
+        self._enter()
+        if self._prefetch:
+            self._start_refill()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({[n.addr for n in self._nodes]!r})"
+
+    # -- options ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _with_frame(n: int, after: Optional[int], key: Optional[str], masked: bool) -> bytes:
+        if after is not None and (
+            isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63
+        ):
+            raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
+        return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
+
+    async def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
+        if conn.hello.version < protocol.IDS_WITH_VERSION:
+            raise OptionsUnsupportedError(conn.hello.version, conn.node)
+        if n > conn.hello.max_batch:
+            raise ValueError(
+                f"a call with options is one request: at most the node's max_batch "
+                f"({conn.hello.max_batch}) IDs, not {n}"
+            )
+        (slot,) = conn.submit([(kind, (n, frame))])
+        self._stats.add("requests")
+        await conn.flush()
+        return slot
+
+    async def _routed(
+        self, key: Optional[str], run: Callable[[_Connection], Awaitable[_T]]
+    ) -> _T:
+        """``run`` with failover, or, with an idempotency key, on the key's node only."""
+        if key is None:
+            return await self._with_failover(run)
+        node = self._nodes[key_node(key, len(self._nodes))]
+        for attempt in (0, 1):
+            conn: Optional[_Connection] = None
+            try:
+                conn = await self._connection(node)
+                return await run(conn)
+            except ServerError as e:
+                if e.status == _status.RANGE_CHANGED and attempt == 0:
+                    self._drop(node, conn)
+                    continue
+                if not e.retry_elsewhere:
+                    if e.closes_connection:
+                        self._drop(node, conn)
+                    raise
+                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
+                raise KeyNodeUnavailableError(key, node.addr, e) from e
+            except UnavailableError as e:
+                if self._closed:
+                    raise ClientClosedError("the client is closed") from e
+                if isinstance(e, KeyNodeUnavailableError):
+                    raise
+                self._mark_down(node, conn, e)
+                raise KeyNodeUnavailableError(key, node.addr, e) from e
+        raise UnavailableError("the key's node changed its range twice", node.addr)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def _fetch(self, conn: _Connection, n: int) -> List[int]:
+        max_batch = conn.hello.max_batch
+        counts = [max_batch] * (n // max_batch)
+        if n % max_batch:
+            counts.append(n % max_batch)
+        op = protocol.OP_GET_RANGES if conn.hello.version >= protocol.RANGES_VERSION else protocol.OP_GET_IDS
+        slots = conn.submit([(op, c) for c in counts])
+        self._stats.add("requests", len(slots))
+        await conn.flush()
+        if len(slots) == 1:
+            ids = await conn.wait_ids(slots[0])
+        else:
+            ids = []
+            for slot in slots:  # answers arrive in order; a failed part fails the whole call
+                ids.extend(await conn.wait_ids(slot))
+        self._stats.add("ids", len(ids))
+        return ids
+
+    async def _fetch_uuids(self, conn: _Connection, n: int) -> List[uuid.UUID]:
+        if conn.hello.version < protocol.UUIDS_VERSION:
+            raise UuidsUnsupportedError(conn.hello.version, conn.node)
+        max_batch = conn.hello.max_batch
+        counts = [max_batch] * (n // max_batch)
+        if n % max_batch:
+            counts.append(n % max_batch)
+        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in counts])
+        self._stats.add("uuid_requests", len(slots))
+        await conn.flush()
+        uuids: List[uuid.UUID] = []
+        for slot in slots:
+            uuids.extend(await conn.wait_uuids(slot))
+        self._stats.add("uuids", len(uuids))
+        return uuids
+
+    # -- named sequences (client.py's rules, on asyncio locks) ------------------------------
+
+    async def _get_values(self, raw: bytes, n: int, want: int) -> Values:
+        async def run(conn: _Connection) -> Values:
+            hello = conn.hello
+            limit = min(hello.max_batch, protocol.MAX_VALUES_PER_CALL)
+            count = max(n, min(want, limit))
+            try:
+                frame = protocol.check_get_values(
+                    raw,
+                    count,
+                    version=hello.version,
+                    max_batch=hello.max_batch,
+                    max_request_frame=hello.max_request_frame,
+                )
+            except protocol.SequencesUnsupported as e:
+                raise SequencesUnsupportedError(e.version, conn.node) from None
+            (slot,) = conn.submit([(protocol.OP_GET_VALUES, (count, frame))])
+            self._stats.add("value_requests")
+            await conn.flush()
+            answer = await conn.wait_values(slot)
+            self._stats.add("values", len(answer.values))
+            return answer
+
+        return await self._with_failover(run)
+
+    def _seq_state(self, key: str) -> _SeqState:
+        state = self._seqs.get(key)
+        if state is None:
+            state = self._seqs[key] = _SeqState()
+            while len(self._seqs) > MAX_PREFETCHED_SEQUENCES:
+                self._seqs.popitem(last=False)
+        else:
+            self._seqs.move_to_end(key)
+        return state
+
+    async def _ask(self, key: str, state: _SeqState, raw: bytes, n: int, want: int) -> Values:
+        try:
+            answer = await self._get_values(raw, n, want)
+        except ServerError as e:
+            if e.status == _status.UNKNOWN_SEQUENCE:
+                if self._seqs.get(key) is state:
+                    del self._seqs[key]
+                state.mode = None
+                state.buffer.clear()
+            raise
+        state.mode = answer.mode
+        return answer
+
+    async def _prefetched_values(self, key: str, raw: bytes, n: int) -> List[int]:
+        state = self._seq_state(key)
+        if state.mode == protocol.MODE_STRICT:
+            answer = await self._ask(key, state, raw, n, n)
+            if answer.mode == protocol.MODE_STRICT:
+                state.buffer.clear()
+            return answer.values
+        async with state.lock:
+            if state.mode != protocol.MODE_DENSE:
+                answer = await self._ask(key, state, raw, n, n)
+                if answer.mode == protocol.MODE_STRICT:
+                    state.buffer.clear()
+                return answer.values
+            buf = state.buffer
+            if len(buf) >= n:
+                out = [buf.popleft() for _ in range(n)]
+                self._stats.add("value_prefetch_served", n)
+                return out
+            want = max(self._seq_prefetch, n)
+            try:
+                answer = await self._ask(key, state, raw, n, want)
+            except ServerError as e:
+                if e.status != _status.SEQUENCE_USED_UP or want == n:
+                    raise
+                answer = await self._ask(key, state, raw, n, n)
+            fresh = answer.values
+            if answer.mode != protocol.MODE_DENSE:
+                buf.clear()
+                return fresh[:n]
+            old = list(buf)
+            buf.clear()
+            if old and fresh[0] <= old[-1]:
+                old = []  # another node answered below the kept values: a gap, never a repeat
+            take = n - len(old)
+            buf.extend(fresh[take:])
+            if old:
+                self._stats.add("value_prefetch_served", len(old))
+            return old + fresh[:take]
+
+    # -- failover (client.py's rules) -------------------------------------------------------
+
+    async def _with_failover(self, run: Callable[[_Connection], Awaitable[_T]]) -> _T:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        count = len(self._nodes)
+        start = self._preferred
+        tried: List[BaseException] = []
+        order = collections.deque((start + k) % count for k in range(count))
+        reconnected: Set[int] = set()
+        while order:
+            index = order.popleft()
+            node = self._nodes[index]
+            if node.down_until > time.monotonic():
+                continue
+            if tried and index not in reconnected:
+                self._stats.add("failovers")
+            conn: Optional[_Connection] = None
+            try:
+                conn = await self._connection(node)
+                result = await run(conn)
+            except ServerError as e:
+                if e.status == _status.RANGE_CHANGED and index not in reconnected:
+                    reconnected.add(index)
+                    self._drop(node, conn)
+                    order.appendleft(index)
+                    continue
+                if not e.retry_elsewhere:
+                    if e.closes_connection:
+                        self._drop(node, conn)
+                    raise
+                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
+                tried.append(e)
+            except (UnavailableError, ProtocolError) as e:
+                if self._closed:
+                    raise ClientClosedError("the client is closed") from e
+                self._mark_down(node, conn, e)
+                tried.append(e)
+            else:
+                node.failures = 0
+                self._preferred = index
+                return result
+        if len(tried) == 1:
+            raise _fresh(tried[0])
+        now = time.monotonic()
+        errors = {n.addr: n.last_error for n in self._nodes}
+        retry_in = {n.addr: n.down_until - now for n in self._nodes if n.down_until > now}
+        raise NoNodeAvailable(errors, retry_in) from (tried[-1] if tried else None)
+
+    async def _connection(self, node: _Node) -> _Connection:
+        conn = node.conn
+        if conn is not None and conn.alive:
+            return conn
+        lock = node.connect_lock
+        assert lock is not None  # made by _enter
+        async with lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+            conn = node.conn
+            if conn is not None and conn.alive:
+                return conn
+            if node.down_until > time.monotonic() and node.last_error is not None:
+                raise UnavailableError(f"node is down: {node.last_error}", node.addr)
+            conn = await _Connection.open(
+                node.addr, self._connect_timeout, self._timeout, self._stats, self._tls
+            )
+            try:
+                self._check_layout(conn)
+                if self._closed:
+                    raise ClientClosedError("the client is closed")
+            except IdgenError:
+                await conn.close()
+                raise
+            node.conn = conn
+            return conn
+
+    def _check_layout(self, conn: _Connection) -> None:
+        layout = Layout.from_hello(conn.hello)
+        if self._layout is None:
+            self._layout = layout
+        elif not self._layout.same_ids(layout):
+            raise ProtocolError(
+                f"node's ID layout {layout} differs from the cluster's {self._layout}",
+                node=conn.node,
+            )
+
+    def _drop(self, node: _Node, conn: Optional[_Connection]) -> None:
+        if conn is not None and node.conn is conn:
+            node.conn = None
+        if conn is not None:
+            conn.fail(UnavailableError("connection dropped", node.addr))
+
+    def _mark_down(
+        self,
+        node: _Node,
+        conn: Optional[_Connection],
+        err: BaseException,
+        keep_connection: bool = False,
+    ) -> None:
+        """client.py's ``_mark_down``: only the first report of one failure backs off."""
+        now = time.monotonic()
+        stale = conn is not None and node.conn is not conn and node.conn is not None
+        if conn is not None and node.conn is conn and not keep_connection:
+            node.conn = None
+        if stale or node.down_until > now:
+            node.last_error = node.last_error or err
+        else:
+            node.failures += 1
+            delay = min(self._backoff_max, self._backoff_min * 2 ** (node.failures - 1))
+            node.down_until = now + delay
+            node.last_error = err
+            self._stats.add("node_failures")
+        if conn is not None and not keep_connection:
+            conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
+
+    # -- prefetch pool ----------------------------------------------------------------------
+
+    def _start_refill(self) -> "asyncio.Task[Optional[BaseException]]":
+        task = self._refill
+        if task is None or task.done():
+            task = self._refill = asyncio.get_running_loop().create_task(self._refill_once())
+        return task
+
+    async def _refill_once(self) -> Optional[BaseException]:
+        """Fill the pool up to ``prefetch``; returns the error of a failed refill (which the
+        waiting callers raise) rather than raising it."""
+        want = self._prefetch - len(self._pool)
+        if want <= 0:
+            return None
+        try:
+            ids = await self._with_failover(lambda conn: self._fetch(conn, want))
+        except Exception as e:  # handed to the waiting callers
+            self._refill_not_before = time.monotonic() + min(self._backoff_min, 0.2)
+            return e
+        if not self._closed:
+            self._pool.extend(ids)
+            self._stats.add("prefetch_refills")
+        return None
+
+    async def _pool_pop(self) -> int:
+        parts = 1 + self._prefetch // protocol.DEFAULT_MAX_BATCH + 1
+        guard = (self._connect_timeout + self._timeout * parts) * len(self._nodes) + 1.0
+        deadline = time.monotonic() + guard
+        while True:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+            if self._pool:
+                id_ = self._pool.popleft()
+                if len(self._pool) < self._low_water and time.monotonic() >= self._refill_not_before:
+                    self._start_refill()
+                self._stats.add("prefetch_served")
+                return id_
+            task = self._start_refill()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise UnavailableError(f"prefetch pool stayed empty for {guard:.1f}s")
+            done, _ = await asyncio.wait({task}, timeout=remaining)
+            if task in done and not task.cancelled():
+                error = task.result()
+                if error is not None and not self._pool:
+                    raise _fresh(error)
