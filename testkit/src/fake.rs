@@ -71,6 +71,8 @@ pub struct Config {
     pub tls: Option<ServerTls>,
     /// The address to listen on (port 0) instead of 127.0.0.1, e.g. `::1`.
     pub listen: Option<std::net::IpAddr>,
+    /// Whether a PING takes the script's next step too (else only GET_IDS does).
+    pub script_pings: bool,
 }
 
 /// The ALPN protocol a node offers on its TLS listener for the ID protocol.
@@ -157,6 +159,7 @@ impl Default for Config {
             ids: Ids::Shared,
             tls: None,
             listen: None,
+            script_pings: true,
         }
     }
 }
@@ -201,6 +204,8 @@ pub struct Control {
     /// The count of every GET_IDS served normally, in order.
     pub get_ids: Mutex<Vec<u32>>,
     pub pings: AtomicUsize,
+    /// Every GET_IDS received after the handshake, scripted or not.
+    pub id_requests: AtomicUsize,
     pub connections: AtomicUsize,
     /// TLS mode: the ALPN protocol each completed handshake agreed on, in order.
     pub tls_alpn: Mutex<Vec<Option<Vec<u8>>>>,
@@ -442,7 +447,15 @@ where
                 }
                 Decoded::Request(r) => r,
             };
-            let mut action = ctl.script.lock().unwrap().pop_front();
+            let ids = matches!(request, Request::GetIds { .. });
+            if ids {
+                ctl.id_requests.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut action = if ids || config.script_pings {
+                ctl.script.lock().unwrap().pop_front()
+            } else {
+                None
+            };
             if action.is_none() && matches!(request, Request::GetIds { .. }) {
                 if let Mode::Refuse(status) = *ctl.mode.lock().unwrap() {
                     ctl.refused.fetch_add(1, Ordering::Relaxed);

@@ -18,6 +18,7 @@ pub mod etcd;
 pub mod fake;
 pub mod node;
 pub mod postgres;
+pub mod scenario;
 
 pub use certs::{CertFiles, TestCa, Validity};
 pub use conn::{closes_within, TestConn, Timeouts};

@@ -75,6 +75,7 @@ pub fn doc_files(root: &Path) -> Vec<PathBuf> {
         "clients/vectors/FORMS.md",
         "clients/vectors/MASK.md",
         "clients/vectors/BOUNDS.md",
+        "clients/vectors/CONFIG.md",
         "id/README.md",
         "loadtest/README.md",
         "protocol/README.md",
