@@ -242,7 +242,11 @@ async fn serve(mut sock: TcpStream, ctl: Arc<Control>, hello: ServerHello) {
                     encode_ranges(&[(next_id, count)], &mut out);
                     next_id += u64::from(count);
                 }
-                Decoded::Request(Request::GetUuids { .. } | Request::GetIdsWith(_)) => {
+                Decoded::Request(
+                    Request::GetUuids { .. }
+                    | Request::GetIdsWith(_)
+                    | Request::GetValuesHere { .. },
+                ) => {
                     encode_error(Status::UNKNOWN_OPCODE, "no UUIDs or options here", &mut out);
                 }
                 Decoded::Request(Request::GetValues { count, name }) => {
