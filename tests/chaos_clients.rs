@@ -219,13 +219,12 @@ fn every_shipped_client_recovers_from_each_fault_within_its_bound_and_no_id_repe
     let log: SharedLog = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let addrs: Vec<String> = c.listen.iter().map(|a| a.to_string()).collect();
-    let options = idgen_client::PoolOptions {
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(800),
-        call_deadline: Duration::from_secs(2),
-        backoff_min: Duration::from_millis(100),
-        backoff_max: Duration::from_secs(1),
-    };
+    let options = idgen_client::PoolOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .request_timeout(Duration::from_millis(800))
+        .call_deadline(Duration::from_secs(2))
+        .backoff_min(Duration::from_millis(100))
+        .backoff_max(Duration::from_secs(1));
     let refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
     let pool = idgen_client::blocking::Pool::connect(&refs, options).expect("pool");
     let prefetch = idgen_client::blocking::PrefetchPool::new(

@@ -325,10 +325,7 @@ fn a_lease_change_closes_old_connections_and_every_client_recovers() {
     let (mut old, hello) = connections(&node, 1).pop().unwrap();
     let old_range = hello.workers;
     assert!(old.get_ids(10).is_ok());
-    let options = idgen_client::PoolOptions {
-        call_deadline: Duration::from_secs(3),
-        ..Default::default()
-    };
+    let options = idgen_client::PoolOptions::default().call_deadline(Duration::from_secs(3));
     let addr = node.addr.to_string();
     let pool = idgen_client::blocking::Pool::connect(&[addr.as_str()], options).unwrap();
     let prefetch = idgen_client::blocking::PrefetchPool::new(

@@ -21,10 +21,7 @@
 //!
 //! # async fn run() -> Result<(), idgen_client::Error> {
 //! let nodes = ["10.0.0.1:7420", "10.0.0.2:7420", "10.0.0.3:7420"];
-//! let options = PoolOptions {
-//!     call_deadline: Duration::from_millis(500),
-//!     ..PoolOptions::default()
-//! };
+//! let options = PoolOptions::default().call_deadline(Duration::from_millis(500));
 //! // Succeeds if any node answers; the others are retried when needed.
 //! let pool = Pool::connect(&nodes, options).await?;
 //! let id = pool.next_id().await?;
@@ -183,8 +180,10 @@
 
 pub mod blocking;
 mod client;
+pub mod config;
 mod error;
 pub mod mask;
+pub mod observe;
 mod pool;
 mod prefetch;
 mod sequence;
@@ -192,6 +191,7 @@ mod sequence;
 pub mod tls;
 
 pub use client::{Client, ClientOptions, IdOptions, MaskedIds};
+pub use config::ClientConfig;
 pub use error::{Error, TlsError, TlsErrorKind};
 // Re-exported because the client's API hands these out: an application needs only this crate.
 /// The ID model, shared with the server and the protocol crate (`idgen-id`): the layout the
@@ -206,7 +206,8 @@ pub use idgen_protocol::{FrameError, ServerHello, Status};
 pub use uuid;
 /// The former name of [`Parts`].
 pub type IdParts = Parts;
-pub use pool::{NodeInfo, Pool, PoolOptions};
+pub use observe::{Event, Hook};
+pub use pool::{NodeInfo, Pool, PoolBuilder, PoolOptions};
 pub use prefetch::{PrefetchOptions, PrefetchPool, PrefetchStats};
 #[cfg(feature = "tls")]
 pub use tls::{TlsConfig, TlsConfigBuilder};

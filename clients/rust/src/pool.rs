@@ -2,12 +2,14 @@
 //! failover.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use idgen_id::Layout;
 use tokio::task::JoinSet;
 
+use crate::config::ClientConfig;
+use crate::observe::{Event, Hook, Observer};
 use crate::sequence::{self, Fetched, Prefetch};
 #[cfg(feature = "tls")]
 use crate::TlsConfig;
@@ -17,7 +19,11 @@ use crate::{Client, ClientOptions, Error, IdOptions, MaskedIds, Status};
 ///
 /// The defaults suit a service that would rather fail a request quickly than wait for a
 /// sick node: a call gets 3 s in all, and each node 1 s of it.
+///
+/// Made with [`PoolOptions::default`] and its setters (`PoolOptions::default()
+/// .call_deadline(d)`), or through [`Pool::builder`]: fields may be added in a minor release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolOptions {
     /// Limit for connecting to one node (TCP connect plus HELLO). Default 500 ms.
     pub connect_timeout: Duration,
@@ -33,6 +39,38 @@ pub struct PoolOptions {
     pub backoff_max: Duration,
 }
 
+impl PoolOptions {
+    /// With [`connect_timeout`](PoolOptions::connect_timeout) `d`.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// With [`request_timeout`](PoolOptions::request_timeout) `d`.
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+
+    /// With [`call_deadline`](PoolOptions::call_deadline) `d`.
+    pub fn call_deadline(mut self, d: Duration) -> Self {
+        self.call_deadline = d;
+        self
+    }
+
+    /// With [`backoff_min`](PoolOptions::backoff_min) `d`.
+    pub fn backoff_min(mut self, d: Duration) -> Self {
+        self.backoff_min = d;
+        self
+    }
+
+    /// With [`backoff_max`](PoolOptions::backoff_max) `d`.
+    pub fn backoff_max(mut self, d: Duration) -> Self {
+        self.backoff_max = d;
+        self
+    }
+}
+
 impl Default for PoolOptions {
     fn default() -> Self {
         PoolOptions {
@@ -42,6 +80,223 @@ impl Default for PoolOptions {
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
         }
+    }
+}
+
+/// Builds a [`Pool`] from code, an `idgen://` URL or the environment (`IDGEN_NODES`,
+/// `IDGEN_CLIENT_*`: `clients/vectors/CONFIG.md`), with hooks; the pool connects at once
+/// ([`connect`](PoolBuilder::connect)) or at its first call ([`build`](PoolBuilder::build)).
+///
+/// A setting given both in code and in the URL or the environment is an error, never a silent
+/// precedence.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use idgen_client::Pool;
+///
+/// # async fn run() -> Result<(), idgen_client::Error> {
+/// // Reads IDGEN_NODES (e.g. `idgen://idgen-0.idgen:7420,idgen-1.idgen:7420`) and the
+/// // IDGEN_CLIENT_* TLS files; connects at the first call.
+/// let pool = Pool::builder()
+///     .from_env()?
+///     .call_deadline(Duration::from_secs(1))
+///     .hook(|e: &idgen_client::Event<'_>| eprintln!("idgen: {}", e.name()))
+///     .build()?;
+/// let id = pool.next_id().await?;
+/// # let _ = id;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Default)]
+pub struct PoolBuilder {
+    nodes: Vec<String>,
+    connect_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
+    options: PoolOptions,
+    #[cfg(feature = "tls")]
+    tls: Option<TlsConfig>,
+    config: Option<(&'static str, ClientConfig)>,
+    hooks: Vec<Arc<dyn Hook>>,
+}
+
+impl std::fmt::Debug for PoolBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolBuilder")
+            .field("nodes", &self.nodes)
+            .field("options", &self.options)
+            .field("config", &self.config)
+            .field("hooks", &self.hooks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PoolBuilder {
+    /// Adds a node (`host:port`, `[v6]:port`), after those given before.
+    pub fn node(mut self, addr: impl ToString) -> Self {
+        self.nodes.push(addr.to_string());
+        self
+    }
+
+    /// Adds nodes, in order.
+    pub fn nodes(mut self, addrs: impl IntoIterator<Item = impl ToString>) -> Self {
+        self.nodes.extend(addrs.into_iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// [`PoolOptions::connect_timeout`].
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// [`PoolOptions::request_timeout`].
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = Some(d);
+        self
+    }
+
+    /// [`PoolOptions::call_deadline`].
+    pub fn call_deadline(mut self, d: Duration) -> Self {
+        self.options.call_deadline = d;
+        self
+    }
+
+    /// [`PoolOptions::backoff_min`] and [`PoolOptions::backoff_max`].
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.options.backoff_min = min;
+        self.options.backoff_max = max;
+        self
+    }
+
+    /// Dial every node over TLS with `tls`.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Receives the pool's [`Event`]s (several hooks are called in the order added).
+    pub fn hook(mut self, hook: impl Hook) -> Self {
+        self.hooks.push(Arc::new(hook));
+        self
+    }
+
+    /// Takes nodes and settings from an `idgen://` or `idgens://` URL.
+    pub fn url(self, url: &str) -> Result<Self, Error> {
+        let c = ClientConfig::parse_url(url)?;
+        self.with_config("the URL", c)
+    }
+
+    /// Takes nodes and settings from `IDGEN_NODES` and the `IDGEN_CLIENT_*` variables.
+    pub fn from_env(self) -> Result<Self, Error> {
+        let c = ClientConfig::from_env()?;
+        self.with_config("the environment", c)
+    }
+
+    /// Takes nodes and settings from a [`ClientConfig`].
+    pub fn config(self, c: ClientConfig) -> Result<Self, Error> {
+        self.with_config("the configuration", c)
+    }
+
+    fn with_config(mut self, from: &'static str, c: ClientConfig) -> Result<Self, Error> {
+        if let Some((before, _)) = &self.config {
+            return Err(Error::InvalidArgument(format!(
+                "nodes and settings from {from} after {before}: give them one way"
+            )));
+        }
+        self.config = Some((from, c));
+        Ok(self)
+    }
+
+    /// The nodes, options and transport, every setting from exactly one place.
+    fn resolve(self) -> Result<(Vec<String>, PoolOptions, Transport, Observer), Error> {
+        let both = |what: &str, from: &str| {
+            Err(Error::InvalidArgument(format!(
+                "{what} given both in code and in {from}: give it one way"
+            )))
+        };
+        let mut options = self.options;
+        let mut nodes = self.nodes;
+        #[cfg(feature = "tls")]
+        let mut tls = self.tls;
+        let mut connect_timeout = self.connect_timeout;
+        let mut request_timeout = self.request_timeout;
+        if let Some((from, c)) = self.config {
+            if !nodes.is_empty() {
+                return both("nodes", from);
+            }
+            nodes = c.nodes.clone();
+            if c.connect_timeout.is_some() {
+                if connect_timeout.is_some() {
+                    return both("connect_timeout", from);
+                }
+                connect_timeout = c.connect_timeout;
+            }
+            if c.request_timeout.is_some() {
+                if request_timeout.is_some() {
+                    return both("the request timeout", from);
+                }
+                request_timeout = c.request_timeout;
+            }
+            if c.expand {
+                return Err(Error::InvalidArgument(format!(
+                    "expand=true (from {from}): the Rust client does not expand names into \
+                     several nodes yet; list the nodes"
+                )));
+            }
+            if c.tls {
+                #[cfg(feature = "tls")]
+                {
+                    if tls.is_some() {
+                        return both("TLS", from);
+                    }
+                    let mut b = TlsConfig::builder();
+                    b = match &c.ca {
+                        Some(ca) => b.ca_file(ca),
+                        None => b.system_roots(),
+                    };
+                    if let (Some(cert), Some(key)) = (&c.cert, &c.key) {
+                        b = b.client_cert_files(cert, key);
+                    }
+                    if let Some(name) = &c.server_name {
+                        b = b.server_name(name);
+                    }
+                    tls = Some(b.build()?);
+                }
+                #[cfg(not(feature = "tls"))]
+                return Err(Error::InvalidArgument(format!(
+                    "TLS (from {from}) needs the idgen-client crate's `tls` feature"
+                )));
+            }
+        }
+        if let Some(d) = connect_timeout {
+            options.connect_timeout = d;
+        }
+        if let Some(d) = request_timeout {
+            options.request_timeout = d;
+        }
+        #[cfg(feature = "tls")]
+        let transport = match tls {
+            Some(t) => Transport::Tls(t),
+            None => Transport::Plain,
+        };
+        #[cfg(not(feature = "tls"))]
+        let transport = Transport::Plain;
+        Ok((nodes, options, transport, Observer::new(self.hooks)))
+    }
+
+    /// A pool that connects to each node at the first call that picks it: building it
+    /// reaches no node (so a service starts while the cluster is unreachable, and fails its
+    /// calls until it is not). Calls need a Tokio runtime; building does not.
+    pub fn build(self) -> Result<Pool, Error> {
+        let (nodes, options, transport, observer) = self.resolve()?;
+        Pool::lazy(&nodes, options, transport, observer)
+    }
+
+    /// A pool connected to every node at once, as [`Pool::connect`]: fails if none answers.
+    pub async fn connect(self) -> Result<Pool, Error> {
+        let (nodes, options, transport, observer) = self.resolve()?;
+        Pool::connect_via(&nodes, options, transport, observer).await
     }
 }
 
@@ -130,10 +385,7 @@ pub struct NodeInfo {
 /// use idgen_client::{Pool, PoolOptions};
 ///
 /// # async fn run() -> Result<(), idgen_client::Error> {
-/// let options = PoolOptions {
-///     call_deadline: Duration::from_secs(1),
-///     ..PoolOptions::default()
-/// };
+/// let options = PoolOptions::default().call_deadline(Duration::from_secs(1));
 /// let pool = Pool::connect(&["10.0.0.1:7420", "10.0.0.2:7420", "10.0.0.3:7420"], options).await?;
 /// let id = pool.next_id().await?;
 /// let batch = pool.next_ids(500).await?; // exactly 500, or an error
@@ -156,7 +408,9 @@ struct Inner {
     nodes: Vec<Node>,
     /// Index of the node calls try first.
     current: AtomicUsize,
-    layout: Layout,
+    /// The layout the first node that answered announced (unset while none has).
+    layout: OnceLock<Layout>,
+    observer: Observer,
 }
 
 /// How a pool connects to its nodes.
@@ -223,7 +477,13 @@ impl Pool {
     ///
     /// Must be called within a Tokio runtime (I/O and time enabled).
     pub async fn connect(addrs: &[impl ToString], options: PoolOptions) -> Result<Pool, Error> {
-        Self::connect_via(addrs, options, Transport::Plain).await
+        Self::connect_via(addrs, options, Transport::Plain, Observer::default()).await
+    }
+
+    /// A [`PoolBuilder`]: nodes and settings from code, an `idgen://` URL or the environment,
+    /// hooks, and a pool that connects at once or at its first call.
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder::default()
     }
 
     /// [`connect`](Pool::connect) over TLS: every node is dialed with
@@ -239,13 +499,22 @@ impl Pool {
         options: PoolOptions,
         tls: &TlsConfig,
     ) -> Result<Pool, Error> {
-        Self::connect_via(addrs, options, Transport::Tls(tls.clone())).await
+        Self::connect_via(
+            addrs,
+            options,
+            Transport::Tls(tls.clone()),
+            Observer::default(),
+        )
+        .await
     }
 
-    async fn connect_via(
+    /// A pool that has connected to nothing yet: each node is connected by the first call
+    /// that picks it.
+    fn lazy(
         addrs: &[impl ToString],
         options: PoolOptions,
         transport: Transport,
+        observer: Observer,
     ) -> Result<Pool, Error> {
         if addrs.is_empty() {
             return Err(std::io::Error::new(
@@ -262,56 +531,100 @@ impl Pool {
                 connecting: tokio::sync::Mutex::new(()),
             })
             .collect();
-        let client_options = client_options(&options);
-        let mut set = JoinSet::new();
-        for (i, node) in nodes.iter().enumerate() {
-            let addr = node.addr.clone();
-            let transport = transport.clone();
-            set.spawn(async move { (i, transport.connect(&addr, client_options).await) });
-        }
-        let mut results: Vec<Option<Result<Client, Error>>> = vec![None; nodes.len()];
-        while let Some(joined) = set.join_next().await {
-            if let Ok((i, r)) = joined {
-                results[i] = Some(r);
-            }
-        }
-        let mut layout = None;
-        let mut first_error = None;
-        for (i, r) in results.into_iter().enumerate() {
-            let r = r.unwrap_or(Err(Error::Closed));
-            match r {
-                Ok(client) => {
-                    layout.get_or_insert_with(|| client.layout());
-                    nodes[i].lock().client = Some(client);
-                }
-                Err(e) => {
-                    mark_down(&nodes[i], &options, e.clone());
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        let Some(layout) = layout else {
-            return Err(first_error.unwrap_or(Error::Closed));
-        };
-        let current = nodes
-            .iter()
-            .position(|n| n.lock().client.is_some())
-            .unwrap_or(0);
         Ok(Pool {
             inner: Arc::new(Inner {
                 options,
                 transport,
                 nodes,
-                current: AtomicUsize::new(current),
-                layout,
+                current: AtomicUsize::new(0),
+                layout: OnceLock::new(),
+                observer,
             }),
             sequences: None,
         })
     }
 
+    async fn connect_via(
+        addrs: &[impl ToString],
+        options: PoolOptions,
+        transport: Transport,
+        observer: Observer,
+    ) -> Result<Pool, Error> {
+        let pool = Self::lazy(addrs, options, transport, observer)?;
+        let nodes = &pool.inner.nodes;
+        let client_options = client_options(&options);
+        let mut set = JoinSet::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let addr = node.addr.clone();
+            let transport = pool.inner.transport.clone();
+            set.spawn(async move {
+                let started = Instant::now();
+                (
+                    i,
+                    transport.connect(&addr, client_options).await,
+                    started.elapsed(),
+                )
+            });
+        }
+        let mut results: Vec<Option<(Result<Client, Error>, Duration)>> = vec![None; nodes.len()];
+        while let Some(joined) = set.join_next().await {
+            if let Ok((i, r, took)) = joined {
+                results[i] = Some((r, took));
+            }
+        }
+        let mut first_error = None;
+        for (i, r) in results.into_iter().enumerate() {
+            let (r, took) = r.unwrap_or((Err(Error::Closed), Duration::ZERO));
+            match r {
+                Ok(client) => {
+                    pool.connected(&nodes[i], &client, took);
+                    nodes[i].lock().client = Some(client);
+                }
+                Err(e) => {
+                    pool.inner.observer.emit(&Event::ConnectFailed {
+                        node: &nodes[i].addr,
+                        error: &e,
+                        duration: took,
+                    });
+                    pool.node_failed(&nodes[i], &e);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if pool.inner.layout.get().is_none() {
+            return Err(first_error.unwrap_or(Error::Closed));
+        }
+        let current = nodes
+            .iter()
+            .position(|n| n.lock().client.is_some())
+            .unwrap_or(0);
+        pool.inner.current.store(current, Ordering::Relaxed);
+        Ok(pool)
+    }
+
+    /// A connection to `node` is up: learn the layout, tell the hooks.
+    fn connected(&self, node: &Node, client: &Client, took: Duration) {
+        let _ = self.inner.layout.set(client.layout());
+        self.inner.observer.emit(&Event::Connect {
+            node: &node.addr,
+            version: client.hello().version,
+            duration: took,
+        });
+    }
+
+    /// Marks `node` down after `e`, telling the hooks.
+    fn node_failed(&self, node: &Node, e: &Error) {
+        let backoff = mark_down(node, &self.inner.options, e.clone());
+        self.inner.observer.emit(&Event::NodeDown {
+            node: &node.addr,
+            reason: e,
+            backoff,
+        });
+    }
+
     /// One ID, with failover (see the type's docs).
     pub async fn next_id(&self) -> Result<u64, Error> {
-        self.call(|client| async move { client.next_id().await })
+        self.call("ids", 1, |client| async move { client.next_id().await })
             .await
     }
 
@@ -320,8 +633,10 @@ impl Pool {
     /// asked (as in every idgen client).
     pub async fn next_ids(&self, n: u32) -> Result<Vec<u64>, Error> {
         crate::client::check_id_count(n)?;
-        self.call(move |client| async move { client.next_ids(n).await })
-            .await
+        self.call("ids", n.into(), move |client| async move {
+            client.next_ids(n).await
+        })
+        .await
     }
 
     /// `n` IDs with [`IdOptions`] (protocol version 5; see [`Client::next_ids_with`]). With
@@ -334,9 +649,12 @@ impl Pool {
         crate::client::check_id_count(n)?;
         let order = self.order_for(options);
         let got = self
-            .call_in(order.clone(), move |client| async move {
-                client.next_ids_with(n, options).await
-            })
+            .call_in(
+                order.clone(),
+                "ids_with",
+                n.into(),
+                move |client| async move { client.next_ids_with(n, options).await },
+            )
             .await;
         self.keyed(options, &order, got)
     }
@@ -347,9 +665,12 @@ impl Pool {
         crate::client::check_id_count(n)?;
         let order = self.order_for(options);
         let got = self
-            .call_in(order.clone(), move |client| async move {
-                client.next_masked_ids(n, options).await
-            })
+            .call_in(
+                order.clone(),
+                "masked_ids",
+                n.into(),
+                move |client| async move { client.next_masked_ids(n, options).await },
+            )
             .await;
         self.keyed(options, &order, got)
     }
@@ -381,7 +702,7 @@ impl Pool {
 
     /// One version 7 UUID, with failover. See [`next_uuids`](Pool::next_uuids).
     pub async fn next_uuid(&self) -> Result<uuid::Uuid, Error> {
-        self.call(|client| async move { client.next_uuid().await })
+        self.call("uuids", 1, |client| async move { client.next_uuid().await })
             .await
     }
 
@@ -394,8 +715,10 @@ impl Pool {
     /// (as for [`next_values`](Pool::next_values)): a cluster's nodes are upgraded together.
     pub async fn next_uuids(&self, n: u32) -> Result<Vec<uuid::Uuid>, Error> {
         crate::client::check_uuid_count(n)?;
-        self.call(move |client| async move { client.next_uuids(n).await })
-            .await
+        self.call("uuids", n.into(), move |client| async move {
+            client.next_uuids(n).await
+        })
+        .await
     }
 
     /// The next value of the named sequence, with failover. See
@@ -465,14 +788,38 @@ impl Pool {
         need: u32,
         want: u32,
     ) -> Result<Fetched, Error> {
-        self.call(move |client| async move { client.fetch_values(name, need, want).await })
-            .await
+        self.call("values", want.into(), move |client| async move {
+            client.fetch_values(name, need, want).await
+        })
+        .await
     }
 
-    /// The ID layout of the cluster (as announced by the first node that answered
-    /// [`connect`](Pool::connect); every node of a cluster has the same one).
+    /// The ID layout of the cluster (as announced by the first node that answered; every node
+    /// of a cluster has the same one).
+    ///
+    /// # Panics
+    ///
+    /// On a pool made by [`PoolBuilder::build`] (which connects at the first call) before any
+    /// node has answered: use [`known_layout`](Pool::known_layout) or
+    /// [`fetch_layout`](Pool::fetch_layout) there. A pool made by [`Pool::connect`] or
+    /// [`PoolBuilder::connect`] always knows it.
     pub fn layout(&self) -> Layout {
-        self.inner.layout
+        self.known_layout()
+            .expect("the layout of a pool no node has answered yet: use fetch_layout()")
+    }
+
+    /// The ID layout, once a node has answered (see [`layout`](Pool::layout)).
+    pub fn known_layout(&self) -> Option<Layout> {
+        self.inner.layout.get().copied()
+    }
+
+    /// The ID layout, connecting to a node (with failover) if none has answered yet.
+    pub async fn fetch_layout(&self) -> Result<Layout, Error> {
+        if let Some(l) = self.known_layout() {
+            return Ok(l);
+        }
+        self.call("ping", 0, |client| async move { Ok(client.layout()) })
+            .await
     }
 
     /// The options this pool was made with.
@@ -525,30 +872,70 @@ impl Pool {
 
     /// Run `op` on one node after another until one succeeds, an error that failover
     /// cannot help comes back, every node has been tried, or the deadline passes.
-    async fn call<T, F, Fut>(&self, op: F) -> Result<T, Error>
+    async fn call<T, F, Fut>(&self, name: &'static str, count: u64, op: F) -> Result<T, Error>
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
     {
-        self.call_in(self.order(Instant::now()), op).await
+        self.call_in(self.order(Instant::now()), name, count, op)
+            .await
     }
 
     /// [`call`](Self::call) over the nodes `order` names, in that order.
-    async fn call_in<T, F, Fut>(&self, order: Vec<usize>, op: F) -> Result<T, Error>
+    async fn call_in<T, F, Fut>(
+        &self,
+        order: Vec<usize>,
+        name: &'static str,
+        count: u64,
+        op: F,
+    ) -> Result<T, Error>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        let start = Instant::now();
+        let (got, node) = self.attempts(order, name, op).await;
+        let observer = &self.inner.observer;
+        observer.emit(&Event::Request {
+            op: name,
+            count,
+            node: node.map(|i| self.inner.nodes[i].addr.as_str()),
+            duration: start.elapsed(),
+            error: got.as_ref().err(),
+        });
+        got
+    }
+
+    /// The attempts of one call, and the node that answered it (if one did).
+    async fn attempts<T, F, Fut>(
+        &self,
+        order: Vec<usize>,
+        name: &'static str,
+        op: F,
+    ) -> (Result<T, Error>, Option<usize>)
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
     {
         let options = &self.inner.options;
         let start = Instant::now();
+        // The node that failed last, and why: the next node tried is its failover.
+        let mut failed: Option<(usize, Error)> = None;
         let deadline = start + options.call_deadline;
         let mut last = None;
         for i in order {
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout);
+                return (Err(Error::Timeout), None);
             }
             let node = &self.inner.nodes[i];
+            if let Some((from, reason)) = failed.take() {
+                self.inner.observer.emit(&Event::Failover {
+                    from: &self.inner.nodes[from].addr,
+                    to: &node.addr,
+                    reason: &reason,
+                });
+            }
             let attempt = || async {
                 let client = self.client(node).await?;
                 op(client).await
@@ -571,23 +958,36 @@ impl Pool {
                         .unwrap_or(Err(Error::Timeout));
                 }
             }
+            if let Err(Error::Server { status, message }) = &outcome {
+                self.inner.observer.emit(&Event::Refused {
+                    node: &node.addr,
+                    op: name,
+                    status: *status,
+                    message,
+                });
+            }
             match outcome {
                 Ok(v) => {
-                    mark_up(node);
+                    if mark_up(node) {
+                        self.inner
+                            .observer
+                            .emit(&Event::NodeUp { node: &node.addr });
+                    }
                     self.inner.current.store(i, Ordering::Relaxed);
-                    return Ok(v);
+                    return (Ok(v), Some(i));
                 }
-                Err(e) if !fails_over(&e) => return Err(e),
+                Err(e) if !fails_over(&e) => return (Err(e), Some(i)),
                 Err(e) => {
-                    mark_down(node, options, e.clone());
+                    self.node_failed(node, &e);
+                    failed = Some((i, e.clone()));
                     last = Some(e);
                 }
             }
         }
         if Instant::now() >= deadline {
-            return Err(Error::Timeout);
+            return (Err(Error::Timeout), None);
         }
-        Err(last.unwrap_or(Error::Timeout))
+        (Err(last.unwrap_or(Error::Timeout)), None)
     }
 
     /// The node's open connection, connecting first if it has none (or a failed one).
@@ -600,11 +1000,24 @@ impl Pool {
         if let Some(c) = open_client(node) {
             return Ok(c);
         }
-        let client = self
+        let started = Instant::now();
+        let client = match self
             .inner
             .transport
             .connect(&node.addr, client_options(&self.inner.options))
-            .await?;
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                self.inner.observer.emit(&Event::ConnectFailed {
+                    node: &node.addr,
+                    error: &e,
+                    duration: started.elapsed(),
+                });
+                return Err(e);
+            }
+        };
+        self.connected(node, &client, started.elapsed());
         node.lock().client = Some(client.clone());
         Ok(client)
     }
@@ -644,14 +1057,18 @@ fn client_options(options: &PoolOptions) -> ClientOptions {
     }
 }
 
-fn mark_up(node: &Node) {
+/// Marks `node` healthy; whether it had failed.
+fn mark_up(node: &Node) -> bool {
     let mut s = node.lock();
+    let was_down = s.failures > 0;
     s.down_until = None;
     s.failures = 0;
     s.last_error = None;
+    was_down
 }
 
-fn mark_down(node: &Node, options: &PoolOptions, cause: Error) {
+/// Marks `node` down for its next backoff, which it returns.
+fn mark_down(node: &Node, options: &PoolOptions, cause: Error) -> Duration {
     let mut s = node.lock();
     s.failures = s.failures.saturating_add(1);
     let backoff = backoff(options, s.failures);
@@ -661,6 +1078,7 @@ fn mark_down(node: &Node, options: &PoolOptions, cause: Error) {
         s.client = None;
     }
     s.last_error = Some(cause);
+    backoff
 }
 
 /// `backoff_min · 2^(failures-1)`, at most `backoff_max`.

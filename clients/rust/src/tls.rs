@@ -178,6 +178,7 @@ impl Pem {
 #[derive(Clone, Default)]
 pub struct TlsConfigBuilder {
     ca: Vec<Pem>,
+    system_roots: bool,
     client: Option<(Pem, Pem)>,
     server_name: Option<String>,
 }
@@ -197,6 +198,14 @@ impl TlsConfigBuilder {
     /// May be given several times; every certificate is trusted.
     pub fn ca_file(mut self, path: impl AsRef<Path>) -> Self {
         self.ca.push(Pem::File(path.as_ref().to_owned()));
+        self
+    }
+
+    /// Trust the platform's roots (`SSL_CERT_FILE`, `SSL_CERT_DIR`, else the system's
+    /// bundle), as `idgens://` without `ca` does: for nodes whose certificates a public or
+    /// company-wide authority the machine trusts signed.
+    pub fn system_roots(mut self) -> Self {
+        self.system_roots = true;
         self
     }
 
@@ -236,12 +245,23 @@ impl TlsConfigBuilder {
 
     /// Read the files and make the configuration.
     pub fn build(self) -> Result<TlsConfig, Error> {
-        if self.ca.is_empty() {
+        if self.ca.is_empty() && !self.system_roots {
             return Err(config_error(
                 "no CA bundle: give the certificates that the nodes' certificates chain to",
             ));
         }
         let mut roots = rustls::RootCertStore::empty();
+        if self.system_roots {
+            let found = rustls_native_certs::load_native_certs();
+            if found.certs.is_empty() {
+                return Err(config_error(format!(
+                    "no trusted roots found on this machine ({} errors): give a CA bundle",
+                    found.errors.len()
+                )));
+            }
+            // Roots the platform lists that rustls cannot use are skipped, as browsers do.
+            let _ = roots.add_parsable_certificates(found.certs);
+        }
         for pem in &self.ca {
             for cert in pem.certificates("CA bundle")? {
                 roots

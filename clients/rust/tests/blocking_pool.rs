@@ -8,13 +8,12 @@ use idgen_client::{blocking, PoolOptions, PrefetchOptions, Status};
 use idgen_testkit::fake::{Config, FakeServer, Mode};
 
 fn options() -> PoolOptions {
-    PoolOptions {
-        connect_timeout: Duration::from_millis(300),
-        request_timeout: Duration::from_millis(500),
-        call_deadline: Duration::from_secs(1),
-        backoff_min: Duration::from_millis(50),
-        backoff_max: Duration::from_millis(200),
-    }
+    PoolOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_millis(500))
+        .call_deadline(Duration::from_secs(1))
+        .backoff_min(Duration::from_millis(50))
+        .backoff_max(Duration::from_millis(200))
 }
 
 fn servers(rt: &tokio::runtime::Runtime) -> Vec<FakeServer> {

@@ -42,13 +42,12 @@ fn addrs(servers: &[FakeServer]) -> Vec<String> {
 }
 
 fn fast() -> PoolOptions {
-    PoolOptions {
-        connect_timeout: Duration::from_millis(300),
-        request_timeout: Duration::from_millis(300),
-        call_deadline: Duration::from_secs(2),
-        backoff_min: Duration::from_millis(100),
-        backoff_max: Duration::from_millis(400),
-    }
+    PoolOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_millis(300))
+        .call_deadline(Duration::from_secs(2))
+        .backoff_min(Duration::from_millis(100))
+        .backoff_max(Duration::from_millis(400))
 }
 
 /// An address nothing listens on.
@@ -281,11 +280,9 @@ async fn when_every_node_fails_the_last_error_is_returned() {
 async fn the_call_deadline_bounds_a_call_over_hanging_nodes() {
     bounded(async {
         let servers = nodes(2, 1000).await;
-        let options = PoolOptions {
-            request_timeout: Duration::from_secs(5),
-            call_deadline: Duration::from_millis(300),
-            ..fast()
-        };
+        let options = fast()
+            .request_timeout(Duration::from_secs(5))
+            .call_deadline(Duration::from_millis(300));
         let pool = Pool::connect(&addrs(&servers), options).await.unwrap();
         servers[0].control.push(Action::Hang(None));
         servers[1].control.push(Action::Hang(None));

@@ -15,13 +15,12 @@ async fn bounded<T>(f: impl Future<Output = T>) -> T {
 }
 
 fn options() -> PoolOptions {
-    PoolOptions {
-        connect_timeout: Duration::from_millis(300),
-        request_timeout: Duration::from_millis(500),
-        call_deadline: Duration::from_secs(1),
-        backoff_min: Duration::from_millis(50),
-        backoff_max: Duration::from_millis(200),
-    }
+    PoolOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_millis(500))
+        .call_deadline(Duration::from_secs(1))
+        .backoff_min(Duration::from_millis(50))
+        .backoff_max(Duration::from_millis(200))
 }
 
 const SIZES: PrefetchOptions = PrefetchOptions {

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use idgen_client::{Error, Pool, PoolOptions};
+use idgen_client::{Error, Pool};
 use idgen_testkit::scenario;
 use serde_json::Value;
 
@@ -32,14 +32,13 @@ async fn run(s: &Value) -> Result<(), String> {
     let nodes = scenario::start_nodes(s).await?;
     let addrs: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
     let client = &s["client"];
-    let options = PoolOptions {
-        connect_timeout: ms(client, "connect_timeout_ms", 1000),
-        request_timeout: ms(client, "timeout_ms", 2000),
-        ..PoolOptions::default()
-    };
-    let pool = Pool::connect(&addrs, options)
-        .await
-        .map_err(|e| format!("{name}: connect: {e}"))?;
+    // Built lazily: nothing is connected before the first call, as in the other clients.
+    let pool = Pool::builder()
+        .nodes(&addrs)
+        .connect_timeout(ms(client, "connect_timeout_ms", 1000))
+        .request_timeout(ms(client, "timeout_ms", 2000))
+        .build()
+        .map_err(|e| format!("{name}: build: {e}"))?;
     for (i, step) in s["steps"]
         .as_array()
         .cloned()

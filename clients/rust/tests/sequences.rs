@@ -38,13 +38,12 @@ fn strictly_increasing(v: &[u64]) -> bool {
 }
 
 fn fast_pool() -> PoolOptions {
-    PoolOptions {
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(500),
-        call_deadline: Duration::from_secs(3),
-        backoff_min: Duration::from_millis(100),
-        backoff_max: Duration::from_millis(400),
-    }
+    PoolOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .request_timeout(Duration::from_millis(500))
+        .call_deadline(Duration::from_secs(3))
+        .backoff_min(Duration::from_millis(100))
+        .backoff_max(Duration::from_millis(400))
 }
 
 #[tokio::test]

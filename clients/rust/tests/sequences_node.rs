@@ -85,11 +85,9 @@ fn run<F: std::future::Future<Output = ()>>(node: &NodeProc, f: F) {
 }
 
 fn pool_options() -> PoolOptions {
-    PoolOptions {
-        call_deadline: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(5),
-        ..PoolOptions::default()
-    }
+    PoolOptions::default()
+        .call_deadline(Duration::from_secs(10))
+        .request_timeout(Duration::from_secs(5))
 }
 
 #[test]

@@ -27,13 +27,12 @@ fn options() -> ClientOptions {
 }
 
 fn pool_options() -> PoolOptions {
-    PoolOptions {
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_millis(500),
-        call_deadline: Duration::from_secs(2),
-        backoff_min: Duration::from_millis(50),
-        backoff_max: Duration::from_millis(200),
-    }
+    PoolOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .request_timeout(Duration::from_millis(500))
+        .call_deadline(Duration::from_secs(2))
+        .backoff_min(Duration::from_millis(50))
+        .backoff_max(Duration::from_millis(200))
 }
 
 async fn tls_server(tls: ServerTls, first_seq: u64) -> FakeServer {

@@ -115,13 +115,12 @@ fn a_version_3_node_gets_no_get_uuids() {
 }
 
 fn pool_options() -> PoolOptions {
-    PoolOptions {
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Duration::from_secs(5),
-        call_deadline: Duration::from_secs(10),
-        backoff_min: Duration::from_millis(100),
-        backoff_max: Duration::from_millis(400),
-    }
+    PoolOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .request_timeout(Duration::from_secs(5))
+        .call_deadline(Duration::from_secs(10))
+        .backoff_min(Duration::from_millis(100))
+        .backoff_max(Duration::from_millis(400))
 }
 
 /// Checks what every UUID call promises: version 7, the RFC variant, strictly increasing,

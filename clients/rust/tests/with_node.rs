@@ -147,10 +147,7 @@ fn a_pool_sends_a_key_to_its_node_only_and_says_so_when_that_node_fails() {
         let addrs = [node.addr.to_string(), dead_addr.to_string()];
         let pool = Pool::connect(
             &addrs,
-            PoolOptions {
-                call_deadline: Duration::from_secs(5),
-                ..PoolOptions::default()
-            },
+            PoolOptions::default().call_deadline(Duration::from_secs(5)),
         )
         .await
         .unwrap();

@@ -1,7 +1,7 @@
 //! `idgen-fake-nodes SCENARIOS.json NAME`: the fake nodes of one behaviour scenario
 //! (`clients/vectors/SCENARIOS.md`), for every client's scenario runner.
 //!
-//! Starts the scenario's nodes on 127.0.0.1 (each a [`FakeServer`] speaking protocol version
+//! Starts the scenario's nodes on 127.0.0.1 (each a [`FakeServer`](idgen_testkit::fake::FakeServer) speaking protocol version
 //! 1, its GET_IDS answered from its own range of IDs or as its script says), prints
 //! `nodes ADDR ADDR ...`, then reads commands on stdin, one per line, answering each on one
 //! line:
