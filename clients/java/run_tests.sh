@@ -9,6 +9,10 @@
 #   IDGEN_TEST_CERTS_BIN  the test kit's certificate writer [default: built and run with
 #               `cargo run -p idgen-testkit --bin idgen-test-certs`]; the TLS tests use the
 #               certificates it writes into the temporary directory (never committed ones)
+#   IDGEN_FAKE_NODES_BIN  the test kit's fake nodes of the shared behaviour scenarios
+#               (clients/vectors/SCENARIOS.md; ScenariosTest) [default: built with `cargo build
+#               -q -p idgen-testkit --bin idgen-fake-nodes` into <repo>/target/debug]; the
+#               scenarios FAIL if it is missing
 #   JUNIT_DIR   where the JUnit jars are [default: /usr/share/java]
 #   JAVA_HOME   the JDK to use [default: javac and java on PATH]
 #
@@ -82,6 +86,12 @@ echo "==> IDGEN_BIN=$IDGEN_BIN"
 echo "==> test certificates in $tmp/certs"
 bash "$repo/clients/test-certs.sh" "$tmp/certs"
 export IDGEN_TEST_CERTS="$tmp/certs"
+if [ -z "${IDGEN_FAKE_NODES_BIN:-}" ]; then
+  (cd "$repo" && cargo build -q -p idgen-testkit --bin idgen-fake-nodes)
+  IDGEN_FAKE_NODES_BIN="$repo/target/debug/idgen-fake-nodes"
+fi
+export IDGEN_FAKE_NODES_BIN
+echo "==> IDGEN_FAKE_NODES_BIN=$IDGEN_FAKE_NODES_BIN (the behaviour scenarios' fake nodes)"
 
 echo "==> junit"
 set +e

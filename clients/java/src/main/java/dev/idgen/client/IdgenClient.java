@@ -56,9 +56,9 @@ import java.util.function.Function;
  * those backing off, soonest first; each node at most once per call, all within the call's
  * deadline. {@code RANGE_CHANGED} (305) is not a node failure: the client reconnects to the
  * same node at once (its new HELLO_OK announces the new range) and retries the call there,
- * once per call. Statuses another node would repeat ({@code 2xx}, {@code EXHAUSTED}, {@code
- * SEQUENCE_USED_UP}) and the
- * other statuses whose "retry elsewhere" is no ({@code 1xx}, {@code 5xx}) fail the call at once.
+ * once per call. A status that closes the connection ({@code 1xx}, {@code 5xx}) is a node
+ * failure like "try another node". Statuses another node would repeat ({@code 2xx}, {@code
+ * EXHAUSTED}, {@code SEQUENCE_USED_UP}) fail the call at once.
  * Failover leaves gaps in the ID space, never duplicates: a node never sends an ID twice.
  *
  * <h2>Ordering</h2>
@@ -1108,13 +1108,13 @@ public final class IdgenClient implements AutoCloseable {
                     resume();
                     return;
                 }
-                if (!se.retryElsewhere()) {
-                    if (se.closesConnection()) {
-                        drop(node, conn);
-                    }
+                if (!se.retryElsewhere() && !se.closesConnection()) {
+                    // 2xx, EXHAUSTED, SEQUENCE_USED_UP: every node would answer the same.
                     result.completeExceptionally(se);
                     return;
                 }
+                // "Try another node", or a status that closes the connection (1xx, 5xx): a
+                // node failure (clients/vectors/SCENARIOS.md).
                 markDown(node, conn, se, !se.closesConnection());
                 tried.put(node.address, se);
                 resume();
