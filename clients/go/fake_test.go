@@ -180,22 +180,32 @@ func TestShuttingDownFailsOverEveryRequestInFlight(t *testing.T) {
 	}
 }
 
-func TestClientFaultsAndExhaustedAreReturnedWithoutFailover(t *testing.T) {
-	for _, status := range []Status{StatusInvalidCount, StatusExhausted, StatusInternal, 250} {
+// Codes outside the status table follow their class (the scenarios use known codes only):
+// an unknown 2xx fails the call at once and leaves the node up, an unknown 3xx or a code
+// that closes the connection (1xx, 5xx, above 5xx) is a node failure and fails over.
+func TestStatusesOutsideTheTableFollowTheirClass(t *testing.T) {
+	for _, tc := range []struct {
+		status   Status
+		failover bool
+	}{{250, false}, {399, true}, {150, true}, {599, true}, {StatusBadFrame, true}} {
 		bad := newFake(t, defaultHello(), "unavailable")
-		bad.status = status
+		bad.status = tc.status
 		other := newFake(t, defaultHello(), "serve")
-		c := newClient(t, Options{Nodes: []string{bad.addr, other.addr}})
-		_, err := c.NextID(bg(t, 5*time.Second))
+		c := newClient(t, Options{Nodes: []string{bad.addr, other.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+		ids, err := c.NextIDs(bg(t, 5*time.Second), 3)
+		st := nodeState(c, bad.addr)
+		if tc.failover {
+			if err != nil || len(ids) != 3 || !st.Down || !errors.Is(st.LastError, tc.status) || c.Stats().Failovers != 1 {
+				t.Fatalf("%s: %v %v, state %+v", tc.status, ids, err, st)
+			}
+			continue
+		}
 		var se *ServerError
-		if !errors.As(err, &se) || se.Status != status || se.RetryElsewhere() || !errors.Is(err, status) {
-			t.Fatalf("%s: got %v", status, err)
+		if !errors.As(err, &se) || se.Status != tc.status || se.RetryElsewhere() || !errors.Is(err, tc.status) {
+			t.Fatalf("%s: got %v", tc.status, err)
 		}
-		if conns, _ := other.counts(); conns != 0 || c.Stats().Failovers != 0 {
-			t.Fatalf("%s must not fail over", status)
-		}
-		if nodeState(c, bad.addr).Down {
-			t.Fatalf("%s must not mark the node down", status)
+		if conns, _ := other.counts(); conns != 0 || c.Stats().Failovers != 0 || st.Down {
+			t.Fatalf("%s must not fail over nor mark the node down: %+v", tc.status, st)
 		}
 	}
 }
