@@ -80,10 +80,11 @@ type Options struct {
 //
 // A call tries the node that last answered, then the others in order, each at most once
 // (but for one immediate reconnect after RANGE_CHANGED or a connection the node closed).
-// A node that answers a status whose "retry elsewhere" column is yes, refuses or drops the
-// connection, stalls, fails TLS or sends a bad frame is marked down for a backoff, and
-// the whole call is retried on the next node. Other statuses (2xx, 304 EXHAUSTED, other
-// closing ones) are returned at once. Retrying cannot duplicate an ID: IDs of a failed or
+// A node that answers a status whose "retry elsewhere" column is yes or a status that
+// closes the connection (1xx, 5xx), refuses or drops the connection, stalls, fails TLS or
+// sends a bad frame is marked down for a backoff, and the whole call is retried on the
+// next node. Other statuses (2xx, 304 EXHAUSTED, 307 SEQUENCE_USED_UP) are returned at
+// once. Retrying cannot duplicate an ID: IDs of a failed or
 // abandoned request are only ever lost (a gap).
 //
 // IDs from one connection are strictly increasing, so while the client stays on one node
@@ -646,13 +647,13 @@ func (c *Client) runCallOn(ctx context.Context, op string, only *node, run func(
 				again[n] = true
 				c.drop(n, cc)
 				continue
-			case se != nil && !se.RetryElsewhere():
-				if se.Closes() {
-					c.drop(n, cc)
-				}
+			case se != nil && !se.RetryElsewhere() && !se.Closes():
+				// 2xx, 304 EXHAUSTED, 307: about the request or the cluster, every node
+				// would say the same: the call fails at once, the node is fine.
 				return nil, err
 			case se != nil:
-				// 300, 301, 306 (the connection stays usable), 302, 303, 305 again: back off.
+				// 300, 301, 306 (the connection stays usable), 302, 303, 305 again, and a
+				// status that closes the connection (1xx, 5xx): a node failure, back off.
 				c.markDown(n, cc, err, !se.Closes())
 			case errors.Is(err, ErrClosed):
 				return nil, err

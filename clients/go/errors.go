@@ -84,7 +84,8 @@ func (e *VersionError) Is(target error) bool {
 }
 
 // KeyedError: a call with an idempotency key failed on the node its key maps to (a status
-// whose "retry elsewhere" column is yes, a connection that failed or a node backing off),
+// whose "retry elsewhere" column is yes or that closes the connection, a connection that
+// failed or a node backing off),
 // and the client did not try another node, since another node does not know the key and
 // would issue new IDs. Retry the same call later (it goes to the same node), or give up the
 // key. It matches ErrKeyedNotRetried and unwraps to the node's error.

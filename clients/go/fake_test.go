@@ -10,7 +10,9 @@ import (
 	"time"
 )
 
-// Failover, statuses, deadlines and bad servers, against fake nodes.
+// Failover, statuses, deadlines and bad servers, against fake nodes: what the shared
+// behaviour scenarios (scenarios_test.go) cannot say: versions, pipelining, concurrency,
+// timing, error shapes and codes outside the status table.
 
 func TestServesFromAFakeNodeWithRangesAndFallsBackToVersion1(t *testing.T) {
 	for _, version := range []uint16{3, 2, 1} {
@@ -40,66 +42,24 @@ func TestServesFromAFakeNodeWithRangesAndFallsBackToVersion1(t *testing.T) {
 	}
 }
 
-func TestStatus300KeepsTheConnectionAndFailsOver(t *testing.T) {
+// 300 leaves the connection open: after the backoff the same connection is used again
+// (that 300 fails over is a shared scenario's).
+func TestStatus300KeepsTheConnection(t *testing.T) {
 	bad := newFake(t, defaultHello(), "unavailable")
-	good := newFake(t, defaultHello(), "serve")
-	good.nextID = 1 << 50
-	c := newClient(t, Options{Nodes: []string{bad.addr, good.addr}, BackoffMin: 300 * time.Millisecond})
-	ids, err := c.NextIDs(bg(t, 5*time.Second), 5)
-	if err != nil || len(ids) != 5 || ids[0] < 1<<50 {
-		t.Fatalf("%v %v", err, ids)
-	}
-	st := nodeState(c, bad.addr)
-	var se *ServerError
-	if !st.Down || !st.Connected || !errors.As(st.LastError, &se) || se.Status != StatusUnavailableLease || !se.RetryElsewhere() {
-		t.Fatalf("state %+v", st)
-	}
-	if c.Stats().Failovers != 1 {
-		t.Fatalf("stats %+v", c.Stats())
-	}
-	// Alone: the 300 is returned, and after the backoff the same connection is used again.
 	only := newClient(t, Options{Nodes: []string{bad.addr}, BackoffMin: 150 * time.Millisecond, BackoffMax: 150 * time.Millisecond})
-	before, _ := bad.counts()
 	for i := 0; i < 3; i++ {
 		_, err := only.NextID(bg(t, 5*time.Second))
-		if !errors.Is(err, StatusUnavailableLease) {
+		var se *ServerError
+		if !errors.Is(err, StatusUnavailableLease) || !errors.As(err, &se) || !se.RetryElsewhere() {
 			t.Fatalf("got %v", err)
+		}
+		if st := nodeState(only, bad.addr); !st.Down || !st.Connected {
+			t.Fatalf("state %+v", st)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if after, _ := bad.counts(); after-before != 1 {
-		t.Fatalf("%d connections, want 1", after-before)
-	}
-}
-
-func TestStatus305ReconnectsAndTheCallSucceedsAtOnce(t *testing.T) {
-	h := defaultHello()
-	h.WorkerFirst = 5
-	after := defaultHello()
-	after.WorkerFirst = 9
-	f := startFake(t, &fakeNode{hello: h, helloAfter: after, mode: "range_changed", serveBefore: 1})
-	// A long backoff: a client that counted the node as broken would fail the next call.
-	c := newClient(t, Options{Nodes: []string{f.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
-	first, err := c.NextIDs(bg(t, 5*time.Second), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if nodeState(c, f.addr).Hello.WorkerFirst != 5 {
-		t.Fatal("first range")
-	}
-	start := time.Now()
-	second, err := c.NextIDs(bg(t, 5*time.Second), 3) // 305 and a close, then retried
-	if err != nil || time.Since(start) > 3*time.Second {
-		t.Fatalf("%v after %s", err, time.Since(start))
-	}
-	conns, _ := f.counts()
-	st := nodeState(c, f.addr)
-	if conns != 2 || st.Down || st.Failures != 0 || st.Hello.WorkerFirst != 9 {
-		t.Fatalf("connections %d, state %+v", conns, st)
-	}
-	checkUnique(t, first, second)
-	if s := c.Stats(); s.Connects != 2 || s.NodeFailures != 0 {
-		t.Fatalf("stats %+v", s)
+	if conns, _ := bad.counts(); conns != 1 {
+		t.Fatalf("%d connections, want 1", conns)
 	}
 }
 
@@ -152,20 +112,6 @@ func TestStatus305WithRequestsInFlightFromManyGoroutines(t *testing.T) {
 	}
 }
 
-func TestStatus305AgainAfterTheReconnectMovesOnToTheNextNode(t *testing.T) {
-	bad := newFake(t, defaultHello(), "unavailable")
-	bad.status = StatusRangeChanged
-	good := newFake(t, defaultHello(), "serve")
-	c := newClient(t, Options{Nodes: []string{bad.addr, good.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
-	if _, err := c.NextIDs(bg(t, 5*time.Second), 5); err != nil {
-		t.Fatal(err)
-	}
-	st := nodeState(c, bad.addr)
-	if conns, _ := bad.counts(); conns != 2 || !st.Down || !errors.Is(st.LastError, StatusRangeChanged) {
-		t.Fatalf("connections %d, state %+v", conns, st)
-	}
-}
-
 func TestShuttingDownFailsOverEveryRequestInFlight(t *testing.T) {
 	bad := newFake(t, defaultHello(), "unavailable")
 	bad.status = StatusShuttingDown
@@ -180,22 +126,32 @@ func TestShuttingDownFailsOverEveryRequestInFlight(t *testing.T) {
 	}
 }
 
-func TestClientFaultsAndExhaustedAreReturnedWithoutFailover(t *testing.T) {
-	for _, status := range []Status{StatusInvalidCount, StatusExhausted, StatusInternal, 250} {
+// Codes outside the status table follow their class (the scenarios use known codes only):
+// an unknown 2xx fails the call at once and leaves the node up, an unknown 3xx or a code
+// that closes the connection (1xx, 5xx, above 5xx) is a node failure and fails over.
+func TestStatusesOutsideTheTableFollowTheirClass(t *testing.T) {
+	for _, tc := range []struct {
+		status   Status
+		failover bool
+	}{{250, false}, {399, true}, {150, true}, {599, true}, {StatusBadFrame, true}} {
 		bad := newFake(t, defaultHello(), "unavailable")
-		bad.status = status
+		bad.status = tc.status
 		other := newFake(t, defaultHello(), "serve")
-		c := newClient(t, Options{Nodes: []string{bad.addr, other.addr}})
-		_, err := c.NextID(bg(t, 5*time.Second))
+		c := newClient(t, Options{Nodes: []string{bad.addr, other.addr}, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
+		ids, err := c.NextIDs(bg(t, 5*time.Second), 3)
+		st := nodeState(c, bad.addr)
+		if tc.failover {
+			if err != nil || len(ids) != 3 || !st.Down || !errors.Is(st.LastError, tc.status) || c.Stats().Failovers != 1 {
+				t.Fatalf("%s: %v %v, state %+v", tc.status, ids, err, st)
+			}
+			continue
+		}
 		var se *ServerError
-		if !errors.As(err, &se) || se.Status != status || se.RetryElsewhere() || !errors.Is(err, status) {
-			t.Fatalf("%s: got %v", status, err)
+		if !errors.As(err, &se) || se.Status != tc.status || se.RetryElsewhere() || !errors.Is(err, tc.status) {
+			t.Fatalf("%s: got %v", tc.status, err)
 		}
-		if conns, _ := other.counts(); conns != 0 || c.Stats().Failovers != 0 {
-			t.Fatalf("%s must not fail over", status)
-		}
-		if nodeState(c, bad.addr).Down {
-			t.Fatalf("%s must not mark the node down", status)
+		if conns, _ := other.counts(); conns != 0 || c.Stats().Failovers != 0 || st.Down {
+			t.Fatalf("%s must not fail over nor mark the node down: %+v", tc.status, st)
 		}
 	}
 }
@@ -216,35 +172,6 @@ func TestGarbageIsAProtocolErrorAndMarksTheNodeDown(t *testing.T) {
 	var none *NoNodeError
 	if !errors.As(err, &none) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("while backing off: %v", err)
-	}
-	// With another node: failed over.
-	good := newFake(t, defaultHello(), "serve")
-	c2 := newClient(t, Options{Nodes: []string{g.addr, good.addr}})
-	if _, err := c2.NextIDs(bg(t, 5*time.Second), 5); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestUnreachableAndSilentNodesAreSkipped(t *testing.T) {
-	silent := newFake(t, defaultHello(), "silent")
-	good := newFake(t, defaultHello(), "serve")
-	dead := unusedAddr(t)
-	c := newClient(t, Options{Nodes: []string{dead, silent.addr, good.addr},
-		RequestTimeout: 500 * time.Millisecond, BackoffMin: 5 * time.Second, BackoffMax: 5 * time.Second})
-	start := time.Now()
-	ids, err := c.NextIDs(bg(t, 10*time.Second), 10)
-	if err != nil || len(ids) != 10 || time.Since(start) > 5*time.Second {
-		t.Fatalf("%v after %s", err, time.Since(start))
-	}
-	if !nodeState(c, dead).Down || !nodeState(c, silent.addr).Down || nodeState(c, good.addr).Down {
-		t.Fatalf("%+v", c.Nodes())
-	}
-	if e := nodeState(c, silent.addr).LastError; e == nil || !strings.Contains(e.Error(), "no answer within") {
-		t.Fatalf("silent: %v", e)
-	}
-	before := c.Stats().Failovers
-	if _, err := c.NextIDs(bg(t, 5*time.Second), 10); err != nil || c.Stats().Failovers != before {
-		t.Fatalf("later calls go straight to the node that answered: %v", err)
 	}
 }
 

@@ -7,6 +7,10 @@
 #   IDGEN_TEST_CERTS_BIN  the test kit's certificate writer [default: built and run with
 #               `cargo run -p idgen-testkit --bin idgen-test-certs`]; the TLS tests use the
 #               certificates it writes into a temporary directory (never committed ones)
+#   IDGEN_FAKE_NODES_BIN  the test kit's fake nodes of the shared behaviour scenarios
+#               (clients/vectors/SCENARIOS.md) [default: built with `cargo build -p
+#               idgen-testkit --bin idgen-fake-nodes` into <repo>/target/debug]; the scenario
+#               runner (scenarios_test.go) FAILS if it is missing
 #   GO          the go command [default: go]
 #
 # The failover and lease tests start an etcd (`etcd` on PATH, Debian's etcd-server).
@@ -27,6 +31,12 @@ echo "==> IDGEN_BIN=$IDGEN_BIN"
 echo "==> test certificates in $tmp/certs"
 bash "$repo/clients/test-certs.sh" "$tmp/certs"
 export IDGEN_TEST_CERTS="$tmp/certs"
+if [ -z "${IDGEN_FAKE_NODES_BIN:-}" ]; then
+  (cd "$repo" && cargo build --quiet -p idgen-testkit --bin idgen-fake-nodes)
+  IDGEN_FAKE_NODES_BIN="$repo/target/debug/idgen-fake-nodes"
+fi
+export IDGEN_FAKE_NODES_BIN
+echo "==> IDGEN_FAKE_NODES_BIN=$IDGEN_FAKE_NODES_BIN"
 
 cd "$here"
 echo "==> go vet ./..."
