@@ -151,7 +151,7 @@ describe("statuses that retry elsewhere", () => {
 });
 
 describe("statuses that do not fail over", () => {
-  for (const [status, name] of [[304, "EXHAUSTED"], [200, "INVALID_COUNT"], [500, "INTERNAL"]] as const) {
+  for (const [status, name] of [[304, "EXHAUSTED"], [200, "INVALID_COUNT"]] as const) {
     test(`${status} ${name} is thrown at once`, async () => {
       const fake = await FakeNode.start(defaultHello({ epochMs }), "unavailable", { status });
       const client = new Client([fake.addr, real.addr]);
