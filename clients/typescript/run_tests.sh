@@ -6,6 +6,9 @@
 #   IDGEN_TEST_CERTS_BIN  the test kit's certificate writer [default: built and run with
 #               `cargo run -p idgen-testkit --bin idgen-test-certs`]; the TLS tests use the
 #               certificates it writes into a temporary directory (never committed ones)
+#   IDGEN_FAKE_NODES_BIN  the test kit's fake nodes for the shared behaviour scenarios
+#               (clients/vectors/SCENARIOS.md) [default: built with `cargo build -q -p
+#               idgen-testkit --bin idgen-fake-nodes` into <repo>/target/debug]
 #   ETCD_BIN    etcd for the cluster tests [default: etcd on PATH]
 #
 # Installs the dev dependencies with `npm ci` (from package-lock.json; offline from npm's cache
@@ -39,6 +42,13 @@ echo "==> npm run build"
 npm run --silent build
 
 echo "==> IDGEN_BIN=$IDGEN_BIN"
+if [ -z "${IDGEN_FAKE_NODES_BIN:-}" ]; then
+  echo "==> cargo build -q -p idgen-testkit --bin idgen-fake-nodes"
+  (cd "$repo" && cargo build -q -p idgen-testkit --bin idgen-fake-nodes)
+  IDGEN_FAKE_NODES_BIN="$repo/target/debug/idgen-fake-nodes"
+fi
+export IDGEN_FAKE_NODES_BIN
+echo "==> IDGEN_FAKE_NODES_BIN=$IDGEN_FAKE_NODES_BIN (the behaviour scenarios, dist/test/scenarios.test.js)"
 echo "==> test certificates in $tmp/certs"
 bash "$repo/clients/test-certs.sh" "$tmp/certs"
 export IDGEN_TEST_CERTS="$tmp/certs"

@@ -6,12 +6,13 @@
  * is marked down for an exponential backoff (`backoffMinMs`, doubling per consecutive
  * failure, capped at `backoffMaxMs`), and the whole call is retried on the next node, each
  * node at most once per call; nodes backing off are skipped. A `3xx` that keeps the
- * connection open keeps it for the next try. A connection closed or reset under a call is
- * reopened to the same node once before the node counts as failed (the node may have closed
- * it after a closing ERROR lost to the reset). `305 RANGE_CHANGED` is not a node failure: the
+ * connection open keeps it for the next try. A connection closed or reset under a call, and
+ * a status that closes the connection (`1xx`, `5xx`), are node failures like the others: the
+ * call moves on to the next node. `305 RANGE_CHANGED` is not a node failure: the
  * connection is dropped and the call retried at once on a new connection to the same node
- * (whose HELLO_OK announces the new range), once per call; then the next node. `2xx`, `304`
- * and the other closing statuses (`1xx`, `5xx`) are thrown at once. Retrying cannot duplicate
+ * (whose HELLO_OK announces the new range), once per call; then the next node. `2xx` and
+ * `304` are thrown at once (every node would answer the same). The shared behaviour
+ * scenarios (clients/vectors/SCENARIOS.md) say all this as data. Retrying cannot duplicate
  * an ID: a server never sends an ID twice, so the IDs of a failed or abandoned request are
  * only ever lost (a gap).
  *
@@ -369,7 +370,8 @@ export interface ClientStats {
   /** A connection dropped after RANGE_CHANGED and reopened. */
   rangeChanges: number;
   /** A call retried on a new connection to the same node after its connection was closed
-   * or reset under it. */
+   * or reset under it. Always 0 now: such a call moves on to the next node (a node failure,
+   * clients/vectors/SCENARIOS.md); kept so that code reading it still compiles. */
   reconnects: number;
 }
 
@@ -1028,24 +1030,16 @@ export class Client {
               order.unshift(node);
               continue;
             }
-            if (!e.retryElsewhere) {
-              if (e.closes) this.drop(node, conn);
+            if (!e.retryElsewhere && !e.closes) {
+              // A 2xx or 304 (or 307): every node would say the same.
               record.node = node.addr; // the node answered: with this status
               throw e;
             }
-            // A 3xx: back the node off; keep a connection the status leaves open.
+            // A 3xx, or a status that closes the connection (1xx, 5xx): a node failure. Back
+            // the node off; keep a connection the status leaves open.
             this.markDown(node, conn, e, !e.closes);
             tried.push(e);
             moving = { from: node.addr, reason: `${e.code} ${e.statusName ?? "UNKNOWN"}` };
-            continue;
-          }
-          if (e instanceof UnavailableError && e.lost && conn !== null && !reconnected.has(node)) {
-            // The open connection was closed or reset under the call: reconnect to the same
-            // node once (a dead node refuses at once and is then marked down).
-            reconnected.add(node);
-            this.counters.reconnects++;
-            this.drop(node, conn);
-            order.unshift(node);
             continue;
           }
           if (e instanceof UnavailableError || e instanceof ProtocolError) {

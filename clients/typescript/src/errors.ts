@@ -84,8 +84,8 @@ export class ServerError extends IdgenError {
  */
 export class UnavailableError extends IdgenError {
   /** The connection broke after it was open: closed or reset by the node (not a stall, not
-   * a failed connect). The server may have closed it after a closing ERROR whose frame was
-   * lost to the reset, so the client reconnects to the same node once before failing over. */
+   * a failed connect). Like every other transport failure it is a node failure: the call
+   * moves on to the next node (clients/vectors/SCENARIOS.md). */
   readonly lost: boolean;
 
   constructor(message: string, node?: string, cause?: unknown, lost = false) {

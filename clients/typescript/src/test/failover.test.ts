@@ -1,5 +1,8 @@
-// Failover across nodes, the status table's close/retry columns, backoff, and bad servers:
-// fake nodes beside real ones.
+// Failover details the shared behaviour scenarios (scenarios.test.ts, clients/vectors/
+// scenarios.json) cannot say: connections kept by a 3xx, 305 under split batches and
+// concurrent callers, the errors NoNodeAvailableError lists, backoff timing, a node with
+// another layout, bad arguments. Which status fails over, 2xx/304 thrown at once, 305
+// reconnects, drop/hang/garbage failover, the sticky node and every node down are scenarios.
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -26,7 +29,7 @@ after(async () => {
   await real?.stop();
 });
 
-describe("statuses that retry elsewhere", () => {
+describe("statuses: connection and concurrency details", () => {
   test("300 keeps the connection, backs the node off and fails over", async () => {
     const fake = await FakeNode.start(defaultHello({ epochMs }), "unavailable", { status: 300 });
     const client = new Client([fake.addr, real.addr], { backoffMinMs: 300 });
@@ -51,31 +54,6 @@ describe("statuses that retry elsewhere", () => {
       assert.equal(fake.connections - before, 1);
     } finally {
       await only.close();
-      await fake.close();
-    }
-  });
-
-  test("305 reconnects to the same node at once and the call succeeds; the new range is learnt", async () => {
-    const fake = await FakeNode.start(defaultHello({ workerFirst: 5 }), "range_changed", { serveBefore: 1, helloAfter: defaultHello({ workerFirst: 9 }) });
-    // A long backoff: a client that counted the node as broken would fail the next call.
-    const client = new Client([fake.addr], { backoffMinMs: 5000, timeoutMs: 2000 });
-    try {
-      const first = Array.from(await client.nextIds(3));
-      assert.equal(state(client, fake.addr).hello?.workerFirst, 5);
-      const start = performance.now();
-      const second = Array.from(await client.nextIds(3)); // 305 and a close, then retried
-      assert.ok(performance.now() - start < 3000);
-      assert.equal(fake.connections, 2);
-      assert.deepEqual(fake.idsByConnection, [first, second]);
-      const s = state(client, fake.addr);
-      assert.equal(s.down, false);
-      assert.equal(s.failures, 0);
-      assert.equal(s.hello?.workerFirst, 9, "the new HELLO_OK's range");
-      await client.ping();
-      const st = client.stats();
-      assert.deepEqual([st.connects, st.nodeFailures, st.rangeChanges], [2, 0, 1]);
-    } finally {
-      await client.close();
       await fake.close();
     }
   });
@@ -118,92 +96,9 @@ describe("statuses that retry elsewhere", () => {
     }
   });
 
-  test("305 again right after the reconnect moves on to the next node", async () => {
-    const fake = await FakeNode.start(defaultHello({ epochMs }), "unavailable", { status: 305 });
-    const client = new Client([fake.addr, real.addr], { backoffMinMs: 5000 });
-    try {
-      assert.equal((await client.nextIds(5)).length, 5);
-      assert.equal(fake.connections, 2, "one reconnect, then the next node");
-      const s = state(client, fake.addr);
-      assert.ok(s.down);
-      assert.ok(s.lastError instanceof ServerError && s.lastError.code === 305);
-    } finally {
-      await client.close();
-      await fake.close();
-    }
-  });
-
-  test("302 SHUTTING_DOWN and 303 OVERLOADED close and fail over", async () => {
-    for (const status of [302, 303]) {
-      const fake = await FakeNode.start(defaultHello({ epochMs }), "unavailable", { status });
-      const client = new Client([fake.addr, real.addr], { backoffMinMs: 5000 });
-      try {
-        assert.equal((await client.nextIds(2)).length, 2);
-        const s = state(client, fake.addr);
-        assert.ok(s.down && !s.connected);
-        assert.ok(s.lastError instanceof ServerError && s.lastError.code === status && s.lastError.closes);
-      } finally {
-        await client.close();
-        await fake.close();
-      }
-    }
-  });
-});
-
-describe("statuses that do not fail over", () => {
-  for (const [status, name] of [[304, "EXHAUSTED"], [200, "INVALID_COUNT"], [500, "INTERNAL"]] as const) {
-    test(`${status} ${name} is thrown at once`, async () => {
-      const fake = await FakeNode.start(defaultHello({ epochMs }), "unavailable", { status });
-      const client = new Client([fake.addr, real.addr]);
-      try {
-        await assert.rejects(client.nextId(), (e: unknown) => e instanceof ServerError && e.code === status && e.statusName === name && !e.retryElsewhere);
-        assert.equal(client.stats().failovers, 0);
-        assert.equal(state(client, real.addr).connected, false, "the other node was never asked");
-      } finally {
-        await client.close();
-        await fake.close();
-      }
-    });
-  }
 });
 
 describe("broken and unreachable nodes", () => {
-  test("garbage is a ProtocolError (BAD_FRAME) and the node is marked down", async () => {
-    const garbage = await FakeNode.start(defaultHello(), "garbage");
-    const client = new Client([garbage.addr], { backoffMinMs: 5000 });
-    try {
-      await assert.rejects(client.nextId(), (e: unknown) => e instanceof ProtocolError && e.status === 100);
-      const s = state(client, garbage.addr);
-      assert.ok(s.down && !s.connected && s.lastError instanceof ProtocolError);
-      await assert.rejects(client.nextId(), NoNodeAvailableError);
-    } finally {
-      await client.close();
-      await garbage.close();
-    }
-  });
-
-  test("an unreachable and a silent node are skipped; later calls go straight to the one that answered", async () => {
-    const silent = await FakeNode.start(defaultHello({ epochMs }), "silent");
-    const dead = `127.0.0.1:${await unusedPort()}`;
-    const client = new Client([dead, silent.addr, real.addr], { timeoutMs: 500, backoffMinMs: 5000 });
-    try {
-      const start = performance.now();
-      const ids = await client.nextIds(10);
-      assert.ok(performance.now() - start < 5000);
-      assert.ok(allDistinct(ids));
-      assert.ok(state(client, dead).down);
-      assert.ok(state(client, silent.addr).down);
-      assert.match(String(state(client, silent.addr).lastError), /no answer within 500 ms/);
-      assert.equal(state(client, real.addr).down, false);
-      const before = client.stats().failovers;
-      await client.nextIds(10);
-      assert.equal(client.stats().failovers, before);
-    } finally {
-      await client.close();
-      await silent.close();
-    }
-  });
-
   test("all nodes down: NoNodeAvailableError lists each node's error, then fails fast while they back off", async () => {
     const a = `127.0.0.1:${await unusedPort()}`;
     const b = `127.0.0.1:${await unusedPort()}`;
