@@ -121,6 +121,7 @@ from .client import (
     _take_values,
     _tls_settings,
     _values_count,
+    _with_frame,
     _without_gone,
     key_node,
 )
@@ -803,7 +804,7 @@ class AsyncClient:
             return await self._observed(
                 "ids", n, lambda: self._with_failover(lambda conn: self._fetch(conn, n))
             )
-        frame = self._with_frame(n, after, idempotency_key, masked=False)
+        frame = _with_frame(n, after, idempotency_key, masked=False)
 
         async def run(conn: _Connection) -> List[int]:
             slot = await self._submit_with(conn, n, frame, protocol.OP_GET_IDS_WITH)
@@ -817,7 +818,7 @@ class AsyncClient:
         """``n`` IDs masked by the node, as :meth:`Client.next_masked_ids`."""
         await self._begin()
         _count(n)
-        frame = self._with_frame(n, after, idempotency_key, masked=True)
+        frame = _with_frame(n, after, idempotency_key, masked=True)
 
         async def run(conn: _Connection) -> MaskedIdList:
             slot = await self._submit_with(conn, n, frame, _MASKED_KIND)
@@ -964,14 +965,6 @@ class AsyncClient:
         return f"AsyncClient({[n.addr for n in self._nodes]!r})"
 
     # -- options ----------------------------------------------------------------------------
-
-    @staticmethod
-    def _with_frame(n: int, after: Optional[int], key: Optional[str], masked: bool) -> bytes:
-        if after is not None and (
-            isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63
-        ):
-            raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
-        return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
 
     async def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
         if conn.hello.version < protocol.IDS_WITH_VERSION:

@@ -954,6 +954,17 @@ def _check_answer(
     raise ProtocolError(f"PING {expect} answered with {frame!r}")
 
 
+def _with_frame(n: int, after: Optional[int], key: Optional[str], masked: bool) -> bytes:
+    """The GET_IDS_WITH frame of a call with options, its arguments checked."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int of at least 1, not {n!r}")
+    if after is not None and (
+        isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63
+    ):
+        raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
+    return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
+
+
 def _split(n: int, max_batch: int) -> List[int]:
     """The counts of the frames of an ``n``-item call on a node of ``max_batch``."""
     counts = [max_batch] * (n // max_batch)
@@ -1285,7 +1296,7 @@ class Client:
             return self._observed(
                 "ids", n, lambda: self._with_failover(lambda conn: self._fetch(conn, n))
             )
-        frame = self._with_frame(n, after, idempotency_key, masked=False)
+        frame = _with_frame(n, after, idempotency_key, masked=False)
 
         def run(conn: _Connection) -> List[int]:
             slot = self._submit_with(conn, n, frame, protocol.OP_GET_IDS_WITH)
@@ -1301,7 +1312,7 @@ class Client:
         masked integers and their string forms. ``after`` and ``idempotency_key`` as for
         :meth:`next_ids`."""
         self._check_fork()
-        frame = self._with_frame(n, after, idempotency_key, masked=True)
+        frame = _with_frame(n, after, idempotency_key, masked=True)
 
         def run(conn: _Connection) -> MaskedIdList:
             slot = self._submit_with(conn, n, frame, _MASKED_KIND)
@@ -1311,16 +1322,6 @@ class Client:
             return MaskedIdList(got.key_id, got.ids, [key + forms.to_base62(m) for m in got.ids])
 
         return self._observed("masked_ids", n, lambda: self._routed(idempotency_key, run))
-
-    def _with_frame(
-        self, n: int, after: Optional[int], key: Optional[str], masked: bool
-    ) -> bytes:
-        """The GET_IDS_WITH frame of a call with options, its arguments checked."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an int of at least 1, not {n!r}")
-        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63):
-            raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
-        return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
 
     def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
         if conn.hello.version < protocol.IDS_WITH_VERSION:
