@@ -37,6 +37,18 @@ setup (addresses, TLS, HELLO) is bounded by ``connect_timeout``. TLS runs throug
 own TLS (``asyncio.open_connection(sock=..., ssl=context, server_hostname=...)``): the name
 verified and sent as SNI is the host given (or ``server_hostname``), never the address.
 
+Configuration and observability are ``Client``'s too (clients/vectors/CONFIG.md):
+:meth:`AsyncClient.from_url`, :meth:`AsyncClient.from_env` and
+:meth:`AsyncClient.from_settings` build from config.py's :class:`~idgen_client.Settings`
+(a setting given both in code and in the URL or environment is a ``ConfigError``);
+``tls=True`` verifies against the system's roots; ``expand=True`` makes each address a name
+resolves to a node, resolved with ``loop.getaddrinfo`` (never blocking the loop) at the
+first call and again when a node fails, at most once a second, TLS verifying the name given;
+``hooks=`` and the ``idgen_client`` logger get observe.py's events with ``Client``'s fields
+and levels, a hook being called on the event loop, synchronously. The rules that do no I/O
+(answer checks, what a refusal means for failover, batch splits, back-off, the prefetch of
+dense sequences, the expanded node list) are client.py's helpers, shared by both clients.
+
 Event loops: a client belongs to the event loop that first uses it (its connections, locks
 and tasks live there). Using it from another loop while that one is still open raises
 ``RuntimeError``; once that loop is closed (``asyncio.run`` returned), the next use starts
@@ -51,7 +63,9 @@ own event loop: run a new one there, e.g. ``asyncio.run``) connects afresh.
 
 import asyncio
 import collections
+import contextvars
 import itertools
+import logging
 import os
 import socket
 import ssl
@@ -59,6 +73,7 @@ import time
 import uuid
 import weakref
 from typing import (
+    Any,
     Awaitable,
     Callable,
     Deque,
@@ -73,23 +88,44 @@ from typing import (
 )
 
 from . import forms, protocol
+from . import observe as _observe
 from . import status as _status
 from . import tls as _tls
 from .client import (
     _MASKED_KIND,
     _MAX_IDS_PER_CALL,
+    _RAISE,
+    _RECONNECT,
     MAX_PREFETCHED_SEQUENCES,
     IdParts,
     Layout,
     MaskedIdList,
     NodeState,
     UuidParts,
+    _addresses,
+    _backoff,
+    _CallInfo,
+    _check_answer,
+    _expanded,
+    _format_addr,
     _fresh,
+    _ids_op,
+    _on_refusal,
+    _outcome,
     _parse_node,
+    _pool_guard,
+    _reason,
+    _refusal,
+    _split,
     _Stats,
+    _take_values,
     _tls_settings,
+    _values_count,
+    _with_frame,
+    _without_gone,
     key_node,
 )
+from .config import Settings, parse_url
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -197,8 +233,11 @@ class _Connection:
         buf: bytearray,
         timeout: float,
         stats: _Stats,
+        address: str,
     ):
         self.node = node
+        #: The address that accepted the connection (``ip:port``, IPv6 in brackets).
+        self.address = address
         self.hello = hello
         self.loop = asyncio.get_running_loop()
         self._sock = sock  # ours: closed alone (no shutdown, no loop) in a forked child
@@ -227,6 +266,11 @@ class _Connection:
         sock = await _connect_any(node, host, port, deadline, connect_timeout)
         writer: Optional[asyncio.StreamWriter] = None
         try:
+            try:
+                peer = sock.getpeername()
+                address = _format_addr(str(peer[0]), int(peer[1]))
+            except OSError:
+                address = node
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             left = max(deadline - time.monotonic(), 0.001)
             try:
@@ -254,7 +298,7 @@ class _Connection:
             assert writer is not None
             hello, buf = await cls._handshake(node, reader, writer, deadline)
             stats.add("connects")
-            return cls(node, sock, reader, writer, hello, buf, timeout, stats)
+            return cls(node, sock, reader, writer, hello, buf, timeout, stats, address)
         except BaseException:
             if writer is not None:
                 writer.transport.abort()
@@ -470,74 +514,35 @@ class _Connection:
         slot = self._pending.popleft() if self._pending else None
         if slot is None:
             raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
-        err: ProtocolError
         if isinstance(frame, ErrorFrame):
-            refused = ServerError(frame.status, frame.name, frame.message, self.node)
+            refused, broken = _refusal(frame, self.node)
             slot.fail(refused)
-            if refused.status == _status.RANGE_CHANGED:
-                self.fail(refused)  # every request in flight reconnects to the same node
-            elif refused.closes_connection:
-                self.fail(
-                    UnavailableError(
-                        f"server closed the connection after ERROR {frame.status}"
-                        f" {frame.name or 'UNKNOWN'}",
-                        self.node,
-                    )
-                )
+            if broken is not None:  # 305: every request in flight reconnects to the same node
+                self.fail(broken)
             return
-        if slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES, protocol.OP_GET_IDS_WITH):
-            wanted = Ranges if slot.kind == protocol.OP_GET_RANGES else Ids
-            if not isinstance(frame, wanted):
-                err = ProtocolError(f"{wanted.__name__.upper()} expected, got {type(frame).__name__}")
-            elif len(frame.ids) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} IDs, got {len(frame.ids)}")
-            elif frame.ids[0] <= self._last_id:
-                err = ProtocolError("IDs on one connection are not increasing")
-            else:
-                self._last_id = frame.ids[-1]
-                slot.set(frame.ids)
-                return
-        elif slot.kind == _MASKED_KIND:
-            if not isinstance(frame, MaskedIds):
-                err = ProtocolError(f"GET_IDS_WITH (masked) answered with {type(frame).__name__}")
-            elif len(frame.ids) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} masked IDs, got {len(frame.ids)}")
-            else:
-                slot.set(frame)
-                return
-        elif slot.kind == protocol.OP_GET_UUIDS:
-            if not isinstance(frame, Uuids):
-                err = ProtocolError(f"GET_UUIDS answered with {type(frame).__name__}")
-            elif len(frame.uuids) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} UUIDs, got {len(frame.uuids)}")
-            elif frame.uuids[0].int <= self._last_uuid:
-                err = ProtocolError("UUIDs on one connection are not increasing")
-            else:
-                self._last_uuid = frame.uuids[-1].int
-                slot.set(frame.uuids)
-                return
-        elif slot.kind == protocol.OP_GET_VALUES:
-            if not isinstance(frame, Values):
-                err = ProtocolError(f"GET_VALUES answered with {type(frame).__name__}")
-            elif len(frame.values) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} values, got {len(frame.values)}")
-            else:
-                slot.set(frame)
-                return
-        else:
-            if isinstance(frame, Pong) and frame.token == slot.expect:
-                slot.set(True)
-                return
-            err = ProtocolError(f"PING {slot.expect} answered with {frame!r}")
-        err.node = self.node
-        slot.fail(err)
-        raise err
+        try:
+            result, self._last_id, self._last_uuid = _check_answer(
+                slot.kind, slot.expect, frame, self._last_id, self._last_uuid
+            )
+        except ProtocolError as err:
+            err.node = self.node
+            slot.fail(err)
+            raise
+        slot.set(result)
 
 
 class _Node:
-    def __init__(self, addr: str):
+    def __init__(
+        self, addr: str, tls_name: Optional[str] = None, entry: int = 0, placeholder: bool = False
+    ):
         _parse_node(addr)
         self.addr = addr
+        # expand=True, as client.py's _Node: the name TLS verifies, the configured entry, a
+        # name that resolved to nothing, an address no longer among its name's.
+        self.tls_name = tls_name
+        self.entry = entry
+        self.placeholder = placeholder
+        self.gone = False
         self.connect_lock: Optional[asyncio.Lock] = None  # made on the client's loop
         self.conn: Optional[_Connection] = None
         self.failures = 0
@@ -593,6 +598,13 @@ class AsyncClient:
     buffers values of dense named sequences as ``Client`` does.
 
     Use it as ``async with AsyncClient(...) as client:`` or call :meth:`aclose`.
+
+    Configuration as ``Client``'s: :meth:`from_url`, :meth:`from_env`, :meth:`from_settings`,
+    ``tls=True`` (the system's trusted roots), ``expand=True`` (each address a name resolves
+    to is a node; resolved with ``loop.getaddrinfo`` at the first call or ``async with``, and
+    again when a node fails, at most once a second). Observability as ``Client``'s: the
+    ``idgen_client`` logger and ``hooks=`` (called on the event loop, see
+    :mod:`idgen_client.observe`).
     """
 
     def __init__(
@@ -611,6 +623,9 @@ class AsyncClient:
         tls_key: Optional[_tls.PathLike] = None,
         server_hostname: Optional[str] = None,
         sequence_prefetch: int = 0,
+        tls: bool = False,
+        expand: bool = False,
+        hooks: _observe.Hooks = None,
     ):
         if isinstance(nodes, str):
             nodes = [nodes]
@@ -636,9 +651,28 @@ class AsyncClient:
             )
         if not 0 <= sequence_prefetch <= protocol.MAX_VALUES_PER_CALL:
             raise ValueError(f"sequence_prefetch must be in 0 ..= {protocol.MAX_VALUES_PER_CALL}")
-        self._tls = _tls_settings(ssl_context, tls_ca, tls_cert, tls_key, server_hostname)
+        if not isinstance(expand, bool):
+            raise TypeError(f"expand must be a bool, not {type(expand).__name__}")
+        self._obs = _observe.Observer(hooks)
+        # The public call in progress in this task (its op, the node that answered).
+        self._call: "contextvars.ContextVar[Optional[_CallInfo]]" = contextvars.ContextVar(
+            "idgen_client_call", default=None
+        )
+        self._tls = _tls_settings(ssl_context, tls_ca, tls_cert, tls_key, server_hostname, tls)
         self._pid = os.getpid()
-        self._nodes = [_Node(n) for n in nodes]
+        self._expand = expand
+        self._entries = [_parse_node(n) for n in nodes]
+        # expand=True: every entry a placeholder until the first call resolves the names on
+        # the event loop (never blocking it); then again on node failures, once a second.
+        self._nodes: List[_Node] = (
+            _expanded(self._entries, [None] * len(self._entries), [], _Node)
+            if expand
+            else [_Node(n) for n in nodes]
+        )
+        self._resolved = not expand
+        self._first_resolve: "Optional[asyncio.Task[None]]" = None
+        self._resolving = False
+        self._resolved_at = time.monotonic()
         self._timeout = float(timeout)
         self._connect_timeout = float(connect_timeout)
         self._backoff_min = float(backoff_min)
@@ -658,6 +692,29 @@ class AsyncClient:
         self._seqs: "collections.OrderedDict[str, _SeqState]" = collections.OrderedDict()
         _CLIENTS.add(self)
 
+    # -- configuration ----------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, **code_settings: Any) -> "AsyncClient":
+        """An async client configured by an ``idgen://`` / ``idgens://`` URL, with further
+        settings given in code, exactly as :meth:`Client.from_url` (a setting given both
+        ways is a :class:`idgen_client.ConfigError`). Nothing connects here."""
+        return cls.from_settings(parse_url(url), **code_settings)
+
+    @classmethod
+    def from_env(cls, **code_settings: Any) -> "AsyncClient":
+        """An async client configured by ``IDGEN_NODES`` (and, with a plain list, the
+        ``IDGEN_CLIENT_*`` variables), as :meth:`Client.from_env`."""
+        return cls.from_settings(Settings.from_env(), **code_settings)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **code_settings: Any) -> "AsyncClient":
+        """An async client from parsed :class:`idgen_client.Settings` and settings given in
+        code (each setting from one source only: :meth:`Settings.merge`)."""
+        kwargs: Dict[str, Any] = dict(settings.merge(code_settings))
+        nodes = kwargs.pop("nodes")
+        return cls(nodes, **kwargs)
+
     # -- loop and fork ----------------------------------------------------------------------
 
     def _check_fork(self) -> None:
@@ -669,6 +726,7 @@ class AsyncClient:
         sockets closed in this process only) and the tie to its event loop."""
         self._forget_connections()
         self._stats = _Stats()
+        self._obs.after_fork()
         self._pid = os.getpid()
 
     def _forget_connections(self) -> None:
@@ -681,6 +739,8 @@ class AsyncClient:
         self._refill = None
         self._seqs = collections.OrderedDict()
         self._loop = None
+        self._first_resolve = None
+        self._resolving = False
 
     def _enter(self) -> None:
         """At every public coroutine: the fork check, and the client's tie to this loop."""
@@ -700,14 +760,37 @@ class AsyncClient:
         for node in self._nodes:
             node.connect_lock = asyncio.Lock()
 
+    async def _begin(self) -> None:
+        """At every public coroutine: :meth:`_enter`, and with ``expand=True`` the first
+        resolution of the names (one for all the tasks that call at once)."""
+        self._enter()
+        if self._resolved:
+            return
+        task = self._first_resolve
+        if task is None or task.done():
+            task = self._first_resolve = asyncio.get_running_loop().create_task(
+                self._resolve_first()
+            )
+        await asyncio.shield(task)
+
+    async def _resolve_first(self) -> None:
+        self._resolving = True
+        try:
+            new = await self._resolve(self._nodes)
+            self._resolved_at = time.monotonic()
+            self._set_nodes(new)
+            self._resolved = True
+        finally:
+            self._resolving = False
+
     # -- public API -------------------------------------------------------------------------
 
     async def next_id(self) -> int:
         """One ID: from the prefetch pool when ``prefetch`` is set, else one GET_IDS."""
-        self._enter()
+        await self._begin()
         if self._prefetch:
             return await self._pool_pop()
-        return (await self._with_failover(lambda conn: self._fetch(conn, 1)))[0]
+        return (await self.next_ids(1))[0]
 
     async def next_ids(
         self, n: int, *, after: Optional[int] = None, idempotency_key: Optional[str] = None
@@ -715,25 +798,27 @@ class AsyncClient:
         """``n`` IDs, increasing, from one node (all or nothing), as :meth:`Client.next_ids`
         (``after``, ``idempotency_key`` included). ``n`` must be 1 or more: 0 raises
         ``ValueError`` before anything is sent."""
-        self._enter()
+        await self._begin()
         _count(n)
         if after is None and idempotency_key is None:
-            return await self._with_failover(lambda conn: self._fetch(conn, n))
-        frame = self._with_frame(n, after, idempotency_key, masked=False)
+            return await self._observed(
+                "ids", n, lambda: self._with_failover(lambda conn: self._fetch(conn, n))
+            )
+        frame = _with_frame(n, after, idempotency_key, masked=False)
 
         async def run(conn: _Connection) -> List[int]:
             slot = await self._submit_with(conn, n, frame, protocol.OP_GET_IDS_WITH)
             return await conn.wait_ids(slot)
 
-        return await self._routed(idempotency_key, run)
+        return await self._observed("ids_with", n, lambda: self._routed(idempotency_key, run))
 
     async def next_masked_ids(
         self, n: int, *, after: Optional[int] = None, idempotency_key: Optional[str] = None
     ) -> MaskedIdList:
         """``n`` IDs masked by the node, as :meth:`Client.next_masked_ids`."""
-        self._enter()
+        await self._begin()
         _count(n)
-        frame = self._with_frame(n, after, idempotency_key, masked=True)
+        frame = _with_frame(n, after, idempotency_key, masked=True)
 
         async def run(conn: _Connection) -> MaskedIdList:
             slot = await self._submit_with(conn, n, frame, _MASKED_KIND)
@@ -742,7 +827,7 @@ class AsyncClient:
             key = forms.BASE62_ALPHABET[got.key_id]
             return MaskedIdList(got.key_id, got.ids, [key + forms.to_base62(m) for m in got.ids])
 
-        return await self._routed(idempotency_key, run)
+        return await self._observed("masked_ids", n, lambda: self._routed(idempotency_key, run))
 
     async def next_uuid(self) -> uuid.UUID:
         """One version 7 UUID (see :meth:`next_uuids`)."""
@@ -751,9 +836,11 @@ class AsyncClient:
     async def next_uuids(self, n: int) -> List[uuid.UUID]:
         """``n`` version 7 UUIDs, strictly increasing, from one node, as
         :meth:`Client.next_uuids`."""
-        self._enter()
+        await self._begin()
         _count(n)
-        return await self._with_failover(lambda conn: self._fetch_uuids(conn, n))
+        return await self._observed(
+            "uuids", n, lambda: self._with_failover(lambda conn: self._fetch_uuids(conn, n))
+        )
 
     async def next_value(self, name: str) -> int:
         """One value of the named sequence ``name`` (see :meth:`next_values`)."""
@@ -762,19 +849,25 @@ class AsyncClient:
     async def next_values(self, name: str, n: int) -> List[int]:
         """``n`` values of the named sequence ``name``, strictly increasing, as
         :meth:`Client.next_values` (with ``sequence_prefetch`` for dense sequences)."""
-        self._enter()
+        await self._begin()
         _count(n, protocol.MAX_VALUES_PER_CALL)
         raw = protocol.check_sequence_name(name)
         layout = self._layout
         if layout is not None and n > layout.max_batch:
             raise ValueError(f"n must be 1 to {layout.max_batch} (the node's max_batch), not {n}")
         if not self._seq_prefetch:
-            return (await self._get_values(raw, n, n)).values
-        return await self._prefetched_values(raw.decode("ascii"), raw, n)
+
+            async def plain() -> List[int]:
+                return (await self._get_values(raw, n, n)).values
+
+            return await self._observed("values", n, plain)
+        return await self._observed(
+            "values", n, lambda: self._prefetched_values(raw.decode("ascii"), raw, n)
+        )
 
     async def ping(self) -> float:
         """PING a node (with failover); returns the round-trip time in seconds."""
-        self._enter()
+        await self._begin()
 
         async def run(conn: _Connection) -> float:
             start = time.monotonic()
@@ -784,11 +877,11 @@ class AsyncClient:
             await conn.wait(slot)
             return time.monotonic() - start
 
-        return await self._with_failover(run)
+        return await self._observed("ping", 1, lambda: self._with_failover(run))
 
     async def get_layout(self) -> Layout:
         """The cluster's ID layout (from the first HELLO_OK; connects if needed)."""
-        self._enter()
+        await self._begin()
         if self._layout is None:
 
             async def hello(conn: _Connection) -> HelloOk:
@@ -860,7 +953,7 @@ class AsyncClient:
                 conn.forget()  # its loop is gone: just this process's descriptor
 
     async def __aenter__(self) -> "AsyncClient":
-        self._enter()
+        await self._begin()
         if self._prefetch:
             self._start_refill()
         return self
@@ -872,14 +965,6 @@ class AsyncClient:
         return f"AsyncClient({[n.addr for n in self._nodes]!r})"
 
     # -- options ----------------------------------------------------------------------------
-
-    @staticmethod
-    def _with_frame(n: int, after: Optional[int], key: Optional[str], masked: bool) -> bytes:
-        if after is not None and (
-            isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63
-        ):
-            raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
-        return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
 
     async def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
         if conn.hello.version < protocol.IDS_WITH_VERSION:
@@ -900,40 +985,46 @@ class AsyncClient:
         """``run`` with failover, or, with an idempotency key, on the key's node only."""
         if key is None:
             return await self._with_failover(run)
-        node = self._nodes[key_node(key, len(self._nodes))]
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        nodes = self._nodes  # the list as it is when the request is made
+        node = nodes[key_node(key, len(nodes))]
+        info = self._call.get()
         for attempt in (0, 1):
             conn: Optional[_Connection] = None
             try:
                 conn = await self._connection(node)
-                return await run(conn)
+                result = await run(conn)
+                if info is not None:
+                    info.node = node.addr
+                return result
             except ServerError as e:
-                if e.status == _status.RANGE_CHANGED and attempt == 0:
+                if info is not None:
+                    info.node = node.addr
+                self._refused(node, e, info)
+                action = _on_refusal(e, may_reconnect=attempt == 0)
+                if action == _RECONNECT:
                     self._drop(node, conn)
                     continue
-                if not e.retry_elsewhere:
+                if action == _RAISE:
                     if e.closes_connection:
                         self._drop(node, conn)
                     raise
-                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
+                await self._failed(node, conn, e, keep_connection=not e.closes_connection)
                 raise KeyNodeUnavailableError(key, node.addr, e) from e
             except UnavailableError as e:
                 if self._closed:
                     raise ClientClosedError("the client is closed") from e
                 if isinstance(e, KeyNodeUnavailableError):
                     raise
-                self._mark_down(node, conn, e)
+                await self._failed(node, conn, e)
                 raise KeyNodeUnavailableError(key, node.addr, e) from e
         raise UnavailableError("the key's node changed its range twice", node.addr)
 
     # -- requests ---------------------------------------------------------------------------
 
     async def _fetch(self, conn: _Connection, n: int) -> List[int]:
-        max_batch = conn.hello.max_batch
-        counts = [max_batch] * (n // max_batch)
-        if n % max_batch:
-            counts.append(n % max_batch)
-        op = protocol.OP_GET_RANGES if conn.hello.version >= protocol.RANGES_VERSION else protocol.OP_GET_IDS
-        slots = conn.submit([(op, c) for c in counts])
+        slots = conn.submit([(_ids_op(conn.hello), c) for c in _split(n, conn.hello.max_batch)])
         self._stats.add("requests", len(slots))
         await conn.flush()
         if len(slots) == 1:
@@ -948,11 +1039,7 @@ class AsyncClient:
     async def _fetch_uuids(self, conn: _Connection, n: int) -> List[uuid.UUID]:
         if conn.hello.version < protocol.UUIDS_VERSION:
             raise UuidsUnsupportedError(conn.hello.version, conn.node)
-        max_batch = conn.hello.max_batch
-        counts = [max_batch] * (n // max_batch)
-        if n % max_batch:
-            counts.append(n % max_batch)
-        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in counts])
+        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in _split(n, conn.hello.max_batch)])
         self._stats.add("uuid_requests", len(slots))
         await conn.flush()
         uuids: List[uuid.UUID] = []
@@ -966,8 +1053,7 @@ class AsyncClient:
     async def _get_values(self, raw: bytes, n: int, want: int) -> Values:
         async def run(conn: _Connection) -> Values:
             hello = conn.hello
-            limit = min(hello.max_batch, protocol.MAX_VALUES_PER_CALL)
-            count = max(n, min(want, limit))
+            count = _values_count(n, want, hello)
             try:
                 frame = protocol.check_get_values(
                     raw,
@@ -1039,63 +1125,89 @@ class AsyncClient:
             if answer.mode != protocol.MODE_DENSE:
                 buf.clear()
                 return fresh[:n]
-            old = list(buf)
-            buf.clear()
-            if old and fresh[0] <= old[-1]:
-                old = []  # another node answered below the kept values: a gap, never a repeat
-            take = n - len(old)
-            buf.extend(fresh[take:])
-            if old:
-                self._stats.add("value_prefetch_served", len(old))
-            return old + fresh[:take]
+            out, kept = _take_values(buf, fresh, n)  # a gap, never a repeat
+            if kept:
+                self._stats.add("value_prefetch_served", kept)
+            return out
 
     # -- failover (client.py's rules) -------------------------------------------------------
 
     async def _with_failover(self, run: Callable[[_Connection], Awaitable[_T]]) -> _T:
         if self._closed:
             raise ClientClosedError("the client is closed")
-        count = len(self._nodes)
-        start = self._preferred
+        nodes = self._nodes  # this call's list (expand=True may replace it meanwhile)
+        count = len(nodes)
+        start = self._preferred % count
         tried: List[BaseException] = []
         order = collections.deque((start + k) % count for k in range(count))
         reconnected: Set[int] = set()
-        while order:
+        info = self._call.get()
+        moving: Optional[Tuple[str, BaseException]] = None  # the node left, and why
+        while order or (self._expand and self._nodes is not nodes):
+            if not order:
+                # expand=True: the names were resolved again meanwhile; their new addresses
+                # are tried too.
+                new = [n for n in self._nodes if n not in nodes]
+                if not new:
+                    break
+                order.extend(range(len(nodes), len(nodes) + len(new)))
+                nodes = nodes + new
             index = order.popleft()
-            node = self._nodes[index]
+            node = nodes[index]
             if node.down_until > time.monotonic():
                 continue
             if tried and index not in reconnected:
                 self._stats.add("failovers")
+            if moving is not None and moving[0] != node.addr:
+                self._obs.emit(
+                    _observe.FAILOVER,
+                    {"from_node": moving[0], "to_node": node.addr, "reason": _reason(moving[1])},
+                )
+                moving = None
             conn: Optional[_Connection] = None
             try:
                 conn = await self._connection(node)
                 result = await run(conn)
             except ServerError as e:
-                if e.status == _status.RANGE_CHANGED and index not in reconnected:
+                if info is not None:
+                    info.node = node.addr
+                self._refused(node, e, info)
+                action = _on_refusal(e, may_reconnect=index not in reconnected)
+                if action == _RECONNECT:
                     reconnected.add(index)
                     self._drop(node, conn)
                     order.appendleft(index)
                     continue
-                if not e.retry_elsewhere:
+                if action == _RAISE:
                     if e.closes_connection:
                         self._drop(node, conn)
                     raise
-                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
+                await self._failed(node, conn, e, keep_connection=not e.closes_connection)
                 tried.append(e)
+                moving = (node.addr, e)
             except (UnavailableError, ProtocolError) as e:
                 if self._closed:
                     raise ClientClosedError("the client is closed") from e
-                self._mark_down(node, conn, e)
+                await self._failed(node, conn, e)
                 tried.append(e)
+                moving = (node.addr, e)
             else:
-                node.failures = 0
-                self._preferred = index
+                if info is not None:
+                    info.node = node.addr
+                if node.failures:
+                    node.failures = 0
+                    self._obs.emit(_observe.NODE_UP, {"node": node.addr, "reason": "answered again"})
+                current = self._nodes
+                if nodes is current:
+                    self._preferred = index
+                else:
+                    self._preferred = current.index(node) if node in current else 0
                 return result
         if len(tried) == 1:
             raise _fresh(tried[0])
         now = time.monotonic()
-        errors = {n.addr: n.last_error for n in self._nodes}
-        retry_in = {n.addr: n.down_until - now for n in self._nodes if n.down_until > now}
+        errors = {n.addr: n.last_error for n in nodes}
+        retry_in = {n.addr: n.down_until - now for n in nodes if n.down_until > now}
         raise NoNodeAvailable(errors, retry_in) from (tried[-1] if tried else None)
 
     async def _connection(self, node: _Node) -> _Connection:
@@ -1103,7 +1215,8 @@ class AsyncClient:
         if conn is not None and conn.alive:
             return conn
         lock = node.connect_lock
-        assert lock is not None  # made by _enter
+        if lock is None:  # a node added by a re-resolution on this loop
+            lock = node.connect_lock = asyncio.Lock()
         async with lock:
             if self._closed:
                 raise ClientClosedError("the client is closed")
@@ -1112,18 +1225,42 @@ class AsyncClient:
                 return conn
             if node.down_until > time.monotonic() and node.last_error is not None:
                 raise UnavailableError(f"node is down: {node.last_error}", node.addr)
-            conn = await _Connection.open(
-                node.addr, self._connect_timeout, self._timeout, self._stats, self._tls
-            )
+            tls = self._tls
+            if tls is not None and tls[1] is None and node.tls_name is not None:
+                tls = (tls[0], node.tls_name)  # expand=True: verify the name, not the address
+            started = time.monotonic()
             try:
-                self._check_layout(conn)
-                if self._closed:
-                    raise ClientClosedError("the client is closed")
-            except IdgenError:
-                await conn.close()
+                if node.placeholder:
+                    # expand=True: the name resolved to nothing. Down until it resolves
+                    # (this failure makes the client resolve it again).
+                    raise UnavailableError("the name resolves to no address", node.addr)
+                conn = await _Connection.open(
+                    node.addr, self._connect_timeout, self._timeout, self._stats, tls
+                )
+                try:
+                    self._check_layout(conn)
+                    if self._closed:
+                        raise ClientClosedError("the client is closed")
+                except IdgenError:
+                    await conn.close()
+                    raise
+            except IdgenError as e:
+                self._obs.emit(
+                    _observe.CONNECT_FAILED,
+                    {"node": node.addr, "error": _reason(e), "duration": time.monotonic() - started},
+                )
                 raise
             node.conn = conn
-            return conn
+        self._obs.emit(
+            _observe.CONNECT,
+            {
+                "node": node.addr,
+                "address": conn.address,
+                "version": conn.hello.version,
+                "duration": time.monotonic() - started,
+            },
+        )
+        return conn
 
     def _check_layout(self, conn: _Connection) -> None:
         layout = Layout.from_hello(conn.hello)
@@ -1153,16 +1290,142 @@ class AsyncClient:
         stale = conn is not None and node.conn is not conn and node.conn is not None
         if conn is not None and node.conn is conn and not keep_connection:
             node.conn = None
+        marked: Optional[float] = None
         if stale or node.down_until > now:
             node.last_error = node.last_error or err
         else:
             node.failures += 1
-            delay = min(self._backoff_max, self._backoff_min * 2 ** (node.failures - 1))
-            node.down_until = now + delay
+            marked = _backoff(node.failures, self._backoff_min, self._backoff_max)
+            node.down_until = now + marked
             node.last_error = err
             self._stats.add("node_failures")
         if conn is not None and not keep_connection:
             conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
+        if marked is not None:
+            self._obs.emit(
+                _observe.NODE_DOWN,
+                {
+                    "node": node.addr,
+                    "reason": _reason(err),
+                    "retry_in": marked,
+                    "failures": node.failures,
+                },
+            )
+
+    async def _failed(
+        self,
+        node: _Node,
+        conn: Optional[_Connection],
+        err: BaseException,
+        keep_connection: bool = False,
+    ) -> None:
+        """A node failed a call: :meth:`_mark_down`, and with ``expand=True`` the names
+        resolved again (at most once a second)."""
+        self._mark_down(node, conn, err, keep_connection)
+        if self._expand:
+            await self._node_failed(node)
+
+    def _refused(self, node: _Node, err: ServerError, info: Optional[_CallInfo]) -> None:
+        self._obs.emit(
+            _observe.REFUSED,
+            {
+                "node": node.addr,
+                "op": info.op if info is not None else None,
+                "status": err.status,
+                "status_name": err.name,
+                "message": err.message,
+            },
+        )
+
+    # -- events -------------------------------------------------------------------------------
+
+    async def _observed(self, op: str, count: int, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one public call and emit its ``request`` event (op, count, the node that
+        answered, duration, outcome) when it finishes; the call's info lives in this task's
+        context (a ``ContextVar``), so concurrent tasks each report their own."""
+        info = _CallInfo(op)
+        token = self._call.set(info)
+        started = time.monotonic()
+        outcome = "ok"
+        try:
+            return await call()
+        except BaseException as e:
+            outcome = _outcome(e)
+            raise
+        finally:
+            self._call.reset(token)
+            self._obs.emit(
+                _observe.REQUEST,
+                {
+                    "op": op,
+                    "count": count,
+                    "node": info.node,
+                    "duration": time.monotonic() - started,
+                    "outcome": outcome,
+                },
+            )
+
+    # -- expand=True: each address of a name is a node (client.py's rules) ------------------
+
+    async def _resolve(self, current: List[_Node]) -> List[_Node]:
+        """The node list for the configured entries (client.py's ``_expanded``), the names
+        resolved with ``loop.getaddrinfo`` (in the default executor: the loop never blocks),
+        all at once, each within ``connect_timeout``."""
+        loop = asyncio.get_running_loop()
+
+        async def one(host: str, port: int) -> Optional[List[Tuple[str, int]]]:
+            try:
+                infos = await asyncio.wait_for(
+                    loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), self._connect_timeout
+                )
+            except (OSError, asyncio.TimeoutError) as e:
+                _observe.LOGGER.debug("resolving %s:%s failed: %r", host, port, e)
+                return None
+            return _addresses(infos)
+
+        answers = await asyncio.gather(*(one(host, port) for host, port in self._entries))
+        return _expanded(self._entries, list(answers), current, _Node)
+
+    def _set_nodes(self, new: List[_Node]) -> List[_Node]:
+        """Make ``new`` the node list (the preferred node kept); returns the nodes removed."""
+        current = self._nodes
+        removed = [n for n in current if n not in new]
+        if [n.addr for n in new] != [n.addr for n in current]:
+            preferred = current[self._preferred % len(current)]
+            self._nodes = new
+            self._preferred = new.index(preferred) if preferred in new else 0
+            _observe.LOGGER.log(
+                logging.INFO, "nodes now %s (names resolved)", ", ".join(n.addr for n in new)
+            )
+        else:
+            self._nodes = new
+        if self._loop is not None:
+            for n in new:
+                if n.connect_lock is None:
+                    n.connect_lock = asyncio.Lock()
+        return removed
+
+    async def _node_failed(self, node: _Node) -> None:
+        """expand=True: a node failed. Resolve the names again (at most once a second, one
+        resolution at a time), and drop the node if its address is gone."""
+        if self._resolving or not self._resolved:
+            return
+        self._resolving = True
+        try:
+            now = time.monotonic()
+            if now - self._resolved_at >= 1.0:
+                self._resolved_at = now
+                new = await self._resolve(self._nodes)
+            else:
+                new = list(self._nodes)
+            new = _without_gone(new, node, lambda n: n.conn is None)
+            removed = self._set_nodes(new)
+        finally:
+            self._resolving = False
+        for n in removed:
+            conn, n.conn = n.conn, None
+            if conn is not None:
+                await conn.close()
 
     # -- prefetch pool ----------------------------------------------------------------------
 
@@ -1174,12 +1437,15 @@ class AsyncClient:
 
     async def _refill_once(self) -> Optional[BaseException]:
         """Fill the pool up to ``prefetch``; returns the error of a failed refill (which the
-        waiting callers raise) rather than raising it."""
+        waiting callers raise) rather than raising it. A refill is a request (its event,
+        op ``ids``), as ``Client``'s."""
         want = self._prefetch - len(self._pool)
         if want <= 0:
             return None
         try:
-            ids = await self._with_failover(lambda conn: self._fetch(conn, want))
+            ids = await self._observed(
+                "ids", want, lambda: self._with_failover(lambda conn: self._fetch(conn, want))
+            )
         except Exception as e:  # handed to the waiting callers
             self._refill_not_before = time.monotonic() + min(self._backoff_min, 0.2)
             return e
@@ -1189,8 +1455,7 @@ class AsyncClient:
         return None
 
     async def _pool_pop(self) -> int:
-        parts = 1 + self._prefetch // protocol.DEFAULT_MAX_BATCH + 1
-        guard = (self._connect_timeout + self._timeout * parts) * len(self._nodes) + 1.0
+        guard = _pool_guard(self._prefetch, self._connect_timeout, self._timeout, len(self._nodes))
         deadline = time.monotonic() + guard
         while True:
             if self._closed:

@@ -85,6 +85,7 @@ from typing import (
     List,
     NamedTuple,
     Optional,
+    Protocol,
     Sequence,
     Tuple,
     TypedDict,
@@ -752,72 +753,23 @@ class _Connection:
         if slot is None:
             raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
         if isinstance(frame, ErrorFrame):
-            refused = ServerError(frame.status, frame.name, frame.message, self.node)
+            refused, broken = _refusal(frame, self.node)
             slot.fail(refused)
-            if refused.status == _status.RANGE_CHANGED:
-                # Every request still in flight (and every later submit) gets the 305 too:
-                # this connection is dead, the node is not, so they reconnect rather than
-                # count the node as down.
-                self.fail(refused)
-            elif refused.closes_connection:
-                self.fail(
-                    UnavailableError(
-                        f"server closed the connection after ERROR {frame.status}"
-                        f" {frame.name or 'UNKNOWN'}",
-                        self.node,
-                    )
-                )
+            if broken is not None:
+                # 305: every request still in flight (and every later submit) gets the 305
+                # too: this connection is dead, the node is not, so they reconnect rather
+                # than count the node as down. Another closing status: the node closed it.
+                self.fail(broken)
             return
-        if slot.kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES, protocol.OP_GET_IDS_WITH):
-            # GET_IDS (and GET_IDS_WITH unmasked) is answered with IDS, GET_RANGES with RANGES:
-            # never the other.
-            wanted = Ranges if slot.kind == protocol.OP_GET_RANGES else Ids
-            if not isinstance(frame, wanted):
-                err = ProtocolError(f"{wanted.__name__.upper()} expected, got {type(frame).__name__}")
-            elif len(frame.ids) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} IDs, got {len(frame.ids)}")
-            elif frame.ids[0] <= self._last_id:
-                err = ProtocolError("IDs on one connection are not increasing")
-            else:
-                self._last_id = frame.ids[-1]
-                slot.set(frame.ids)
-                return
-        elif slot.kind == _MASKED_KIND:
-            # Masked IDs are in no order: only their count is checked.
-            if not isinstance(frame, MaskedIds):
-                err = ProtocolError(f"GET_IDS_WITH (masked) answered with {type(frame).__name__}")
-            elif len(frame.ids) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} masked IDs, got {len(frame.ids)}")
-            else:
-                slot.set(frame)
-                return
-        elif slot.kind == protocol.OP_GET_UUIDS:
-            if not isinstance(frame, Uuids):
-                err = ProtocolError(f"GET_UUIDS answered with {type(frame).__name__}")
-            elif len(frame.uuids) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} UUIDs, got {len(frame.uuids)}")
-            elif frame.uuids[0].int <= self._last_uuid:
-                err = ProtocolError("UUIDs on one connection are not increasing")
-            else:
-                self._last_uuid = frame.uuids[-1].int
-                slot.set(frame.uuids)
-                return
-        elif slot.kind == protocol.OP_GET_VALUES:
-            if not isinstance(frame, Values):
-                err = ProtocolError(f"GET_VALUES answered with {type(frame).__name__}")
-            elif len(frame.values) != slot.expect:
-                err = ProtocolError(f"asked for {slot.expect} values, got {len(frame.values)}")
-            else:
-                slot.set(frame)
-                return
-        else:
-            if isinstance(frame, Pong) and frame.token == slot.expect:
-                slot.set(True)
-                return
-            err = ProtocolError(f"PING {slot.expect} answered with {frame!r}")
-        err.node = self.node
-        slot.fail(err)
-        raise err
+        try:
+            result, self._last_id, self._last_uuid = _check_answer(
+                slot.kind, slot.expect, frame, self._last_id, self._last_uuid
+            )
+        except ProtocolError as err:
+            err.node = self.node
+            slot.fail(err)
+            raise
+        slot.set(result)
 
 
 # Fork safety: every live Client, so that the at-fork hook can reset them in a child.
@@ -937,6 +889,212 @@ def _reason(err: BaseException) -> str:
 
 def _format_addr(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+# -- shared, I/O-free rules (used by Client and by aio.AsyncClient) ---------------------------
+
+
+def _refusal(frame: ErrorFrame, node: str) -> Tuple[ServerError, Optional[BaseException]]:
+    """An ERROR frame answering a request: the error for its slot, and the error that breaks
+    the connection (``305 RANGE_CHANGED``: the 305 itself, so that every request in flight
+    reconnects to the same node; another closing status: the node closed it), else ``None``."""
+    refused = ServerError(frame.status, frame.name, frame.message, node)
+    if refused.status == _status.RANGE_CHANGED:
+        return refused, refused
+    if refused.closes_connection:
+        return refused, UnavailableError(
+            f"server closed the connection after ERROR {frame.status} {frame.name or 'UNKNOWN'}",
+            node,
+        )
+    return refused, None
+
+
+def _check_answer(
+    kind: int, expect: int, frame: protocol.Response, last_id: int, last_uuid: int
+) -> Tuple[object, int, int]:
+    """Check an answer (not an ERROR) against its request: a slot of ``kind`` that asked for
+    ``expect`` (a count, or the PING token), on a connection whose last ID and UUID were
+    ``last_id`` and ``last_uuid``. Returns the slot's result (the IDs, the UUIDs, the VALUES
+    or MASKED_IDS frame, ``True`` for a PONG) and the connection's new last ID and UUID, or
+    raises :class:`ProtocolError` (without a node)."""
+    if kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES, protocol.OP_GET_IDS_WITH):
+        # GET_IDS (and GET_IDS_WITH unmasked) is answered with IDS, GET_RANGES with RANGES:
+        # never the other.
+        wanted = Ranges if kind == protocol.OP_GET_RANGES else Ids
+        if not isinstance(frame, wanted):
+            raise ProtocolError(f"{wanted.__name__.upper()} expected, got {type(frame).__name__}")
+        if len(frame.ids) != expect:
+            raise ProtocolError(f"asked for {expect} IDs, got {len(frame.ids)}")
+        if frame.ids[0] <= last_id:
+            raise ProtocolError("IDs on one connection are not increasing")
+        return frame.ids, frame.ids[-1], last_uuid
+    if kind == _MASKED_KIND:
+        # Masked IDs are in no order: only their count is checked.
+        if not isinstance(frame, MaskedIds):
+            raise ProtocolError(f"GET_IDS_WITH (masked) answered with {type(frame).__name__}")
+        if len(frame.ids) != expect:
+            raise ProtocolError(f"asked for {expect} masked IDs, got {len(frame.ids)}")
+        return frame, last_id, last_uuid
+    if kind == protocol.OP_GET_UUIDS:
+        if not isinstance(frame, Uuids):
+            raise ProtocolError(f"GET_UUIDS answered with {type(frame).__name__}")
+        if len(frame.uuids) != expect:
+            raise ProtocolError(f"asked for {expect} UUIDs, got {len(frame.uuids)}")
+        if frame.uuids[0].int <= last_uuid:
+            raise ProtocolError("UUIDs on one connection are not increasing")
+        return frame.uuids, last_id, frame.uuids[-1].int
+    if kind == protocol.OP_GET_VALUES:
+        if not isinstance(frame, Values):
+            raise ProtocolError(f"GET_VALUES answered with {type(frame).__name__}")
+        if len(frame.values) != expect:
+            raise ProtocolError(f"asked for {expect} values, got {len(frame.values)}")
+        return frame, last_id, last_uuid
+    if isinstance(frame, Pong) and frame.token == expect:
+        return True, last_id, last_uuid
+    raise ProtocolError(f"PING {expect} answered with {frame!r}")
+
+
+def _with_frame(n: int, after: Optional[int], key: Optional[str], masked: bool) -> bytes:
+    """The GET_IDS_WITH frame of a call with options, its arguments checked."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int of at least 1, not {n!r}")
+    if after is not None and (
+        isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63
+    ):
+        raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
+    return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
+
+
+def _split(n: int, max_batch: int) -> List[int]:
+    """The counts of the frames of an ``n``-item call on a node of ``max_batch``."""
+    counts = [max_batch] * (n // max_batch)
+    if n % max_batch:
+        counts.append(n % max_batch)
+    return counts
+
+
+def _ids_op(hello: HelloOk) -> int:
+    """GET_RANGES from version 2 on (the same IDs as runs), else GET_IDS."""
+    return protocol.OP_GET_RANGES if hello.version >= protocol.RANGES_VERSION else protocol.OP_GET_IDS
+
+
+#: What a call does about a node's refusal (:func:`_on_refusal`).
+_RECONNECT, _RAISE, _BACK_OFF = "reconnect", "raise", "back_off"
+
+
+def _on_refusal(err: ServerError, may_reconnect: bool) -> str:
+    """The failover rule for a node's error status: ``_RECONNECT`` (305, the first time in
+    this call: drop the connection, retry on the same node at once), ``_RAISE`` (raised at
+    once, the connection dropped when the status closes it), or ``_BACK_OFF`` (mark the node
+    down, keeping the connection when the status leaves it open, and move on)."""
+    if err.status == _status.RANGE_CHANGED and may_reconnect:
+        return _RECONNECT
+    if not err.retry_elsewhere:
+        return _RAISE
+    return _BACK_OFF
+
+
+def _backoff(failures: int, low: float, high: float) -> float:
+    """The back-off after ``failures`` consecutive failures: ``low`` doubling, at most ``high``."""
+    return min(high, low * 2.0 ** (failures - 1))
+
+
+def _pool_guard(prefetch: int, connect_timeout: float, timeout: float, nodes: int) -> float:
+    """How long a caller waits for an empty prefetch pool: a refill tries each node at most
+    once, each within its timeouts."""
+    parts = 1 + prefetch // protocol.DEFAULT_MAX_BATCH + 1
+    return (connect_timeout + timeout * parts) * nodes + 1.0
+
+
+def _values_count(n: int, want: int, hello: HelloOk) -> int:
+    """How many values a GET_VALUES asks for: ``n``, or up to ``want`` as the node allows."""
+    return max(n, min(want, min(hello.max_batch, protocol.MAX_VALUES_PER_CALL)))
+
+
+def _take_values(buf: Deque[int], fresh: List[int], n: int) -> Tuple[List[int], int]:
+    """A dense sequence's prefetch: the call's ``n`` values from what ``buf`` kept and the
+    ``fresh`` answer (which ``buf`` keeps the rest of), and how many came from ``buf``. Kept
+    values above the fresh ones (another node answered lower) are dropped: a gap, never a
+    repeat, never going backwards."""
+    old = list(buf)
+    buf.clear()
+    if old and fresh[0] <= old[-1]:
+        old = []
+    take = n - len(old)
+    buf.extend(fresh[take:])
+    return old + fresh[:take], len(old)
+
+
+class _ExpandNode(Protocol):
+    """What :func:`_expanded` needs of a node (client.py's and aio.py's ``_Node``)."""
+
+    addr: str
+    entry: int
+    placeholder: bool
+    gone: bool
+
+
+_N = TypeVar("_N", bound=_ExpandNode)
+
+
+def _expanded(
+    entries: Sequence[Tuple[str, int]],
+    answers: Sequence[Optional[Sequence[Tuple[str, int]]]],
+    current: List[_N],
+    make: Callable[[str, Optional[str], int, bool], _N],
+) -> List[_N]:
+    """``expand=True``: the node list for the configured ``entries`` given each one's
+    resolved ``(ip, port)`` addresses (``answers``, ``None`` when resolving failed), in the
+    resolver's order, duplicates removed. Nodes of ``current`` are kept (same objects) where
+    their address is still there; an entry that resolves to nothing keeps its current nodes,
+    or is a placeholder node (down until it resolves). Addresses that are gone stay at the
+    end, marked ``gone``, until their connection fails. ``make(addr, tls_name, entry,
+    placeholder)`` makes a node."""
+    by_addr = {n.addr: n for n in current}
+    out: List[_N] = []
+    seen: "set[str]" = set()
+    for i, ((host, port), infos) in enumerate(zip(entries, answers)):
+        addrs = []
+        for ip, p in infos or ():
+            addr = _format_addr(ip, p)
+            if addr not in seen:
+                seen.add(addr)
+                addrs.append(addr)
+        if not addrs:
+            kept = [n for n in current if n.entry == i and n.addr not in seen]
+            if not kept:
+                entry = _format_addr(host, port)
+                found = by_addr.get(entry)
+                kept = [found if found is not None else make(entry, None, i, True)]
+            for n in kept:
+                seen.add(n.addr)
+            out.extend(kept)
+            continue
+        for addr in addrs:
+            node = by_addr.get(addr)
+            if node is None or node.placeholder:
+                node = make(addr, host, i, False)
+            node.gone = False
+            out.append(node)
+    for node in current:
+        if node.addr not in seen and not node.placeholder:
+            node.gone = True
+            out.append(node)
+    return out
+
+
+def _without_gone(new: List[_N], failed: _N, idle: Callable[[_N], bool]) -> List[_N]:
+    """``expand=True``, after ``failed`` failed: ``new`` without its gone nodes that failed or
+    have no connection (``idle``), unless that would leave no node."""
+    dropped = [n for n in new if n.gone and (n is failed or idle(n))]
+    if dropped and len(dropped) < len(new):
+        return [n for n in new if n not in dropped]
+    return new
+
+
+def _addresses(infos: Sequence[Tuple[Any, ...]]) -> List[Tuple[str, int]]:
+    """getaddrinfo's answer as ``(ip, port)`` pairs."""
+    return [(str(info[4][0]), int(info[4][1])) for info in infos]
 
 
 class _SeqState:
@@ -1138,7 +1296,7 @@ class Client:
             return self._observed(
                 "ids", n, lambda: self._with_failover(lambda conn: self._fetch(conn, n))
             )
-        frame = self._with_frame(n, after, idempotency_key, masked=False)
+        frame = _with_frame(n, after, idempotency_key, masked=False)
 
         def run(conn: _Connection) -> List[int]:
             slot = self._submit_with(conn, n, frame, protocol.OP_GET_IDS_WITH)
@@ -1154,7 +1312,7 @@ class Client:
         masked integers and their string forms. ``after`` and ``idempotency_key`` as for
         :meth:`next_ids`."""
         self._check_fork()
-        frame = self._with_frame(n, after, idempotency_key, masked=True)
+        frame = _with_frame(n, after, idempotency_key, masked=True)
 
         def run(conn: _Connection) -> MaskedIdList:
             slot = self._submit_with(conn, n, frame, _MASKED_KIND)
@@ -1164,16 +1322,6 @@ class Client:
             return MaskedIdList(got.key_id, got.ids, [key + forms.to_base62(m) for m in got.ids])
 
         return self._observed("masked_ids", n, lambda: self._routed(idempotency_key, run))
-
-    def _with_frame(
-        self, n: int, after: Optional[int], key: Optional[str], masked: bool
-    ) -> bytes:
-        """The GET_IDS_WITH frame of a call with options, its arguments checked."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an int of at least 1, not {n!r}")
-        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63):
-            raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
-        return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
 
     def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
         if conn.hello.version < protocol.IDS_WITH_VERSION:
@@ -1208,11 +1356,12 @@ class Client:
                 if info is not None:
                     info.node = node.addr
                 self._refused(node, e, info)
-                if e.status == _status.RANGE_CHANGED and attempt == 0:
+                action = _on_refusal(e, may_reconnect=attempt == 0)
+                if action == _RECONNECT:
                     # The node is fine; a new connection learns its new range. Once.
                     self._drop(node, conn)
                     continue
-                if not e.retry_elsewhere:
+                if action == _RAISE:
                     if e.closes_connection:
                         self._drop(node, conn)
                     raise
@@ -1430,14 +1579,10 @@ class Client:
     # -- requests ---------------------------------------------------------------------------
 
     def _fetch(self, conn: _Connection, n: int) -> List[int]:
-        max_batch = conn.hello.max_batch
-        counts = [max_batch] * (n // max_batch)
-        if n % max_batch:
-            counts.append(n % max_batch)
         # Version 2 and later: RANGES, the same IDs as runs (a few bytes for thousands, and
         # expanded by range() rather than unpacked one by one).
-        op = protocol.OP_GET_RANGES if conn.hello.version >= protocol.RANGES_VERSION else protocol.OP_GET_IDS
-        slots = conn.submit([(op, c) for c in counts])
+        op = _ids_op(conn.hello)
+        slots = conn.submit([(op, c) for c in _split(n, conn.hello.max_batch)])
         self._stats.add("requests", len(slots))
         if len(slots) == 1:
             ids = conn.wait_ids(slots[0], self._timeout)
@@ -1451,11 +1596,7 @@ class Client:
     def _fetch_uuids(self, conn: _Connection, n: int) -> List[uuid.UUID]:
         if conn.hello.version < protocol.UUIDS_VERSION:
             raise UuidsUnsupportedError(conn.hello.version, conn.node)
-        max_batch = conn.hello.max_batch
-        counts = [max_batch] * (n // max_batch)
-        if n % max_batch:
-            counts.append(n % max_batch)
-        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in counts])
+        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in _split(n, conn.hello.max_batch)])
         self._stats.add("uuid_requests", len(slots))
         uuids: List[uuid.UUID] = []
         for slot in slots:  # answers arrive in order; a failed part fails the whole call
@@ -1471,8 +1612,7 @@ class Client:
 
         def run(conn: _Connection) -> Values:
             hello = conn.hello
-            limit = min(hello.max_batch, protocol.MAX_VALUES_PER_CALL)
-            count = max(n, min(want, limit))
+            count = _values_count(n, want, hello)
             try:
                 frame = protocol.check_get_values(
                     raw,
@@ -1560,17 +1700,11 @@ class Client:
                 # Strict now (dropped and created again): these values answer this call only.
                 buf.clear()
                 return fresh[:n]
-            old = list(buf)
-            buf.clear()
-            if old and fresh[0] <= old[-1]:
-                # Another node answered, its values below the kept ones: handing the kept ones
-                # out later would go backwards, so they are dropped (a gap, never a repeat).
-                old = []
-            take = n - len(old)
-            buf.extend(fresh[take:])
-            if old:
-                self._stats.add("value_prefetch_served", len(old))
-            return old + fresh[:take]
+            # Kept values above another node's fresh ones are dropped (a gap, never a repeat).
+            out, kept = _take_values(buf, fresh, n)
+            if kept:
+                self._stats.add("value_prefetch_served", kept)
+            return out
 
     # -- failover -----------------------------------------------------------------------------
 
@@ -1614,7 +1748,8 @@ class Client:
                 if info is not None:
                     info.node = node.addr
                 self._refused(node, e, info)
-                if e.status == _status.RANGE_CHANGED and index not in reconnected:
+                action = _on_refusal(e, may_reconnect=index not in reconnected)
+                if action == _RECONNECT:
                     # The node took another worker range and closed this connection. The
                     # node is fine: reconnect at once (the new HELLO_OK announces the new
                     # range) and retry the whole call there, once; then the next node.
@@ -1622,7 +1757,7 @@ class Client:
                     self._drop(node, conn)
                     order.appendleft(index)
                     continue
-                if not e.retry_elsewhere:
+                if action == _RAISE:
                     if e.closes_connection:
                         self._drop(node, conn)
                     raise
@@ -1753,7 +1888,7 @@ class Client:
                 node.last_error = node.last_error or err
             else:
                 node.failures += 1
-                delay = min(self._backoff_max, self._backoff_min * 2 ** (node.failures - 1))
+                delay = _backoff(node.failures, self._backoff_min, self._backoff_max)
                 node.down_until = now + delay
                 node.last_error = err
                 self._stats.add("node_failures")
@@ -1821,41 +1956,14 @@ class Client:
         where their address is still there; an entry that does not resolve keeps its current
         nodes, or is a placeholder node (down until it resolves). Addresses that are gone stay
         at the end, marked ``gone``, until their connection fails."""
-        by_addr = {n.addr: n for n in current}
-        out: List[_Node] = []
-        seen: "set[str]" = set()
-        for i, (host, port) in enumerate(self._entries):
+        answers: List[Optional[List[Tuple[str, int]]]] = []
+        for host, port in self._entries:
             try:
-                infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+                answers.append(_addresses(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)))
             except OSError as e:
-                infos = []
+                answers.append(None)
                 _observe.LOGGER.debug("resolving %s:%s failed: %s", host, port, e)
-            addrs = []
-            for info in infos:
-                addr = _format_addr(str(info[4][0]), int(info[4][1]))
-                if addr not in seen:
-                    seen.add(addr)
-                    addrs.append(addr)
-            if not addrs:
-                kept = [n for n in current if n.entry == i and n.addr not in seen]
-                if not kept:
-                    entry = _format_addr(host, port)
-                    kept = [by_addr.get(entry) or _Node(entry, None, i, placeholder=True)]
-                for n in kept:
-                    seen.add(n.addr)
-                out.extend(kept)
-                continue
-            for addr in addrs:
-                node = by_addr.get(addr)
-                if node is None or node.placeholder:
-                    node = _Node(addr, tls_name=host, entry=i)
-                node.gone = False
-                out.append(node)
-        for node in current:
-            if node.addr not in seen and not node.placeholder:
-                node.gone = True
-                out.append(node)
-        return out
+        return _expanded(self._entries, answers, current, _Node)
 
     def _node_failed(self, node: _Node) -> None:
         """expand=True: a node failed. Resolve the names again (at most once a second), and
@@ -1870,11 +1978,7 @@ class Client:
                 new = self._resolve(current)
             else:
                 new = list(current)
-            dropped = [n for n in new if n.gone and (n is node or n.conn is None)]
-            if dropped and len(dropped) < len(new):
-                new = [n for n in new if n not in dropped]
-            else:
-                dropped = []
+            new = _without_gone(new, node, lambda n: n.conn is None)
             removed = [n for n in current if n not in new]
             if [n.addr for n in new] != [n.addr for n in current]:
                 preferred = current[self._preferred % len(current)]
@@ -1897,8 +2001,7 @@ class Client:
 
     def _pool_pop(self) -> int:
         # Bound the wait: a refill tries each node at most once, each within its timeouts.
-        parts = 1 + self._prefetch // protocol.DEFAULT_MAX_BATCH + 1
-        guard = (self._connect_timeout + self._timeout * parts) * len(self._nodes) + 1.0
+        guard = _pool_guard(self._prefetch, self._connect_timeout, self._timeout, len(self._nodes))
         deadline = time.monotonic() + guard
         with self._pool_cond:
             if self._refiller is None and not self._closed:
