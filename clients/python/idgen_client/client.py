@@ -30,8 +30,8 @@ exponential backoff (``backoff_min``, doubling per consecutive failure, capped a
 per call; nodes backing off are skipped. A ``3xx`` that keeps the connection open keeps
 it for the next try. ``305 RANGE_CHANGED`` is not a node failure: the connection is
 dropped and the call retried at once on a new connection to the same node (once per call;
-then the next node). ``2xx``, ``304`` and the other closing statuses
-(``1xx``, ``5xx``) are raised at once. Retrying cannot duplicate an ID: a server never sends
+then the next node). ``2xx`` and ``304`` are raised at once; the closing statuses
+(``1xx``, ``5xx``) are node failures too. Retrying cannot duplicate an ID: a server never sends
 an ID twice, so IDs of a failed or abandoned request are only ever lost (a gap).
 
 Fork: a client inherited by a forked child (gunicorn ``--preload``, Celery prefork,
@@ -1622,12 +1622,11 @@ class Client:
                     self._drop(node, conn)
                     order.appendleft(index)
                     continue
-                if not e.retry_elsewhere:
-                    if e.closes_connection:
-                        self._drop(node, conn)
-                    raise
-                # A 3xx that keeps the connection open (300, 301, an unknown 3xx): back
-                # the node off but keep the connection for when it is tried again.
+                if not e.retry_elsewhere and not e.closes_connection:
+                    raise  # 2xx, 304 EXHAUSTED: every node would say the same
+                # A node failure (clients/vectors/SCENARIOS.md): a retry-elsewhere 3xx, or a
+                # status that closes the connection (1xx, 5xx). A status that keeps it open
+                # (300, 301, an unknown 3xx) keeps it for when the node is tried again.
                 self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
                 tried.append(e)
                 moving = (node.addr, e)
