@@ -1076,10 +1076,8 @@ class AsyncClient:
                     self._drop(node, conn)
                     order.appendleft(index)
                     continue
-                if not e.retry_elsewhere:
-                    if e.closes_connection:
-                        self._drop(node, conn)
-                    raise
+                if not e.retry_elsewhere and not e.closes_connection:
+                    raise  # 2xx, 304: every node would say the same; 1xx, 5xx fail over
                 self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
                 tried.append(e)
             except (UnavailableError, ProtocolError) as e:

@@ -1,21 +1,22 @@
 """The shared behaviour scenarios (clients/vectors/scenarios.json, SCENARIOS.md), run against
-``Client``: for each scenario, the fake nodes ``$IDGEN_FAKE_NODES_BIN`` serves, its steps and
-what each node saw afterwards. One test per scenario (``test_<name>``), so a failure names it.
+``Client`` and ``AsyncClient``: for each scenario, the fake nodes ``$IDGEN_FAKE_NODES_BIN``
+serves, its steps and what each node saw afterwards. One test per scenario and client
+(``Scenarios.test_<name>``, ``AsyncScenarios.test_<name>``), so a failure names it.
 
 ``IDGEN_FAKE_NODES_BIN`` is the test kit's ``idgen-fake-nodes`` (run_tests.sh sets it; default
 ``target/debug/idgen-fake-nodes``); the tests FAIL, never skip, when it is missing.
 """
 
+import asyncio
 import os
 import queue
 import subprocess
 import tempfile
 import threading
-import time
 import unittest
 
 import _support
-from idgen_client import Client, IdgenError, ServerError
+from idgen_client import AsyncClient, Client, IdgenError, ServerError
 
 SCENARIOS_FILE = _support.REPO / "clients" / "vectors" / "scenarios.json"
 SCENARIOS = _support.load_json("clients/vectors/scenarios.json")["scenarios"]
@@ -110,17 +111,10 @@ class FakeNodes:
         self._stderr.close()
 
 
-def run_scenario(scenario, nodes, clients):
-    """The scenario's steps against a client of ``nodes``; raises AssertionError naming the
-    step that went wrong. ``clients`` receives the client (closed by the caller)."""
+async def run_steps(scenario, nodes, next_ids):
+    """The scenario's steps, ``next_ids(count)`` (a coroutine) making each call, then the fake
+    nodes' ``check``; raises AssertionError naming the step that went wrong."""
     name = scenario["name"]
-    settings = scenario.get("client", {})
-    client = Client(
-        nodes.addrs,
-        connect_timeout=settings.get("connect_timeout_ms", 1000) / 1000.0,
-        timeout=settings.get("timeout_ms", 2000) / 1000.0,
-    )
-    clients.append(client)
     for i, step in enumerate(scenario["steps"]):
         if "kill" in step or "revive" in step:
             command = "kill" if "kill" in step else "revive"
@@ -128,11 +122,11 @@ def run_scenario(scenario, nodes, clients):
             if answer != "ok":
                 raise AssertionError(f"{name}, step {i}: `{command}` answered {answer!r}")
         elif "sleep_ms" in step:
-            time.sleep(step["sleep_ms"] / 1000.0)
+            await asyncio.sleep(step["sleep_ms"] / 1000.0)
         elif step.get("call") == "next_ids":
             count = step["count"]
             try:
-                result = client.next_ids(count)
+                result = await next_ids(count)
             except Exception as e:  # compared with the expected outcome below
                 result = e
             if isinstance(result, list) and len(result) != count:
@@ -153,7 +147,40 @@ def run_scenario(scenario, nodes, clients):
         raise AssertionError(f"{name}: {answer}")
 
 
+def settings(scenario):
+    """The client's settings: the scenario's timeouts, everything else the default."""
+    given = scenario.get("client", {})
+    return {
+        "connect_timeout": given.get("connect_timeout_ms", 1000) / 1000.0,
+        "timeout": given.get("timeout_ms", 2000) / 1000.0,
+    }
+
+
+async def with_client(scenario, nodes):
+    client = Client(nodes.addrs, **settings(scenario))
+    try:
+        # The calls block this thread's loop, which has nothing else to run.
+        async def next_ids(count):
+            return client.next_ids(count)
+
+        await run_steps(scenario, nodes, next_ids)
+    finally:
+        client.close()
+
+
+async def with_async_client(scenario, nodes):
+    client = AsyncClient(nodes.addrs, **settings(scenario))
+    try:
+        await run_steps(scenario, nodes, client.next_ids)
+    finally:
+        await client.aclose()
+
+
 class Scenarios(unittest.TestCase):
+    """Every scenario against ``Client``."""
+
+    runner = staticmethod(with_client)
+
     def test_the_scenarios_are_there(self):
         names = [s["name"] for s in SCENARIOS]
         self.assertGreaterEqual(len(names), 19, names)
@@ -167,12 +194,11 @@ class Scenarios(unittest.TestCase):
                 "idgen-testkit --bin idgen-fake-nodes` or set IDGEN_FAKE_NODES_BIN"
             )
         nodes = FakeNodes(path, scenario["name"])
-        clients = []
         failure = []
 
         def body():
             try:
-                run_scenario(scenario, nodes, clients)
+                asyncio.run(self.runner(scenario, nodes))
             except BaseException as e:  # reported by the test thread
                 failure.append(e)
 
@@ -181,28 +207,33 @@ class Scenarios(unittest.TestCase):
             worker.start()
             worker.join(SCENARIO_TIMEOUT)
             if worker.is_alive():
-                self.fail(f"{scenario['name']}: took over {SCENARIO_TIMEOUT:.0f} s")
+                self.fail(f"{scenario['name']}: took over {SCENARIO_TIMEOUT:g} s")
             if failure:
                 if isinstance(failure[0], AssertionError):
                     self.fail(str(failure[0]))
                 raise failure[0]
         finally:
-            for client in clients:
-                client.close()
             nodes.stop()
 
 
-def _add(scenario):
+class AsyncScenarios(Scenarios):
+    """Every scenario against ``AsyncClient``."""
+
+    runner = staticmethod(with_async_client)
+
+
+def _add(cls, scenario):
     def test(self):
         self.run_named(scenario)
 
     test.__name__ = f"test_{scenario['name']}"
     test.__doc__ = scenario.get("doc")
-    setattr(Scenarios, test.__name__, test)
+    setattr(cls, test.__name__, test)
 
 
 for _scenario in SCENARIOS:
-    _add(_scenario)
+    _add(Scenarios, _scenario)
+    _add(AsyncScenarios, _scenario)
 
 
 if __name__ == "__main__":
