@@ -12,6 +12,9 @@
 #   IDGEN_TEST_CERTS_BIN  the test kit's certificate writer [default: built and run with
 #               `cargo run -p idgen-testkit --bin idgen-test-certs`]; the TLS tests use the
 #               certificates it writes into the temporary directory (never committed ones)
+#   IDGEN_FAKE_NODES_BIN  the test kit's fake nodes for the behaviour scenarios of
+#               clients/vectors/scenarios.json (test_scenarios.py) [default: built with
+#               `cargo build -q -p idgen-testkit --bin idgen-fake-nodes` into the repo's target dir]
 #
 # Exits non-zero on any failure; prints the unittest summary line last.
 set -euo pipefail
@@ -60,6 +63,15 @@ echo "==> mypy $mypy_version --strict -p idgen_client"
   || { echo "run_tests.sh: mypy --strict -p idgen_client FAILED" >&2; exit 1; }
 
 echo "==> IDGEN_BIN=$IDGEN_BIN"
+
+# The behaviour scenarios' fake nodes (test_scenarios.py): given, else built by cargo.
+if [ -z "${IDGEN_FAKE_NODES_BIN:-}" ]; then
+  echo "==> cargo build -q -p idgen-testkit --bin idgen-fake-nodes"
+  (cd "$repo" && cargo build -q -p idgen-testkit --bin idgen-fake-nodes)
+  IDGEN_FAKE_NODES_BIN="$(cd "$repo" && realpath -m "${CARGO_TARGET_DIR:-target}")/debug/idgen-fake-nodes"
+fi
+export IDGEN_FAKE_NODES_BIN
+echo "==> IDGEN_FAKE_NODES_BIN=$IDGEN_FAKE_NODES_BIN"
 
 echo "==> test certificates in $tmp/certs"
 bash "$repo/clients/test-certs.sh" "$tmp/certs"

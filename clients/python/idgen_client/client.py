@@ -30,8 +30,8 @@ exponential backoff (``backoff_min``, doubling per consecutive failure, capped a
 per call; nodes backing off are skipped. A ``3xx`` that keeps the connection open keeps
 it for the next try. ``305 RANGE_CHANGED`` is not a node failure: the connection is
 dropped and the call retried at once on a new connection to the same node (once per call;
-then the next node). ``2xx``, ``304`` and the other closing statuses
-(``1xx``, ``5xx``) are raised at once. Retrying cannot duplicate an ID: a server never sends
+then the next node). ``2xx`` and ``304`` are raised at once; the closing statuses
+(``1xx``, ``5xx``) are node failures too. Retrying cannot duplicate an ID: a server never sends
 an ID twice, so IDs of a failed or abandoned request are only ever lost (a gap).
 
 Fork: a client inherited by a forked child (gunicorn ``--preload``, Celery prefork,
@@ -984,12 +984,14 @@ _RECONNECT, _RAISE, _BACK_OFF = "reconnect", "raise", "back_off"
 
 def _on_refusal(err: ServerError, may_reconnect: bool) -> str:
     """The failover rule for a node's error status: ``_RECONNECT`` (305, the first time in
-    this call: drop the connection, retry on the same node at once), ``_RAISE`` (raised at
-    once, the connection dropped when the status closes it), or ``_BACK_OFF`` (mark the node
-    down, keeping the connection when the status leaves it open, and move on)."""
+    this call: drop the connection, retry on the same node at once), ``_RAISE`` (2xx, 304,
+    307: every node would say the same; raised at once), or ``_BACK_OFF`` (a node failure: a
+    retry-elsewhere 3xx or a status that closes the connection, 1xx and 5xx, as
+    clients/vectors/SCENARIOS.md says; mark the node down, keeping the connection when the
+    status leaves it open, and move on)."""
     if err.status == _status.RANGE_CHANGED and may_reconnect:
         return _RECONNECT
-    if not err.retry_elsewhere:
+    if not err.retry_elsewhere and not err.closes_connection:
         return _RAISE
     return _BACK_OFF
 

@@ -16,7 +16,6 @@ from idgen_client import (
     KeyNodeUnavailableError,
     NoNodeAvailable,
     OptionsUnsupportedError,
-    ServerError,
     UnavailableError,
     UuidsUnsupportedError,
     key_node,
@@ -180,7 +179,8 @@ class Timeouts(AsyncTestCase):
         self.addAsyncCleanup(client.aclose)
         return client
 
-    async def test_a_node_that_never_answers_times_out_and_is_failed_over(self):
+    async def test_a_node_that_never_answers_times_out_with_a_clear_error(self):
+        # That the call then fails over is a scenario (no_answer_in_time_is_retried_...).
         silent = self.fake("silent")
         client = self.client([silent.addr], timeout=0.3, backoff_min=5.0)
         start = time.monotonic()
@@ -190,15 +190,6 @@ class Timeouts(AsyncTestCase):
         self.assertIn("no answer within 0.3s", str(caught.exception))
         self.assertEqual(silent.requests, 1)
         self.assertTrue(client.nodes()[0]["down"])
-
-        live = self.fake("serve")
-        silent2 = self.fake("silent")
-        client = self.client([silent2.addr, live.addr], timeout=0.3, backoff_min=5.0)
-        start = time.monotonic()
-        ids = await client.next_ids(3)
-        self.assertLess(time.monotonic() - start, 2.0)
-        self.assertEqual(ids, live.ids_by_connection[0])
-        self.assertEqual(client.stats()["failovers"], 1)
 
     async def test_many_tasks_waiting_on_a_silent_node_all_fail_over(self):
         silent = self.fake("silent")
@@ -340,20 +331,6 @@ class Protocol(AsyncTestCase):
         self.assertEqual(caught.exception.status, 300)
         self.assertEqual(up.requests, 0)
 
-    async def test_a_node_answering_300_is_failed_over_and_304_is_raised(self):
-        refusing = self.fake("unavailable")
-        up = self.fake("serve")
-        client = self.client([refusing.addr, up.addr])
-        self.assertEqual(await client.next_ids(3), up.ids_by_connection[0])
-        self.assertEqual(client.nodes()[0]["last_error"].status, 300)
-        exhausted = _support.FakeNode(_support.default_hello(), "unavailable", status=304)
-        self.addCleanup(exhausted.close)
-        client = self.client([exhausted.addr, up.addr])
-        with self.assertRaises(ServerError) as caught:
-            await client.next_id()
-        self.assertEqual(caught.exception.status, 304)
-        self.assertEqual(len(up.ids_by_connection), 1, "304 was failed over")
-
     async def test_cancelled_tasks_leave_the_other_answers_in_order(self):
         node = self.fake()
         client = self.client([node.addr])
@@ -373,17 +350,6 @@ class Protocol(AsyncTestCase):
         after = await client.next_ids(3)  # the dropped answers did not shift later ones
         self.assertEqual(after, sent[302:305])
         self.assertEqual(client.stats()["connects"], 1)
-
-    async def test_305_reconnects_to_the_same_node(self):
-        node = _support.FakeNode(_support.default_hello(), "range_changed", serve_before=1)
-        self.addCleanup(node.close)
-        client = self.client([node.addr])
-        first = await client.next_ids(5)
-        second = await client.next_ids(5)
-        self.assertEqual(node.connections, 2)
-        self.assertEqual(second, node.ids_by_connection[1])
-        self.assertGreater(second[0], first[-1])
-        self.assertEqual(client.stats()["node_failures"], 0)
 
     async def test_bad_arguments(self):
         with self.assertRaises(ValueError):
