@@ -104,6 +104,7 @@ from .client import (
     UuidParts,
     _addresses,
     _backoff,
+    _checked_settings,
     _CallInfo,
     _check_answer,
     _expanded,
@@ -627,32 +628,12 @@ class AsyncClient:
         expand: bool = False,
         hooks: _observe.Hooks = None,
     ):
-        if isinstance(nodes, str):
-            nodes = [nodes]
-        if not nodes:
-            raise ValueError("at least one node is required")
-        if len(set(nodes)) != len(nodes):
-            raise ValueError("nodes must be distinct")
-        if timeout <= 0 or connect_timeout <= 0:
-            raise ValueError("timeouts must be positive")
-        if not 0 < backoff_min <= backoff_max:
-            raise ValueError("need 0 < backoff_min <= backoff_max")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int):
             raise TypeError(f"prefetch must be an int, not {type(prefetch).__name__}")
-        if prefetch < 0:
-            raise ValueError("prefetch must be >= 0")
-        if low_water is None:
-            low_water = prefetch // 4
-        if prefetch and not 0 <= low_water < prefetch:
-            raise ValueError("low_water must be in 0 .. prefetch - 1")
-        if isinstance(sequence_prefetch, bool) or not isinstance(sequence_prefetch, int):
-            raise TypeError(
-                f"sequence_prefetch must be an int, not {type(sequence_prefetch).__name__}"
-            )
-        if not 0 <= sequence_prefetch <= protocol.MAX_VALUES_PER_CALL:
-            raise ValueError(f"sequence_prefetch must be in 0 ..= {protocol.MAX_VALUES_PER_CALL}")
-        if not isinstance(expand, bool):
-            raise TypeError(f"expand must be a bool, not {type(expand).__name__}")
+        nodes, low_water = _checked_settings(
+            nodes, timeout, connect_timeout, backoff_min, backoff_max,
+            prefetch, low_water, sequence_prefetch, expand,
+        )  # fmt: skip
         self._obs = _observe.Observer(hooks)
         # The public call in progress in this task (its op, the node that answered).
         self._call: "contextvars.ContextVar[Optional[_CallInfo]]" = contextvars.ContextVar(

@@ -996,6 +996,48 @@ def _on_refusal(err: ServerError, may_reconnect: bool) -> str:
     return _BACK_OFF
 
 
+def _checked_settings(
+    nodes: Sequence[str],
+    timeout: float,
+    connect_timeout: float,
+    backoff_min: float,
+    backoff_max: float,
+    prefetch: int,
+    low_water: Optional[int],
+    sequence_prefetch: int,
+    expand: bool,
+) -> Tuple[Sequence[str], int]:
+    """The constructor checks ``Client`` and ``AsyncClient`` share: the node list (a single
+    string is one node) and ``low_water`` (default ``prefetch // 4``), or the error."""
+    if isinstance(nodes, str):
+        nodes = [nodes]
+    if not nodes:
+        raise ValueError("at least one node is required")
+    if len(set(nodes)) != len(nodes):
+        raise ValueError("nodes must be distinct")
+    if timeout <= 0 or connect_timeout <= 0:
+        raise ValueError("timeouts must be positive")
+    if not 0 < backoff_min <= backoff_max:
+        raise ValueError("need 0 < backoff_min <= backoff_max")
+    if prefetch < 0:
+        raise ValueError("prefetch must be >= 0")
+    if low_water is None:
+        low_water = prefetch // 4
+    if prefetch and not 0 <= low_water < prefetch:
+        raise ValueError("low_water must be in 0 .. prefetch - 1")
+    if isinstance(sequence_prefetch, bool) or not isinstance(sequence_prefetch, int):
+        raise TypeError(
+            f"sequence_prefetch must be an int, not {type(sequence_prefetch).__name__}"
+        )
+    if not 0 <= sequence_prefetch <= protocol.MAX_VALUES_PER_CALL:
+        raise ValueError(
+            f"sequence_prefetch must be in 0 ..= {protocol.MAX_VALUES_PER_CALL}"
+        )
+    if not isinstance(expand, bool):
+        raise TypeError(f"expand must be a bool, not {type(expand).__name__}")
+    return nodes, low_water
+
+
 def _backoff(failures: int, low: float, high: float) -> float:
     """The back-off after ``failures`` consecutive failures: ``low`` doubling, at most ``high``."""
     return min(high, low * 2.0 ** (failures - 1))
@@ -1173,32 +1215,10 @@ class Client:
         expand: bool = False,
         hooks: _observe.Hooks = None,
     ):
-        if isinstance(nodes, str):
-            nodes = [nodes]
-        if not nodes:
-            raise ValueError("at least one node is required")
-        if len(set(nodes)) != len(nodes):
-            raise ValueError("nodes must be distinct")
-        if timeout <= 0 or connect_timeout <= 0:
-            raise ValueError("timeouts must be positive")
-        if not 0 < backoff_min <= backoff_max:
-            raise ValueError("need 0 < backoff_min <= backoff_max")
-        if prefetch < 0:
-            raise ValueError("prefetch must be >= 0")
-        if low_water is None:
-            low_water = prefetch // 4
-        if prefetch and not 0 <= low_water < prefetch:
-            raise ValueError("low_water must be in 0 .. prefetch - 1")
-        if isinstance(sequence_prefetch, bool) or not isinstance(sequence_prefetch, int):
-            raise TypeError(
-                f"sequence_prefetch must be an int, not {type(sequence_prefetch).__name__}"
-            )
-        if not 0 <= sequence_prefetch <= protocol.MAX_VALUES_PER_CALL:
-            raise ValueError(
-                f"sequence_prefetch must be in 0 ..= {protocol.MAX_VALUES_PER_CALL}"
-            )
-        if not isinstance(expand, bool):
-            raise TypeError(f"expand must be a bool, not {type(expand).__name__}")
+        nodes, low_water = _checked_settings(
+            nodes, timeout, connect_timeout, backoff_min, backoff_max,
+            prefetch, low_water, sequence_prefetch, expand,
+        )  # fmt: skip
         self._obs = _observe.Observer(hooks)
         self._local = threading.local()  # the call in progress in this thread (_CallInfo)
         self._tls = _tls_settings(ssl_context, tls_ca, tls_cert, tls_key, server_hostname, tls)
