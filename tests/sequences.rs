@@ -371,18 +371,21 @@ fn the_http_api_refuses_unknown_and_bad_names_bad_counts_and_a_used_up_sequence(
     }
 }
 
-/// A node's counter `family{sequence="name"}` from its admin `/metrics`.
-fn sequence_metric(node: &NodeProc, family: &str, name: &str) -> f64 {
+/// A node's counter `family{sequence="name"}` from its admin `/metrics`, if it has one.
+fn find_sequence_metric(node: &NodeProc, family: &str, name: &str) -> Option<f64> {
     let admin = node.admin.expect("admin address");
     let (status, text) = try_http(admin, "GET", "/metrics", None, Duration::from_secs(10)).unwrap();
     assert_eq!(status, 200);
     let prefix = format!("{family}{{sequence=\"{name}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// A node's counter `family{sequence="name"}` from its admin `/metrics`.
+fn sequence_metric(node: &NodeProc, family: &str, name: &str) -> f64 {
+    find_sequence_metric(node, family, name)
+        .unwrap_or_else(|| panic!("no {family}{{sequence=\"{name}\"}} in /metrics"))
 }
 
 fn values(r: Response) -> (SeqMode, Vec<u64>) {
@@ -669,13 +672,7 @@ fn sequences_hold_their_promises_through_a_node_paused_past_its_lease_and_etcd_s
 
 /// A node's counter, or 0 before the node has a series for the sequence.
 fn sequence_metric_or_0(node: &NodeProc, family: &str, name: &str) -> f64 {
-    let admin = node.admin.expect("admin address");
-    let (status, text) = try_http(admin, "GET", "/metrics", None, Duration::from_secs(10)).unwrap();
-    assert_eq!(status, 200);
-    let prefix = format!("{family}{{sequence=\"{name}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
+    find_sequence_metric(node, family, name).unwrap_or(0.0)
 }
 
 /// Every protocol client of `nodes` (two each, pipelining), each falling back to `fallback`

@@ -123,23 +123,18 @@ fn timeout(name: &str, value: &str) -> Result<Duration, Error> {
 }
 
 fn percent_decode(s: &str) -> Result<String, Error> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad(format!("{s:?}: a '%' not followed by two hex digits")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    // The crate leaves a malformed escape as it is; a URL with one is refused instead.
+    let malformed = s.match_indices('%').any(|(i, _)| {
+        !s.get(i + 1..i + 3)
+            .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    if malformed {
+        return Err(bad(format!("{s:?}: a '%' not followed by two hex digits")));
     }
-    String::from_utf8(out).map_err(|_| bad(format!("{s:?} does not decode to UTF-8")))
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(|d| d.into_owned())
+        .map_err(|_| bad(format!("{s:?} does not decode to UTF-8")))
 }
 
 impl ClientConfig {
@@ -318,6 +313,8 @@ mod tests {
         for case in urls {
             run(case, ClientConfig::parse_url(case["url"].as_str().unwrap()));
         }
+        assert!(ClientConfig::parse_url("idgens://h?ca=/a%2").is_err());
+        assert!(ClientConfig::parse_url("idgens://h?ca=/a%zz").is_err());
         for case in envs {
             let env = case["env"].as_object().unwrap().clone();
             let got = ClientConfig::from_lookup(|k| {
