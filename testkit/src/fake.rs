@@ -69,8 +69,10 @@ pub struct Config {
     pub ids: Ids,
     /// Speak TLS (from the first byte) instead of plaintext.
     pub tls: Option<ServerTls>,
-    /// The address to listen on (port 0) instead of 127.0.0.1, e.g. `::1`.
+    /// The address to listen on instead of 127.0.0.1, e.g. `::1`.
     pub listen: Option<std::net::IpAddr>,
+    /// The port to listen on (0, the default: any free one).
+    pub port: u16,
     /// Whether a PING takes the script's next step too (else only GET_IDS does).
     pub script_pings: bool,
 }
@@ -159,6 +161,7 @@ impl Default for Config {
             ids: Ids::Shared,
             tls: None,
             listen: None,
+            port: 0,
             script_pings: true,
         }
     }
@@ -326,7 +329,7 @@ impl FakeServer {
         let ip = config
             .listen
             .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
-        let listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let listener = TcpListener::bind((ip, config.port)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let control = Arc::new(Control::default());
         control.next.store(config.first_seq, Ordering::Relaxed);

@@ -182,6 +182,7 @@ pub mod blocking;
 mod client;
 pub mod config;
 mod error;
+mod expand;
 pub mod mask;
 pub mod observe;
 mod pool;

@@ -9,6 +9,7 @@ use idgen_id::Layout;
 use tokio::task::JoinSet;
 
 use crate::config::ClientConfig;
+use crate::expand::{self, Entry, Expand, Made, Origin, Resolver};
 use crate::observe::{Event, Hook, Observer};
 use crate::sequence::{self, Fetched, Prefetch};
 #[cfg(feature = "tls")]
@@ -117,6 +118,8 @@ pub struct PoolBuilder {
     tls: Option<TlsConfig>,
     config: Option<(&'static str, ClientConfig)>,
     hooks: Vec<Arc<dyn Hook>>,
+    expand: Option<bool>,
+    resolver: Option<Resolver>,
 }
 
 impl std::fmt::Debug for PoolBuilder {
@@ -175,6 +178,24 @@ impl PoolBuilder {
         self
     }
 
+    /// Makes each address a node's name resolves to a node of its own (`expand=true` in a URL;
+    /// `clients/vectors/CONFIG.md`), e.g. every ready pod behind a Kubernetes headless Service
+    /// (`idgen-headless.ids.svc.cluster.local:7420`). Names are resolved at the first call
+    /// (or by [`connect`](PoolBuilder::connect)) and again, at most once a second, when a node
+    /// fails; TLS verifies the name given, never the address. Without it (the default) a name
+    /// is one node, whose addresses are tried in turn when connecting.
+    pub fn expand(mut self, on: bool) -> Self {
+        self.expand = Some(on);
+        self
+    }
+
+    /// Resolves names for [`expand`](PoolBuilder::expand) (tests).
+    #[cfg(test)]
+    pub(crate) fn resolver(mut self, r: Resolver) -> Self {
+        self.resolver = Some(r);
+        self
+    }
+
     /// Receives the pool's [`Event`]s (several hooks are called in the order added).
     pub fn hook(mut self, hook: impl Hook) -> Self {
         self.hooks.push(Arc::new(hook));
@@ -209,7 +230,7 @@ impl PoolBuilder {
     }
 
     /// The nodes, options and transport, every setting from exactly one place.
-    fn resolve(self) -> Result<(Vec<String>, PoolOptions, Transport, Observer), Error> {
+    fn resolve(self) -> Result<Setup, Error> {
         let both = |what: &str, from: &str| {
             Err(Error::InvalidArgument(format!(
                 "{what} given both in code and in {from}: give it one way"
@@ -221,6 +242,7 @@ impl PoolBuilder {
         let mut tls = self.tls;
         let mut connect_timeout = self.connect_timeout;
         let mut request_timeout = self.request_timeout;
+        let mut expand = self.expand;
         if let Some((from, c)) = self.config {
             if !nodes.is_empty() {
                 return both("nodes", from);
@@ -239,10 +261,10 @@ impl PoolBuilder {
                 request_timeout = c.request_timeout;
             }
             if c.expand {
-                return Err(Error::InvalidArgument(format!(
-                    "expand=true (from {from}): the Rust client does not expand names into \
-                     several nodes yet; list the nodes"
-                )));
+                if expand.is_some() {
+                    return both("expand", from);
+                }
+                expand = Some(true);
             }
             if c.tls {
                 #[cfg(feature = "tls")]
@@ -282,21 +304,57 @@ impl PoolBuilder {
         };
         #[cfg(not(feature = "tls"))]
         let transport = Transport::Plain;
-        Ok((nodes, options, transport, Observer::new(self.hooks)))
+        let expand = match expand {
+            Some(true) => {
+                let entries = nodes
+                    .iter()
+                    .map(|n| Entry::parse(n))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let resolver = self.resolver.unwrap_or_else(expand::system_resolver);
+                Some(Expand::new(entries, resolver))
+            }
+            _ => None,
+        };
+        Ok(Setup {
+            nodes,
+            options,
+            transport,
+            observer: Observer::new(self.hooks),
+            expand,
+        })
     }
 
     /// A pool that connects to each node at the first call that picks it: building it
     /// reaches no node (so a service starts while the cluster is unreachable, and fails its
     /// calls until it is not). Calls need a Tokio runtime; building does not.
     pub fn build(self) -> Result<Pool, Error> {
-        let (nodes, options, transport, observer) = self.resolve()?;
-        Pool::lazy(&nodes, options, transport, observer)
+        Pool::lazy(self.resolve()?)
     }
 
     /// A pool connected to every node at once, as [`Pool::connect`]: fails if none answers.
     pub async fn connect(self) -> Result<Pool, Error> {
-        let (nodes, options, transport, observer) = self.resolve()?;
-        Pool::connect_via(&nodes, options, transport, observer).await
+        Pool::connect_via(self.resolve()?).await
+    }
+}
+
+/// What a pool is made of, every setting resolved.
+struct Setup {
+    nodes: Vec<String>,
+    options: PoolOptions,
+    transport: Transport,
+    observer: Observer,
+    expand: Option<Expand>,
+}
+
+impl Setup {
+    fn plain(addrs: &[impl ToString], options: PoolOptions, transport: Transport) -> Setup {
+        Setup {
+            nodes: addrs.iter().map(ToString::to_string).collect(),
+            options,
+            transport,
+            observer: Observer::default(),
+            expand: None,
+        }
     }
 }
 
@@ -304,8 +362,11 @@ impl PoolBuilder {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct NodeInfo {
-    /// The address as given to [`Pool::connect`].
+    /// The address dialed: as given to [`Pool::connect`], or (with
+    /// [`expand`](PoolBuilder::expand)) one address its name resolved to.
     pub addr: String,
+    /// The node as configured (`addr` itself without [`expand`](PoolBuilder::expand)).
+    pub entry: String,
     /// Whether the pool holds an open connection to the node.
     pub connected: bool,
     /// How much longer the node is skipped (zero when it is healthy).
@@ -405,12 +466,110 @@ pub struct Pool {
 struct Inner {
     options: PoolOptions,
     transport: Transport,
-    nodes: Vec<Node>,
+    /// The node list: replaced as a whole ([`PoolBuilder::expand`]), never changed in place.
+    nodes: Mutex<Nodes>,
     /// Index of the node calls try first.
     current: AtomicUsize,
     /// The layout the first node that answered announced (unset while none has).
     layout: OnceLock<Layout>,
     observer: Observer,
+    expand: Option<Expand>,
+}
+
+/// A snapshot of the node list.
+type Nodes = Arc<[Arc<Node>]>;
+
+fn new_node(m: Made) -> Arc<Node> {
+    Arc::new(Node {
+        addr: m.addr,
+        entry: m.entry,
+        origin: Origin {
+            unresolved: m.unresolved,
+            ..Origin::default()
+        },
+        state: Mutex::new(NodeState::default()),
+        connecting: tokio::sync::Mutex::new(()),
+    })
+}
+
+impl Inner {
+    fn snapshot(&self) -> Nodes {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The node list a resolution of every entry makes from `old` (expand).
+    async fn resolve(&self, old: &Nodes) -> Nodes {
+        let Some(x) = &self.expand else {
+            return old.clone();
+        };
+        let now = Instant::now();
+        let made = x
+            .resolve(
+                old,
+                |n| (n.addr.as_str(), n.entry.as_str(), &n.origin),
+                |n| {
+                    let s = n.lock();
+                    s.client.as_ref().is_some_and(|c| !c.is_closed())
+                        && s.down_until.is_none_or(|t| t <= now)
+                },
+                self.options.connect_timeout,
+            )
+            .await;
+        made.into_iter()
+            .map(|m| match m {
+                Ok(i) => old[i].clone(),
+                Err(m) => new_node(m),
+            })
+            .collect()
+    }
+
+    /// Makes `list` the node list (the current node stays current if it is in it); the
+    /// nodes left out are retired.
+    fn set_nodes(&self, list: Nodes) {
+        let old = {
+            let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+            let current = nodes.get(self.current.load(Ordering::Relaxed));
+            let at = current
+                .and_then(|c| list.iter().position(|n| Arc::ptr_eq(n, c)))
+                .unwrap_or(0);
+            self.current.store(at, Ordering::Relaxed);
+            std::mem::replace(&mut *nodes, list)
+        };
+        let list = self.snapshot();
+        for n in old.iter() {
+            if !list.iter().any(|m| Arc::ptr_eq(m, n)) {
+                retire(n);
+            }
+        }
+    }
+
+    /// Drops `node` from the list (an address its name no longer resolves to, whose
+    /// connection failed), unless it is the last node.
+    fn remove(&self, node: &Node) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        if nodes.len() < 2 || !nodes.iter().any(|n| std::ptr::eq(&**n, node)) {
+            return;
+        }
+        let current = nodes.get(self.current.load(Ordering::Relaxed)).cloned();
+        let list: Nodes = nodes
+            .iter()
+            .filter(|n| !std::ptr::eq(&***n, node))
+            .cloned()
+            .collect();
+        let at = current
+            .and_then(|c| list.iter().position(|n| Arc::ptr_eq(n, &c)))
+            .unwrap_or(0);
+        self.current.store(at, Ordering::Relaxed);
+        *nodes = list;
+        drop(nodes);
+        retire(node);
+    }
+}
+
+/// A node out of the list: its connection is dropped, and one made late is not kept.
+fn retire(node: &Node) {
+    node.origin.retired.store(true, Ordering::Relaxed);
+    node.lock().client = None;
 }
 
 /// How a pool connects to its nodes.
@@ -422,18 +581,33 @@ enum Transport {
 }
 
 impl Transport {
-    async fn connect(&self, addr: &str, options: ClientOptions) -> Result<Client, Error> {
+    /// Connects to `node`'s address; TLS verifies its entry's name, never the address.
+    async fn connect(&self, node: &Node, options: ClientOptions) -> Result<Client, Error> {
+        if node.origin.unresolved {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{}: the name resolves to no address (expand)", node.entry),
+            )
+            .into());
+        }
         match self {
-            Transport::Plain => Client::connect_with(addr, options).await,
+            Transport::Plain => Client::connect_with(node.addr.as_str(), options).await,
             #[cfg(feature = "tls")]
-            Transport::Tls(tls) => Client::connect_tls(addr, options, tls).await,
+            Transport::Tls(tls) => {
+                let name = tls.server_name_for(&node.entry)?;
+                Client::connect_tls_to(node.addr.as_str(), name, options, tls).await
+            }
         }
     }
 }
 
 #[derive(Debug)]
 struct Node {
+    /// The address dialed.
     addr: String,
+    /// The configured `host:port` it comes from (`addr` itself without expand).
+    entry: String,
+    origin: Origin,
     state: Mutex<NodeState>,
     /// Held while connecting, so concurrent callers make one connection, not many.
     connecting: tokio::sync::Mutex<()>,
@@ -477,7 +651,7 @@ impl Pool {
     ///
     /// Must be called within a Tokio runtime (I/O and time enabled).
     pub async fn connect(addrs: &[impl ToString], options: PoolOptions) -> Result<Pool, Error> {
-        Self::connect_via(addrs, options, Transport::Plain, Observer::default()).await
+        Self::connect_via(Setup::plain(addrs, options, Transport::Plain)).await
     }
 
     /// A [`PoolBuilder`]: nodes and settings from code, an `idgen://` URL or the environment,
@@ -499,69 +673,59 @@ impl Pool {
         options: PoolOptions,
         tls: &TlsConfig,
     ) -> Result<Pool, Error> {
-        Self::connect_via(
-            addrs,
-            options,
-            Transport::Tls(tls.clone()),
-            Observer::default(),
-        )
-        .await
+        Self::connect_via(Setup::plain(addrs, options, Transport::Tls(tls.clone()))).await
     }
 
     /// A pool that has connected to nothing yet: each node is connected by the first call
     /// that picks it.
-    fn lazy(
-        addrs: &[impl ToString],
-        options: PoolOptions,
-        transport: Transport,
-        observer: Observer,
-    ) -> Result<Pool, Error> {
-        if addrs.is_empty() {
+    fn lazy(setup: Setup) -> Result<Pool, Error> {
+        if setup.nodes.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "a pool needs at least one node address",
             )
             .into());
         }
-        let nodes: Vec<Node> = addrs
-            .iter()
-            .map(|a| Node {
-                addr: a.to_string(),
-                state: Mutex::new(NodeState::default()),
-                connecting: tokio::sync::Mutex::new(()),
-            })
-            .collect();
+        let made: Vec<Made> = match &setup.expand {
+            Some(x) => x.placeholders(),
+            None => setup
+                .nodes
+                .iter()
+                .map(|a| Made {
+                    addr: a.clone(),
+                    entry: a.clone(),
+                    unresolved: false,
+                })
+                .collect(),
+        };
+        let nodes: Nodes = made.into_iter().map(new_node).collect();
         Ok(Pool {
             inner: Arc::new(Inner {
-                options,
-                transport,
-                nodes,
+                options: setup.options,
+                transport: setup.transport,
+                nodes: Mutex::new(nodes),
                 current: AtomicUsize::new(0),
                 layout: OnceLock::new(),
-                observer,
+                observer: setup.observer,
+                expand: setup.expand,
             }),
             sequences: None,
         })
     }
 
-    async fn connect_via(
-        addrs: &[impl ToString],
-        options: PoolOptions,
-        transport: Transport,
-        observer: Observer,
-    ) -> Result<Pool, Error> {
-        let pool = Self::lazy(addrs, options, transport, observer)?;
-        let nodes = &pool.inner.nodes;
-        let client_options = client_options(&options);
+    async fn connect_via(setup: Setup) -> Result<Pool, Error> {
+        let pool = Self::lazy(setup)?;
+        let nodes = pool.node_list().await;
+        let client_options = client_options(&pool.inner.options);
         let mut set = JoinSet::new();
         for (i, node) in nodes.iter().enumerate() {
-            let addr = node.addr.clone();
+            let node = node.clone();
             let transport = pool.inner.transport.clone();
             set.spawn(async move {
                 let started = Instant::now();
                 (
                     i,
-                    transport.connect(&addr, client_options).await,
+                    transport.connect(&node, client_options).await,
                     started.elapsed(),
                 )
             });
@@ -602,6 +766,47 @@ impl Pool {
         Ok(pool)
     }
 
+    /// The node list now, resolving it first if it never was ([`PoolBuilder::expand`]).
+    async fn node_list(&self) -> Nodes {
+        if let Some(x) = &self.inner.expand {
+            let mut done = x.first.lock().await;
+            if !*done {
+                let old = self.inner.snapshot();
+                let list = self.inner.resolve(&old).await;
+                self.inner.set_nodes(list);
+                x.resolved();
+                *done = true;
+            }
+        }
+        self.inner.snapshot()
+    }
+
+    /// After `node` failed (expand): drops it if its name no longer resolves to it, and
+    /// resolves again in the background unless that ran less than a second ago.
+    fn re_resolve(&self, node: &Node) {
+        let Some(x) = &self.inner.expand else {
+            return;
+        };
+        if node.origin.gone.load(Ordering::Relaxed) {
+            self.inner.remove(node);
+        }
+        if !x.due() {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            let old = inner.snapshot();
+            let list = inner.resolve(&old).await;
+            if let Some(x) = &inner.expand {
+                x.resolved();
+            }
+            inner.set_nodes(list);
+        });
+    }
+
     /// A connection to `node` is up: learn the layout, tell the hooks.
     fn connected(&self, node: &Node, client: &Client, took: Duration) {
         let _ = self.inner.layout.set(client.layout());
@@ -620,6 +825,7 @@ impl Pool {
             reason: e,
             backoff,
         });
+        self.re_resolve(node);
     }
 
     /// One ID, with failover (see the type's docs).
@@ -647,7 +853,7 @@ impl Pool {
     /// retrying the call elsewhere (without the key, or on another pool) gets new IDs.
     pub async fn next_ids_with(&self, n: u32, options: &IdOptions) -> Result<Vec<u64>, Error> {
         crate::client::check_id_count(n)?;
-        let order = self.order_for(options);
+        let order = self.order_for(options).await;
         let got = self
             .call_in(
                 order.clone(),
@@ -663,7 +869,7 @@ impl Pool {
     /// [`next_ids_with`](Pool::next_ids_with).
     pub async fn next_masked_ids(&self, n: u32, options: &IdOptions) -> Result<MaskedIds, Error> {
         crate::client::check_id_count(n)?;
-        let order = self.order_for(options);
+        let order = self.order_for(options).await;
         let got = self
             .call_in(
                 order.clone(),
@@ -680,12 +886,12 @@ impl Pool {
     fn keyed<T>(
         &self,
         options: &IdOptions,
-        order: &[usize],
+        order: &Order,
         got: Result<T, Error>,
     ) -> Result<T, Error> {
         match (got, &options.idempotency_key, order.first()) {
-            (Err(e), Some(_), Some(&i)) if fails_over(&e) => Err(Error::KeyNodeFailed {
-                node: self.inner.nodes[i].addr.clone(),
+            (Err(e), Some(_), Some((_, node))) if fails_over(&e) => Err(Error::KeyNodeFailed {
+                node: node.addr.clone(),
                 cause: Box::new(e),
             }),
             (got, _, _) => got,
@@ -693,10 +899,18 @@ impl Pool {
     }
 
     /// The nodes a call with `options` may try: the one its idempotency key picks, or all.
-    fn order_for(&self, options: &IdOptions) -> Vec<usize> {
+    async fn order_for(&self, options: &IdOptions) -> Order {
+        let nodes = self.node_list().await;
         match &options.idempotency_key {
-            Some(key) => vec![key_node(key, self.inner.nodes.len())],
-            None => self.order(Instant::now()),
+            Some(key) => {
+                let i = key_node(key, nodes.len());
+                vec![(i, nodes[i].clone())]
+            }
+            None => order(
+                &nodes,
+                self.inner.current.load(Ordering::Relaxed),
+                Instant::now(),
+            ),
         }
     }
 
@@ -827,18 +1041,20 @@ impl Pool {
         &self.inner.options
     }
 
-    /// Each node's health, in address order.
+    /// Each node's health, in address order (with [`expand`](PoolBuilder::expand): in the
+    /// order of the last resolution).
     pub fn nodes(&self) -> Vec<NodeInfo> {
         let now = Instant::now();
         let current = self.inner.current.load(Ordering::Relaxed);
         self.inner
-            .nodes
+            .snapshot()
             .iter()
             .enumerate()
             .map(|(i, node)| {
                 let s = node.lock();
                 NodeInfo {
                     addr: node.addr.clone(),
+                    entry: node.entry.clone(),
                     connected: s.client.as_ref().is_some_and(|c| !c.is_closed()),
                     down_for: s
                         .down_until
@@ -851,25 +1067,6 @@ impl Pool {
             .collect()
     }
 
-    /// The order in which one call tries the nodes: healthy nodes from the current one
-    /// on, in address order; then nodes in backoff, soonest-to-recover first.
-    fn order(&self, now: Instant) -> Vec<usize> {
-        let n = self.inner.nodes.len();
-        let start = self.inner.current.load(Ordering::Relaxed) % n;
-        let mut healthy = Vec::with_capacity(n);
-        let mut down = Vec::new();
-        for k in 0..n {
-            let i = (start + k) % n;
-            match self.inner.nodes[i].lock().down_until {
-                Some(t) if t > now => down.push((t, i)),
-                _ => healthy.push(i),
-            }
-        }
-        down.sort();
-        healthy.extend(down.into_iter().map(|(_, i)| i));
-        healthy
-    }
-
     /// Run `op` on one node after another until one succeeds, an error that failover
     /// cannot help comes back, every node has been tried, or the deadline passes.
     async fn call<T, F, Fut>(&self, name: &'static str, count: u64, op: F) -> Result<T, Error>
@@ -877,14 +1074,16 @@ impl Pool {
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
     {
-        self.call_in(self.order(Instant::now()), name, count, op)
+        let nodes = self.node_list().await;
+        let current = self.inner.current.load(Ordering::Relaxed);
+        self.call_in(order(&nodes, current, Instant::now()), name, count, op)
             .await
     }
 
     /// [`call`](Self::call) over the nodes `order` names, in that order.
     async fn call_in<T, F, Fut>(
         &self,
-        order: Vec<usize>,
+        order: Order,
         name: &'static str,
         count: u64,
         op: F,
@@ -899,7 +1098,7 @@ impl Pool {
         observer.emit(&Event::Request {
             op: name,
             count,
-            node: node.map(|i| self.inner.nodes[i].addr.as_str()),
+            node: node.as_deref().map(|n| n.addr.as_str()),
             duration: start.elapsed(),
             error: got.as_ref().err(),
         });
@@ -909,10 +1108,10 @@ impl Pool {
     /// The attempts of one call, and the node that answered it (if one did).
     async fn attempts<T, F, Fut>(
         &self,
-        order: Vec<usize>,
+        order: Order,
         name: &'static str,
         op: F,
-    ) -> (Result<T, Error>, Option<usize>)
+    ) -> (Result<T, Error>, Option<Arc<Node>>)
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
@@ -920,18 +1119,18 @@ impl Pool {
         let options = &self.inner.options;
         let start = Instant::now();
         // The node that failed last, and why: the next node tried is its failover.
-        let mut failed: Option<(usize, Error)> = None;
+        let mut failed: Option<(Arc<Node>, Error)> = None;
         let deadline = start + options.call_deadline;
         let mut last = None;
-        for i in order {
+        for (i, node) in order {
             let now = Instant::now();
             if now >= deadline {
                 return (Err(Error::Timeout), None);
             }
-            let node = &self.inner.nodes[i];
+            let node = &node;
             if let Some((from, reason)) = failed.take() {
                 self.inner.observer.emit(&Event::Failover {
-                    from: &self.inner.nodes[from].addr,
+                    from: &from.addr,
                     to: &node.addr,
                     reason: &reason,
                 });
@@ -974,12 +1173,12 @@ impl Pool {
                             .emit(&Event::NodeUp { node: &node.addr });
                     }
                     self.inner.current.store(i, Ordering::Relaxed);
-                    return (Ok(v), Some(i));
+                    return (Ok(v), Some(node.clone()));
                 }
-                Err(e) if !fails_over(&e) => return (Err(e), Some(i)),
+                Err(e) if !fails_over(&e) => return (Err(e), Some(node.clone())),
                 Err(e) => {
                     self.node_failed(node, &e);
-                    failed = Some((i, e.clone()));
+                    failed = Some((node.clone(), e.clone()));
                     last = Some(e);
                 }
             }
@@ -1004,7 +1203,7 @@ impl Pool {
         let client = match self
             .inner
             .transport
-            .connect(&node.addr, client_options(&self.inner.options))
+            .connect(node, client_options(&self.inner.options))
             .await
         {
             Ok(c) => c,
@@ -1018,9 +1217,36 @@ impl Pool {
             }
         };
         self.connected(node, &client, started.elapsed());
-        node.lock().client = Some(client.clone());
+        if !node.origin.retired.load(Ordering::Relaxed) {
+            node.lock().client = Some(client.clone());
+        }
         Ok(client)
     }
+}
+
+/// The nodes one call tries, in order, each with its index in the list it comes from.
+type Order = Vec<(usize, Arc<Node>)>;
+
+/// The order in which one call tries `nodes`: healthy nodes from the current one on, in
+/// list order; then nodes in backoff, soonest-to-recover first.
+fn order(nodes: &Nodes, current: usize, now: Instant) -> Order {
+    let n = nodes.len();
+    let start = current % n.max(1);
+    let mut healthy = Vec::with_capacity(n);
+    let mut down = Vec::new();
+    for k in 0..n {
+        let i = (start + k) % n;
+        match nodes[i].lock().down_until {
+            Some(t) if t > now => down.push((t, i)),
+            _ => healthy.push(i),
+        }
+    }
+    down.sort();
+    healthy
+        .into_iter()
+        .chain(down.into_iter().map(|(_, i)| i))
+        .map(|i| (i, nodes[i].clone()))
+        .collect()
 }
 
 /// The node an idempotency key goes to: FNV-1a 64 of its bytes, modulo the number of nodes
@@ -1094,6 +1320,207 @@ fn backoff(options: &PoolOptions, failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    mod expand {
+        use super::*;
+        use std::collections::HashMap;
+        use std::net::IpAddr;
+
+        use idgen_testkit::fake::{Config, FakeServer};
+
+        /// A resolver answering from a table the test changes, counting lookups.
+        #[derive(Clone, Default)]
+        struct Table(Arc<Mutex<Answers>>);
+
+        /// The answer for each host, and how many lookups there were.
+        type Answers = (HashMap<String, Vec<IpAddr>>, usize);
+
+        impl Table {
+            fn set(&self, host: &str, ips: &[&str]) {
+                let ips = ips.iter().map(|s| s.parse().unwrap()).collect();
+                self.0.lock().unwrap().0.insert(host.into(), ips);
+            }
+            fn lookups(&self) -> usize {
+                self.0.lock().unwrap().1
+            }
+            fn resolver(&self) -> Resolver {
+                let t = self.clone();
+                Arc::new(move |host: String| {
+                    let mut g = t.0.lock().unwrap();
+                    g.1 += 1;
+                    let got = g.0.get(&host).cloned().unwrap_or_default();
+                    Box::pin(async move {
+                        if got.is_empty() {
+                            Err(std::io::Error::new(
+                                std::io::ErrorKind::NotFound,
+                                "no such host",
+                            ))
+                        } else {
+                            Ok(got)
+                        }
+                    })
+                })
+            }
+        }
+
+        async fn fake_at(ip: &str, port: u16, k: u64) -> FakeServer {
+            FakeServer::start(Config {
+                listen: Some(ip.parse().unwrap()),
+                port,
+                first_seq: k << 40,
+                ..Config::default()
+            })
+            .await
+        }
+
+        fn addrs(pool: &Pool) -> Vec<String> {
+            pool.nodes().into_iter().map(|n| n.addr).collect()
+        }
+
+        fn slow_backoff(b: PoolBuilder) -> PoolBuilder {
+            b.backoff(Duration::from_secs(10), Duration::from_secs(10))
+        }
+
+        /// Each address is a node, in the resolver's order with duplicates removed (a literal
+        /// entry too); a failing node re-resolves the name at most once a second, adding
+        /// what appeared and dropping what is gone.
+        #[tokio::test]
+        async fn each_address_is_a_node_and_a_failure_resolves_again() {
+            let a = fake_at("127.0.0.2", 0, 1).await;
+            let port = a.addr.port();
+            let b = fake_at("127.0.0.3", port, 2).await;
+            let table = Table::default();
+            table.set(
+                "idgen-headless.test",
+                &["127.0.0.2", "127.0.0.3", "127.0.0.2"],
+            );
+            let entry = format!("idgen-headless.test:{port}");
+            let pool = slow_backoff(Pool::builder())
+                .nodes([entry.clone(), format!("127.0.0.3:{port}")])
+                .expand(true)
+                .resolver(table.resolver())
+                .build()
+                .unwrap();
+            assert_eq!(table.lookups(), 0, "building resolves nothing");
+            pool.next_ids(2).await.unwrap();
+            assert_eq!(addrs(&pool), [a.addr.to_string(), b.addr.to_string()]);
+            assert!(
+                pool.nodes().iter().all(|n| n.entry == entry),
+                "{:?}",
+                pool.nodes()
+            );
+            assert_eq!(table.lookups(), 1);
+            assert!(
+                a.control.ids_served() > 0,
+                "the first address answers first"
+            );
+
+            // a goes away from the name and dies; a new pod c appears.
+            let c = fake_at("127.0.0.4", port, 3).await;
+            table.set("idgen-headless.test", &["127.0.0.3", "127.0.0.4"]);
+            tokio::time::sleep(crate::expand::RESOLVE_EVERY + Duration::from_millis(100)).await;
+            a.control.kill();
+            for _ in 0..20 {
+                pool.next_ids(1).await.unwrap();
+            }
+            let want = [b.addr.to_string(), c.addr.to_string()];
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while addrs(&pool) != want {
+                assert!(
+                    Instant::now() < deadline,
+                    "nodes {:?}, want {want:?}",
+                    addrs(&pool)
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(table.lookups(), 2, "one failure, one resolution");
+            // c serves when b fails.
+            b.control.kill();
+            let served = c.control.ids_served();
+            pool.next_ids(1).await.unwrap();
+            assert!(c.control.ids_served() > served);
+        }
+
+        /// A name that resolves to nothing is a node that is down, not an error: the other
+        /// nodes serve, and the name is looked up again after a failure.
+        #[tokio::test]
+        async fn a_name_without_addresses_is_a_node_that_is_down() {
+            let b = fake_at("127.0.0.3", 0, 1).await;
+            let port = b.addr.port();
+            let table = Table::default();
+            let pool = slow_backoff(Pool::builder())
+                .nodes([format!("nothing.test:{port}"), format!("127.0.0.3:{port}")])
+                .expand(true)
+                .resolver(table.resolver())
+                .connect()
+                .await
+                .unwrap();
+            let nodes = pool.nodes();
+            assert_eq!(nodes.len(), 2);
+            assert_eq!(nodes[0].addr, format!("nothing.test:{port}"));
+            assert!(nodes[0].down_for > Duration::ZERO, "{nodes:?}");
+            let err = nodes[0].last_error.as_ref().expect("an error");
+            assert!(err.to_string().contains("resolves to no address"), "{err}");
+            pool.next_ids(3).await.unwrap();
+            // The name gets an address; the next failure's resolution finds it.
+            let a = fake_at("127.0.0.2", port, 2).await;
+            table.set("nothing.test", &["127.0.0.2"]);
+            tokio::time::sleep(crate::expand::RESOLVE_EVERY + Duration::from_millis(100)).await;
+            b.control.kill();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let _ = pool.next_ids(1).await;
+                if a.control.ids_served() > 0 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "nodes {:?}", pool.nodes());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert_eq!(addrs(&pool)[0], a.addr.to_string());
+        }
+
+        /// TLS verifies (and sends as SNI) the name given, never the address dialed.
+        #[cfg(feature = "tls")]
+        #[tokio::test]
+        async fn tls_verifies_the_name_not_the_address() {
+            use idgen_testkit::fake::ServerTls;
+            use idgen_testkit::{TestCa, Validity};
+            let ca = TestCa::new("idgen test ca");
+            let cert = ca.server_for(&["idgen-headless.test"], Validity::Current, "headless");
+            let server = FakeServer::start(Config {
+                listen: Some("127.0.0.2".parse().unwrap()),
+                tls: Some(ServerTls::new(&cert)),
+                ..Config::default()
+            })
+            .await;
+            let table = Table::default();
+            table.set("idgen-headless.test", &["127.0.0.2"]);
+            let pool = Pool::builder()
+                .node(format!("idgen-headless.test:{}", server.addr.port()))
+                .expand(true)
+                .resolver(table.resolver())
+                .tls(TlsConfig::builder().ca_file(&ca.ca).build().unwrap())
+                .build()
+                .unwrap();
+            assert_eq!(pool.next_ids(2).await.unwrap().len(), 2);
+            assert_eq!(addrs(&pool), [server.addr.to_string()]);
+        }
+
+        #[test]
+        fn expand_comes_from_one_place() {
+            let both = Pool::builder()
+                .url("idgen://idgen-headless.test:7420?expand=true")
+                .unwrap()
+                .expand(true)
+                .build();
+            assert!(matches!(both, Err(Error::InvalidArgument(m)) if m.contains("expand")));
+            let bad = Pool::builder()
+                .node("idgen-headless.test")
+                .expand(true)
+                .build();
+            assert!(matches!(bad, Err(Error::InvalidArgument(m)) if m.contains("host:port")));
+        }
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {
