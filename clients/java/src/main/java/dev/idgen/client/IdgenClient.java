@@ -905,18 +905,40 @@ public final class IdgenClient implements AutoCloseable {
             Duration deadline, Node pinned) {
         checkDeadline(deadline);
         Call<T> c = new Call<>(opName, op, System.nanoTime() + deadline.toNanos(), pinned);
+        CompletableFuture<T> out = c.result;
         if (opName != null && events.wanted("request")) {
+            // The caller's future completes after the event is out, so that a caller who sees
+            // the result (a blocking call returning) finds its request event already emitted.
+            CompletableFuture<T> emitted = new CompletableFuture<>();
             long start = System.nanoTime();
-            c.result.whenComplete((v, e) -> events.emit("request", "op", opName, "count", count, "node",
-                    c.answered == null ? null : c.answered.address, "duration", Duration.ofNanos(System.nanoTime() - start),
-                    "outcome", e == null ? "ok" : outcome(unwrap(e))));
+            c.result.whenComplete((v, e) -> {
+                try {
+                    events.emit("request", "op", opName, "count", count, "node",
+                            c.answered == null ? null : c.answered.address,
+                            "duration", Duration.ofNanos(System.nanoTime() - start),
+                            "outcome", e == null ? "ok" : outcome(unwrap(e)));
+                } finally {
+                    if (e == null) {
+                        emitted.complete(v);
+                    } else {
+                        emitted.completeExceptionally(unwrap(e));
+                    }
+                }
+            });
+            // A caller who cancels its future cancels the call (no further attempts).
+            emitted.whenComplete((v, e) -> {
+                if (emitted.isCancelled()) {
+                    c.result.cancel(false);
+                }
+            });
+            out = emitted;
         }
         if (closed) {
             c.result.completeExceptionally(new ClientClosedException("the client is closed"));
-            return c.result;
+            return out;
         }
         c.next();
-        return c.result;
+        return out;
     }
 
     /** One call's progress over the nodes. */

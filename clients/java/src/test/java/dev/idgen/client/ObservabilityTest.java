@@ -142,6 +142,27 @@ class ObservabilityTest {
     }
 
     @Test
+    void aCallReturnsAfterItsRequestEvent() throws Exception {
+        // The request event is emitted before the call's result reaches the caller: a
+        // blocking call that returned (or threw) finds its event there, every time.
+        List<IdgenEvent> events = new CopyOnWriteArrayList<>();
+        try (Support.Node node = Support.Node.memory();
+                IdgenClient c = IdgenClient.builder().nodes(node.addr).listener(events::add).build()) {
+            IdOptions keyed = IdOptions.builder().idempotencyKey("k-1").build();
+            for (int i = 1; i <= 300; i++) {
+                if (i % 2 == 0) {
+                    c.nextIds(1);
+                } else {
+                    assertThrows(ServerException.class, () -> c.nextIds(1, keyed));
+                }
+                final int calls = i;
+                assertEquals(calls, events.stream().filter(e -> e.name().equals("request")).count(),
+                        "request events after call " + calls);
+            }
+        }
+    }
+
+    @Test
     void aThrowingListenerIsLoggedOnceAndCallsGoOn() throws Exception {
         List<String> seen = new CopyOnWriteArrayList<>();
         try (Support.Node node = Support.Node.memory();
