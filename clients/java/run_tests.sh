@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the Java client, its jar (checked: module name dev.idgen.client, the library's classes
-# only), the bench program (src/bench) and its JUnit 5 suite with plain javac (Java 17, JUnit
-# from Debian's jars in /usr/share/java: no Maven or Gradle, works offline) and runs the suite,
-# against the jar, with real idgen nodes.
+# Builds the Java client's jar (build-jar.sh), the bench program (src/bench) and its JUnit 5
+# suite with plain javac (Java 17, JUnit from Debian's jars in /usr/share/java: no Maven or
+# Gradle, works offline) and runs the suite, against the jar, with real idgen nodes. The jar as
+# an artifact (its module name, its classes, the sources and javadoc jars, pom.xml) is checked
+# by scripts/package.
 #
 #   IDGEN_BIN   the server binary [default: <repo>/target/debug/idgen]; the suite FAILS if
 #               it is missing (build it with `cargo build -p idgen`)
@@ -42,41 +43,12 @@ api_cp="$junit/junit-jupiter-api.jar:$junit/junit-jupiter-params.jar:$junit/open
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/idgen-javaclient.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
-echo "==> javac ($("$javac" -version 2>&1)) main sources"
-find "$here/src/main/java" -name '*.java' > "$tmp/main.txt"
-"$javac" --release 17 -Xlint:all -Werror -d "$tmp/classes" @"$tmp/main.txt"
+# The library jar, built as scripts/package builds it: the suite runs against it.
+echo "==> javac ($("$javac" -version 2>&1)) main sources; jar"
+bash "$here/build-jar.sh" "$tmp/classes" "$tmp/idgen-client.jar"
 echo "==> javac bench sources (src/bench: programs beside the library, never in its jar)"
 find "$here/src/bench/java" -name '*.java' > "$tmp/bench.txt"
 "$javac" --release 17 -Xlint:all -Werror -d "$tmp/bench-classes" -cp "$tmp/classes" @"$tmp/bench.txt"
-
-# The library jar as the README builds it: the main classes only, named as a module by the
-# manifest (the same name as pom.xml gives Maven's jar), so users on the module path can
-# `requires dev.idgen.client` rather than a name derived from the file's.
-echo "==> jar"
-jar="${JAVA_HOME:+$JAVA_HOME/bin/}jar"
-"$jar" --create --file "$tmp/idgen-client.jar" --manifest "$here/MANIFEST.MF" -C "$tmp/classes" .
-module="$("$jar" --describe-module --file "$tmp/idgen-client.jar" | sed -n 's/^\([^ ]*\) automatic$/\1/p')"
-manifest_name="$(sed -n 's/^Automatic-Module-Name: *//p' "$here/MANIFEST.MF")"
-pom_name="$(sed -n 's:.*<Automatic-Module-Name>\(.*\)</Automatic-Module-Name>.*:\1:p' "$here/pom.xml")"
-if [ "$module" != "dev.idgen.client" ] || [ "$manifest_name" != "$module" ] || [ "$pom_name" != "$module" ]; then
-  echo "java client: the jar's module is '$module' (MANIFEST.MF '$manifest_name', pom.xml '$pom_name'), not dev.idgen.client" >&2
-  exit 1
-fi
-strays="$("$jar" --list --file "$tmp/idgen-client.jar" | grep -v -e '^META-INF/$' -e '^META-INF/MANIFEST.MF$' \
-  -e '^dev/$' -e '^dev/idgen/$' -e '^dev/idgen/client/$' -e '^dev/idgen/client/[A-Za-z0-9$]*\.class$' || true)"
-if [ -n "$strays" ] || "$jar" --list --file "$tmp/idgen-client.jar" | grep -q 'Bench'; then
-  echo "java client: the library jar holds more than the library's classes:" >&2
-  echo "$strays" >&2
-  exit 1
-fi
-# What a repository needs from a published pom (Maven Central's list).
-for tag in name description url licenses scm developers; do
-  if ! grep -q "^  <$tag>" "$here/pom.xml"; then
-    echo "java client: pom.xml has no <$tag>" >&2
-    exit 1
-  fi
-done
-echo "jar: module $module, $("$jar" --list --file "$tmp/idgen-client.jar" | grep -c '\.class$') classes, no bench"
 
 echo "==> javac test sources"
 find "$here/src/test/java" -name '*.java' > "$tmp/test.txt"
