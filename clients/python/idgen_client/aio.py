@@ -65,7 +65,6 @@ import asyncio
 import collections
 import contextvars
 import itertools
-import logging
 import os
 import socket
 import ssl
@@ -81,49 +80,54 @@ from typing import (
     List,
     Optional,
     Sequence,
-    Set,
     Tuple,
     TypeVar,
     Union,
+    cast,
 )
 
 from . import forms, protocol
 from . import observe as _observe
-from . import status as _status
 from . import tls as _tls
-from .client import (
+from ._shared import (
+    _BACK_OFF,
     _MASKED_KIND,
-    _MAX_IDS_PER_CALL,
     _RAISE,
     _RECONNECT,
-    MAX_PREFETCHED_SEQUENCES,
+    NO_LOCK,
+    _addresses,
+    _ask_exactly,
+    _CallInfo,
+    _check_answer,
+    _checked_settings,
+    _cluster_layout,
+    _Core,
+    _count,
+    _expanded,
+    _Failover,
+    _format_addr,
+    _fresh,
+    _get_values_frame,
+    _id_requests,
+    _NodeBase,
+    _outcome,
+    _parse_node,
+    _pool_guard,
+    _refusal,
+    _SeqBase,
+    _Stats,
+    _uuid_requests,
+    _values_call,
+    _with_frame,
+    _with_request,
+)
+from .client import (
     IdParts,
     Layout,
     MaskedIdList,
     NodeState,
     UuidParts,
-    _addresses,
-    _backoff,
-    _checked_settings,
-    _CallInfo,
-    _check_answer,
-    _expanded,
-    _format_addr,
-    _fresh,
-    _ids_op,
-    _on_refusal,
-    _outcome,
-    _parse_node,
-    _pool_guard,
-    _reason,
-    _refusal,
-    _split,
-    _Stats,
-    _take_values,
     _tls_settings,
-    _values_count,
-    _with_frame,
-    _without_gone,
     key_node,
 )
 from .config import Settings, parse_url
@@ -131,15 +135,11 @@ from .errors import (
     ClientClosedError,
     IdgenError,
     KeyNodeUnavailableError,
-    NoNodeAvailable,
-    OptionsUnsupportedError,
     ProtocolError,
-    SequencesUnsupportedError,
     ServerError,
     UnavailableError,
-    UuidsUnsupportedError,
 )
-from .protocol import ErrorFrame, HelloOk, Ids, MaskedIds, Pong, Ranges, Uuids, Values
+from .protocol import ErrorFrame, HelloOk, MaskedIds, Values
 
 __all__ = ["AsyncClient"]
 
@@ -532,44 +532,24 @@ class _Connection:
         slot.set(result)
 
 
-class _Node:
+class _Node(_NodeBase):
     def __init__(
         self, addr: str, tls_name: Optional[str] = None, entry: int = 0, placeholder: bool = False
     ):
-        _parse_node(addr)
-        self.addr = addr
-        # expand=True, as client.py's _Node: the name TLS verifies, the configured entry, a
-        # name that resolved to nothing, an address no longer among its name's.
-        self.tls_name = tls_name
-        self.entry = entry
-        self.placeholder = placeholder
-        self.gone = False
+        # expand=True, as client.py's _Node. Only touched on the event loop: no lock.
+        super().__init__(addr, tls_name, entry, placeholder, NO_LOCK)
         self.connect_lock: Optional[asyncio.Lock] = None  # made on the client's loop
         self.conn: Optional[_Connection] = None
-        self.failures = 0
-        self.down_until = 0.0
-        self.last_error: Optional[BaseException] = None
 
 
-class _SeqState:
+class _SeqState(_SeqBase):
     """As client.py's ``_SeqState``, with an ``asyncio.Lock``."""
 
-    __slots__ = ("mode", "buffer", "lock")
-
     def __init__(self) -> None:
-        self.mode: Optional[int] = None
-        self.buffer: Deque[int] = collections.deque()
+        super().__init__()
         self.lock = asyncio.Lock()
 
 
-def _count(n: int, limit: int = _MAX_IDS_PER_CALL) -> int:
-    """``n`` checked before anything is sent: an int in 1 ..= ``limit`` (a count of 0 is
-    refused like a negative one, clients/vectors/CONFIG.md "Count 0")."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, not {type(n).__name__}")
-    if not 1 <= n <= limit:
-        raise ValueError(f"n must be 1 to {limit}, not {n}")
-    return n
 
 
 # Fork safety: every live AsyncClient, reset in a forked child by the at-fork hook.
@@ -588,7 +568,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class AsyncClient:
+class AsyncClient(_Core["_Node", "_SeqState"]):
     """An asyncio client for a cluster of idgen nodes: :class:`~idgen_client.Client`'s
     constructor parameters and semantics, with coroutine methods. Any number of tasks may
     call it at once; their requests are pipelined on one connection per node.
@@ -671,6 +651,7 @@ class AsyncClient:
         self._refill_not_before = 0.0
         self._seq_prefetch = sequence_prefetch
         self._seqs: "collections.OrderedDict[str, _SeqState]" = collections.OrderedDict()
+        self._seqs_lock = NO_LOCK
         _CLIENTS.add(self)
 
     # -- configuration ----------------------------------------------------------------------
@@ -831,11 +812,8 @@ class AsyncClient:
         """``n`` values of the named sequence ``name``, strictly increasing, as
         :meth:`Client.next_values` (with ``sequence_prefetch`` for dense sequences)."""
         await self._begin()
-        _count(n, protocol.MAX_VALUES_PER_CALL)
-        raw = protocol.check_sequence_name(name)
         layout = self._layout
-        if layout is not None and n > layout.max_batch:
-            raise ValueError(f"n must be 1 to {layout.max_batch} (the node's max_batch), not {n}")
+        raw = _values_call(n, name, layout.max_batch if layout is not None else None)
         if not self._seq_prefetch:
 
             async def plain() -> List[int]:
@@ -893,19 +871,7 @@ class AsyncClient:
     def nodes(self) -> List[NodeState]:
         """Each node's state, as :meth:`Client.nodes`."""
         self._check_fork()
-        now = time.monotonic()
-        return [
-            {
-                "node": node.addr,
-                "connected": node.conn is not None and node.conn.alive,
-                "down": node.down_until > now,
-                "retry_in": max(0.0, node.down_until - now),
-                "failures": node.failures,
-                "last_error": node.last_error,
-                "hello": node.conn.hello if node.conn is not None else None,
-            }
-            for node in self._nodes
-        ]
+        return cast(List[NodeState], self._node_states())
 
     async def aclose(self) -> None:
         """Close every connection and stop the refill task. Pooled IDs are dropped (a gap);
@@ -948,14 +914,7 @@ class AsyncClient:
     # -- options ----------------------------------------------------------------------------
 
     async def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
-        if conn.hello.version < protocol.IDS_WITH_VERSION:
-            raise OptionsUnsupportedError(conn.hello.version, conn.node)
-        if n > conn.hello.max_batch:
-            raise ValueError(
-                f"a call with options is one request: at most the node's max_batch "
-                f"({conn.hello.max_batch}) IDs, not {n}"
-            )
-        (slot,) = conn.submit([(kind, (n, frame))])
+        (slot,) = conn.submit([_with_request(conn, n, frame, kind)])
         self._stats.add("requests")
         await conn.flush()
         return slot
@@ -963,7 +922,8 @@ class AsyncClient:
     async def _routed(
         self, key: Optional[str], run: Callable[[_Connection], Awaitable[_T]]
     ) -> _T:
-        """``run`` with failover, or, with an idempotency key, on the key's node only."""
+        """``run`` with failover, or, with an idempotency key, on the key's node only
+        (client.py's rules)."""
         if key is None:
             return await self._with_failover(run)
         if self._closed:
@@ -976,20 +936,11 @@ class AsyncClient:
             try:
                 conn = await self._connection(node)
                 result = await run(conn)
-                if info is not None:
-                    info.node = node.addr
-                return result
             except ServerError as e:
-                if info is not None:
-                    info.node = node.addr
-                self._refused(node, e, info)
-                action = _on_refusal(e, may_reconnect=attempt == 0)
+                action = self._refusal_action(node, conn, e, info, may_reconnect=attempt == 0)
                 if action == _RECONNECT:
-                    self._drop(node, conn)
                     continue
                 if action == _RAISE:
-                    if e.closes_connection:
-                        self._drop(node, conn)
                     raise
                 await self._failed(node, conn, e, keep_connection=not e.closes_connection)
                 raise KeyNodeUnavailableError(key, node.addr, e) from e
@@ -1000,12 +951,15 @@ class AsyncClient:
                     raise
                 await self._failed(node, conn, e)
                 raise KeyNodeUnavailableError(key, node.addr, e) from e
+            if info is not None:
+                info.node = node.addr
+            return result
         raise UnavailableError("the key's node changed its range twice", node.addr)
 
     # -- requests ---------------------------------------------------------------------------
 
     async def _fetch(self, conn: _Connection, n: int) -> List[int]:
-        slots = conn.submit([(_ids_op(conn.hello), c) for c in _split(n, conn.hello.max_batch)])
+        slots = conn.submit(_id_requests(conn, n))
         self._stats.add("requests", len(slots))
         await conn.flush()
         if len(slots) == 1:
@@ -1018,9 +972,7 @@ class AsyncClient:
         return ids
 
     async def _fetch_uuids(self, conn: _Connection, n: int) -> List[uuid.UUID]:
-        if conn.hello.version < protocol.UUIDS_VERSION:
-            raise UuidsUnsupportedError(conn.hello.version, conn.node)
-        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in _split(n, conn.hello.max_batch)])
+        slots = conn.submit(_uuid_requests(conn, n))
         self._stats.add("uuid_requests", len(slots))
         await conn.flush()
         uuids: List[uuid.UUID] = []
@@ -1033,19 +985,7 @@ class AsyncClient:
 
     async def _get_values(self, raw: bytes, n: int, want: int) -> Values:
         async def run(conn: _Connection) -> Values:
-            hello = conn.hello
-            count = _values_count(n, want, hello)
-            try:
-                frame = protocol.check_get_values(
-                    raw,
-                    count,
-                    version=hello.version,
-                    max_batch=hello.max_batch,
-                    max_request_frame=hello.max_request_frame,
-                )
-            except protocol.SequencesUnsupported as e:
-                raise SequencesUnsupportedError(e.version, conn.node) from None
-            (slot,) = conn.submit([(protocol.OP_GET_VALUES, (count, frame))])
+            (slot,) = conn.submit([(protocol.OP_GET_VALUES, _get_values_frame(raw, n, want, conn))])
             self._stats.add("value_requests")
             await conn.flush()
             answer = await conn.wait_values(slot)
@@ -1054,142 +994,63 @@ class AsyncClient:
 
         return await self._with_failover(run)
 
-    def _seq_state(self, key: str) -> _SeqState:
-        state = self._seqs.get(key)
-        if state is None:
-            state = self._seqs[key] = _SeqState()
-            while len(self._seqs) > MAX_PREFETCHED_SEQUENCES:
-                self._seqs.popitem(last=False)
-        else:
-            self._seqs.move_to_end(key)
-        return state
+    def _new_seq(self) -> _SeqState:
+        return _SeqState()
 
     async def _ask(self, key: str, state: _SeqState, raw: bytes, n: int, want: int) -> Values:
         try:
             answer = await self._get_values(raw, n, want)
         except ServerError as e:
-            if e.status == _status.UNKNOWN_SEQUENCE:
-                if self._seqs.get(key) is state:
-                    del self._seqs[key]
-                state.mode = None
-                state.buffer.clear()
+            self._seq_failed(key, state, e)
             raise
-        state.mode = answer.mode
+        state.answered(answer)
         return answer
 
     async def _prefetched_values(self, key: str, raw: bytes, n: int) -> List[int]:
         state = self._seq_state(key)
         if state.mode == protocol.MODE_STRICT:
-            answer = await self._ask(key, state, raw, n, n)
-            if answer.mode == protocol.MODE_STRICT:
-                state.buffer.clear()
-            return answer.values
+            return state.exact(await self._ask(key, state, raw, n, n))
         async with state.lock:
             if state.mode != protocol.MODE_DENSE:
-                answer = await self._ask(key, state, raw, n, n)
-                if answer.mode == protocol.MODE_STRICT:
-                    state.buffer.clear()
-                return answer.values
-            buf = state.buffer
-            if len(buf) >= n:
-                out = [buf.popleft() for _ in range(n)]
-                self._stats.add("value_prefetch_served", n)
+                return state.exact(await self._ask(key, state, raw, n, n))
+            out = state.take(n, self._stats)
+            if out is not None:
                 return out
             want = max(self._seq_prefetch, n)
             try:
                 answer = await self._ask(key, state, raw, n, want)
             except ServerError as e:
-                if e.status != _status.SEQUENCE_USED_UP or want == n:
+                if not _ask_exactly(e, want, n):
                     raise
                 answer = await self._ask(key, state, raw, n, n)
-            fresh = answer.values
-            if answer.mode != protocol.MODE_DENSE:
-                buf.clear()
-                return fresh[:n]
-            out, kept = _take_values(buf, fresh, n)  # a gap, never a repeat
-            if kept:
-                self._stats.add("value_prefetch_served", kept)
-            return out
+            return state.refilled(answer, n, self._stats)  # a gap, never a repeat
 
     # -- failover (client.py's rules) -------------------------------------------------------
 
     async def _with_failover(self, run: Callable[[_Connection], Awaitable[_T]]) -> _T:
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        nodes = self._nodes  # this call's list (expand=True may replace it meanwhile)
-        count = len(nodes)
-        start = self._preferred % count
-        tried: List[BaseException] = []
-        order = collections.deque((start + k) % count for k in range(count))
-        reconnected: Set[int] = set()
-        info = self._call.get()
-        moving: Optional[Tuple[str, BaseException]] = None  # the node left, and why
-        while order or (self._expand and self._nodes is not nodes):
-            if not order:
-                # expand=True: the names were resolved again meanwhile; their new addresses
-                # are tried too.
-                new = [n for n in self._nodes if n not in nodes]
-                if not new:
-                    break
-                order.extend(range(len(nodes), len(nodes) + len(new)))
-                nodes = nodes + new
-            index = order.popleft()
-            node = nodes[index]
-            if node.down_until > time.monotonic():
-                continue
-            if tried and index not in reconnected:
-                self._stats.add("failovers")
-            if moving is not None and moving[0] != node.addr:
-                self._obs.emit(
-                    _observe.FAILOVER,
-                    {"from_node": moving[0], "to_node": node.addr, "reason": _reason(moving[1])},
-                )
-                moving = None
+        plan: _Failover[_Node] = _Failover(self, self._call.get())
+        node = plan.next()
+        while node is not None:
             conn: Optional[_Connection] = None
             try:
                 conn = await self._connection(node)
                 result = await run(conn)
             except ServerError as e:
-                if info is not None:
-                    info.node = node.addr
-                self._refused(node, e, info)
-                action = _on_refusal(e, may_reconnect=index not in reconnected)
-                if action == _RECONNECT:
-                    reconnected.add(index)
-                    self._drop(node, conn)
-                    order.appendleft(index)
-                    continue
+                action = plan.refused(node, conn, e)
                 if action == _RAISE:
-                    if e.closes_connection:
-                        self._drop(node, conn)
                     raise
-                await self._failed(node, conn, e, keep_connection=not e.closes_connection)
-                tried.append(e)
-                moving = (node.addr, e)
+                if action == _BACK_OFF:
+                    await self._failed(node, conn, e, keep_connection=not e.closes_connection)
             except (UnavailableError, ProtocolError) as e:
                 if self._closed:
                     raise ClientClosedError("the client is closed") from e
+                plan.failed(node, e)
                 await self._failed(node, conn, e)
-                tried.append(e)
-                moving = (node.addr, e)
             else:
-                if info is not None:
-                    info.node = node.addr
-                if node.failures:
-                    node.failures = 0
-                    self._obs.emit(_observe.NODE_UP, {"node": node.addr, "reason": "answered again"})
-                current = self._nodes
-                if nodes is current:
-                    self._preferred = index
-                else:
-                    self._preferred = current.index(node) if node in current else 0
+                plan.answered(node)
                 return result
-        if len(tried) == 1:
-            raise _fresh(tried[0])
-        now = time.monotonic()
-        errors = {n.addr: n.last_error for n in nodes}
-        retry_in = {n.addr: n.down_until - now for n in nodes if n.down_until > now}
-        raise NoNodeAvailable(errors, retry_in) from (tried[-1] if tried else None)
+            node = plan.next()
+        raise plan.error()
 
     async def _connection(self, node: _Node) -> _Connection:
         conn = node.conn
@@ -1199,16 +1060,10 @@ class AsyncClient:
         if lock is None:  # a node added by a re-resolution on this loop
             lock = node.connect_lock = asyncio.Lock()
         async with lock:
-            if self._closed:
-                raise ClientClosedError("the client is closed")
             conn = node.conn
             if conn is not None and conn.alive:
                 return conn
-            if node.down_until > time.monotonic() and node.last_error is not None:
-                raise UnavailableError(f"node is down: {node.last_error}", node.addr)
-            tls = self._tls
-            if tls is not None and tls[1] is None and node.tls_name is not None:
-                tls = (tls[0], node.tls_name)  # expand=True: verify the name, not the address
+            self._connect_check(node)
             started = time.monotonic()
             try:
                 if node.placeholder:
@@ -1216,7 +1071,7 @@ class AsyncClient:
                     # (this failure makes the client resolve it again).
                     raise UnavailableError("the name resolves to no address", node.addr)
                 conn = await _Connection.open(
-                    node.addr, self._connect_timeout, self._timeout, self._stats, tls
+                    node.addr, self._connect_timeout, self._timeout, self._stats, self._tls_for(node)
                 )
                 try:
                     self._check_layout(conn)
@@ -1226,72 +1081,14 @@ class AsyncClient:
                     await conn.close()
                     raise
             except IdgenError as e:
-                self._obs.emit(
-                    _observe.CONNECT_FAILED,
-                    {"node": node.addr, "error": _reason(e), "duration": time.monotonic() - started},
-                )
+                self._connect_failed(node, e, started)
                 raise
             node.conn = conn
-        self._obs.emit(
-            _observe.CONNECT,
-            {
-                "node": node.addr,
-                "address": conn.address,
-                "version": conn.hello.version,
-                "duration": time.monotonic() - started,
-            },
-        )
+        self._connected(node, conn, started)
         return conn
 
     def _check_layout(self, conn: _Connection) -> None:
-        layout = Layout.from_hello(conn.hello)
-        if self._layout is None:
-            self._layout = layout
-        elif not self._layout.same_ids(layout):
-            raise ProtocolError(
-                f"node's ID layout {layout} differs from the cluster's {self._layout}",
-                node=conn.node,
-            )
-
-    def _drop(self, node: _Node, conn: Optional[_Connection]) -> None:
-        if conn is not None and node.conn is conn:
-            node.conn = None
-        if conn is not None:
-            conn.fail(UnavailableError("connection dropped", node.addr))
-
-    def _mark_down(
-        self,
-        node: _Node,
-        conn: Optional[_Connection],
-        err: BaseException,
-        keep_connection: bool = False,
-    ) -> None:
-        """client.py's ``_mark_down``: only the first report of one failure backs off."""
-        now = time.monotonic()
-        stale = conn is not None and node.conn is not conn and node.conn is not None
-        if conn is not None and node.conn is conn and not keep_connection:
-            node.conn = None
-        marked: Optional[float] = None
-        if stale or node.down_until > now:
-            node.last_error = node.last_error or err
-        else:
-            node.failures += 1
-            marked = _backoff(node.failures, self._backoff_min, self._backoff_max)
-            node.down_until = now + marked
-            node.last_error = err
-            self._stats.add("node_failures")
-        if conn is not None and not keep_connection:
-            conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
-        if marked is not None:
-            self._obs.emit(
-                _observe.NODE_DOWN,
-                {
-                    "node": node.addr,
-                    "reason": _reason(err),
-                    "retry_in": marked,
-                    "failures": node.failures,
-                },
-            )
+        self._layout = _cluster_layout(self._layout, Layout.from_hello(conn.hello), conn.node)
 
     async def _failed(
         self,
@@ -1300,23 +1097,11 @@ class AsyncClient:
         err: BaseException,
         keep_connection: bool = False,
     ) -> None:
-        """A node failed a call: :meth:`_mark_down`, and with ``expand=True`` the names
+        """A node failed a call: :meth:`_Core._back_off`, and with ``expand=True`` the names
         resolved again (at most once a second)."""
-        self._mark_down(node, conn, err, keep_connection)
+        self._back_off(node, conn, err, keep_connection)
         if self._expand:
             await self._node_failed(node)
-
-    def _refused(self, node: _Node, err: ServerError, info: Optional[_CallInfo]) -> None:
-        self._obs.emit(
-            _observe.REFUSED,
-            {
-                "node": node.addr,
-                "op": info.op if info is not None else None,
-                "status": err.status,
-                "status_name": err.name,
-                "message": err.message,
-            },
-        )
 
     # -- events -------------------------------------------------------------------------------
 
@@ -1335,16 +1120,7 @@ class AsyncClient:
             raise
         finally:
             self._call.reset(token)
-            self._obs.emit(
-                _observe.REQUEST,
-                {
-                    "op": op,
-                    "count": count,
-                    "node": info.node,
-                    "duration": time.monotonic() - started,
-                    "outcome": outcome,
-                },
-            )
+            self._request_event(info, count, started, outcome)
 
     # -- expand=True: each address of a name is a node (client.py's rules) ------------------
 
@@ -1367,21 +1143,11 @@ class AsyncClient:
         answers = await asyncio.gather(*(one(host, port) for host, port in self._entries))
         return _expanded(self._entries, list(answers), current, _Node)
 
-    def _set_nodes(self, new: List[_Node]) -> List[_Node]:
-        """Make ``new`` the node list (the preferred node kept); returns the nodes removed."""
-        current = self._nodes
-        removed = [n for n in current if n not in new]
-        if [n.addr for n in new] != [n.addr for n in current]:
-            preferred = current[self._preferred % len(current)]
-            self._nodes = new
-            self._preferred = new.index(preferred) if preferred in new else 0
-            _observe.LOGGER.log(
-                logging.INFO, "nodes now %s (names resolved)", ", ".join(n.addr for n in new)
-            )
-        else:
-            self._nodes = new
+    def _set_nodes(self, new: List[_Node], failed: Optional[_Node] = None) -> List[_Node]:
+        """:meth:`_Core._replace_nodes`, the new nodes given their connect locks."""
+        removed = self._replace_nodes(new, failed)
         if self._loop is not None:
-            for n in new:
+            for n in self._nodes:
                 if n.connect_lock is None:
                     n.connect_lock = asyncio.Lock()
         return removed
@@ -1399,8 +1165,7 @@ class AsyncClient:
                 new = await self._resolve(self._nodes)
             else:
                 new = list(self._nodes)
-            new = _without_gone(new, node, lambda n: n.conn is None)
-            removed = self._set_nodes(new)
+            removed = self._set_nodes(new, node)
         finally:
             self._resolving = False
         for n in removed:
