@@ -25,11 +25,13 @@ from typing import (
     Sequence,
     Tuple,
     TypeVar,
+    Union,
 )
 
 from . import observe as _observe
 from . import protocol
 from . import status as _status
+from . import tls as _tls
 from .errors import (
     ClientClosedError,
     IdgenError,
@@ -879,3 +881,168 @@ class _Failover(Generic[_NB]):
         err.__cause__ = self._tried[-1] if self._tried else None  # raise ... from
         err.__suppress_context__ = True
         return err
+
+
+# -- connections: what the blocking and the asyncio connection share ---------------------------
+
+
+def _encode_request(op: int, arg: Union[int, Tuple[int, bytes]]) -> Tuple[int, bytes]:
+    """A request for a connection's ``submit``, ``(opcode, count or token)`` or, for
+    GET_VALUES and GET_IDS_WITH, ``(opcode, (count, the encoded frame))``: what its answer
+    must hold (the count, or the PING token) and the frame to send."""
+    if op in (protocol.OP_GET_VALUES, protocol.OP_GET_IDS_WITH, _MASKED_KIND) and isinstance(
+        arg, tuple
+    ):
+        return arg
+    if op == protocol.OP_GET_IDS and isinstance(arg, int):
+        return arg, protocol.encode_get_ids(arg)
+    if op == protocol.OP_GET_RANGES and isinstance(arg, int):
+        return arg, protocol.encode_get_ranges(arg)
+    if op == protocol.OP_GET_UUIDS and isinstance(arg, int):
+        return arg, protocol.encode_get_uuids(arg)
+    if op == protocol.OP_PING and isinstance(arg, int):
+        return arg, protocol.encode_ping(arg)
+    raise TypeError(f"not a request: opcode {op} with {type(arg).__name__}")
+
+
+def _hello_from(buf: bytearray, node: str) -> Optional[HelloOk]:
+    """The node's HELLO_OK once ``buf`` holds a whole frame (taken out of it), else ``None``;
+    an ERROR frame, another frame or a version not offered raises."""
+    decoded = protocol.decode_response(buf, protocol.DEFAULT_MAX_RESPONSE_FRAME)
+    if decoded is None:
+        return None
+    frame, used = decoded
+    del buf[:used]
+    if isinstance(frame, ErrorFrame):
+        raise ServerError(frame.status, frame.name, frame.message, node)
+    if not isinstance(frame, HelloOk):
+        raise ProtocolError(f"expected HELLO_OK, got {type(frame).__name__}", node=node)
+    if not protocol.MIN_PROTOCOL_VERSION <= frame.version <= protocol.PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"server picked version {frame.version}, only versions "
+            f"{protocol.MIN_PROTOCOL_VERSION}..={protocol.PROTOCOL_VERSION} were offered",
+            node=node,
+        )
+    return frame
+
+
+def _handshake_error(err: Exception, node: str) -> BaseException:
+    """What a failed HELLO exchange raises: a ``ProtocolError`` as it is (naming the node),
+    a TLS error as :class:`TLSError` (TLS 1.3: a node that refuses the client certificate
+    says so after the handshake, which the client then reads here), another socket error as
+    :class:`UnavailableError`."""
+    if isinstance(err, ProtocolError):
+        err.node = node
+        return err
+    if isinstance(err, ssl.SSLError):
+        return _tls.tls_error(err, node)
+    return UnavailableError(f"handshake failed: {err}", node)
+
+
+class _SlotLike(Protocol):
+    kind: int
+    expect: int
+
+    def set(self, result: object) -> None: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+
+class _ConnBase:
+    """What both clients' connections share: the reader's side, which does no I/O of its own
+    (answers decoded from what was read, each handed to the slot at the head of the FIFO,
+    checked; the errors that end the reader) and a forked child's forgetting. ``_lock``
+    guards ``_pending`` and ``_error`` (``NO_LOCK`` on an event loop)."""
+
+    node: str
+    max_frame: int
+    _lock: _Lock
+    _pending: Deque[Any]
+    _error: Optional[BaseException]
+    _sock: Any
+    _last_id: int
+    _last_uuid: int
+
+    def fail(self, error: BaseException) -> None:
+        raise NotImplementedError
+
+    def _forget_socket(self) -> None:
+        """In a forked child: nothing sent, no ``shutdown()`` (that would cut the parent's
+        connection too); only this process's copy of the descriptor is closed."""
+        self._pending = collections.deque()
+        self._error = ClientClosedError(f"{self.node}: connection inherited across fork()")
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def _dispatch_all(self, buf: bytearray) -> None:
+        """Hand out every whole answer ``buf`` holds (taken out of it)."""
+        while True:
+            decoded = protocol.decode_response(buf, self.max_frame)
+            if decoded is None:
+                return
+            frame, used = decoded
+            del buf[:used]
+            self._dispatch(frame)
+
+    def _dispatch(self, frame: protocol.Response) -> None:
+        """The answer for the slot at the head of the FIFO (the node answers in order)."""
+        with self._lock:
+            slot: Optional[_SlotLike] = self._pending.popleft() if self._pending else None
+        if slot is None:
+            raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
+        if isinstance(frame, ErrorFrame):
+            refused, broken = _refusal(frame, self.node)
+            slot.fail(refused)
+            if broken is not None:
+                # 305: every request still in flight (and every later submit) gets the 305
+                # too: this connection is dead, the node is not, so they reconnect rather
+                # than count the node as down. Another closing status: the node closed it.
+                self.fail(broken)
+            return
+        try:
+            result, self._last_id, self._last_uuid = _check_answer(
+                slot.kind, slot.expect, frame, self._last_id, self._last_uuid
+            )
+        except ProtocolError as err:
+            err.node = self.node
+            slot.fail(err)
+            raise
+        slot.set(result)
+
+    def _server_closed(self, idle: bool) -> None:
+        """The node closed the connection: an idle one (its idle timeout) is no node failure,
+        the next call simply reconnects."""
+        if idle:
+            self.fail(UnavailableError("connection closed by the server (idle)", self.node))
+        else:
+            self.fail(
+                UnavailableError("connection closed by the server with requests unanswered", self.node)
+            )
+
+    def _reader_failed(self, err: Exception) -> None:
+        """The reader stopped on ``err``: the connection fails with what it means (any other
+        exception is a bug, which never leaves callers waiting)."""
+        if isinstance(err, ProtocolError):
+            err.node = self.node
+            self.fail(err)
+        elif isinstance(err, ssl.SSLError):
+            self.fail(_tls.tls_error(err, self.node))
+        elif isinstance(err, OSError):
+            self.fail(UnavailableError(f"receive failed: {err}", self.node))
+        else:
+            self.fail(ProtocolError(f"reader failed: {err!r}", node=self.node))
+
+
+class _Forgets(Protocol):
+    def _forget_parent(self) -> None: ...
+
+
+def _forget_in_child(clients: Sequence[_Forgets]) -> None:
+    """The at-fork hook's work in a child: every live client forgets its parent's state."""
+    for client in clients:
+        try:
+            client._forget_parent()
+        except Exception:  # pragma: no cover - the pid check on its next call retries
+            pass

@@ -98,7 +98,11 @@ from ._shared import (
     _addresses,
     _ask_exactly,
     _CallInfo,
-    _check_answer,
+    _ConnBase,
+    _encode_request,
+    _forget_in_child,
+    _handshake_error,
+    _hello_from,
     _checked_settings,
     _cluster_layout,
     _Core,
@@ -113,7 +117,6 @@ from ._shared import (
     _outcome,
     _parse_node,
     _pool_guard,
-    _refusal,
     _SeqBase,
     _Stats,
     _uuid_requests,
@@ -139,7 +142,7 @@ from .errors import (
     ServerError,
     UnavailableError,
 )
-from .protocol import ErrorFrame, HelloOk, MaskedIds, Values
+from .protocol import HelloOk, MaskedIds, Values
 
 __all__ = ["AsyncClient"]
 
@@ -220,7 +223,7 @@ async def _connect_any(
     raise UnavailableError(f"cannot connect: {last}{tried}", node) from last
 
 
-class _Connection:
+class _Connection(_ConnBase):
     """One TCP (or TLS) connection to one node on one event loop: FIFO of slots, reader task.
     Made by :meth:`open`."""
 
@@ -246,6 +249,7 @@ class _Connection:
         self._writer = writer
         self._timeout = timeout
         self._stats = stats
+        self._lock = NO_LOCK  # only the event loop touches _pending and _error
         self._pending: Deque[_Slot] = collections.deque()
         self._error: Optional[BaseException] = None
         self._lost = False  # a submit found the transport closing
@@ -314,10 +318,8 @@ class _Connection:
             writer.write(protocol.encode_hello())
             await asyncio.wait_for(writer.drain(), max(deadline - time.monotonic(), 0.001))
             buf = bytearray()
-            while True:
-                decoded = protocol.decode_response(buf, protocol.DEFAULT_MAX_RESPONSE_FRAME)
-                if decoded is not None:
-                    break
+            hello = _hello_from(buf, node)
+            while hello is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise asyncio.TimeoutError()
@@ -325,30 +327,15 @@ class _Connection:
                 if not data:
                     raise UnavailableError("connection closed during the handshake", node)
                 buf += data
+                hello = _hello_from(buf, node)
         except asyncio.TimeoutError:
             raise UnavailableError("no HELLO_OK within connect_timeout", node) from None
-        except ProtocolError as e:
-            e.node = node
-            raise
-        except ssl.SSLError as e:
-            # TLS 1.3: a node that refuses the client certificate says so after the
-            # handshake, which the client then reads here.
-            raise _tls.tls_error(e, node) from e
-        except OSError as e:
-            raise UnavailableError(f"handshake failed: {e}", node) from e
-        frame, used = decoded
-        del buf[:used]
-        if isinstance(frame, ErrorFrame):
-            raise ServerError(frame.status, frame.name, frame.message, node)
-        if not isinstance(frame, HelloOk):
-            raise ProtocolError(f"expected HELLO_OK, got {type(frame).__name__}", node=node)
-        if not protocol.MIN_PROTOCOL_VERSION <= frame.version <= protocol.PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"server picked version {frame.version}, only versions "
-                f"{protocol.MIN_PROTOCOL_VERSION}..={protocol.PROTOCOL_VERSION} were offered",
-                node=node,
-            )
-        return frame, buf
+        except (ProtocolError, OSError) as e:
+            err = _handshake_error(e, node)
+            if err is e:
+                raise
+            raise err from e
+        return hello, buf
 
     # -- state ----------------------------------------------------------------------------
 
@@ -377,14 +364,8 @@ class _Connection:
 
     def forget(self) -> None:
         """In a forked child (or after the client's loop closed): stop using this connection
-        without sending anything, without ``shutdown()`` and without its event loop; only this
-        process's copy of the descriptor is closed."""
-        self._pending = collections.deque()
-        self._error = ClientClosedError(f"{self.node}: connection inherited across fork()")
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        without its event loop (:meth:`_ConnBase._forget_socket`)."""
+        self._forget_socket()
 
     # -- requests -------------------------------------------------------------------------
 
@@ -394,20 +375,7 @@ class _Connection:
         slots = []
         frames = []
         for op, arg in requests:
-            if op in (protocol.OP_GET_VALUES, protocol.OP_GET_IDS_WITH, _MASKED_KIND) and isinstance(
-                arg, tuple
-            ):
-                expect, frame = arg
-            elif op == protocol.OP_GET_IDS and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_ids(arg)
-            elif op == protocol.OP_GET_RANGES and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_ranges(arg)
-            elif op == protocol.OP_GET_UUIDS and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_uuids(arg)
-            elif op == protocol.OP_PING and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_ping(arg)
-            else:
-                raise TypeError(f"not a request: opcode {op} with {type(arg).__name__}")
+            expect, frame = _encode_request(op, arg)
             frames.append(frame)
             slots.append(_Slot(self.loop, op, expect))
         if self._error is not None:
@@ -476,62 +444,17 @@ class _Connection:
     async def _read_loop(self, buf: bytearray) -> None:
         try:
             while self._error is None:
-                while True:
-                    decoded = protocol.decode_response(buf, self.max_frame)
-                    if decoded is None:
-                        break
-                    frame, used = decoded
-                    del buf[:used]
-                    self._dispatch(frame)
+                self._dispatch_all(buf)
                 data = await self._reader.read(_RECV_CHUNK)
                 if not data:
-                    if not self._pending and not buf:
-                        # The node closed an idle connection: the next call reconnects.
-                        self.fail(UnavailableError("connection closed by the server (idle)", self.node))
-                    else:
-                        self.fail(
-                            UnavailableError(
-                                "connection closed by the server with requests unanswered",
-                                self.node,
-                            )
-                        )
+                    self._server_closed(idle=not self._pending and not buf)
                     return
                 buf += data
         except asyncio.CancelledError:
             self.fail(ClientClosedError(f"{self.node}: connection closed by the client"))
             raise
-        except ProtocolError as e:
-            e.node = self.node
-            self.fail(e)
-        except ssl.SSLError as e:
-            self.fail(_tls.tls_error(e, self.node))
-        except OSError as e:
-            self.fail(UnavailableError(f"receive failed: {e}", self.node))
-        except Exception as e:  # a bug: never leave callers waiting
-            self.fail(ProtocolError(f"reader failed: {e!r}", node=self.node))
-
-    def _dispatch(self, frame: protocol.Response) -> None:
-        """client.py's ``_Connection._dispatch``: the answer for the slot at the head."""
-        slot = self._pending.popleft() if self._pending else None
-        if slot is None:
-            raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
-        if isinstance(frame, ErrorFrame):
-            refused, broken = _refusal(frame, self.node)
-            slot.fail(refused)
-            if broken is not None:  # 305: every request in flight reconnects to the same node
-                self.fail(broken)
-            return
-        try:
-            result, self._last_id, self._last_uuid = _check_answer(
-                slot.kind, slot.expect, frame, self._last_id, self._last_uuid
-            )
-        except ProtocolError as err:
-            err.node = self.node
-            slot.fail(err)
-            raise
-        slot.set(result)
-
-
+        except Exception as e:
+            self._reader_failed(e)
 class _Node(_NodeBase):
     def __init__(
         self, addr: str, tls_name: Optional[str] = None, entry: int = 0, placeholder: bool = False
@@ -557,11 +480,7 @@ _CLIENTS: "weakref.WeakSet[AsyncClient]" = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    for client in list(_CLIENTS):
-        try:
-            client._forget_parent()
-        except Exception:  # pragma: no cover - the pid check on its next call retries
-            pass
+    _forget_in_child(list(_CLIENTS))
 
 
 if hasattr(os, "register_at_fork"):

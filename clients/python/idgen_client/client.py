@@ -104,7 +104,7 @@ from .errors import (
     ServerError,
     UnavailableError,
 )
-from .protocol import ErrorFrame, HelloOk, MaskedIds, Values
+from .protocol import HelloOk, MaskedIds, Values
 from ._shared import (  # noqa: F401 - client.py's names of old, kept for its users
     _BACK_OFF,
     _MASKED_KIND,
@@ -117,6 +117,11 @@ from ._shared import (  # noqa: F401 - client.py's names of old, kept for its us
     _backoff,
     _CallInfo,
     _check_answer,
+    _ConnBase,
+    _encode_request,
+    _forget_in_child,
+    _handshake_error,
+    _hello_from,
     _checked_settings,
     _cluster_layout,
     _Core,
@@ -444,7 +449,7 @@ def _connect_any(
     raise UnavailableError(f"cannot connect: {last}{tried}", node) from last
 
 
-class _Connection:
+class _Connection(_ConnBase):
     """One TCP (or TLS) connection to one node: writer lock, FIFO of slots, reader thread.
 
     With ``tls`` (a context and an optional server name) the socket is a
@@ -531,10 +536,8 @@ class _Connection:
                     sock.raise_pending_alert()
                 raise
             buf = bytearray()
-            while True:
-                decoded = protocol.decode_response(buf, protocol.DEFAULT_MAX_RESPONSE_FRAME)
-                if decoded is not None:
-                    break
+            hello = _hello_from(buf, self.node)
+            while hello is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise socket.timeout()
@@ -543,32 +546,15 @@ class _Connection:
                 if not data:
                     raise UnavailableError("connection closed during the handshake", self.node)
                 buf += data
+                hello = _hello_from(buf, self.node)
         except socket.timeout:
             raise UnavailableError("no HELLO_OK within connect_timeout", self.node) from None
-        except ProtocolError as e:
-            e.node = self.node
-            raise
-        except ssl.SSLError as e:
-            # TLS 1.3: a server that refuses the client certificate says so after the
-            # handshake, which the client then reads here.
-            raise _tls.tls_error(e, self.node) from e
-        except OSError as e:
-            raise UnavailableError(f"handshake failed: {e}", self.node) from e
-        frame, used = decoded
-        del buf[:used]
-        if isinstance(frame, ErrorFrame):
-            raise ServerError(frame.status, frame.name, frame.message, self.node)
-        if not isinstance(frame, HelloOk):
-            raise ProtocolError(
-                f"expected HELLO_OK, got {type(frame).__name__}", node=self.node
-            )
-        if not protocol.MIN_PROTOCOL_VERSION <= frame.version <= protocol.PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"server picked version {frame.version}, only versions "
-                f"{protocol.MIN_PROTOCOL_VERSION}..={protocol.PROTOCOL_VERSION} were offered",
-                node=self.node,
-            )
-        return frame, buf
+        except (ProtocolError, OSError) as e:
+            err = _handshake_error(e, self.node)
+            if err is e:
+                raise
+            raise err from e
+        return hello, buf
 
     # -- state ----------------------------------------------------------------------------
 
@@ -599,17 +585,11 @@ class _Connection:
 
     def forget(self) -> None:
         """In a forked child: stop using this inherited connection without touching what it
-        shares with the parent. Nothing is sent and there is no ``shutdown()`` (that would
-        cut the parent's connection too); only this process's copy of the descriptor is
-        closed. Its locks may have been held by threads that do not exist here: replaced."""
+        shares with the parent (:meth:`_ConnBase._forget_socket`). Its locks may have been
+        held by threads that do not exist here: replaced."""
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._pending = collections.deque()
-        self._error = ClientClosedError(f"{self.node}: connection inherited across fork()")
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        self._forget_socket()
 
     # -- requests -------------------------------------------------------------------------
 
@@ -621,20 +601,7 @@ class _Connection:
         slots = []
         frames = []
         for op, arg in requests:
-            if op in (protocol.OP_GET_VALUES, protocol.OP_GET_IDS_WITH, _MASKED_KIND) and isinstance(
-                arg, tuple
-            ):
-                expect, frame = arg
-            elif op == protocol.OP_GET_IDS and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_ids(arg)
-            elif op == protocol.OP_GET_RANGES and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_ranges(arg)
-            elif op == protocol.OP_GET_UUIDS and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_uuids(arg)
-            elif op == protocol.OP_PING and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_ping(arg)
-            else:
-                raise TypeError(f"not a request: opcode {op} with {type(arg).__name__}")
+            expect, frame = _encode_request(op, arg)
             frames.append(frame)
             slots.append(_Slot(op, expect))
         data = b"".join(frames)
@@ -700,13 +667,7 @@ class _Connection:
         sock = self._sock
         try:
             while self._error is None:
-                while True:
-                    decoded = protocol.decode_response(buf, self.max_frame)
-                    if decoded is None:
-                        break
-                    frame, used = decoded
-                    del buf[:used]
-                    self._dispatch(frame)
+                self._dispatch_all(buf)
                 try:
                     data = sock.recv(_RECV_CHUNK)
                 except socket.timeout:
@@ -714,54 +675,11 @@ class _Connection:
                 if not data:
                     with self._lock:
                         idle = not self._pending and not buf
-                    if idle:
-                        # The server closed an idle connection (its idle timeout): not a
-                        # node failure, the next call simply reconnects.
-                        self.fail(UnavailableError("connection closed by the server (idle)", self.node))
-                    else:
-                        self.fail(
-                            UnavailableError(
-                                "connection closed by the server with requests unanswered",
-                                self.node,
-                            )
-                        )
+                    self._server_closed(idle)
                     return
                 buf += data
-        except ProtocolError as e:
-            e.node = self.node
-            self.fail(e)
-        except ssl.SSLError as e:
-            self.fail(_tls.tls_error(e, self.node))
-        except OSError as e:
-            self.fail(UnavailableError(f"receive failed: {e}", self.node))
-        except Exception as e:  # a bug: never leave callers waiting
-            self.fail(ProtocolError(f"reader failed: {e!r}", node=self.node))
-
-    def _dispatch(self, frame: protocol.Response) -> None:
-        with self._lock:
-            slot = self._pending.popleft() if self._pending else None
-        if slot is None:
-            raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
-        if isinstance(frame, ErrorFrame):
-            refused, broken = _refusal(frame, self.node)
-            slot.fail(refused)
-            if broken is not None:
-                # 305: every request still in flight (and every later submit) gets the 305
-                # too: this connection is dead, the node is not, so they reconnect rather
-                # than count the node as down. Another closing status: the node closed it.
-                self.fail(broken)
-            return
-        try:
-            result, self._last_id, self._last_uuid = _check_answer(
-                slot.kind, slot.expect, frame, self._last_id, self._last_uuid
-            )
-        except ProtocolError as err:
-            err.node = self.node
-            slot.fail(err)
-            raise
-        slot.set(result)
-
-
+        except Exception as e:
+            self._reader_failed(e)
 # Fork safety: every live Client, so that the at-fork hook can reset them in a child.
 _CLIENTS: "weakref.WeakSet[Client]" = weakref.WeakSet()
 _FORK_LOCK = threading.Lock()  # serialises the pid-check reset (re-created in a child)
@@ -770,11 +688,7 @@ _FORK_LOCK = threading.Lock()  # serialises the pid-check reset (re-created in a
 def _after_fork_in_child() -> None:
     global _FORK_LOCK
     _FORK_LOCK = threading.Lock()
-    for client in list(_CLIENTS):
-        try:
-            client._forget_parent()
-        except Exception:  # pragma: no cover - the pid check on its next call retries
-            pass
+    _forget_in_child(list(_CLIENTS))
 
 
 if hasattr(os, "register_at_fork"):
