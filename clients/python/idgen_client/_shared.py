@@ -24,6 +24,7 @@ from typing import (
     Protocol,
     Sequence,
     Tuple,
+    Type,
     TypeVar,
     Union,
 )
@@ -35,6 +36,7 @@ from . import tls as _tls
 from .errors import (
     ClientClosedError,
     IdgenError,
+    KeyNodeUnavailableError,
     NoNodeAvailable,
     OptionsUnsupportedError,
     ProtocolError,
@@ -788,20 +790,89 @@ class _Core(Generic[_NB, _SB]):
         state.forget()
 
 
-class _Failover(Generic[_NB]):
-    """One call's walk through the nodes, without I/O: from the preferred node on, each node
-    once (skipping those backing off), a node that changed its range (305) once more at once,
-    the nodes a re-resolution added (``expand=True``) after them; the ``failovers`` counter
-    and the ``failover`` event; the preferred node after an answer; the error when no node
-    answered. The client runs each step: ``node = plan.next()`` until ``None``, connecting and
-    asking ``node``, then :meth:`refused`, :meth:`failed` or :meth:`answered`; at the end
-    ``raise plan.error()``."""
+class _Plan(Generic[_NB]):
+    """Which node a call tries next and what a node's failure means for the call, without
+    I/O. Each client runs a plan the same way (its ``_attempts``): ``node = plan.next()``
+    until ``None``, connecting and asking ``node``; then :meth:`refused` (the client raises
+    on ``_RAISE``, backs the node off on ``_BACK_OFF`` and calls :meth:`failed`), or, for an
+    error of :attr:`fails_over` (raised as it is when :meth:`passes`), a back-off and
+    :meth:`failed`; or :meth:`answered`. At the end ``raise plan.error()``."""
+
+    #: The errors of connecting or asking that back the node off.
+    fails_over: Tuple[Type[IdgenError], ...] = (UnavailableError, ProtocolError)
 
     def __init__(self, core: "_Core[_NB, Any]", info: Optional[_CallInfo]):
         if core._closed:
             raise ClientClosedError("the client is closed")
         self._core = core
         self.info = info
+
+    def next(self) -> Optional[_NB]:
+        raise NotImplementedError
+
+    def refused(self, node: _NB, conn: Optional[_Conn], err: ServerError) -> str:
+        raise NotImplementedError
+
+    def passes(self, err: BaseException) -> bool:
+        """An error of :attr:`fails_over` the call raises as it is, without a back-off."""
+        return False
+
+    def failed(self, node: _NB, err: BaseException) -> None:
+        raise NotImplementedError
+
+    def answered(self, node: _NB) -> None:
+        raise NotImplementedError
+
+    def error(self) -> BaseException:
+        raise NotImplementedError
+
+
+class _KeyRoute(_Plan[_NB]):
+    """A call with an idempotency key: on the key's node only (another node would issue new
+    IDs), reconnecting once after a 305; a node failure raises
+    :class:`KeyNodeUnavailableError`, and a ``ProtocolError`` is raised as it is."""
+
+    fails_over = (UnavailableError,)
+
+    def __init__(self, core: "_Core[_NB, Any]", info: Optional[_CallInfo], key: str, node: _NB):
+        super().__init__(core, info)
+        self._key = key
+        self._node = node
+        self._attempts = 0
+
+    def next(self) -> Optional[_NB]:
+        self._attempts += 1  # the first, or again after a 305 (once)
+        return self._node if self._attempts <= 2 else None
+
+    def refused(self, node: _NB, conn: Optional[_Conn], err: ServerError) -> str:
+        return self._core._refusal_action(
+            node, conn, err, self.info, may_reconnect=self._attempts == 1
+        )
+
+    def passes(self, err: BaseException) -> bool:
+        return isinstance(err, KeyNodeUnavailableError)
+
+    def failed(self, node: _NB, err: BaseException) -> None:
+        """Backed off as failover would, but not retried elsewhere with this key: say so."""
+        raise KeyNodeUnavailableError(self._key, node.addr, err) from err
+
+    def answered(self, node: _NB) -> None:
+        if self.info is not None:
+            self.info.node = node.addr
+
+    def error(self) -> BaseException:
+        return UnavailableError("the key's node changed its range twice", self._node.addr)
+
+
+class _Failover(_Plan[_NB]):
+    """A call with failover: from the preferred node on, each node once (skipping those
+    backing off), a node that changed its range (305) once more at once, the nodes a
+    re-resolution added (``expand=True``) after them; the ``failovers`` counter and the
+    ``failover`` event; the preferred node after an answer; the error when no node
+    answered."""
+
+    def __init__(self, core: "_Core[_NB, Any]", info: Optional[_CallInfo]):
+        super().__init__(core, info)
         self._nodes = nodes = core._nodes  # this call's list (expand=True may replace it)
         start = core._preferred % len(nodes)
         self._order = collections.deque((start + k) % len(nodes) for k in range(len(nodes)))
@@ -841,8 +912,7 @@ class _Failover(Generic[_NB]):
 
     def refused(self, node: _NB, conn: Optional[_Conn], err: ServerError) -> str:
         """The node refused the call (:meth:`_Core._refusal_action`): on ``_RECONNECT`` the
-        same node comes next (once a call); on ``_BACK_OFF`` the client backs it off (keeping
-        the connection when the status leaves it open) and the call moves on."""
+        same node comes next (once a call)."""
         index = self._index
         action = self._core._refusal_action(
             node, conn, err, self.info, may_reconnect=index not in self._reconnected
@@ -850,8 +920,6 @@ class _Failover(Generic[_NB]):
         if action == _RECONNECT:
             self._reconnected.add(index)
             self._order.appendleft(index)
-        elif action == _BACK_OFF:
-            self.failed(node, err)
         return action
 
     def failed(self, node: _NB, err: BaseException) -> None:

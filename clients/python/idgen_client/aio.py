@@ -93,7 +93,6 @@ from ._shared import (
     _BACK_OFF,
     _MASKED_KIND,
     _RAISE,
-    _RECONNECT,
     NO_LOCK,
     _addresses,
     _ask_exactly,
@@ -109,6 +108,8 @@ from ._shared import (
     _count,
     _expanded,
     _Failover,
+    _KeyRoute,
+    _Plan,
     _format_addr,
     _fresh,
     _get_values_frame,
@@ -137,7 +138,6 @@ from .config import Settings, parse_url
 from .errors import (
     ClientClosedError,
     IdgenError,
-    KeyNodeUnavailableError,
     ProtocolError,
     ServerError,
     UnavailableError,
@@ -841,39 +841,11 @@ class AsyncClient(_Core["_Node", "_SeqState"]):
     async def _routed(
         self, key: Optional[str], run: Callable[[_Connection], Awaitable[_T]]
     ) -> _T:
-        """``run`` with failover, or, with an idempotency key, on the key's node only
-        (client.py's rules)."""
+        """``run`` with failover, or, with an idempotency key, on the key's node only."""
         if key is None:
             return await self._with_failover(run)
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        nodes = self._nodes  # the list as it is when the request is made
-        node = nodes[key_node(key, len(nodes))]
-        info = self._call.get()
-        for attempt in (0, 1):
-            conn: Optional[_Connection] = None
-            try:
-                conn = await self._connection(node)
-                result = await run(conn)
-            except ServerError as e:
-                action = self._refusal_action(node, conn, e, info, may_reconnect=attempt == 0)
-                if action == _RECONNECT:
-                    continue
-                if action == _RAISE:
-                    raise
-                await self._failed(node, conn, e, keep_connection=not e.closes_connection)
-                raise KeyNodeUnavailableError(key, node.addr, e) from e
-            except UnavailableError as e:
-                if self._closed:
-                    raise ClientClosedError("the client is closed") from e
-                if isinstance(e, KeyNodeUnavailableError):
-                    raise
-                await self._failed(node, conn, e)
-                raise KeyNodeUnavailableError(key, node.addr, e) from e
-            if info is not None:
-                info.node = node.addr
-            return result
-        raise UnavailableError("the key's node changed its range twice", node.addr)
+        node = self._nodes[key_node(key, len(self._nodes))]  # as the list is now
+        return await self._attempts(_KeyRoute(self, self._call.get(), key, node), run)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -947,7 +919,10 @@ class AsyncClient(_Core["_Node", "_SeqState"]):
     # -- failover (client.py's rules) -------------------------------------------------------
 
     async def _with_failover(self, run: Callable[[_Connection], Awaitable[_T]]) -> _T:
-        plan: _Failover[_Node] = _Failover(self, self._call.get())
+        return await self._attempts(_Failover(self, self._call.get()), run)
+
+    async def _attempts(self, plan: _Plan[_Node], run: Callable[[_Connection], Awaitable[_T]]) -> _T:
+        """Run ``plan`` (client.py's ``_attempts``, awaiting the connects and answers)."""
         node = plan.next()
         while node is not None:
             conn: Optional[_Connection] = None
@@ -960,11 +935,14 @@ class AsyncClient(_Core["_Node", "_SeqState"]):
                     raise
                 if action == _BACK_OFF:
                     await self._failed(node, conn, e, keep_connection=not e.closes_connection)
-            except (UnavailableError, ProtocolError) as e:
+                    plan.failed(node, e)
+            except plan.fails_over as e:
                 if self._closed:
                     raise ClientClosedError("the client is closed") from e
-                plan.failed(node, e)
+                if plan.passes(e):
+                    raise
                 await self._failed(node, conn, e)
+                plan.failed(node, e)
             else:
                 plan.answered(node)
                 return result

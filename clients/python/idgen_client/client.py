@@ -99,7 +99,6 @@ from .config import Settings, parse_url
 from .errors import (
     ClientClosedError,
     IdgenError,
-    KeyNodeUnavailableError,
     ProtocolError,
     ServerError,
     UnavailableError,
@@ -129,6 +128,8 @@ from ._shared import (  # noqa: F401 - client.py's names of old, kept for its us
     _expanded,
     _ExpandNode,
     _Failover,
+    _KeyRoute,
+    _Plan,
     _format_addr,
     _fresh,
     _get_values_frame,
@@ -965,37 +966,8 @@ class Client(_Core["_Node", "_SeqState"]):
         """``run`` with failover, or, with an idempotency key, on the key's node only."""
         if key is None:
             return self._with_failover(run)
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        nodes = self._nodes  # the list as it is when the request is made
-        node = nodes[key_node(key, len(nodes))]
-        info: Optional[_CallInfo] = getattr(self._local, "call", None)
-        for attempt in (0, 1):
-            conn: Optional[_Connection] = None
-            try:
-                conn = self._connection(node)
-                result = run(conn)
-            except ServerError as e:
-                action = self._refusal_action(node, conn, e, info, may_reconnect=attempt == 0)
-                if action == _RECONNECT:
-                    continue  # the node is fine; a new connection learns its new range. Once.
-                if action == _RAISE:
-                    raise
-                # Retry-elsewhere: back the node off as failover would, but do not go to
-                # another node with this key (it would issue new IDs); say so.
-                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
-                raise KeyNodeUnavailableError(key, node.addr, e) from e
-            except UnavailableError as e:
-                if self._closed:
-                    raise ClientClosedError("the client is closed") from e
-                if isinstance(e, KeyNodeUnavailableError):
-                    raise
-                self._mark_down(node, conn, e)
-                raise KeyNodeUnavailableError(key, node.addr, e) from e
-            if info is not None:
-                info.node = node.addr
-            return result
-        raise UnavailableError("the key's node changed its range twice", node.addr)
+        node = self._nodes[key_node(key, len(self._nodes))]  # as the list is now
+        return self._attempts(_KeyRoute(self, getattr(self._local, "call", None), key, node), run)
 
     def next_uuid(self) -> uuid.UUID:
         """One version 7 UUID (see :meth:`next_uuids`)."""
@@ -1254,7 +1226,11 @@ class Client(_Core["_Node", "_SeqState"]):
     # -- failover -----------------------------------------------------------------------------
 
     def _with_failover(self, run: Callable[[_Connection], _T]) -> _T:
-        plan: _Failover[_Node] = _Failover(self, getattr(self._local, "call", None))
+        return self._attempts(_Failover(self, getattr(self._local, "call", None)), run)
+
+    def _attempts(self, plan: _Plan[_Node], run: Callable[[_Connection], _T]) -> _T:
+        """Run ``plan`` (:class:`_shared._Plan`): connect to and ask each node it names until
+        one answers, backing off the nodes that fail."""
         node = plan.next()
         while node is not None:
             conn: Optional[_Connection] = None
@@ -1269,11 +1245,14 @@ class Client(_Core["_Node", "_SeqState"]):
                     # A 3xx that keeps the connection open (300, 301, an unknown 3xx): back
                     # the node off but keep the connection for when it is tried again.
                     self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
-            except (UnavailableError, ProtocolError) as e:
+                    plan.failed(node, e)
+            except plan.fails_over as e:
                 if self._closed:
                     raise ClientClosedError("the client is closed") from e
-                plan.failed(node, e)
+                if plan.passes(e):
+                    raise
                 self._mark_down(node, conn, e)
+                plan.failed(node, e)
             else:
                 plan.answered(node)
                 return result
