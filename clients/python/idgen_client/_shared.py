@@ -1034,6 +1034,22 @@ class _ConnBase:
     def fail(self, error: BaseException) -> None:
         raise NotImplementedError
 
+    @property
+    def alive(self) -> bool:
+        return self._error is None
+
+    def _fail_slots(self, error: BaseException) -> bool:
+        """The first failure of the connection: ``error`` for every waiting slot and every
+        later submit. False when it had failed already (nothing more to do)."""
+        with self._lock:
+            if self._error is not None:
+                return False
+            self._error = error
+            pending, self._pending = self._pending, collections.deque()
+        for slot in pending:
+            slot.fail(error)
+        return True
+
     def _forget_socket(self) -> None:
         """In a forked child: nothing sent, no ``shutdown()`` (that would cut the parent's
         connection too); only this process's copy of the descriptor is closed."""

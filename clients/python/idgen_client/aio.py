@@ -339,19 +339,11 @@ class _Connection(_ConnBase):
 
     # -- state ----------------------------------------------------------------------------
 
-    @property
-    def alive(self) -> bool:
-        return self._error is None
-
     def fail(self, error: BaseException) -> None:
         """Break the connection: every waiting slot fails with ``error``, later submits fail
         at once, the transport is aborted (which ends the reader task)."""
-        if self._error is not None:
+        if not self._fail_slots(error):
             return
-        self._error = error
-        pending, self._pending = self._pending, collections.deque()
-        for slot in pending:
-            slot.fail(error)
         if not self.loop.is_closed():
             self._writer.transport.abort()
         else:

@@ -559,20 +559,11 @@ class _Connection(_ConnBase):
 
     # -- state ----------------------------------------------------------------------------
 
-    @property
-    def alive(self) -> bool:
-        return self._error is None
-
     def fail(self, error: BaseException) -> None:
         """Mark the connection broken with ``error``: every waiting slot fails with it, later
         submits fail at once, and the socket is closed (which also stops the reader)."""
-        with self._lock:
-            if self._error is not None:
-                return
-            self._error = error
-            pending, self._pending = self._pending, collections.deque()
-        for slot in pending:
-            slot.fail(error)
+        if not self._fail_slots(error):
+            return
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
