@@ -46,8 +46,9 @@ resolves to a node, resolved with ``loop.getaddrinfo`` (never blocking the loop)
 first call and again when a node fails, at most once a second, TLS verifying the name given;
 ``hooks=`` and the ``idgen_client`` logger get observe.py's events with ``Client``'s fields
 and levels, a hook being called on the event loop, synchronously. The rules that do no I/O
-(answer checks, what a refusal means for failover, batch splits, back-off, the prefetch of
-dense sequences, the expanded node list) are client.py's helpers, shared by both clients.
+(answer checks, the walk through the nodes of a call and what a refusal means for it, batch
+splits, back-off, the events' fields, the prefetch of dense sequences, the expanded node
+list) are _shared.py's, which both clients import: this module keeps only the asyncio I/O.
 
 Event loops: a client belongs to the event loop that first uses it (its connections, locks
 and tasks live there). Using it from another loop while that one is still open raises
