@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from unittest import mock
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent.parent  # clients/python/tests -> repo root
@@ -574,3 +575,164 @@ def run_threads(n, target, timeout):
     if errors:
         raise errors[0]
     return results
+
+
+# -- shared by the Client and AsyncClient suites ---------------------------------------------
+
+#: The environment variables a client reads (clients/vectors/CONFIG.md).
+CLIENT_VARS = (
+    "IDGEN_NODES",
+    "IDGEN_CLIENT_CA",
+    "IDGEN_CLIENT_CERT",
+    "IDGEN_CLIENT_KEY",
+    "IDGEN_CLIENT_SERVER_NAME",
+    "IDGEN_CLIENT_CONNECT_TIMEOUT_MS",
+    "IDGEN_CLIENT_TIMEOUT_MS",
+)
+
+
+def clean_env(**values):
+    """``os.environ`` with every IDGEN_CLIENT_* / IDGEN_NODES variable replaced by ``values``."""
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_VARS}
+    env.update(values)
+    return mock.patch.dict(os.environ, env, clear=True)
+
+
+def no_connect(test):
+    """Make any connection attempt fail the test: configuration errors come first."""
+    patch = mock.patch.object(
+        socket, "getaddrinfo", side_effect=AssertionError("a connection was attempted")
+    )
+    patch.start()
+    test.addCleanup(patch.stop)
+
+
+def config_cases(test, kind):
+    """clients/vectors/config.json's ``urls`` or ``envs`` cases (checked to be all there)."""
+    cases = load_json("clients/vectors/config.json")[kind]
+    test.assertGreater(len(cases), {"urls": 30, "envs": 15}[kind])
+    return cases
+
+
+class Recorder:
+    """A hook that keeps every event: ``names()``, and ``only(name)`` the fields of each
+    event of that name (at least one)."""
+
+    def __init__(self):
+        self.events = []
+
+    def __call__(self, event, fields):
+        self.events.append((event, fields))
+
+    def names(self):
+        return [e for e, _ in self.events]
+
+    def only(self, name):
+        found = [f for e, f in self.events if e == name]
+        assert found, f"no {name} event in {self.names()}"
+        return found
+
+
+def records(logs, event):
+    """The log records of one event in an ``assertLogs`` capture."""
+    return [r for r in logs.records if getattr(r, "idgen_event", None) == event]
+
+
+def fake_node(test, mode="serve", version=1, **kw):
+    """A :class:`FakeNode` speaking ``version``, closed at the end of the test."""
+    node = FakeNode(default_hello(version=version), mode, **kw)
+    test.addCleanup(node.close)
+    return node
+
+
+def mutual_tls_server(test):
+    """A real node whose TLS listener wants a client certificate from the test kit's CA:
+    ``(certificates directory, server)``, stopped at the end of the test."""
+    certs = certs_dir(test)
+    path = lambda name: os.path.join(certs, name)  # noqa: E731
+    server = Server(
+        test, "--tls-listen", "127.0.0.1:0", "--tls-cert", path("server.crt"),
+        "--tls-key", path("server.key"), "--tls-client-ca", path("ca.crt"),
+    )  # fmt: skip
+    test.addCleanup(server.stop)
+    return certs, server
+
+
+def client_cert(certs, name):
+    """The ``tls_cert``/``tls_key`` arguments of the test kit's certificate ``name``."""
+    return dict(
+        tls_cert=os.path.join(certs, f"{name}.crt"), tls_key=os.path.join(certs, f"{name}.key")
+    )
+
+
+# -- expand=true over clients/with-debian-hosts.sh (config_probe.py, test_aio_config.py) ------
+
+EXPAND_TIMEOUTS = "connect_timeout_ms=5000&timeout_ms=5000"
+
+
+def expand_clients(cls, ca, plain_port, tls_port, hook):
+    """The probe's clients: ``plain`` and ``tls`` (``cls`` Client or AsyncClient) from
+    ``idgen[s]://localhost:PORT?expand=true`` URLs."""
+    return {
+        "plain": cls.from_url(f"idgen://localhost:{plain_port}?expand=true&{EXPAND_TIMEOUTS}",
+                              hooks=hook, backoff_min=5.0),
+        "tls": cls.from_url(f"idgens://localhost:{tls_port}?ca={ca}&expand=true&{EXPAND_TIMEOUTS}",
+                            hooks=hook, backoff_min=5.0),
+    }  # fmt: skip
+
+
+def expand_report(kind, events, ids):
+    """The probe's line for one call: the node that answered and the failovers."""
+    answered = [f["node"] for e, f in events if e == "request"]
+    moved = [f"{f['from_node']}->{f['to_node']}" for e, f in events if e == "failover"]
+    print(f"{kind}: answered {answered[-1]} ids {len(ids)} failover {','.join(moved) or '-'}",
+          flush=True)  # fmt: skip
+
+
+def expand_test(test, probe):
+    """The expand test: nodes on 127.0.0.1 and ::1 (plain and TLS, the same ports), the probe
+    (``probe``: the Python arguments of its client side, ``CA PLAIN_PORT TLS_PORT`` added)
+    under with-debian-hosts.sh, where ``localhost`` is ::1 then 127.0.0.1: each client has
+    both nodes and uses ::1; with ::1 stopped, each fails over to 127.0.0.1."""
+    certs = certs_dir(test)
+    ca = os.path.join(certs, "ca.crt")
+    tls = ["--tls-cert", os.path.join(certs, "server.crt"),
+           "--tls-key", os.path.join(certs, "server.key")]  # fmt: skip
+    v4 = Server(test, "--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0", *tls)
+    test.addCleanup(v4.stop)
+    plain = v4.addr.rsplit(":", 1)[1]
+    tport = v4.tls_addr.rsplit(":", 1)[1]
+    v6 = Server(test, "--listen", f"[::1]:{plain}", "--tls-listen", f"[::1]:{tport}", *tls)
+    test.addCleanup(v6.stop)
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "clients" / "with-debian-hosts.sh"), sys.executable, *probe,
+         ca, plain, tport],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=str(HERE),
+    )  # fmt: skip
+    test.addCleanup(lambda: proc.poll() is None and proc.kill())
+    lines = []
+    timer = threading.Timer(60, proc.kill)  # never wait forever
+    timer.start()
+    test.addCleanup(timer.cancel)
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith(("ready", "FAILED")):
+            break
+    out = "\n".join(lines)
+    test.assertIn("ready", out, out)
+    test.assertIn(f"plain: nodes [::1]:{plain},127.0.0.1:{plain}", out)
+    test.assertIn(f"tls: nodes [::1]:{tport},127.0.0.1:{tport}", out)
+    test.assertIn(f"plain: answered [::1]:{plain} ids 3 failover -", out)
+    test.assertIn(f"tls: answered [::1]:{tport} ids 3 failover -", out)
+    v6.stop()
+    rest, _ = proc.communicate("go\n", timeout=60)
+    out += "\n" + rest
+    test.assertEqual(proc.returncode, 0, out)
+    test.assertIn(
+        f"plain: answered 127.0.0.1:{plain} ids 3 failover [::1]:{plain}->127.0.0.1:{plain}", out
+    )
+    test.assertIn(
+        f"tls: answered 127.0.0.1:{tport} ids 3 failover [::1]:{tport}->127.0.0.1:{tport}", out
+    )
+    test.assertIn("done", out)

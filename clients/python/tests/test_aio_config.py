@@ -15,26 +15,13 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import unittest
 from unittest import mock
 
-try:  # the installed package (run_tests.sh), else the source tree next to the tests
-    from idgen_client import AsyncClient
-except ImportError:  # pragma: no cover
-    import pathlib
-
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-    from idgen_client import AsyncClient
-
-from idgen_client import ConfigError, ServerError, UnavailableError, parse_url
-
-if __name__ != "__main__" or sys.argv[1:2] != ["probe"]:
-    import _support
-    from test_config import clean_env, no_connect
-
-FIELDS = ("tls", "ca", "cert", "key", "server_name", "connect_timeout_ms", "timeout_ms", "expand")
+import _support  # the installed package (run_tests.sh), else the source tree
+from _support import Recorder, clean_env, no_connect, records
+from idgen_client import AsyncClient, ConfigError, ServerError, UnavailableError, parse_url
 
 
 class AsyncTestCase(unittest.IsolatedAsyncioTestCase):
@@ -101,9 +88,7 @@ class Vectors(unittest.TestCase):
         self.assertEqual(client._timeout, 1.0 if t is None else t / 1000.0)
 
     def test_every_url_case_through_from_url(self):
-        cases = _support.load_json("clients/vectors/config.json")["urls"]
-        self.assertGreater(len(cases), 30)
-        for case in cases:
+        for case in _support.config_cases(self, "urls"):
             with self.subTest(url=case["url"]):
                 if "error" in case:
                     with self.assertRaises(ConfigError) as caught:
@@ -113,9 +98,7 @@ class Vectors(unittest.TestCase):
                     self.check_client(case, lambda cls: cls.from_url(case["url"]))
 
     def test_every_env_case_through_from_env(self):
-        cases = _support.load_json("clients/vectors/config.json")["envs"]
-        self.assertGreater(len(cases), 15)
-        for case in cases:
+        for case in _support.config_cases(self, "envs"):
             with self.subTest(env=case["env"]), clean_env(**case["env"]):
                 if "error" in case:
                     with self.assertRaises(ConfigError) as caught:
@@ -167,17 +150,10 @@ class FromEnvAndUrl(AsyncTestCase):
     URLs."""
 
     def setUp(self):
-        self.certs = _support.certs_dir(self)
+        self.certs, self.server = _support.mutual_tls_server(self)
         self.ca = os.path.join(self.certs, "ca.crt")
         self.cert = os.path.join(self.certs, "client.crt")
         self.key = os.path.join(self.certs, "client.key")
-        self.server = _support.Server(
-            self, "--tls-listen", "127.0.0.1:0",
-            "--tls-cert", os.path.join(self.certs, "server.crt"),
-            "--tls-key", os.path.join(self.certs, "server.key"),
-            "--tls-client-ca", self.ca,
-        )  # fmt: skip
-        self.addCleanup(self.server.stop)
         self.tls_port = self.server.tls_addr.rsplit(":", 1)[1]
 
     async def ids(self, client):
@@ -235,73 +211,20 @@ class Expand(unittest.TestCase):
         """Two nodes on [::1]:P and 127.0.0.1:P (plain and TLS); under with-debian-hosts.sh
         ``localhost`` resolves to both (::1 first). The async client has two nodes, uses ::1
         first, and fails over to 127.0.0.1 (a failover event) when the node on ::1 stops; TLS
-        verifies ``localhost`` on both."""
-        certs = _support.certs_dir(self)
-        ca = os.path.join(certs, "ca.crt")
-        tls = ["--tls-cert", os.path.join(certs, "server.crt"),
-               "--tls-key", os.path.join(certs, "server.key")]  # fmt: skip
-        v4 = _support.Server(self, "--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0", *tls)
-        self.addCleanup(v4.stop)
-        plain = v4.addr.rsplit(":", 1)[1]
-        tport = v4.tls_addr.rsplit(":", 1)[1]
-        v6 = _support.Server(
-            self, "--listen", f"[::1]:{plain}", "--tls-listen", f"[::1]:{tport}", *tls
-        )
-        self.addCleanup(v6.stop)
-        probe = subprocess.Popen(
-            ["bash", str(_support.REPO / "clients" / "with-debian-hosts.sh"),
-             sys.executable, os.path.abspath(__file__), "probe", ca, plain, tport],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            cwd=str(_support.HERE),
-        )  # fmt: skip
-        self.addCleanup(lambda: probe.poll() is None and probe.kill())
-        lines = []
-        timer = threading.Timer(60, probe.kill)  # never wait forever
-        timer.start()
-        self.addCleanup(timer.cancel)
-        for line in probe.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(("ready", "FAILED")):
-                break
-        out = "\n".join(lines)
-        self.assertIn("ready", out, out)
-        self.assertIn(f"plain: nodes [::1]:{plain},127.0.0.1:{plain}", out)
-        self.assertIn(f"tls: nodes [::1]:{tport},127.0.0.1:{tport}", out)
-        self.assertIn(f"plain: answered [::1]:{plain} ids 3 failover -", out)
-        self.assertIn(f"tls: answered [::1]:{tport} ids 3 failover -", out)
-        v6.stop()
-        rest, _ = probe.communicate("go\n", timeout=60)
-        out += "\n" + rest
-        self.assertEqual(probe.returncode, 0, out)
-        self.assertIn(
-            f"plain: answered 127.0.0.1:{plain} ids 3 failover [::1]:{plain}->127.0.0.1:{plain}", out
-        )
-        self.assertIn(
-            f"tls: answered 127.0.0.1:{tport} ids 3 failover [::1]:{tport}->127.0.0.1:{tport}", out
-        )
-        self.assertIn("done", out)
+        verifies ``localhost`` on both (:func:`probe` is the client side)."""
+        _support.expand_test(self, [os.path.abspath(__file__), "probe"])
 
 
 async def probe(ca, plain_port, tls_port):
     """The client side of Expand (see the module docstring)."""
     events = []
     hook = lambda event, fields: events.append((event, fields))  # noqa: E731
-    timeouts = "connect_timeout_ms=5000&timeout_ms=5000"
-    clients = {
-        "plain": AsyncClient.from_url(f"idgen://localhost:{plain_port}?expand=true&{timeouts}",
-                                      hooks=hook, backoff_min=5.0),
-        "tls": AsyncClient.from_url(f"idgens://localhost:{tls_port}?ca={ca}&expand=true&{timeouts}",
-                                    hooks=hook, backoff_min=5.0),
-    }  # fmt: skip
+    clients = _support.expand_clients(AsyncClient, ca, plain_port, tls_port, hook)
     loop = asyncio.get_running_loop()
 
     async def call(kind):
         del events[:]
-        ids = await clients[kind].next_ids(3)
-        answered = [f["node"] for e, f in events if e == "request"]
-        moved = [f"{f['from_node']}->{f['to_node']}" for e, f in events if e == "failover"]
-        print(f"{kind}: answered {answered[-1]} ids {len(ids)} failover {','.join(moved) or '-'}",
-              flush=True)  # fmt: skip
+        _support.expand_report(kind, events, await clients[kind].next_ids(3))
 
     try:
         for kind, client in clients.items():
@@ -433,31 +356,9 @@ class Reresolve(AsyncTestCase):
         self.assertGreaterEqual(ticks, 10, "the loop ran while the name was being resolved")
 
 
-class Recorder:
-    def __init__(self):
-        self.events = []
-
-    def __call__(self, event, fields):
-        self.events.append((event, fields))
-
-    def names(self):
-        return [e for e, _ in self.events]
-
-    def only(self, name):
-        found = [f for e, f in self.events if e == name]
-        assert found, f"no {name} event in {self.names()}"
-        return found
-
-
-def records(logs, event):
-    return [r for r in logs.records if getattr(r, "idgen_event", None) == event]
-
-
 class Events(AsyncTestCase):
     def fake(self, mode="serve", version=1, **kw):
-        node = _support.FakeNode(_support.default_hello(version=version), mode, **kw)
-        self.addCleanup(node.close)
-        return node
+        return _support.fake_node(self, mode, version, **kw)
 
     def client(self, nodes, **kw):
         kw.setdefault("timeout", 5.0)

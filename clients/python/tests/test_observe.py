@@ -10,34 +10,13 @@ import time
 import unittest
 
 import _support
+from _support import Recorder, records
 from idgen_client import Client, ServerError, UnavailableError, observe
-
-
-class Recorder:
-    def __init__(self):
-        self.events = []
-
-    def __call__(self, event, fields):
-        self.events.append((event, fields))
-
-    def names(self):
-        return [e for e, _ in self.events]
-
-    def only(self, name):
-        found = [f for e, f in self.events if e == name]
-        assert found, f"no {name} event in {self.names()}"
-        return found
-
-
-def records(logs, event):
-    return [r for r in logs.records if getattr(r, "idgen_event", None) == event]
 
 
 class Events(unittest.TestCase):
     def fake(self, mode="serve", version=1, **kw):
-        node = _support.FakeNode(_support.default_hello(version=version), mode, **kw)
-        self.addCleanup(node.close)
-        return node
+        return _support.fake_node(self, mode, version, **kw)
 
     def client(self, nodes, **kw):
         kw.setdefault("timeout", 5.0)

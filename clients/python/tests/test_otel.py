@@ -25,19 +25,23 @@ else:
     MISSING = None
 
 
+def in_memory(test):
+    """The test's tracer provider and in-memory exporter (failing, never skipping, without
+    the SDK)."""
+    if MISSING is not None:
+        test.fail(f"opentelemetry-api/-sdk not installed (run_tests.sh installs them): {MISSING}")
+    test.exporter = InMemorySpanExporter()
+    test.provider = TracerProvider()
+    test.provider.add_span_processor(SimpleSpanProcessor(test.exporter))
+    test.addCleanup(test.provider.shutdown)
+
+
 class OpenTelemetry(unittest.TestCase):
     def setUp(self):
-        if MISSING is not None:
-            self.fail(f"opentelemetry-api/-sdk not installed (run_tests.sh installs them): {MISSING}")
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.addCleanup(self.provider.shutdown)
+        in_memory(self)
 
     def fake(self, mode="serve", **kw):
-        node = _support.FakeNode(_support.default_hello(), mode, **kw)
-        self.addCleanup(node.close)
-        return node
+        return _support.fake_node(self, mode, **kw)
 
     def test_a_call_is_a_span_and_its_failover_span_events(self):
         bad = self.fake("unavailable", status=300)
@@ -135,12 +139,7 @@ class ConcurrentTasks(unittest.IsolatedAsyncioTestCase):
     """AsyncClient: many tasks share one thread, and each call's span gets its own events."""
 
     async def asyncSetUp(self):
-        if MISSING is not None:
-            self.fail(f"opentelemetry-api/-sdk not installed (run_tests.sh installs them): {MISSING}")
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.addCleanup(self.provider.shutdown)
+        in_memory(self)
 
     async def held(self):
         node = await HeldNode().start()

@@ -196,13 +196,7 @@ class RealNodeTLS(unittest.TestCase):
     """The client against a real node's TLS listener (``--tls-listen``) with mutual TLS."""
 
     def setUp(self):
-        self.certs = _support.certs_dir(self)
-        p = self.path
-        self.server = _support.Server(
-            self, "--tls-listen", "127.0.0.1:0", "--tls-cert", p("server.crt"),
-            "--tls-key", p("server.key"), "--tls-client-ca", p("ca.crt"),
-        )  # fmt: skip
-        self.addCleanup(self.server.stop)
+        self.certs, self.server = _support.mutual_tls_server(self)
         self.port = self.server.tls_addr.rsplit(":", 1)[1]
 
     def path(self, name):
@@ -210,7 +204,7 @@ class RealNodeTLS(unittest.TestCase):
 
     def client(self, addr, cert="client", **kwargs):
         if cert:
-            kwargs.update(tls_cert=self.path(f"{cert}.crt"), tls_key=self.path(f"{cert}.key"))
+            kwargs.update(_support.client_cert(self.certs, cert))
         client = Client([addr], tls_ca=self.path("ca.crt"), timeout=5.0, connect_timeout=5.0,
                         **kwargs)  # fmt: skip
         self.addCleanup(client.close)
