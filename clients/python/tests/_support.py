@@ -4,6 +4,7 @@ Every wait here is bounded in time, and tests stop only the processes they start
 """
 
 import json
+import logging
 import os
 import pathlib
 import select
@@ -15,6 +16,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from unittest import mock
@@ -736,3 +738,127 @@ def expand_test(test, probe):
         f"tls: answered 127.0.0.1:{tport} ids 3 failover [::1]:{tport}->127.0.0.1:{tport}", out
     )
     test.assertIn("done", out)
+
+
+# -- the event checks of test_observe.py and test_aio_config.py ------------------------------
+
+
+def check_failover_events(test, hook, logs, bad, good):
+    """A call that failed over from ``bad`` (300) to ``good`` (version 1): the events in the
+    hook, with their fields, and in the log (``logs``, from ``assertLogs`` at DEBUG), each at
+    its level."""
+    test.assertEqual(
+        hook.names(), ["connect", "refused", "node_down", "failover", "connect", "request"]
+    )
+    (failover,) = hook.only("failover")
+    test.assertEqual((failover["from_node"], failover["to_node"]), (bad.addr, good.addr))
+    test.assertIn("300", failover["reason"])
+    (refused,) = hook.only("refused")
+    test.assertEqual(
+        {k: refused[k] for k in ("node", "op", "status", "status_name")},
+        {"node": bad.addr, "op": "ids", "status": 300, "status_name": "UNAVAILABLE_LEASE"},
+    )
+    test.assertTrue(refused["message"])
+    (down,) = hook.only("node_down")
+    test.assertEqual((down["node"], down["failures"]), (bad.addr, 1))
+    test.assertGreater(down["retry_in"], 0)
+    connect = hook.only("connect")[1]
+    test.assertEqual((connect["node"], connect["address"], connect["version"]),
+                     (good.addr, good.addr, 1))  # fmt: skip
+    test.assertGreaterEqual(connect["duration"], 0)
+    (request,) = hook.only("request")
+    test.assertEqual(
+        {k: request[k] for k in ("op", "count", "node", "outcome")},
+        {"op": "ids", "count": 3, "node": good.addr, "outcome": "ok"},
+    )
+    # The same events in the log, each at its level, with its fields attached.
+    (rec,) = records(logs, "failover")
+    test.assertEqual(rec.levelno, logging.WARNING)
+    test.assertEqual(rec.idgen_fields["to_node"], good.addr)
+    test.assertIn(f"from_node={bad.addr}", rec.getMessage())
+    test.assertEqual(records(logs, "refused")[0].levelno, logging.INFO)
+    test.assertEqual(records(logs, "node_down")[0].levelno, logging.WARNING)
+    test.assertEqual(records(logs, "request")[0].levelno, logging.DEBUG)
+    test.assertEqual([r.levelno for r in records(logs, "connect")], [logging.DEBUG] * 2)
+
+
+def check_connect_failed(test, hook, missing):
+    """A call whose only node (``missing``) refused the connection: ``connect_failed`` and a
+    failed ``request`` naming no node."""
+    (failed,) = hook.only("connect_failed")
+    test.assertEqual(failed["node"], missing)
+    test.assertIn("UnavailableError", failed["error"])
+    (request,) = hook.only("request")
+    test.assertEqual((request["outcome"], request["node"]), ("UnavailableError", None))
+
+
+class BrokenHook:
+    """A hook that raises at every event (``calls`` lists them)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, event, fields):
+        self.calls.append(event)
+        raise RuntimeError("hook bug")
+
+
+def check_broken_hook(test, logs, broken, hook):
+    """After five ``next_ids`` and a ping with hooks ``[broken, hook]`` on one node: the
+    broken hook logged once (``logs`` at WARNING), still called for every event, and the
+    next hook still ran."""
+    warnings = [r for r in logs.records if "hook" in r.getMessage()]
+    test.assertEqual(len(warnings), 1, [r.getMessage() for r in logs.records])
+    test.assertIn("RuntimeError: hook bug", warnings[0].getMessage())
+    test.assertEqual(len(broken.calls), 7, "every event still reaches the broken hook")
+    test.assertEqual(hook.names(), ["connect"] + ["request"] * 6, "the next hook still runs")
+
+
+def fake_resolver(test, hosts):
+    """``socket.getaddrinfo`` answering the names ``hosts`` with ``test.answer`` (``(ip,
+    port)`` pairs, empty at first), counting ``test.lookups`` and first sleeping
+    ``test.delay`` seconds; other names resolve as usual. Undone at the end of the test."""
+    test.answer = []
+    test.lookups = 0
+    test.delay = 0.0
+    real = socket.getaddrinfo
+
+    def fake(host, port, *args, **kwargs):
+        if host in hosts:
+            test.lookups += 1
+            time.sleep(test.delay)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", a) for a in test.answer]
+        return real(host, port, *args, **kwargs)
+
+    patch = mock.patch.object(socket, "getaddrinfo", side_effect=fake)
+    patch.start()
+    test.addCleanup(patch.stop)
+
+
+def serving_node(test):
+    """A serving :class:`FakeNode` and its ``(host, port)``."""
+    node = fake_node(test)
+    host, port = node.addr.rsplit(":", 1)
+    return node, (host, int(port))
+
+
+def check_prints_nothing(test, client, body):
+    """Run ``body`` (Python source, dedented; ``NODES`` in it is a node list of an unused
+    port, a node refusing with 300 and a serving one, for a call with every warning event)
+    after importing ``client`` from idgen_client, with no logging configured: it must print
+    nothing, on stdout or stderr."""
+    nodes = [f"127.0.0.1:{unused_port()}", fake_node(test, "unavailable", status=300).addr,
+             fake_node(test).addr]  # fmt: skip
+    program = textwrap.dedent(f"""
+        import asyncio, logging, sys
+        try:  # the installed package (run_tests.sh), else the source tree
+            from idgen_client import {client}
+        except ImportError:
+            sys.path.insert(0, {str(HERE.parent)!r})
+            from idgen_client import {client}
+    """) + textwrap.dedent(body).replace("NODES", repr(nodes)) + '\nprint("done")\n'
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60, cwd=str(HERE))  # fmt: skip
+    test.assertEqual(run.returncode, 0, run.stderr)
+    test.assertEqual(run.stdout, "done\n")
+    test.assertEqual(run.stderr, "", "the package printed without logging configured")

@@ -11,13 +11,8 @@ expand test (under with-debian-hosts.sh), as config_probe.py is for ``Client``."
 import asyncio
 import logging
 import os
-import socket
-import subprocess
 import sys
-import textwrap
-import time
 import unittest
-from unittest import mock
 
 import _support  # the installed package (run_tests.sh), else the source tree
 from _support import Recorder, clean_env, no_connect, records
@@ -251,27 +246,10 @@ class Reresolve(AsyncTestCase):
     fail, at most one resolution a second, and a slow resolver never blocks the loop."""
 
     def setUp(self):
-        self.answer = []
-        self.lookups = 0
-        self.delay = 0.0
-        real = socket.getaddrinfo
-
-        def fake(host, port, *args, **kwargs):
-            if host in ("idgen.test", "idgen.internal"):
-                self.lookups += 1
-                time.sleep(self.delay)
-                return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", a) for a in self.answer]
-            return real(host, port, *args, **kwargs)
-
-        patch = mock.patch.object(socket, "getaddrinfo", side_effect=fake)
-        patch.start()
-        self.addCleanup(patch.stop)
+        _support.fake_resolver(self, ("idgen.test", "idgen.internal"))
 
     def fake(self):
-        node = _support.FakeNode(_support.default_hello(), "serve")
-        self.addCleanup(node.close)
-        host, port = node.addr.rsplit(":", 1)
-        return node, (host, int(port))
+        return _support.serving_node(self)
 
     def client(self, nodes, **kw):
         client = AsyncClient(nodes, expand=True, **kw)
@@ -374,38 +352,7 @@ class Events(AsyncTestCase):
         client = self.client([bad.addr, good.addr], hooks=hook)
         with self.assertLogs("idgen_client", level="DEBUG") as logs:
             self.assertEqual(len(await client.next_ids(3)), 3)
-        self.assertEqual(
-            hook.names(), ["connect", "refused", "node_down", "failover", "connect", "request"]
-        )
-        (failover,) = hook.only("failover")
-        self.assertEqual((failover["from_node"], failover["to_node"]), (bad.addr, good.addr))
-        self.assertIn("300", failover["reason"])
-        (refused,) = hook.only("refused")
-        self.assertEqual(
-            {k: refused[k] for k in ("node", "op", "status", "status_name")},
-            {"node": bad.addr, "op": "ids", "status": 300, "status_name": "UNAVAILABLE_LEASE"},
-        )
-        self.assertTrue(refused["message"])
-        (down,) = hook.only("node_down")
-        self.assertEqual((down["node"], down["failures"]), (bad.addr, 1))
-        self.assertGreater(down["retry_in"], 0)
-        connect = hook.only("connect")[1]
-        self.assertEqual((connect["node"], connect["address"], connect["version"]),
-                         (good.addr, good.addr, 1))  # fmt: skip
-        self.assertGreaterEqual(connect["duration"], 0)
-        (request,) = hook.only("request")
-        self.assertEqual(
-            {k: request[k] for k in ("op", "count", "node", "outcome")},
-            {"op": "ids", "count": 3, "node": good.addr, "outcome": "ok"},
-        )
-        (rec,) = records(logs, "failover")
-        self.assertEqual(rec.levelno, logging.WARNING)
-        self.assertEqual(rec.idgen_fields["to_node"], good.addr)
-        self.assertIn(f"from_node={bad.addr}", rec.getMessage())
-        self.assertEqual(records(logs, "refused")[0].levelno, logging.INFO)
-        self.assertEqual(records(logs, "node_down")[0].levelno, logging.WARNING)
-        self.assertEqual(records(logs, "request")[0].levelno, logging.DEBUG)
-        self.assertEqual([r.levelno for r in records(logs, "connect")], [logging.DEBUG] * 2)
+        _support.check_failover_events(self, hook, logs, bad, good)
 
     async def test_connect_failed_node_up_and_a_failed_request(self):
         hook = Recorder()
@@ -414,12 +361,8 @@ class Events(AsyncTestCase):
         with self.assertLogs("idgen_client", level="WARNING") as logs:
             with self.assertRaises(UnavailableError):
                 await client.next_ids(2)
-        (failed,) = hook.only("connect_failed")
-        self.assertEqual(failed["node"], missing)
-        self.assertIn("UnavailableError", failed["error"])
+        _support.check_connect_failed(self, hook, missing)
         self.assertEqual(records(logs, "connect_failed")[0].levelno, logging.WARNING)
-        (request,) = hook.only("request")
-        self.assertEqual((request["outcome"], request["node"]), ("UnavailableError", None))
 
         node = self.fake("garbage")
         hook = Recorder()
@@ -470,50 +413,24 @@ class Events(AsyncTestCase):
 
     async def test_a_hook_that_raises_does_not_break_calls_and_is_logged_once(self):
         node = self.fake()
-        calls = []
-
-        def broken(event, fields):
-            calls.append(event)
-            raise RuntimeError("hook bug")
-
+        broken = _support.BrokenHook()
         hook = Recorder()
         client = self.client([node.addr], hooks=[broken, hook])
         with self.assertLogs("idgen_client", level="WARNING") as logs:
             for _ in range(5):
                 self.assertEqual(len(await client.next_ids(2)), 2)
             await client.ping()
-        warnings = [r for r in logs.records if "hook" in r.getMessage()]
-        self.assertEqual(len(warnings), 1, [r.getMessage() for r in logs.records])
-        self.assertIn("RuntimeError: hook bug", warnings[0].getMessage())
-        self.assertEqual(len(calls), 7, "every event still reaches the broken hook")
-        self.assertEqual(hook.names(), ["connect"] + ["request"] * 6, "the next hook still runs")
+        _support.check_broken_hook(self, logs, broken, hook)
 
     def test_nothing_is_printed_without_logging_configured(self):
-        bad = self.fake("unavailable", status=300)
-        good = self.fake()
-        missing = f"127.0.0.1:{_support.unused_port()}"
-        program = textwrap.dedent(f"""
-            import asyncio, sys
-            try:  # the installed package (run_tests.sh), else the source tree
-                from idgen_client import AsyncClient
-            except ImportError:
-                sys.path.insert(0, {str(_support.HERE.parent)!r})
-                from idgen_client import AsyncClient
-
+        _support.check_prints_nothing(self, "AsyncClient", """
             async def main():
-                async with AsyncClient([{missing!r}, {bad.addr!r}, {good.addr!r}],
-                                       timeout=5.0) as client:
+                async with AsyncClient(NODES, timeout=5.0) as client:
                     await client.next_ids(3)  # connect_failed, refused, node_down, failover
                     assert client.stats()["failovers"] == 2, client.stats()
 
             asyncio.run(main())
-            print("done")
         """)
-        run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                             timeout=60, cwd=str(_support.HERE))  # fmt: skip
-        self.assertEqual(run.returncode, 0, run.stderr)
-        self.assertEqual(run.stdout, "done\n")
-        self.assertEqual(run.stderr, "", "the package printed without logging configured")
 
 
 if __name__ == "__main__":

@@ -3,14 +3,12 @@ nodes, plain and over (mutual) TLS; ``expand=true`` with a name that resolves to
 loopback addresses (clients/with-debian-hosts.sh), and re-resolution when a node fails."""
 
 import os
-import socket
 import time
 import unittest
-from unittest import mock
 
 import _support
-from idgen_client import Client, UnavailableError
 from _support import clean_env
+from idgen_client import Client, UnavailableError
 
 
 class FromEnvAndUrl(unittest.TestCase):
@@ -78,25 +76,10 @@ class Reresolve(unittest.TestCase):
     added, gone ones dropped when they fail, at most one resolution a second."""
 
     def setUp(self):
-        self.answer = []
-        self.lookups = 0
-        real = socket.getaddrinfo
-
-        def fake(host, port, *args, **kwargs):
-            if host == "idgen.test":
-                self.lookups += 1
-                return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", a) for a in self.answer]
-            return real(host, port, *args, **kwargs)
-
-        patch = mock.patch.object(socket, "getaddrinfo", side_effect=fake)
-        patch.start()
-        self.addCleanup(patch.stop)
+        _support.fake_resolver(self, ("idgen.test",))
 
     def fake(self):
-        node = _support.FakeNode(_support.default_hello(), "serve")
-        self.addCleanup(node.close)
-        host, port = node.addr.rsplit(":", 1)
-        return node, (host, int(port))
+        return _support.serving_node(self)
 
     def test_new_addresses_are_added_and_gone_ones_dropped(self):
         a, a_addr = self.fake()
