@@ -862,3 +862,16 @@ def check_prints_nothing(test, client, body):
     test.assertEqual(run.returncode, 0, run.stderr)
     test.assertEqual(run.stdout, "done\n")
     test.assertEqual(run.stderr, "", "the package printed without logging configured")
+
+
+def make_client(test, cls, nodes, **kw):
+    """A ``cls`` (Client or AsyncClient) for ``nodes`` with 5 s timeouts unless ``kw`` says
+    otherwise, closed at the end of the test."""
+    kw.setdefault("timeout", 5.0)
+    kw.setdefault("connect_timeout", 5.0)
+    client = cls(nodes, **kw)
+    if hasattr(client, "aclose"):
+        test.addAsyncCleanup(client.aclose)
+    else:
+        test.addCleanup(client.close)
+    return client

@@ -339,11 +339,7 @@ class Events(AsyncTestCase):
         return _support.fake_node(self, mode, version, **kw)
 
     def client(self, nodes, **kw):
-        kw.setdefault("timeout", 5.0)
-        kw.setdefault("connect_timeout", 5.0)
-        client = AsyncClient(nodes, **kw)
-        self.addAsyncCleanup(client.aclose)
-        return client
+        return _support.make_client(self, AsyncClient, nodes, **kw)
 
     async def test_a_failover_shows_up_in_the_log_and_in_the_hook(self):
         bad = self.fake("unavailable", status=300)

@@ -20,11 +20,7 @@ class _Base(unittest.IsolatedAsyncioTestCase):
 
     def client(self, nodes, **kw):
         kw.setdefault("tls_ca", self.path("ca.crt"))
-        kw.setdefault("timeout", 5.0)
-        kw.setdefault("connect_timeout", 5.0)
-        client = AsyncClient(nodes, **kw)
-        self.addAsyncCleanup(client.aclose)
-        return client
+        return _support.make_client(self, AsyncClient, nodes, **kw)
 
 
 class RealNodeMutualTLS(_Base):

@@ -15,11 +15,7 @@ class Events(unittest.TestCase):
         return _support.fake_node(self, mode, version, **kw)
 
     def client(self, nodes, **kw):
-        kw.setdefault("timeout", 5.0)
-        kw.setdefault("connect_timeout", 5.0)
-        client = Client(nodes, **kw)
-        self.addCleanup(client.close)
-        return client
+        return _support.make_client(self, Client, nodes, **kw)
 
     def test_a_failover_shows_up_in_the_log_and_in_the_hook(self):
         bad = self.fake("unavailable", status=300)

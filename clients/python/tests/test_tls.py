@@ -26,11 +26,7 @@ class TLS(unittest.TestCase):
 
     def client(self, nodes, **kwargs):
         kwargs.setdefault("tls_ca", self.path("ca.crt"))
-        kwargs.setdefault("timeout", 5.0)
-        kwargs.setdefault("connect_timeout", 5.0)
-        client = Client(nodes, **kwargs)
-        self.addCleanup(client.close)
-        return client
+        return _support.make_client(self, Client, nodes, **kwargs)
 
     def tls_error(self, nodes, **kwargs):
         with self.assertRaises(TLSError) as caught:
