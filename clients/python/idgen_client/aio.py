@@ -46,8 +46,9 @@ resolves to a node, resolved with ``loop.getaddrinfo`` (never blocking the loop)
 first call and again when a node fails, at most once a second, TLS verifying the name given;
 ``hooks=`` and the ``idgen_client`` logger get observe.py's events with ``Client``'s fields
 and levels, a hook being called on the event loop, synchronously. The rules that do no I/O
-(answer checks, what a refusal means for failover, batch splits, back-off, the prefetch of
-dense sequences, the expanded node list) are client.py's helpers, shared by both clients.
+(answer checks, the walk through the nodes of a call and what a refusal means for it, batch
+splits, back-off, the events' fields, the prefetch of dense sequences, the expanded node
+list) are _shared.py's, which both clients import: this module keeps only the asyncio I/O.
 
 Event loops: a client belongs to the event loop that first uses it (its connections, locks
 and tasks live there). Using it from another loop while that one is still open raises
@@ -65,7 +66,6 @@ import asyncio
 import collections
 import contextvars
 import itertools
-import logging
 import os
 import socket
 import ssl
@@ -81,65 +81,69 @@ from typing import (
     List,
     Optional,
     Sequence,
-    Set,
     Tuple,
     TypeVar,
     Union,
+    cast,
 )
 
 from . import forms, protocol
 from . import observe as _observe
-from . import status as _status
 from . import tls as _tls
-from .client import (
+from ._shared import (
+    _BACK_OFF,
     _MASKED_KIND,
-    _MAX_IDS_PER_CALL,
     _RAISE,
-    _RECONNECT,
-    MAX_PREFETCHED_SEQUENCES,
+    NO_LOCK,
+    _addresses,
+    _ask_exactly,
+    _CallInfo,
+    _ConnBase,
+    _encode_request,
+    _forget_in_child,
+    _handshake_error,
+    _hello_from,
+    _checked_settings,
+    _cluster_layout,
+    _Core,
+    _count,
+    _expanded,
+    _Failover,
+    _KeyRoute,
+    _Plan,
+    _format_addr,
+    _fresh,
+    _get_values_frame,
+    _id_requests,
+    _NodeBase,
+    _outcome,
+    _parse_node,
+    _pool_guard,
+    _SeqBase,
+    _Stats,
+    _uuid_requests,
+    _values_call,
+    _with_frame,
+    _with_request,
+)
+from .client import (
     IdParts,
     Layout,
     MaskedIdList,
     NodeState,
     UuidParts,
-    _addresses,
-    _backoff,
-    _checked_settings,
-    _CallInfo,
-    _check_answer,
-    _expanded,
-    _format_addr,
-    _fresh,
-    _ids_op,
-    _on_refusal,
-    _outcome,
-    _parse_node,
-    _pool_guard,
-    _reason,
-    _refusal,
-    _split,
-    _Stats,
-    _take_values,
     _tls_settings,
-    _values_count,
-    _with_frame,
-    _without_gone,
     key_node,
 )
 from .config import Settings, parse_url
 from .errors import (
     ClientClosedError,
     IdgenError,
-    KeyNodeUnavailableError,
-    NoNodeAvailable,
-    OptionsUnsupportedError,
     ProtocolError,
-    SequencesUnsupportedError,
     ServerError,
     UnavailableError,
-    UuidsUnsupportedError,
 )
-from .protocol import ErrorFrame, HelloOk, Ids, MaskedIds, Pong, Ranges, Uuids, Values
+from .protocol import HelloOk, MaskedIds, Values
 
 __all__ = ["AsyncClient"]
 
@@ -220,7 +224,7 @@ async def _connect_any(
     raise UnavailableError(f"cannot connect: {last}{tried}", node) from last
 
 
-class _Connection:
+class _Connection(_ConnBase):
     """One TCP (or TLS) connection to one node on one event loop: FIFO of slots, reader task.
     Made by :meth:`open`."""
 
@@ -246,6 +250,7 @@ class _Connection:
         self._writer = writer
         self._timeout = timeout
         self._stats = stats
+        self._lock = NO_LOCK  # only the event loop touches _pending and _error
         self._pending: Deque[_Slot] = collections.deque()
         self._error: Optional[BaseException] = None
         self._lost = False  # a submit found the transport closing
@@ -314,10 +319,8 @@ class _Connection:
             writer.write(protocol.encode_hello())
             await asyncio.wait_for(writer.drain(), max(deadline - time.monotonic(), 0.001))
             buf = bytearray()
-            while True:
-                decoded = protocol.decode_response(buf, protocol.DEFAULT_MAX_RESPONSE_FRAME)
-                if decoded is not None:
-                    break
+            hello = _hello_from(buf, node)
+            while hello is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise asyncio.TimeoutError()
@@ -325,46 +328,23 @@ class _Connection:
                 if not data:
                     raise UnavailableError("connection closed during the handshake", node)
                 buf += data
+                hello = _hello_from(buf, node)
         except asyncio.TimeoutError:
             raise UnavailableError("no HELLO_OK within connect_timeout", node) from None
-        except ProtocolError as e:
-            e.node = node
-            raise
-        except ssl.SSLError as e:
-            # TLS 1.3: a node that refuses the client certificate says so after the
-            # handshake, which the client then reads here.
-            raise _tls.tls_error(e, node) from e
-        except OSError as e:
-            raise UnavailableError(f"handshake failed: {e}", node) from e
-        frame, used = decoded
-        del buf[:used]
-        if isinstance(frame, ErrorFrame):
-            raise ServerError(frame.status, frame.name, frame.message, node)
-        if not isinstance(frame, HelloOk):
-            raise ProtocolError(f"expected HELLO_OK, got {type(frame).__name__}", node=node)
-        if not protocol.MIN_PROTOCOL_VERSION <= frame.version <= protocol.PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"server picked version {frame.version}, only versions "
-                f"{protocol.MIN_PROTOCOL_VERSION}..={protocol.PROTOCOL_VERSION} were offered",
-                node=node,
-            )
-        return frame, buf
+        except (ProtocolError, OSError) as e:
+            err = _handshake_error(e, node)
+            if err is e:
+                raise
+            raise err from e
+        return hello, buf
 
     # -- state ----------------------------------------------------------------------------
-
-    @property
-    def alive(self) -> bool:
-        return self._error is None
 
     def fail(self, error: BaseException) -> None:
         """Break the connection: every waiting slot fails with ``error``, later submits fail
         at once, the transport is aborted (which ends the reader task)."""
-        if self._error is not None:
+        if not self._fail_slots(error):
             return
-        self._error = error
-        pending, self._pending = self._pending, collections.deque()
-        for slot in pending:
-            slot.fail(error)
         if not self.loop.is_closed():
             self._writer.transport.abort()
         else:
@@ -377,14 +357,8 @@ class _Connection:
 
     def forget(self) -> None:
         """In a forked child (or after the client's loop closed): stop using this connection
-        without sending anything, without ``shutdown()`` and without its event loop; only this
-        process's copy of the descriptor is closed."""
-        self._pending = collections.deque()
-        self._error = ClientClosedError(f"{self.node}: connection inherited across fork()")
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        without its event loop (:meth:`_ConnBase._forget_socket`)."""
+        self._forget_socket()
 
     # -- requests -------------------------------------------------------------------------
 
@@ -394,20 +368,7 @@ class _Connection:
         slots = []
         frames = []
         for op, arg in requests:
-            if op in (protocol.OP_GET_VALUES, protocol.OP_GET_IDS_WITH, _MASKED_KIND) and isinstance(
-                arg, tuple
-            ):
-                expect, frame = arg
-            elif op == protocol.OP_GET_IDS and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_ids(arg)
-            elif op == protocol.OP_GET_RANGES and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_ranges(arg)
-            elif op == protocol.OP_GET_UUIDS and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_uuids(arg)
-            elif op == protocol.OP_PING and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_ping(arg)
-            else:
-                raise TypeError(f"not a request: opcode {op} with {type(arg).__name__}")
+            expect, frame = _encode_request(op, arg)
             frames.append(frame)
             slots.append(_Slot(self.loop, op, expect))
         if self._error is not None:
@@ -476,100 +437,35 @@ class _Connection:
     async def _read_loop(self, buf: bytearray) -> None:
         try:
             while self._error is None:
-                while True:
-                    decoded = protocol.decode_response(buf, self.max_frame)
-                    if decoded is None:
-                        break
-                    frame, used = decoded
-                    del buf[:used]
-                    self._dispatch(frame)
+                self._dispatch_all(buf)
                 data = await self._reader.read(_RECV_CHUNK)
                 if not data:
-                    if not self._pending and not buf:
-                        # The node closed an idle connection: the next call reconnects.
-                        self.fail(UnavailableError("connection closed by the server (idle)", self.node))
-                    else:
-                        self.fail(
-                            UnavailableError(
-                                "connection closed by the server with requests unanswered",
-                                self.node,
-                            )
-                        )
+                    self._server_closed(idle=not self._pending and not buf)
                     return
                 buf += data
         except asyncio.CancelledError:
             self.fail(ClientClosedError(f"{self.node}: connection closed by the client"))
             raise
-        except ProtocolError as e:
-            e.node = self.node
-            self.fail(e)
-        except ssl.SSLError as e:
-            self.fail(_tls.tls_error(e, self.node))
-        except OSError as e:
-            self.fail(UnavailableError(f"receive failed: {e}", self.node))
-        except Exception as e:  # a bug: never leave callers waiting
-            self.fail(ProtocolError(f"reader failed: {e!r}", node=self.node))
-
-    def _dispatch(self, frame: protocol.Response) -> None:
-        """client.py's ``_Connection._dispatch``: the answer for the slot at the head."""
-        slot = self._pending.popleft() if self._pending else None
-        if slot is None:
-            raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
-        if isinstance(frame, ErrorFrame):
-            refused, broken = _refusal(frame, self.node)
-            slot.fail(refused)
-            if broken is not None:  # 305: every request in flight reconnects to the same node
-                self.fail(broken)
-            return
-        try:
-            result, self._last_id, self._last_uuid = _check_answer(
-                slot.kind, slot.expect, frame, self._last_id, self._last_uuid
-            )
-        except ProtocolError as err:
-            err.node = self.node
-            slot.fail(err)
-            raise
-        slot.set(result)
-
-
-class _Node:
+        except Exception as e:
+            self._reader_failed(e)
+class _Node(_NodeBase):
     def __init__(
         self, addr: str, tls_name: Optional[str] = None, entry: int = 0, placeholder: bool = False
     ):
-        _parse_node(addr)
-        self.addr = addr
-        # expand=True, as client.py's _Node: the name TLS verifies, the configured entry, a
-        # name that resolved to nothing, an address no longer among its name's.
-        self.tls_name = tls_name
-        self.entry = entry
-        self.placeholder = placeholder
-        self.gone = False
+        # expand=True, as client.py's _Node. Only touched on the event loop: no lock.
+        super().__init__(addr, tls_name, entry, placeholder, NO_LOCK)
         self.connect_lock: Optional[asyncio.Lock] = None  # made on the client's loop
         self.conn: Optional[_Connection] = None
-        self.failures = 0
-        self.down_until = 0.0
-        self.last_error: Optional[BaseException] = None
 
 
-class _SeqState:
+class _SeqState(_SeqBase):
     """As client.py's ``_SeqState``, with an ``asyncio.Lock``."""
 
-    __slots__ = ("mode", "buffer", "lock")
-
     def __init__(self) -> None:
-        self.mode: Optional[int] = None
-        self.buffer: Deque[int] = collections.deque()
+        super().__init__()
         self.lock = asyncio.Lock()
 
 
-def _count(n: int, limit: int = _MAX_IDS_PER_CALL) -> int:
-    """``n`` checked before anything is sent: an int in 1 ..= ``limit`` (a count of 0 is
-    refused like a negative one, clients/vectors/CONFIG.md "Count 0")."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, not {type(n).__name__}")
-    if not 1 <= n <= limit:
-        raise ValueError(f"n must be 1 to {limit}, not {n}")
-    return n
 
 
 # Fork safety: every live AsyncClient, reset in a forked child by the at-fork hook.
@@ -577,18 +473,14 @@ _CLIENTS: "weakref.WeakSet[AsyncClient]" = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    for client in list(_CLIENTS):
-        try:
-            client._forget_parent()
-        except Exception:  # pragma: no cover - the pid check on its next call retries
-            pass
+    _forget_in_child(list(_CLIENTS))
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class AsyncClient:
+class AsyncClient(_Core["_Node", "_SeqState"]):
     """An asyncio client for a cluster of idgen nodes: :class:`~idgen_client.Client`'s
     constructor parameters and semantics, with coroutine methods. Any number of tasks may
     call it at once; their requests are pipelined on one connection per node.
@@ -671,6 +563,7 @@ class AsyncClient:
         self._refill_not_before = 0.0
         self._seq_prefetch = sequence_prefetch
         self._seqs: "collections.OrderedDict[str, _SeqState]" = collections.OrderedDict()
+        self._seqs_lock = NO_LOCK
         _CLIENTS.add(self)
 
     # -- configuration ----------------------------------------------------------------------
@@ -831,11 +724,8 @@ class AsyncClient:
         """``n`` values of the named sequence ``name``, strictly increasing, as
         :meth:`Client.next_values` (with ``sequence_prefetch`` for dense sequences)."""
         await self._begin()
-        _count(n, protocol.MAX_VALUES_PER_CALL)
-        raw = protocol.check_sequence_name(name)
         layout = self._layout
-        if layout is not None and n > layout.max_batch:
-            raise ValueError(f"n must be 1 to {layout.max_batch} (the node's max_batch), not {n}")
+        raw = _values_call(n, name, layout.max_batch if layout is not None else None)
         if not self._seq_prefetch:
 
             async def plain() -> List[int]:
@@ -893,19 +783,7 @@ class AsyncClient:
     def nodes(self) -> List[NodeState]:
         """Each node's state, as :meth:`Client.nodes`."""
         self._check_fork()
-        now = time.monotonic()
-        return [
-            {
-                "node": node.addr,
-                "connected": node.conn is not None and node.conn.alive,
-                "down": node.down_until > now,
-                "retry_in": max(0.0, node.down_until - now),
-                "failures": node.failures,
-                "last_error": node.last_error,
-                "hello": node.conn.hello if node.conn is not None else None,
-            }
-            for node in self._nodes
-        ]
+        return cast(List[NodeState], self._node_states())
 
     async def aclose(self) -> None:
         """Close every connection and stop the refill task. Pooled IDs are dropped (a gap);
@@ -948,14 +826,7 @@ class AsyncClient:
     # -- options ----------------------------------------------------------------------------
 
     async def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
-        if conn.hello.version < protocol.IDS_WITH_VERSION:
-            raise OptionsUnsupportedError(conn.hello.version, conn.node)
-        if n > conn.hello.max_batch:
-            raise ValueError(
-                f"a call with options is one request: at most the node's max_batch "
-                f"({conn.hello.max_batch}) IDs, not {n}"
-            )
-        (slot,) = conn.submit([(kind, (n, frame))])
+        (slot,) = conn.submit([_with_request(conn, n, frame, kind)])
         self._stats.add("requests")
         await conn.flush()
         return slot
@@ -966,46 +837,13 @@ class AsyncClient:
         """``run`` with failover, or, with an idempotency key, on the key's node only."""
         if key is None:
             return await self._with_failover(run)
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        nodes = self._nodes  # the list as it is when the request is made
-        node = nodes[key_node(key, len(nodes))]
-        info = self._call.get()
-        for attempt in (0, 1):
-            conn: Optional[_Connection] = None
-            try:
-                conn = await self._connection(node)
-                result = await run(conn)
-                if info is not None:
-                    info.node = node.addr
-                return result
-            except ServerError as e:
-                if info is not None:
-                    info.node = node.addr
-                self._refused(node, e, info)
-                action = _on_refusal(e, may_reconnect=attempt == 0)
-                if action == _RECONNECT:
-                    self._drop(node, conn)
-                    continue
-                if action == _RAISE:
-                    if e.closes_connection:
-                        self._drop(node, conn)
-                    raise
-                await self._failed(node, conn, e, keep_connection=not e.closes_connection)
-                raise KeyNodeUnavailableError(key, node.addr, e) from e
-            except UnavailableError as e:
-                if self._closed:
-                    raise ClientClosedError("the client is closed") from e
-                if isinstance(e, KeyNodeUnavailableError):
-                    raise
-                await self._failed(node, conn, e)
-                raise KeyNodeUnavailableError(key, node.addr, e) from e
-        raise UnavailableError("the key's node changed its range twice", node.addr)
+        node = self._nodes[key_node(key, len(self._nodes))]  # as the list is now
+        return await self._attempts(_KeyRoute(self, self._call.get(), key, node), run)
 
     # -- requests ---------------------------------------------------------------------------
 
     async def _fetch(self, conn: _Connection, n: int) -> List[int]:
-        slots = conn.submit([(_ids_op(conn.hello), c) for c in _split(n, conn.hello.max_batch)])
+        slots = conn.submit(_id_requests(conn, n))
         self._stats.add("requests", len(slots))
         await conn.flush()
         if len(slots) == 1:
@@ -1018,9 +856,7 @@ class AsyncClient:
         return ids
 
     async def _fetch_uuids(self, conn: _Connection, n: int) -> List[uuid.UUID]:
-        if conn.hello.version < protocol.UUIDS_VERSION:
-            raise UuidsUnsupportedError(conn.hello.version, conn.node)
-        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in _split(n, conn.hello.max_batch)])
+        slots = conn.submit(_uuid_requests(conn, n))
         self._stats.add("uuid_requests", len(slots))
         await conn.flush()
         uuids: List[uuid.UUID] = []
@@ -1033,19 +869,7 @@ class AsyncClient:
 
     async def _get_values(self, raw: bytes, n: int, want: int) -> Values:
         async def run(conn: _Connection) -> Values:
-            hello = conn.hello
-            count = _values_count(n, want, hello)
-            try:
-                frame = protocol.check_get_values(
-                    raw,
-                    count,
-                    version=hello.version,
-                    max_batch=hello.max_batch,
-                    max_request_frame=hello.max_request_frame,
-                )
-            except protocol.SequencesUnsupported as e:
-                raise SequencesUnsupportedError(e.version, conn.node) from None
-            (slot,) = conn.submit([(protocol.OP_GET_VALUES, (count, frame))])
+            (slot,) = conn.submit([(protocol.OP_GET_VALUES, _get_values_frame(raw, n, want, conn))])
             self._stats.add("value_requests")
             await conn.flush()
             answer = await conn.wait_values(slot)
@@ -1054,142 +878,69 @@ class AsyncClient:
 
         return await self._with_failover(run)
 
-    def _seq_state(self, key: str) -> _SeqState:
-        state = self._seqs.get(key)
-        if state is None:
-            state = self._seqs[key] = _SeqState()
-            while len(self._seqs) > MAX_PREFETCHED_SEQUENCES:
-                self._seqs.popitem(last=False)
-        else:
-            self._seqs.move_to_end(key)
-        return state
+    def _new_seq(self) -> _SeqState:
+        return _SeqState()
 
     async def _ask(self, key: str, state: _SeqState, raw: bytes, n: int, want: int) -> Values:
         try:
             answer = await self._get_values(raw, n, want)
         except ServerError as e:
-            if e.status == _status.UNKNOWN_SEQUENCE:
-                if self._seqs.get(key) is state:
-                    del self._seqs[key]
-                state.mode = None
-                state.buffer.clear()
+            self._seq_failed(key, state, e)
             raise
-        state.mode = answer.mode
+        state.answered(answer)
         return answer
 
     async def _prefetched_values(self, key: str, raw: bytes, n: int) -> List[int]:
         state = self._seq_state(key)
         if state.mode == protocol.MODE_STRICT:
-            answer = await self._ask(key, state, raw, n, n)
-            if answer.mode == protocol.MODE_STRICT:
-                state.buffer.clear()
-            return answer.values
+            return state.exact(await self._ask(key, state, raw, n, n))
         async with state.lock:
             if state.mode != protocol.MODE_DENSE:
-                answer = await self._ask(key, state, raw, n, n)
-                if answer.mode == protocol.MODE_STRICT:
-                    state.buffer.clear()
-                return answer.values
-            buf = state.buffer
-            if len(buf) >= n:
-                out = [buf.popleft() for _ in range(n)]
-                self._stats.add("value_prefetch_served", n)
+                return state.exact(await self._ask(key, state, raw, n, n))
+            out = state.take(n, self._stats)
+            if out is not None:
                 return out
             want = max(self._seq_prefetch, n)
             try:
                 answer = await self._ask(key, state, raw, n, want)
             except ServerError as e:
-                if e.status != _status.SEQUENCE_USED_UP or want == n:
+                if not _ask_exactly(e, want, n):
                     raise
                 answer = await self._ask(key, state, raw, n, n)
-            fresh = answer.values
-            if answer.mode != protocol.MODE_DENSE:
-                buf.clear()
-                return fresh[:n]
-            out, kept = _take_values(buf, fresh, n)  # a gap, never a repeat
-            if kept:
-                self._stats.add("value_prefetch_served", kept)
-            return out
+            return state.refilled(answer, n, self._stats)  # a gap, never a repeat
 
     # -- failover (client.py's rules) -------------------------------------------------------
 
     async def _with_failover(self, run: Callable[[_Connection], Awaitable[_T]]) -> _T:
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        nodes = self._nodes  # this call's list (expand=True may replace it meanwhile)
-        count = len(nodes)
-        start = self._preferred % count
-        tried: List[BaseException] = []
-        order = collections.deque((start + k) % count for k in range(count))
-        reconnected: Set[int] = set()
-        info = self._call.get()
-        moving: Optional[Tuple[str, BaseException]] = None  # the node left, and why
-        while order or (self._expand and self._nodes is not nodes):
-            if not order:
-                # expand=True: the names were resolved again meanwhile; their new addresses
-                # are tried too.
-                new = [n for n in self._nodes if n not in nodes]
-                if not new:
-                    break
-                order.extend(range(len(nodes), len(nodes) + len(new)))
-                nodes = nodes + new
-            index = order.popleft()
-            node = nodes[index]
-            if node.down_until > time.monotonic():
-                continue
-            if tried and index not in reconnected:
-                self._stats.add("failovers")
-            if moving is not None and moving[0] != node.addr:
-                self._obs.emit(
-                    _observe.FAILOVER,
-                    {"from_node": moving[0], "to_node": node.addr, "reason": _reason(moving[1])},
-                )
-                moving = None
+        return await self._attempts(_Failover(self, self._call.get()), run)
+
+    async def _attempts(self, plan: _Plan[_Node], run: Callable[[_Connection], Awaitable[_T]]) -> _T:
+        """Run ``plan`` (client.py's ``_attempts``, awaiting the connects and answers)."""
+        node = plan.next()
+        while node is not None:
             conn: Optional[_Connection] = None
             try:
                 conn = await self._connection(node)
                 result = await run(conn)
             except ServerError as e:
-                if info is not None:
-                    info.node = node.addr
-                self._refused(node, e, info)
-                action = _on_refusal(e, may_reconnect=index not in reconnected)
-                if action == _RECONNECT:
-                    reconnected.add(index)
-                    self._drop(node, conn)
-                    order.appendleft(index)
-                    continue
+                action = plan.refused(node, conn, e)
                 if action == _RAISE:
-                    if e.closes_connection:
-                        self._drop(node, conn)
                     raise
-                await self._failed(node, conn, e, keep_connection=not e.closes_connection)
-                tried.append(e)
-                moving = (node.addr, e)
-            except (UnavailableError, ProtocolError) as e:
+                if action == _BACK_OFF:
+                    await self._failed(node, conn, e, keep_connection=not e.closes_connection)
+                    plan.failed(node, e)
+            except plan.fails_over as e:
                 if self._closed:
                     raise ClientClosedError("the client is closed") from e
+                if plan.passes(e):
+                    raise
                 await self._failed(node, conn, e)
-                tried.append(e)
-                moving = (node.addr, e)
+                plan.failed(node, e)
             else:
-                if info is not None:
-                    info.node = node.addr
-                if node.failures:
-                    node.failures = 0
-                    self._obs.emit(_observe.NODE_UP, {"node": node.addr, "reason": "answered again"})
-                current = self._nodes
-                if nodes is current:
-                    self._preferred = index
-                else:
-                    self._preferred = current.index(node) if node in current else 0
+                plan.answered(node)
                 return result
-        if len(tried) == 1:
-            raise _fresh(tried[0])
-        now = time.monotonic()
-        errors = {n.addr: n.last_error for n in nodes}
-        retry_in = {n.addr: n.down_until - now for n in nodes if n.down_until > now}
-        raise NoNodeAvailable(errors, retry_in) from (tried[-1] if tried else None)
+            node = plan.next()
+        raise plan.error()
 
     async def _connection(self, node: _Node) -> _Connection:
         conn = node.conn
@@ -1199,16 +950,10 @@ class AsyncClient:
         if lock is None:  # a node added by a re-resolution on this loop
             lock = node.connect_lock = asyncio.Lock()
         async with lock:
-            if self._closed:
-                raise ClientClosedError("the client is closed")
             conn = node.conn
             if conn is not None and conn.alive:
                 return conn
-            if node.down_until > time.monotonic() and node.last_error is not None:
-                raise UnavailableError(f"node is down: {node.last_error}", node.addr)
-            tls = self._tls
-            if tls is not None and tls[1] is None and node.tls_name is not None:
-                tls = (tls[0], node.tls_name)  # expand=True: verify the name, not the address
+            self._connect_check(node)
             started = time.monotonic()
             try:
                 if node.placeholder:
@@ -1216,7 +961,7 @@ class AsyncClient:
                     # (this failure makes the client resolve it again).
                     raise UnavailableError("the name resolves to no address", node.addr)
                 conn = await _Connection.open(
-                    node.addr, self._connect_timeout, self._timeout, self._stats, tls
+                    node.addr, self._connect_timeout, self._timeout, self._stats, self._tls_for(node)
                 )
                 try:
                     self._check_layout(conn)
@@ -1226,72 +971,14 @@ class AsyncClient:
                     await conn.close()
                     raise
             except IdgenError as e:
-                self._obs.emit(
-                    _observe.CONNECT_FAILED,
-                    {"node": node.addr, "error": _reason(e), "duration": time.monotonic() - started},
-                )
+                self._connect_failed(node, e, started)
                 raise
             node.conn = conn
-        self._obs.emit(
-            _observe.CONNECT,
-            {
-                "node": node.addr,
-                "address": conn.address,
-                "version": conn.hello.version,
-                "duration": time.monotonic() - started,
-            },
-        )
+        self._connected(node, conn, started)
         return conn
 
     def _check_layout(self, conn: _Connection) -> None:
-        layout = Layout.from_hello(conn.hello)
-        if self._layout is None:
-            self._layout = layout
-        elif not self._layout.same_ids(layout):
-            raise ProtocolError(
-                f"node's ID layout {layout} differs from the cluster's {self._layout}",
-                node=conn.node,
-            )
-
-    def _drop(self, node: _Node, conn: Optional[_Connection]) -> None:
-        if conn is not None and node.conn is conn:
-            node.conn = None
-        if conn is not None:
-            conn.fail(UnavailableError("connection dropped", node.addr))
-
-    def _mark_down(
-        self,
-        node: _Node,
-        conn: Optional[_Connection],
-        err: BaseException,
-        keep_connection: bool = False,
-    ) -> None:
-        """client.py's ``_mark_down``: only the first report of one failure backs off."""
-        now = time.monotonic()
-        stale = conn is not None and node.conn is not conn and node.conn is not None
-        if conn is not None and node.conn is conn and not keep_connection:
-            node.conn = None
-        marked: Optional[float] = None
-        if stale or node.down_until > now:
-            node.last_error = node.last_error or err
-        else:
-            node.failures += 1
-            marked = _backoff(node.failures, self._backoff_min, self._backoff_max)
-            node.down_until = now + marked
-            node.last_error = err
-            self._stats.add("node_failures")
-        if conn is not None and not keep_connection:
-            conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
-        if marked is not None:
-            self._obs.emit(
-                _observe.NODE_DOWN,
-                {
-                    "node": node.addr,
-                    "reason": _reason(err),
-                    "retry_in": marked,
-                    "failures": node.failures,
-                },
-            )
+        self._layout = _cluster_layout(self._layout, Layout.from_hello(conn.hello), conn.node)
 
     async def _failed(
         self,
@@ -1300,23 +987,11 @@ class AsyncClient:
         err: BaseException,
         keep_connection: bool = False,
     ) -> None:
-        """A node failed a call: :meth:`_mark_down`, and with ``expand=True`` the names
+        """A node failed a call: :meth:`_Core._back_off`, and with ``expand=True`` the names
         resolved again (at most once a second)."""
-        self._mark_down(node, conn, err, keep_connection)
+        self._back_off(node, conn, err, keep_connection)
         if self._expand:
             await self._node_failed(node)
-
-    def _refused(self, node: _Node, err: ServerError, info: Optional[_CallInfo]) -> None:
-        self._obs.emit(
-            _observe.REFUSED,
-            {
-                "node": node.addr,
-                "op": info.op if info is not None else None,
-                "status": err.status,
-                "status_name": err.name,
-                "message": err.message,
-            },
-        )
 
     # -- events -------------------------------------------------------------------------------
 
@@ -1335,16 +1010,7 @@ class AsyncClient:
             raise
         finally:
             self._call.reset(token)
-            self._obs.emit(
-                _observe.REQUEST,
-                {
-                    "op": op,
-                    "count": count,
-                    "node": info.node,
-                    "duration": time.monotonic() - started,
-                    "outcome": outcome,
-                },
-            )
+            self._request_event(info, count, started, outcome)
 
     # -- expand=True: each address of a name is a node (client.py's rules) ------------------
 
@@ -1367,21 +1033,11 @@ class AsyncClient:
         answers = await asyncio.gather(*(one(host, port) for host, port in self._entries))
         return _expanded(self._entries, list(answers), current, _Node)
 
-    def _set_nodes(self, new: List[_Node]) -> List[_Node]:
-        """Make ``new`` the node list (the preferred node kept); returns the nodes removed."""
-        current = self._nodes
-        removed = [n for n in current if n not in new]
-        if [n.addr for n in new] != [n.addr for n in current]:
-            preferred = current[self._preferred % len(current)]
-            self._nodes = new
-            self._preferred = new.index(preferred) if preferred in new else 0
-            _observe.LOGGER.log(
-                logging.INFO, "nodes now %s (names resolved)", ", ".join(n.addr for n in new)
-            )
-        else:
-            self._nodes = new
+    def _set_nodes(self, new: List[_Node], failed: Optional[_Node] = None) -> List[_Node]:
+        """:meth:`_Core._replace_nodes`, the new nodes given their connect locks."""
+        removed = self._replace_nodes(new, failed)
         if self._loop is not None:
-            for n in new:
+            for n in self._nodes:
                 if n.connect_lock is None:
                     n.connect_lock = asyncio.Lock()
         return removed
@@ -1399,8 +1055,7 @@ class AsyncClient:
                 new = await self._resolve(self._nodes)
             else:
                 new = list(self._nodes)
-            new = _without_gone(new, node, lambda n: n.conn is None)
-            removed = self._set_nodes(new)
+            removed = self._set_nodes(new, node)
         finally:
             self._resolving = False
         for n in removed:

@@ -69,7 +69,6 @@ several, or none could be tried, it raises ``NoNodeAvailable`` listing each node
 
 import collections
 import itertools
-import logging
 import os
 import socket
 import ssl
@@ -85,38 +84,78 @@ from typing import (
     List,
     NamedTuple,
     Optional,
-    Protocol,
     Sequence,
     Tuple,
     TypedDict,
     TypeVar,
     Union,
+    cast,
 )
 
 from . import forms, protocol
 from . import observe as _observe
-from . import status as _status
 from . import tls as _tls
 from .config import Settings, parse_url
 from .errors import (
     ClientClosedError,
     IdgenError,
-    KeyNodeUnavailableError,
-    NoNodeAvailable,
-    OptionsUnsupportedError,
     ProtocolError,
-    SequencesUnsupportedError,
     ServerError,
     UnavailableError,
-    UuidsUnsupportedError,
 )
-from .protocol import ErrorFrame, HelloOk, Ids, MaskedIds, Pong, Ranges, Uuids, Values
+from .protocol import HelloOk, MaskedIds, Values
+from ._shared import (  # noqa: F401 - client.py's names of old, kept for its users
+    _BACK_OFF,
+    _MASKED_KIND,
+    _MAX_IDS_PER_CALL,
+    _RAISE,
+    _RECONNECT,
+    MAX_PREFETCHED_SEQUENCES,
+    _addresses,
+    _ask_exactly,
+    _backoff,
+    _CallInfo,
+    _check_answer,
+    _ConnBase,
+    _encode_request,
+    _forget_in_child,
+    _handshake_error,
+    _hello_from,
+    _checked_settings,
+    _cluster_layout,
+    _Core,
+    _count,
+    _expanded,
+    _ExpandNode,
+    _Failover,
+    _KeyRoute,
+    _Plan,
+    _format_addr,
+    _fresh,
+    _get_values_frame,
+    _id_requests,
+    _ids_op,
+    _NodeBase,
+    _on_refusal,
+    _outcome,
+    _parse_node,
+    _pool_guard,
+    _reason,
+    _refusal,
+    _SeqBase,
+    _split,
+    _Stats,
+    _take_values,
+    _uuid_requests,
+    _values_call,
+    _values_count,
+    _with_frame,
+    _with_request,
+    _without_gone,
+)
 
 __all__ = ["Client", "Layout", "IdParts", "UuidParts", "NodeState", "MaskedIdList", "key_node"]
 
-#: The slot kind of a GET_IDS_WITH answered with MASKED_IDS (client-internal: the opcode with a
-#: flag above the byte).
-_MASKED_KIND = 0x100 | protocol.OP_GET_IDS_WITH
 
 
 class MaskedIdList(NamedTuple):
@@ -156,9 +195,6 @@ class NodeState(TypedDict):
     hello: Optional[HelloOk]  # of the open connection
 
 _RECV_CHUNK = 256 * 1024
-_MAX_IDS_PER_CALL = 1 << 24  # a guard against accidental huge requests (16 Mi IDs)
-#: Sequence buffers kept at most (a namespace holds at most 1024 sequences).
-MAX_PREFETCHED_SEQUENCES = 1024
 
 
 class IdParts(NamedTuple):
@@ -359,27 +395,6 @@ class Layout(NamedTuple):
         return lo, hi
 
 
-def _parse_node(node: str) -> Tuple[str, int]:
-    if not isinstance(node, str):
-        raise TypeError(f"a node is a 'host:port' string, not {type(node).__name__}")
-    host, sep, port = node.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"node {node!r} is not 'host:port'")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
-
-
-def _fresh(err: BaseException) -> BaseException:
-    """A copy of an exception shared by several waiting threads, so that each raises its
-    own object (tracebacks are per raise)."""
-    new = type(err).__new__(type(err))
-    new.__dict__.update(err.__dict__)
-    new.args = err.args
-    new.__cause__ = err.__cause__
-    return new
-
-
 class _Slot:
     """One request frame waiting for its answer."""
 
@@ -400,25 +415,6 @@ class _Slot:
     def fail(self, error: BaseException) -> None:
         self.error = error
         self.event.set()
-
-
-class _Stats:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._c: Dict[str, int] = collections.Counter()
-
-    def add(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self._c[key] += n
-
-    def snapshot(self) -> Dict[str, int]:
-        keys = (
-            "connects", "requests", "ids", "pings", "node_failures", "failovers",
-            "prefetch_refills", "prefetch_served",
-            "value_requests", "values", "value_prefetch_served", "uuid_requests", "uuids",
-        )  # fmt: skip
-        with self._lock:
-            return {k: self._c.get(k, 0) for k in keys}
 
 
 def _connect_any(
@@ -454,7 +450,7 @@ def _connect_any(
     raise UnavailableError(f"cannot connect: {last}{tried}", node) from last
 
 
-class _Connection:
+class _Connection(_ConnBase):
     """One TCP (or TLS) connection to one node: writer lock, FIFO of slots, reader thread.
 
     With ``tls`` (a context and an optional server name) the socket is a
@@ -541,10 +537,8 @@ class _Connection:
                     sock.raise_pending_alert()
                 raise
             buf = bytearray()
-            while True:
-                decoded = protocol.decode_response(buf, protocol.DEFAULT_MAX_RESPONSE_FRAME)
-                if decoded is not None:
-                    break
+            hello = _hello_from(buf, self.node)
+            while hello is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise socket.timeout()
@@ -553,49 +547,23 @@ class _Connection:
                 if not data:
                     raise UnavailableError("connection closed during the handshake", self.node)
                 buf += data
+                hello = _hello_from(buf, self.node)
         except socket.timeout:
             raise UnavailableError("no HELLO_OK within connect_timeout", self.node) from None
-        except ProtocolError as e:
-            e.node = self.node
-            raise
-        except ssl.SSLError as e:
-            # TLS 1.3: a server that refuses the client certificate says so after the
-            # handshake, which the client then reads here.
-            raise _tls.tls_error(e, self.node) from e
-        except OSError as e:
-            raise UnavailableError(f"handshake failed: {e}", self.node) from e
-        frame, used = decoded
-        del buf[:used]
-        if isinstance(frame, ErrorFrame):
-            raise ServerError(frame.status, frame.name, frame.message, self.node)
-        if not isinstance(frame, HelloOk):
-            raise ProtocolError(
-                f"expected HELLO_OK, got {type(frame).__name__}", node=self.node
-            )
-        if not protocol.MIN_PROTOCOL_VERSION <= frame.version <= protocol.PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"server picked version {frame.version}, only versions "
-                f"{protocol.MIN_PROTOCOL_VERSION}..={protocol.PROTOCOL_VERSION} were offered",
-                node=self.node,
-            )
-        return frame, buf
+        except (ProtocolError, OSError) as e:
+            err = _handshake_error(e, self.node)
+            if err is e:
+                raise
+            raise err from e
+        return hello, buf
 
     # -- state ----------------------------------------------------------------------------
-
-    @property
-    def alive(self) -> bool:
-        return self._error is None
 
     def fail(self, error: BaseException) -> None:
         """Mark the connection broken with ``error``: every waiting slot fails with it, later
         submits fail at once, and the socket is closed (which also stops the reader)."""
-        with self._lock:
-            if self._error is not None:
-                return
-            self._error = error
-            pending, self._pending = self._pending, collections.deque()
-        for slot in pending:
-            slot.fail(error)
+        if not self._fail_slots(error):
+            return
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -609,17 +577,11 @@ class _Connection:
 
     def forget(self) -> None:
         """In a forked child: stop using this inherited connection without touching what it
-        shares with the parent. Nothing is sent and there is no ``shutdown()`` (that would
-        cut the parent's connection too); only this process's copy of the descriptor is
-        closed. Its locks may have been held by threads that do not exist here: replaced."""
+        shares with the parent (:meth:`_ConnBase._forget_socket`). Its locks may have been
+        held by threads that do not exist here: replaced."""
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._pending = collections.deque()
-        self._error = ClientClosedError(f"{self.node}: connection inherited across fork()")
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        self._forget_socket()
 
     # -- requests -------------------------------------------------------------------------
 
@@ -631,20 +593,7 @@ class _Connection:
         slots = []
         frames = []
         for op, arg in requests:
-            if op in (protocol.OP_GET_VALUES, protocol.OP_GET_IDS_WITH, _MASKED_KIND) and isinstance(
-                arg, tuple
-            ):
-                expect, frame = arg
-            elif op == protocol.OP_GET_IDS and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_ids(arg)
-            elif op == protocol.OP_GET_RANGES and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_ranges(arg)
-            elif op == protocol.OP_GET_UUIDS and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_get_uuids(arg)
-            elif op == protocol.OP_PING and isinstance(arg, int):
-                expect, frame = arg, protocol.encode_ping(arg)
-            else:
-                raise TypeError(f"not a request: opcode {op} with {type(arg).__name__}")
+            expect, frame = _encode_request(op, arg)
             frames.append(frame)
             slots.append(_Slot(op, expect))
         data = b"".join(frames)
@@ -710,13 +659,7 @@ class _Connection:
         sock = self._sock
         try:
             while self._error is None:
-                while True:
-                    decoded = protocol.decode_response(buf, self.max_frame)
-                    if decoded is None:
-                        break
-                    frame, used = decoded
-                    del buf[:used]
-                    self._dispatch(frame)
+                self._dispatch_all(buf)
                 try:
                     data = sock.recv(_RECV_CHUNK)
                 except socket.timeout:
@@ -724,54 +667,11 @@ class _Connection:
                 if not data:
                     with self._lock:
                         idle = not self._pending and not buf
-                    if idle:
-                        # The server closed an idle connection (its idle timeout): not a
-                        # node failure, the next call simply reconnects.
-                        self.fail(UnavailableError("connection closed by the server (idle)", self.node))
-                    else:
-                        self.fail(
-                            UnavailableError(
-                                "connection closed by the server with requests unanswered",
-                                self.node,
-                            )
-                        )
+                    self._server_closed(idle)
                     return
                 buf += data
-        except ProtocolError as e:
-            e.node = self.node
-            self.fail(e)
-        except ssl.SSLError as e:
-            self.fail(_tls.tls_error(e, self.node))
-        except OSError as e:
-            self.fail(UnavailableError(f"receive failed: {e}", self.node))
-        except Exception as e:  # a bug: never leave callers waiting
-            self.fail(ProtocolError(f"reader failed: {e!r}", node=self.node))
-
-    def _dispatch(self, frame: protocol.Response) -> None:
-        with self._lock:
-            slot = self._pending.popleft() if self._pending else None
-        if slot is None:
-            raise ProtocolError(f"{type(frame).__name__} with no request outstanding")
-        if isinstance(frame, ErrorFrame):
-            refused, broken = _refusal(frame, self.node)
-            slot.fail(refused)
-            if broken is not None:
-                # 305: every request still in flight (and every later submit) gets the 305
-                # too: this connection is dead, the node is not, so they reconnect rather
-                # than count the node as down. Another closing status: the node closed it.
-                self.fail(broken)
-            return
-        try:
-            result, self._last_id, self._last_uuid = _check_answer(
-                slot.kind, slot.expect, frame, self._last_id, self._last_uuid
-            )
-        except ProtocolError as err:
-            err.node = self.node
-            slot.fail(err)
-            raise
-        slot.set(result)
-
-
+        except Exception as e:
+            self._reader_failed(e)
 # Fork safety: every live Client, so that the at-fork hook can reset them in a child.
 _CLIENTS: "weakref.WeakSet[Client]" = weakref.WeakSet()
 _FORK_LOCK = threading.Lock()  # serialises the pid-check reset (re-created in a child)
@@ -780,11 +680,7 @@ _FORK_LOCK = threading.Lock()  # serialises the pid-check reset (re-created in a
 def _after_fork_in_child() -> None:
     global _FORK_LOCK
     _FORK_LOCK = threading.Lock()
-    for client in list(_CLIENTS):
-        try:
-            client._forget_parent()
-        except Exception:  # pragma: no cover - the pid check on its next call retries
-            pass
+    _forget_in_child(list(_CLIENTS))
 
 
 if hasattr(os, "register_at_fork"):
@@ -848,314 +744,24 @@ def _tls_settings(
     return ctx, server_hostname
 
 
-class _Node:
+class _Node(_NodeBase):
     def __init__(self, addr: str, tls_name: Optional[str] = None, entry: int = 0, placeholder: bool = False):
-        _parse_node(addr)
-        self.addr = addr
-        # With expand=True: the name TLS verifies (the configured host, not this address),
-        # the configured entry it came from, and whether it stands for a name that resolved
-        # to nothing (a node that is down until the name resolves).
-        self.tls_name = tls_name
-        self.entry = entry
-        self.placeholder = placeholder
-        self.gone = False  # no longer among its name's addresses: dropped when it fails
-        self.lock = threading.Lock()  # serialises connecting
+        # ``lock`` serialises connecting, and guards the connection and back-off state.
+        super().__init__(addr, tls_name, entry, placeholder, threading.Lock())
         self.conn: Optional[_Connection] = None
-        self.failures = 0
-        self.down_until = 0.0
-        self.last_error: Optional[BaseException] = None
 
 
-class _CallInfo:
-    """The public call in progress in a thread: its op, and the node that answered."""
-
-    __slots__ = ("op", "node")
-
-    def __init__(self, op: str) -> None:
-        self.op = op
-        self.node: Optional[str] = None
-
-
-def _outcome(err: BaseException) -> str:
-    """A request event's ``outcome`` for a failed call: the status name, else the class."""
-    if isinstance(err, ServerError):
-        return err.name or str(err.status)
-    return type(err).__name__
-
-
-def _reason(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}"
-
-
-def _format_addr(ip: str, port: int) -> str:
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
-# -- shared, I/O-free rules (used by Client and by aio.AsyncClient) ---------------------------
-
-
-def _refusal(frame: ErrorFrame, node: str) -> Tuple[ServerError, Optional[BaseException]]:
-    """An ERROR frame answering a request: the error for its slot, and the error that breaks
-    the connection (``305 RANGE_CHANGED``: the 305 itself, so that every request in flight
-    reconnects to the same node; another closing status: the node closed it), else ``None``."""
-    refused = ServerError(frame.status, frame.name, frame.message, node)
-    if refused.status == _status.RANGE_CHANGED:
-        return refused, refused
-    if refused.closes_connection:
-        return refused, UnavailableError(
-            f"server closed the connection after ERROR {frame.status} {frame.name or 'UNKNOWN'}",
-            node,
-        )
-    return refused, None
-
-
-def _check_answer(
-    kind: int, expect: int, frame: protocol.Response, last_id: int, last_uuid: int
-) -> Tuple[object, int, int]:
-    """Check an answer (not an ERROR) against its request: a slot of ``kind`` that asked for
-    ``expect`` (a count, or the PING token), on a connection whose last ID and UUID were
-    ``last_id`` and ``last_uuid``. Returns the slot's result (the IDs, the UUIDs, the VALUES
-    or MASKED_IDS frame, ``True`` for a PONG) and the connection's new last ID and UUID, or
-    raises :class:`ProtocolError` (without a node)."""
-    if kind in (protocol.OP_GET_IDS, protocol.OP_GET_RANGES, protocol.OP_GET_IDS_WITH):
-        # GET_IDS (and GET_IDS_WITH unmasked) is answered with IDS, GET_RANGES with RANGES:
-        # never the other.
-        wanted = Ranges if kind == protocol.OP_GET_RANGES else Ids
-        if not isinstance(frame, wanted):
-            raise ProtocolError(f"{wanted.__name__.upper()} expected, got {type(frame).__name__}")
-        if len(frame.ids) != expect:
-            raise ProtocolError(f"asked for {expect} IDs, got {len(frame.ids)}")
-        if frame.ids[0] <= last_id:
-            raise ProtocolError("IDs on one connection are not increasing")
-        return frame.ids, frame.ids[-1], last_uuid
-    if kind == _MASKED_KIND:
-        # Masked IDs are in no order: only their count is checked.
-        if not isinstance(frame, MaskedIds):
-            raise ProtocolError(f"GET_IDS_WITH (masked) answered with {type(frame).__name__}")
-        if len(frame.ids) != expect:
-            raise ProtocolError(f"asked for {expect} masked IDs, got {len(frame.ids)}")
-        return frame, last_id, last_uuid
-    if kind == protocol.OP_GET_UUIDS:
-        if not isinstance(frame, Uuids):
-            raise ProtocolError(f"GET_UUIDS answered with {type(frame).__name__}")
-        if len(frame.uuids) != expect:
-            raise ProtocolError(f"asked for {expect} UUIDs, got {len(frame.uuids)}")
-        if frame.uuids[0].int <= last_uuid:
-            raise ProtocolError("UUIDs on one connection are not increasing")
-        return frame.uuids, last_id, frame.uuids[-1].int
-    if kind == protocol.OP_GET_VALUES:
-        if not isinstance(frame, Values):
-            raise ProtocolError(f"GET_VALUES answered with {type(frame).__name__}")
-        if len(frame.values) != expect:
-            raise ProtocolError(f"asked for {expect} values, got {len(frame.values)}")
-        return frame, last_id, last_uuid
-    if isinstance(frame, Pong) and frame.token == expect:
-        return True, last_id, last_uuid
-    raise ProtocolError(f"PING {expect} answered with {frame!r}")
-
-
-def _with_frame(n: int, after: Optional[int], key: Optional[str], masked: bool) -> bytes:
-    """The GET_IDS_WITH frame of a call with options, its arguments checked."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int of at least 1, not {n!r}")
-    if after is not None and (
-        isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 1 << 63
-    ):
-        raise ValueError(f"after must be an ID (an int in 0 .. 2^63), not {after!r}")
-    return protocol.encode_get_ids_with(n, after=after, key=key, masked=masked)
-
-
-def _split(n: int, max_batch: int) -> List[int]:
-    """The counts of the frames of an ``n``-item call on a node of ``max_batch``."""
-    counts = [max_batch] * (n // max_batch)
-    if n % max_batch:
-        counts.append(n % max_batch)
-    return counts
-
-
-def _ids_op(hello: HelloOk) -> int:
-    """GET_RANGES from version 2 on (the same IDs as runs), else GET_IDS."""
-    return protocol.OP_GET_RANGES if hello.version >= protocol.RANGES_VERSION else protocol.OP_GET_IDS
-
-
-#: What a call does about a node's refusal (:func:`_on_refusal`).
-_RECONNECT, _RAISE, _BACK_OFF = "reconnect", "raise", "back_off"
-
-
-def _on_refusal(err: ServerError, may_reconnect: bool) -> str:
-    """The failover rule for a node's error status: ``_RECONNECT`` (305, the first time in
-    this call: drop the connection, retry on the same node at once), ``_RAISE`` (2xx, 304,
-    307: every node would say the same; raised at once), or ``_BACK_OFF`` (a node failure: a
-    retry-elsewhere 3xx or a status that closes the connection, 1xx and 5xx, as
-    clients/vectors/SCENARIOS.md says; mark the node down, keeping the connection when the
-    status leaves it open, and move on)."""
-    if err.status == _status.RANGE_CHANGED and may_reconnect:
-        return _RECONNECT
-    if not err.retry_elsewhere and not err.closes_connection:
-        return _RAISE
-    return _BACK_OFF
-
-
-def _checked_settings(
-    nodes: Sequence[str],
-    timeout: float,
-    connect_timeout: float,
-    backoff_min: float,
-    backoff_max: float,
-    prefetch: int,
-    low_water: Optional[int],
-    sequence_prefetch: int,
-    expand: bool,
-) -> Tuple[Sequence[str], int]:
-    """The constructor checks ``Client`` and ``AsyncClient`` share: the node list (a single
-    string is one node) and ``low_water`` (default ``prefetch // 4``), or the error."""
-    if isinstance(nodes, str):
-        nodes = [nodes]
-    if not nodes:
-        raise ValueError("at least one node is required")
-    if len(set(nodes)) != len(nodes):
-        raise ValueError("nodes must be distinct")
-    if timeout <= 0 or connect_timeout <= 0:
-        raise ValueError("timeouts must be positive")
-    if not 0 < backoff_min <= backoff_max:
-        raise ValueError("need 0 < backoff_min <= backoff_max")
-    if prefetch < 0:
-        raise ValueError("prefetch must be >= 0")
-    if low_water is None:
-        low_water = prefetch // 4
-    if prefetch and not 0 <= low_water < prefetch:
-        raise ValueError("low_water must be in 0 .. prefetch - 1")
-    if isinstance(sequence_prefetch, bool) or not isinstance(sequence_prefetch, int):
-        raise TypeError(
-            f"sequence_prefetch must be an int, not {type(sequence_prefetch).__name__}"
-        )
-    if not 0 <= sequence_prefetch <= protocol.MAX_VALUES_PER_CALL:
-        raise ValueError(
-            f"sequence_prefetch must be in 0 ..= {protocol.MAX_VALUES_PER_CALL}"
-        )
-    if not isinstance(expand, bool):
-        raise TypeError(f"expand must be a bool, not {type(expand).__name__}")
-    return nodes, low_water
-
-
-def _backoff(failures: int, low: float, high: float) -> float:
-    """The back-off after ``failures`` consecutive failures: ``low`` doubling, at most ``high``."""
-    return min(high, low * 2.0 ** (failures - 1))
-
-
-def _pool_guard(prefetch: int, connect_timeout: float, timeout: float, nodes: int) -> float:
-    """How long a caller waits for an empty prefetch pool: a refill tries each node at most
-    once, each within its timeouts."""
-    parts = 1 + prefetch // protocol.DEFAULT_MAX_BATCH + 1
-    return (connect_timeout + timeout * parts) * nodes + 1.0
-
-
-def _values_count(n: int, want: int, hello: HelloOk) -> int:
-    """How many values a GET_VALUES asks for: ``n``, or up to ``want`` as the node allows."""
-    return max(n, min(want, min(hello.max_batch, protocol.MAX_VALUES_PER_CALL)))
-
-
-def _take_values(buf: Deque[int], fresh: List[int], n: int) -> Tuple[List[int], int]:
-    """A dense sequence's prefetch: the call's ``n`` values from what ``buf`` kept and the
-    ``fresh`` answer (which ``buf`` keeps the rest of), and how many came from ``buf``. Kept
-    values above the fresh ones (another node answered lower) are dropped: a gap, never a
-    repeat, never going backwards."""
-    old = list(buf)
-    buf.clear()
-    if old and fresh[0] <= old[-1]:
-        old = []
-    take = n - len(old)
-    buf.extend(fresh[take:])
-    return old + fresh[:take], len(old)
-
-
-class _ExpandNode(Protocol):
-    """What :func:`_expanded` needs of a node (client.py's and aio.py's ``_Node``)."""
-
-    addr: str
-    entry: int
-    placeholder: bool
-    gone: bool
-
-
-_N = TypeVar("_N", bound=_ExpandNode)
-
-
-def _expanded(
-    entries: Sequence[Tuple[str, int]],
-    answers: Sequence[Optional[Sequence[Tuple[str, int]]]],
-    current: List[_N],
-    make: Callable[[str, Optional[str], int, bool], _N],
-) -> List[_N]:
-    """``expand=True``: the node list for the configured ``entries`` given each one's
-    resolved ``(ip, port)`` addresses (``answers``, ``None`` when resolving failed), in the
-    resolver's order, duplicates removed. Nodes of ``current`` are kept (same objects) where
-    their address is still there; an entry that resolves to nothing keeps its current nodes,
-    or is a placeholder node (down until it resolves). Addresses that are gone stay at the
-    end, marked ``gone``, until their connection fails. ``make(addr, tls_name, entry,
-    placeholder)`` makes a node."""
-    by_addr = {n.addr: n for n in current}
-    out: List[_N] = []
-    seen: "set[str]" = set()
-    for i, ((host, port), infos) in enumerate(zip(entries, answers)):
-        addrs = []
-        for ip, p in infos or ():
-            addr = _format_addr(ip, p)
-            if addr not in seen:
-                seen.add(addr)
-                addrs.append(addr)
-        if not addrs:
-            kept = [n for n in current if n.entry == i and n.addr not in seen]
-            if not kept:
-                entry = _format_addr(host, port)
-                found = by_addr.get(entry)
-                kept = [found if found is not None else make(entry, None, i, True)]
-            for n in kept:
-                seen.add(n.addr)
-            out.extend(kept)
-            continue
-        for addr in addrs:
-            node = by_addr.get(addr)
-            if node is None or node.placeholder:
-                node = make(addr, host, i, False)
-            node.gone = False
-            out.append(node)
-    for node in current:
-        if node.addr not in seen and not node.placeholder:
-            node.gone = True
-            out.append(node)
-    return out
-
-
-def _without_gone(new: List[_N], failed: _N, idle: Callable[[_N], bool]) -> List[_N]:
-    """``expand=True``, after ``failed`` failed: ``new`` without its gone nodes that failed or
-    have no connection (``idle``), unless that would leave no node."""
-    dropped = [n for n in new if n.gone and (n is failed or idle(n))]
-    if dropped and len(dropped) < len(new):
-        return [n for n in new if n not in dropped]
-    return new
-
-
-def _addresses(infos: Sequence[Tuple[Any, ...]]) -> List[Tuple[str, int]]:
-    """getaddrinfo's answer as ``(ip, port)`` pairs."""
-    return [(str(info[4][0]), int(info[4][1])) for info in infos]
-
-
-class _SeqState:
-    """What the client knows of one named sequence with ``sequence_prefetch`` on: its mode
-    as the last VALUES said (``None`` before the first), and, for a dense one, the values
-    kept for later calls. ``lock`` serialises taking from and refilling the buffer, so that
-    values leave it in increasing order, each to exactly one call."""
-
-    __slots__ = ("mode", "buffer", "lock")
+class _SeqState(_SeqBase):
+    """A named sequence's state (:class:`_SeqBase`); ``lock`` serialises taking from and
+    refilling the buffer, so that values leave it in increasing order, each to exactly one
+    call."""
 
     def __init__(self) -> None:
-        self.mode: Optional[int] = None
-        self.buffer: Deque[int] = collections.deque()
+        super().__init__()
         self.lock = threading.Lock()
 
 
-class Client:
+class Client(_Core["_Node", "_SeqState"]):
     """A thread-safe client for a cluster of idgen nodes.
 
     ``nodes`` are ``"host:port"`` strings, tried in that order (the client sticks to the node
@@ -1310,10 +916,7 @@ class Client:
         new IDs: a retry-elsewhere failure of that node raises :class:`KeyNodeUnavailableError`. Either option makes the call one GET_IDS_WITH (protocol version 5, else
         :class:`OptionsUnsupportedError`), so ``n`` is at most the node's ``max_batch``."""
         self._check_fork()
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"n must be an int, not {type(n).__name__}")
-        if not 1 <= n <= _MAX_IDS_PER_CALL:
-            raise ValueError(f"n must be 1 to {_MAX_IDS_PER_CALL} per call, not {n}")
+        _count(n, unit=" per call")
         if after is None and idempotency_key is None:
             return self._observed(
                 "ids", n, lambda: self._with_failover(lambda conn: self._fetch(conn, n))
@@ -1346,14 +949,7 @@ class Client:
         return self._observed("masked_ids", n, lambda: self._routed(idempotency_key, run))
 
     def _submit_with(self, conn: _Connection, n: int, frame: bytes, kind: int) -> _Slot:
-        if conn.hello.version < protocol.IDS_WITH_VERSION:
-            raise OptionsUnsupportedError(conn.hello.version, conn.node)
-        if n > conn.hello.max_batch:
-            raise ValueError(
-                f"a call with options is one request: at most the node's max_batch "
-                f"({conn.hello.max_batch}) IDs, not {n}"
-            )
-        (slot,) = conn.submit([(kind, (n, frame))])
+        (slot,) = conn.submit([_with_request(conn, n, frame, kind)])
         self._stats.add("requests")
         return slot
 
@@ -1361,44 +957,8 @@ class Client:
         """``run`` with failover, or, with an idempotency key, on the key's node only."""
         if key is None:
             return self._with_failover(run)
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        nodes = self._nodes  # the list as it is when the request is made
-        node = nodes[key_node(key, len(nodes))]
-        info: Optional[_CallInfo] = getattr(self._local, "call", None)
-        for attempt in (0, 1):
-            conn: Optional[_Connection] = None
-            try:
-                conn = self._connection(node)
-                result = run(conn)
-                if info is not None:
-                    info.node = node.addr
-                return result
-            except ServerError as e:
-                if info is not None:
-                    info.node = node.addr
-                self._refused(node, e, info)
-                action = _on_refusal(e, may_reconnect=attempt == 0)
-                if action == _RECONNECT:
-                    # The node is fine; a new connection learns its new range. Once.
-                    self._drop(node, conn)
-                    continue
-                if action == _RAISE:
-                    if e.closes_connection:
-                        self._drop(node, conn)
-                    raise
-                # Retry-elsewhere: back the node off as failover would, but do not go to
-                # another node with this key (it would issue new IDs); say so.
-                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
-                raise KeyNodeUnavailableError(key, node.addr, e) from e
-            except UnavailableError as e:
-                if self._closed:
-                    raise ClientClosedError("the client is closed") from e
-                if isinstance(e, KeyNodeUnavailableError):
-                    raise
-                self._mark_down(node, conn, e)
-                raise KeyNodeUnavailableError(key, node.addr, e) from e
-        raise UnavailableError("the key's node changed its range twice", node.addr)
+        node = self._nodes[key_node(key, len(self._nodes))]  # as the list is now
+        return self._attempts(_KeyRoute(self, getattr(self._local, "call", None), key, node), run)
 
     def next_uuid(self) -> uuid.UUID:
         """One version 7 UUID (see :meth:`next_uuids`)."""
@@ -1416,10 +976,7 @@ class Client:
         the request is split into pipelined GET_UUIDS frames and re-joined; failover as for
         :meth:`next_ids`. The prefetch pool serves IDs only."""
         self._check_fork()
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"n must be an int, not {type(n).__name__}")
-        if not 1 <= n <= _MAX_IDS_PER_CALL:
-            raise ValueError(f"n must be 1 to {_MAX_IDS_PER_CALL}, not {n}")
+        _count(n)
         return self._observed(
             "uuids", n, lambda: self._with_failover(lambda conn: self._fetch_uuids(conn, n))
         )
@@ -1468,14 +1025,8 @@ class Client:
         buffer and forgets its mode.
         """
         self._check_fork()
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"n must be an int, not {type(n).__name__}")
-        if not 1 <= n <= protocol.MAX_VALUES_PER_CALL:
-            raise ValueError(f"n must be 1 to {protocol.MAX_VALUES_PER_CALL}, not {n}")
-        raw = protocol.check_sequence_name(name)
         layout = self._layout
-        if layout is not None and n > layout.max_batch:
-            raise ValueError(f"n must be 1 to {layout.max_batch} (the node's max_batch), not {n}")
+        raw = _values_call(n, name, layout.max_batch if layout is not None else None)
         if not self._seq_prefetch:
             return self._observed("values", n, lambda: self._get_values(raw, n, n).values)
         return self._observed(
@@ -1510,23 +1061,7 @@ class Client:
         """Each node's state: ``node``, ``connected``, ``down`` (backing off now),
         ``retry_in`` (seconds), ``failures`` (consecutive), ``last_error``, ``hello``."""
         self._check_fork()
-        now = time.monotonic()
-        out: List[NodeState] = []
-        for node in self._nodes:
-            with node.lock:
-                conn = node.conn
-                out.append(
-                    {
-                        "node": node.addr,
-                        "connected": conn is not None and conn.alive,
-                        "down": node.down_until > now,
-                        "retry_in": max(0.0, node.down_until - now),
-                        "failures": node.failures,
-                        "last_error": node.last_error,
-                        "hello": conn.hello if conn is not None else None,
-                    }
-                )
-        return out
+        return cast(List[NodeState], self._node_states())
 
     def close(self) -> None:
         """Close every connection and stop the prefetch thread. IDs still in the pool are
@@ -1603,8 +1138,7 @@ class Client:
     def _fetch(self, conn: _Connection, n: int) -> List[int]:
         # Version 2 and later: RANGES, the same IDs as runs (a few bytes for thousands, and
         # expanded by range() rather than unpacked one by one).
-        op = _ids_op(conn.hello)
-        slots = conn.submit([(op, c) for c in _split(n, conn.hello.max_batch)])
+        slots = conn.submit(_id_requests(conn, n))
         self._stats.add("requests", len(slots))
         if len(slots) == 1:
             ids = conn.wait_ids(slots[0], self._timeout)
@@ -1616,9 +1150,7 @@ class Client:
         return ids
 
     def _fetch_uuids(self, conn: _Connection, n: int) -> List[uuid.UUID]:
-        if conn.hello.version < protocol.UUIDS_VERSION:
-            raise UuidsUnsupportedError(conn.hello.version, conn.node)
-        slots = conn.submit([(protocol.OP_GET_UUIDS, c) for c in _split(n, conn.hello.max_batch)])
+        slots = conn.submit(_uuid_requests(conn, n))
         self._stats.add("uuid_requests", len(slots))
         uuids: List[uuid.UUID] = []
         for slot in slots:  # answers arrive in order; a failed part fails the whole call
@@ -1633,19 +1165,7 @@ class Client:
         the node's limits allow: the VALUES frame, its count checked."""
 
         def run(conn: _Connection) -> Values:
-            hello = conn.hello
-            count = _values_count(n, want, hello)
-            try:
-                frame = protocol.check_get_values(
-                    raw,
-                    count,
-                    version=hello.version,
-                    max_batch=hello.max_batch,
-                    max_request_frame=hello.max_request_frame,
-                )
-            except protocol.SequencesUnsupported as e:
-                raise SequencesUnsupportedError(e.version, conn.node) from None
-            (slot,) = conn.submit([(protocol.OP_GET_VALUES, (count, frame))])
+            (slot,) = conn.submit([(protocol.OP_GET_VALUES, _get_values_frame(raw, n, want, conn))])
             self._stats.add("value_requests")
             answer = conn.wait_values(slot, self._timeout)
             self._stats.add("values", len(answer.values))
@@ -1653,35 +1173,16 @@ class Client:
 
         return self._with_failover(run)
 
-    def _seq_state(self, key: str) -> _SeqState:
-        """The name's state, made if new; the least recently used beyond 1024 is forgotten
-        (its buffered values are a gap)."""
-        with self._seqs_lock:
-            state = self._seqs.get(key)
-            if state is None:
-                state = self._seqs[key] = _SeqState()
-                while len(self._seqs) > MAX_PREFETCHED_SEQUENCES:
-                    self._seqs.popitem(last=False)
-            else:
-                self._seqs.move_to_end(key)
-            return state
-
-    def _forget_seq(self, key: str, state: _SeqState) -> None:
-        """After UNKNOWN_SEQUENCE: empty the name's buffer and forget its mode."""
-        with self._seqs_lock:
-            if self._seqs.get(key) is state:
-                del self._seqs[key]
-        state.mode = None
-        state.buffer.clear()
+    def _new_seq(self) -> _SeqState:
+        return _SeqState()
 
     def _ask(self, key: str, state: _SeqState, raw: bytes, n: int, want: int) -> Values:
         try:
             answer = self._get_values(raw, n, want)
         except ServerError as e:
-            if e.status == _status.UNKNOWN_SEQUENCE:
-                self._forget_seq(key, state)
+            self._seq_failed(key, state, e)
             raise
-        state.mode = answer.mode
+        state.answered(answer)
         return answer
 
     def _prefetched_values(self, key: str, raw: bytes, n: int) -> List[int]:
@@ -1690,149 +1191,74 @@ class Client:
             # Strict: exactly n, nothing kept, calls not serialized (pipelined calls share a
             # commit on the node); the answer says the mode.
             answer = self._ask(key, state, raw, n, n)
-            if answer.mode == protocol.MODE_STRICT and state.buffer:
+            if state.buffer:
                 with state.lock:  # the sequence was dense once: its old values go
-                    state.buffer.clear()
+                    return state.exact(answer)
             return answer.values
         with state.lock:
             if state.mode != protocol.MODE_DENSE:
                 # Not known yet (the first call for the name): exactly n, nothing kept, under
                 # the name's lock, so that no call takes buffered values meanwhile that lie
                 # below this call's (a thread's values would then go down).
-                answer = self._ask(key, state, raw, n, n)
-                if answer.mode == protocol.MODE_STRICT:
-                    state.buffer.clear()
-                return answer.values
-            buf = state.buffer
-            if len(buf) >= n:
-                out = [buf.popleft() for _ in range(n)]
-                self._stats.add("value_prefetch_served", n)
+                return state.exact(self._ask(key, state, raw, n, n))
+            out = state.take(n, self._stats)
+            if out is not None:
                 return out
             want = max(self._seq_prefetch, n)
             try:
                 answer = self._ask(key, state, raw, n, want)
             except ServerError as e:
-                if e.status != _status.SEQUENCE_USED_UP or want == n:
+                if not _ask_exactly(e, want, n):
                     raise
-                # Fewer than `want` may be left below the maximum, but `n` may: ask for
-                # exactly what this call needs (clients/vectors/SEQUENCES.md).
                 answer = self._ask(key, state, raw, n, n)
-            fresh = answer.values
-            if answer.mode != protocol.MODE_DENSE:
-                # Strict now (dropped and created again): these values answer this call only.
-                buf.clear()
-                return fresh[:n]
             # Kept values above another node's fresh ones are dropped (a gap, never a repeat).
-            out, kept = _take_values(buf, fresh, n)
-            if kept:
-                self._stats.add("value_prefetch_served", kept)
-            return out
+            return state.refilled(answer, n, self._stats)
 
     # -- failover -----------------------------------------------------------------------------
 
     def _with_failover(self, run: Callable[[_Connection], _T]) -> _T:
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        nodes = self._nodes  # this call's list (expand=True may replace it meanwhile)
-        count = len(nodes)
-        start = self._preferred % count
-        tried: List[BaseException] = []
-        order = collections.deque((start + k) % count for k in range(count))
-        reconnected: "set[int]" = set()  # nodes already reconnected to after a 305
-        info: Optional[_CallInfo] = getattr(self._local, "call", None)
-        moving: Optional[Tuple[str, BaseException]] = None  # the node left, and why
-        while order or (self._expand and self._nodes is not nodes):
-            if not order:
-                # expand=True: the names were resolved again meanwhile; their new addresses
-                # are tried too.
-                new = [n for n in self._nodes if n not in nodes]
-                if not new:
-                    break
-                order.extend(range(len(nodes), len(nodes) + len(new)))
-                nodes = nodes + new
-            index = order.popleft()
-            node = nodes[index]
-            if node.down_until > time.monotonic():
-                continue
-            if tried and index not in reconnected:
-                self._stats.add("failovers")
-            if moving is not None and moving[0] != node.addr:
-                self._obs.emit(
-                    _observe.FAILOVER,
-                    {"from_node": moving[0], "to_node": node.addr, "reason": _reason(moving[1])},
-                )
-                moving = None
+        return self._attempts(_Failover(self, getattr(self._local, "call", None)), run)
+
+    def _attempts(self, plan: _Plan[_Node], run: Callable[[_Connection], _T]) -> _T:
+        """Run ``plan`` (:class:`_shared._Plan`): connect to and ask each node it names until
+        one answers, backing off the nodes that fail."""
+        node = plan.next()
+        while node is not None:
             conn: Optional[_Connection] = None
             try:
                 conn = self._connection(node)
                 result = run(conn)
             except ServerError as e:
-                if info is not None:
-                    info.node = node.addr
-                self._refused(node, e, info)
-                action = _on_refusal(e, may_reconnect=index not in reconnected)
-                if action == _RECONNECT:
-                    # The node took another worker range and closed this connection. The
-                    # node is fine: reconnect at once (the new HELLO_OK announces the new
-                    # range) and retry the whole call there, once; then the next node.
-                    reconnected.add(index)
-                    self._drop(node, conn)
-                    order.appendleft(index)
-                    continue
+                action = plan.refused(node, conn, e)
                 if action == _RAISE:
-                    if e.closes_connection:
-                        self._drop(node, conn)
                     raise
-                # A 3xx that keeps the connection open (300, 301, an unknown 3xx): back
-                # the node off but keep the connection for when it is tried again.
-                self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
-                tried.append(e)
-                moving = (node.addr, e)
-            except (UnavailableError, ProtocolError) as e:
+                if action == _BACK_OFF:
+                    # A 3xx that keeps the connection open (300, 301, an unknown 3xx): back
+                    # the node off but keep the connection for when it is tried again.
+                    self._mark_down(node, conn, e, keep_connection=not e.closes_connection)
+                    plan.failed(node, e)
+            except plan.fails_over as e:
                 if self._closed:
                     raise ClientClosedError("the client is closed") from e
+                if plan.passes(e):
+                    raise
                 self._mark_down(node, conn, e)
-                tried.append(e)
-                moving = (node.addr, e)
+                plan.failed(node, e)
             else:
-                if info is not None:
-                    info.node = node.addr
-                if node.failures:
-                    with node.lock:
-                        was_down, node.failures = node.failures, 0
-                    if was_down:
-                        self._obs.emit(
-                            _observe.NODE_UP, {"node": node.addr, "reason": "answered again"}
-                        )
-                if nodes is self._nodes:
-                    self._preferred = index
-                else:
-                    current = self._nodes
-                    self._preferred = current.index(node) if node in current else 0
+                plan.answered(node)
                 return result
-        if len(tried) == 1:
-            raise _fresh(tried[0])
-        now = time.monotonic()
-        errors = {n.addr: n.last_error for n in nodes}
-        retry_in = {n.addr: n.down_until - now for n in nodes if n.down_until > now}
-        raise NoNodeAvailable(errors, retry_in) from (tried[-1] if tried else None)
+            node = plan.next()
+        raise plan.error()
 
     def _connection(self, node: _Node) -> _Connection:
         conn = node.conn
         if conn is not None and conn.alive:
             return conn
         with node.lock:
-            if self._closed:
-                raise ClientClosedError("the client is closed")
             conn = node.conn
             if conn is not None and conn.alive:
                 return conn
-            if node.down_until > time.monotonic() and node.last_error is not None:
-                # Another thread's connect just failed while this one waited for the lock.
-                raise UnavailableError(f"node is down: {node.last_error}", node.addr)
-            tls = self._tls
-            if tls is not None and tls[1] is None and node.tls_name is not None:
-                tls = (tls[0], node.tls_name)  # expand=True: verify the name, not the address
+            self._connect_check(node)  # closed, or another thread's connect just failed
             started = time.monotonic()
             try:
                 if node.placeholder:
@@ -1840,7 +1266,7 @@ class Client:
                     # (this failure makes the client resolve it again).
                     raise UnavailableError("the name resolves to no address", node.addr)
                 conn = _Connection(
-                    node.addr, self._connect_timeout, self._timeout, self._stats, tls
+                    node.addr, self._connect_timeout, self._timeout, self._stats, self._tls_for(node)
                 )
                 try:
                     self._check_layout(conn)
@@ -1853,42 +1279,17 @@ class Client:
                 failed = None
                 node.conn = conn
         # Events after the lock is released: a hook may call the client.
-        took = time.monotonic() - started
         if failed is not None:
-            self._obs.emit(
-                _observe.CONNECT_FAILED,
-                {"node": node.addr, "error": _reason(failed), "duration": took},
-            )
+            self._connect_failed(node, failed, started)
             raise failed
         assert conn is not None
-        self._obs.emit(
-            _observe.CONNECT,
-            {
-                "node": node.addr,
-                "address": conn.address,
-                "version": conn.hello.version,
-                "duration": took,
-            },
-        )
+        self._connected(node, conn, started)
         return conn
 
     def _check_layout(self, conn: _Connection) -> None:
         layout = Layout.from_hello(conn.hello)
         with self._layout_lock:
-            if self._layout is None:
-                self._layout = layout
-            elif not self._layout.same_ids(layout):
-                raise ProtocolError(
-                    f"node's ID layout {layout} differs from the cluster's {self._layout}",
-                    node=conn.node,
-                )
-
-    def _drop(self, node: _Node, conn: Optional[_Connection]) -> None:
-        with node.lock:
-            if conn is not None and node.conn is conn:
-                node.conn = None
-        if conn is not None:
-            conn.fail(UnavailableError("connection dropped", node.addr))
+            self._layout = _cluster_layout(self._layout, layout, conn.node)
 
     def _mark_down(
         self,
@@ -1897,50 +1298,11 @@ class Client:
         err: BaseException,
         keep_connection: bool = False,
     ) -> None:
-        """Back a node off. Only the first report of one failure counts: reports about an
-        older connection, or while the node is already backing off, do not extend it.
-        ``keep_connection``: the node answered with a status that leaves ``conn`` usable."""
-        now = time.monotonic()
-        marked: Optional[Tuple[float, int]] = None
-        with node.lock:
-            stale = conn is not None and node.conn is not conn and node.conn is not None
-            if conn is not None and node.conn is conn and not keep_connection:
-                node.conn = None
-            if stale or node.down_until > now:
-                node.last_error = node.last_error or err
-            else:
-                node.failures += 1
-                delay = _backoff(node.failures, self._backoff_min, self._backoff_max)
-                node.down_until = now + delay
-                node.last_error = err
-                self._stats.add("node_failures")
-                marked = (delay, node.failures)
-        if conn is not None and not keep_connection:
-            conn.fail(err if isinstance(err, IdgenError) else UnavailableError(str(err)))
-        if marked is not None:
-            self._obs.emit(
-                _observe.NODE_DOWN,
-                {
-                    "node": node.addr,
-                    "reason": _reason(err),
-                    "retry_in": marked[0],
-                    "failures": marked[1],
-                },
-            )
+        """Back a node off (:meth:`_Core._back_off`); with ``expand=True`` resolve the names
+        again."""
+        self._back_off(node, conn, err, keep_connection)
         if self._expand:
             self._node_failed(node)
-
-    def _refused(self, node: _Node, err: ServerError, info: Optional[_CallInfo]) -> None:
-        self._obs.emit(
-            _observe.REFUSED,
-            {
-                "node": node.addr,
-                "op": info.op if info is not None else None,
-                "status": err.status,
-                "status_name": err.name,
-                "message": err.message,
-            },
-        )
 
     # -- events -------------------------------------------------------------------------------
 
@@ -1959,16 +1321,7 @@ class Client:
             raise
         finally:
             local.call = outer
-            self._obs.emit(
-                _observe.REQUEST,
-                {
-                    "op": op,
-                    "count": count,
-                    "node": info.node,
-                    "duration": time.monotonic() - started,
-                    "outcome": outcome,
-                },
-            )
+            self._request_event(info, count, started, outcome)
 
     # -- expand=True: each address of a name is a node ---------------------------------------
 
@@ -1994,23 +1347,12 @@ class Client:
         if not self._resolve_lock.acquire(blocking=False):
             return
         try:
-            current = self._nodes
             if now - self._resolved_at >= 1.0:
                 self._resolved_at = now
-                new = self._resolve(current)
+                new = self._resolve(self._nodes)
             else:
-                new = list(current)
-            new = _without_gone(new, node, lambda n: n.conn is None)
-            removed = [n for n in current if n not in new]
-            if [n.addr for n in new] != [n.addr for n in current]:
-                preferred = current[self._preferred % len(current)]
-                self._nodes = new
-                self._preferred = new.index(preferred) if preferred in new else 0
-                _observe.LOGGER.log(
-                    logging.INFO,
-                    "nodes now %s (names resolved again)",
-                    ", ".join(n.addr for n in new),
-                )
+                new = list(self._nodes)
+            removed = self._replace_nodes(new, node)
         finally:
             self._resolve_lock.release()
         for n in removed:

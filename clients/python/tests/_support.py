@@ -4,6 +4,7 @@ Every wait here is bounded in time, and tests stop only the processes they start
 """
 
 import json
+import logging
 import os
 import pathlib
 import select
@@ -15,8 +16,10 @@ import struct
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
+from unittest import mock
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent.parent  # clients/python/tests -> repo root
@@ -574,3 +577,301 @@ def run_threads(n, target, timeout):
     if errors:
         raise errors[0]
     return results
+
+
+# -- shared by the Client and AsyncClient suites ---------------------------------------------
+
+#: The environment variables a client reads (clients/vectors/CONFIG.md).
+CLIENT_VARS = (
+    "IDGEN_NODES",
+    "IDGEN_CLIENT_CA",
+    "IDGEN_CLIENT_CERT",
+    "IDGEN_CLIENT_KEY",
+    "IDGEN_CLIENT_SERVER_NAME",
+    "IDGEN_CLIENT_CONNECT_TIMEOUT_MS",
+    "IDGEN_CLIENT_TIMEOUT_MS",
+)
+
+
+def clean_env(**values):
+    """``os.environ`` with every IDGEN_CLIENT_* / IDGEN_NODES variable replaced by ``values``."""
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_VARS}
+    env.update(values)
+    return mock.patch.dict(os.environ, env, clear=True)
+
+
+def no_connect(test):
+    """Make any connection attempt fail the test: configuration errors come first."""
+    patch = mock.patch.object(
+        socket, "getaddrinfo", side_effect=AssertionError("a connection was attempted")
+    )
+    patch.start()
+    test.addCleanup(patch.stop)
+
+
+def config_cases(test, kind):
+    """clients/vectors/config.json's ``urls`` or ``envs`` cases (checked to be all there)."""
+    cases = load_json("clients/vectors/config.json")[kind]
+    test.assertGreater(len(cases), {"urls": 30, "envs": 15}[kind])
+    return cases
+
+
+class Recorder:
+    """A hook that keeps every event: ``names()``, and ``only(name)`` the fields of each
+    event of that name (at least one)."""
+
+    def __init__(self):
+        self.events = []
+
+    def __call__(self, event, fields):
+        self.events.append((event, fields))
+
+    def names(self):
+        return [e for e, _ in self.events]
+
+    def only(self, name):
+        found = [f for e, f in self.events if e == name]
+        assert found, f"no {name} event in {self.names()}"
+        return found
+
+
+def records(logs, event):
+    """The log records of one event in an ``assertLogs`` capture."""
+    return [r for r in logs.records if getattr(r, "idgen_event", None) == event]
+
+
+def fake_node(test, mode="serve", version=1, **kw):
+    """A :class:`FakeNode` speaking ``version``, closed at the end of the test."""
+    node = FakeNode(default_hello(version=version), mode, **kw)
+    test.addCleanup(node.close)
+    return node
+
+
+def mutual_tls_server(test):
+    """A real node whose TLS listener wants a client certificate from the test kit's CA:
+    ``(certificates directory, server)``, stopped at the end of the test."""
+    certs = certs_dir(test)
+    path = lambda name: os.path.join(certs, name)  # noqa: E731
+    server = Server(
+        test, "--tls-listen", "127.0.0.1:0", "--tls-cert", path("server.crt"),
+        "--tls-key", path("server.key"), "--tls-client-ca", path("ca.crt"),
+    )  # fmt: skip
+    test.addCleanup(server.stop)
+    return certs, server
+
+
+def client_cert(certs, name):
+    """The ``tls_cert``/``tls_key`` arguments of the test kit's certificate ``name``."""
+    return dict(
+        tls_cert=os.path.join(certs, f"{name}.crt"), tls_key=os.path.join(certs, f"{name}.key")
+    )
+
+
+# -- expand=true over clients/with-debian-hosts.sh (config_probe.py, test_aio_config.py) ------
+
+EXPAND_TIMEOUTS = "connect_timeout_ms=5000&timeout_ms=5000"
+
+
+def expand_clients(cls, ca, plain_port, tls_port, hook):
+    """The probe's clients: ``plain`` and ``tls`` (``cls`` Client or AsyncClient) from
+    ``idgen[s]://localhost:PORT?expand=true`` URLs."""
+    return {
+        "plain": cls.from_url(f"idgen://localhost:{plain_port}?expand=true&{EXPAND_TIMEOUTS}",
+                              hooks=hook, backoff_min=5.0),
+        "tls": cls.from_url(f"idgens://localhost:{tls_port}?ca={ca}&expand=true&{EXPAND_TIMEOUTS}",
+                            hooks=hook, backoff_min=5.0),
+    }  # fmt: skip
+
+
+def expand_report(kind, events, ids):
+    """The probe's line for one call: the node that answered and the failovers."""
+    answered = [f["node"] for e, f in events if e == "request"]
+    moved = [f"{f['from_node']}->{f['to_node']}" for e, f in events if e == "failover"]
+    print(f"{kind}: answered {answered[-1]} ids {len(ids)} failover {','.join(moved) or '-'}",
+          flush=True)  # fmt: skip
+
+
+def expand_test(test, probe):
+    """The expand test: nodes on 127.0.0.1 and ::1 (plain and TLS, the same ports), the probe
+    (``probe``: the Python arguments of its client side, ``CA PLAIN_PORT TLS_PORT`` added)
+    under with-debian-hosts.sh, where ``localhost`` is ::1 then 127.0.0.1: each client has
+    both nodes and uses ::1; with ::1 stopped, each fails over to 127.0.0.1."""
+    certs = certs_dir(test)
+    ca = os.path.join(certs, "ca.crt")
+    tls = ["--tls-cert", os.path.join(certs, "server.crt"),
+           "--tls-key", os.path.join(certs, "server.key")]  # fmt: skip
+    v4 = Server(test, "--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0", *tls)
+    test.addCleanup(v4.stop)
+    plain = v4.addr.rsplit(":", 1)[1]
+    tport = v4.tls_addr.rsplit(":", 1)[1]
+    v6 = Server(test, "--listen", f"[::1]:{plain}", "--tls-listen", f"[::1]:{tport}", *tls)
+    test.addCleanup(v6.stop)
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "clients" / "with-debian-hosts.sh"), sys.executable, *probe,
+         ca, plain, tport],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=str(HERE),
+    )  # fmt: skip
+    test.addCleanup(lambda: proc.poll() is None and proc.kill())
+    lines = []
+    timer = threading.Timer(60, proc.kill)  # never wait forever
+    timer.start()
+    test.addCleanup(timer.cancel)
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith(("ready", "FAILED")):
+            break
+    out = "\n".join(lines)
+    test.assertIn("ready", out, out)
+    test.assertIn(f"plain: nodes [::1]:{plain},127.0.0.1:{plain}", out)
+    test.assertIn(f"tls: nodes [::1]:{tport},127.0.0.1:{tport}", out)
+    test.assertIn(f"plain: answered [::1]:{plain} ids 3 failover -", out)
+    test.assertIn(f"tls: answered [::1]:{tport} ids 3 failover -", out)
+    v6.stop()
+    rest, _ = proc.communicate("go\n", timeout=60)
+    out += "\n" + rest
+    test.assertEqual(proc.returncode, 0, out)
+    test.assertIn(
+        f"plain: answered 127.0.0.1:{plain} ids 3 failover [::1]:{plain}->127.0.0.1:{plain}", out
+    )
+    test.assertIn(
+        f"tls: answered 127.0.0.1:{tport} ids 3 failover [::1]:{tport}->127.0.0.1:{tport}", out
+    )
+    test.assertIn("done", out)
+
+
+# -- the event checks of test_observe.py and test_aio_config.py ------------------------------
+
+
+def check_failover_events(test, hook, logs, bad, good):
+    """A call that failed over from ``bad`` (300) to ``good`` (version 1): the events in the
+    hook, with their fields, and in the log (``logs``, from ``assertLogs`` at DEBUG), each at
+    its level."""
+    test.assertEqual(
+        hook.names(), ["connect", "refused", "node_down", "failover", "connect", "request"]
+    )
+    (failover,) = hook.only("failover")
+    test.assertEqual((failover["from_node"], failover["to_node"]), (bad.addr, good.addr))
+    test.assertIn("300", failover["reason"])
+    (refused,) = hook.only("refused")
+    test.assertEqual(
+        {k: refused[k] for k in ("node", "op", "status", "status_name")},
+        {"node": bad.addr, "op": "ids", "status": 300, "status_name": "UNAVAILABLE_LEASE"},
+    )
+    test.assertTrue(refused["message"])
+    (down,) = hook.only("node_down")
+    test.assertEqual((down["node"], down["failures"]), (bad.addr, 1))
+    test.assertGreater(down["retry_in"], 0)
+    connect = hook.only("connect")[1]
+    test.assertEqual((connect["node"], connect["address"], connect["version"]),
+                     (good.addr, good.addr, 1))  # fmt: skip
+    test.assertGreaterEqual(connect["duration"], 0)
+    (request,) = hook.only("request")
+    test.assertEqual(
+        {k: request[k] for k in ("op", "count", "node", "outcome")},
+        {"op": "ids", "count": 3, "node": good.addr, "outcome": "ok"},
+    )
+    # The same events in the log, each at its level, with its fields attached.
+    (rec,) = records(logs, "failover")
+    test.assertEqual(rec.levelno, logging.WARNING)
+    test.assertEqual(rec.idgen_fields["to_node"], good.addr)
+    test.assertIn(f"from_node={bad.addr}", rec.getMessage())
+    test.assertEqual(records(logs, "refused")[0].levelno, logging.INFO)
+    test.assertEqual(records(logs, "node_down")[0].levelno, logging.WARNING)
+    test.assertEqual(records(logs, "request")[0].levelno, logging.DEBUG)
+    test.assertEqual([r.levelno for r in records(logs, "connect")], [logging.DEBUG] * 2)
+
+
+def check_connect_failed(test, hook, missing):
+    """A call whose only node (``missing``) refused the connection: ``connect_failed`` and a
+    failed ``request`` naming no node."""
+    (failed,) = hook.only("connect_failed")
+    test.assertEqual(failed["node"], missing)
+    test.assertIn("UnavailableError", failed["error"])
+    (request,) = hook.only("request")
+    test.assertEqual((request["outcome"], request["node"]), ("UnavailableError", None))
+
+
+class BrokenHook:
+    """A hook that raises at every event (``calls`` lists them)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, event, fields):
+        self.calls.append(event)
+        raise RuntimeError("hook bug")
+
+
+def check_broken_hook(test, logs, broken, hook):
+    """After five ``next_ids`` and a ping with hooks ``[broken, hook]`` on one node: the
+    broken hook logged once (``logs`` at WARNING), still called for every event, and the
+    next hook still ran."""
+    warnings = [r for r in logs.records if "hook" in r.getMessage()]
+    test.assertEqual(len(warnings), 1, [r.getMessage() for r in logs.records])
+    test.assertIn("RuntimeError: hook bug", warnings[0].getMessage())
+    test.assertEqual(len(broken.calls), 7, "every event still reaches the broken hook")
+    test.assertEqual(hook.names(), ["connect"] + ["request"] * 6, "the next hook still runs")
+
+
+def fake_resolver(test, hosts):
+    """``socket.getaddrinfo`` answering the names ``hosts`` with ``test.answer`` (``(ip,
+    port)`` pairs, empty at first), counting ``test.lookups`` and first sleeping
+    ``test.delay`` seconds; other names resolve as usual. Undone at the end of the test."""
+    test.answer = []
+    test.lookups = 0
+    test.delay = 0.0
+    real = socket.getaddrinfo
+
+    def fake(host, port, *args, **kwargs):
+        if host in hosts:
+            test.lookups += 1
+            time.sleep(test.delay)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", a) for a in test.answer]
+        return real(host, port, *args, **kwargs)
+
+    patch = mock.patch.object(socket, "getaddrinfo", side_effect=fake)
+    patch.start()
+    test.addCleanup(patch.stop)
+
+
+def serving_node(test):
+    """A serving :class:`FakeNode` and its ``(host, port)``."""
+    node = fake_node(test)
+    host, port = node.addr.rsplit(":", 1)
+    return node, (host, int(port))
+
+
+def check_prints_nothing(test, client, body):
+    """Run ``body`` (Python source, dedented; ``NODES`` in it is a node list of an unused
+    port, a node refusing with 300 and a serving one, for a call with every warning event)
+    after importing ``client`` from idgen_client, with no logging configured: it must print
+    nothing, on stdout or stderr."""
+    nodes = [f"127.0.0.1:{unused_port()}", fake_node(test, "unavailable", status=300).addr,
+             fake_node(test).addr]  # fmt: skip
+    program = textwrap.dedent(f"""
+        import asyncio, logging, sys
+        try:  # the installed package (run_tests.sh), else the source tree
+            from idgen_client import {client}
+        except ImportError:
+            sys.path.insert(0, {str(HERE.parent)!r})
+            from idgen_client import {client}
+    """) + textwrap.dedent(body).replace("NODES", repr(nodes)) + '\nprint("done")\n'
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60, cwd=str(HERE))  # fmt: skip
+    test.assertEqual(run.returncode, 0, run.stderr)
+    test.assertEqual(run.stdout, "done\n")
+    test.assertEqual(run.stderr, "", "the package printed without logging configured")
+
+
+def make_client(test, cls, nodes, **kw):
+    """A ``cls`` (Client or AsyncClient) for ``nodes`` with 5 s timeouts unless ``kw`` says
+    otherwise, closed at the end of the test."""
+    kw.setdefault("timeout", 5.0)
+    kw.setdefault("connect_timeout", 5.0)
+    client = cls(nodes, **kw)
+    if hasattr(client, "aclose"):
+        test.addAsyncCleanup(client.aclose)
+    else:
+        test.addCleanup(client.close)
+    return client

@@ -7,34 +7,20 @@ each one's nodes and the node that answered a call, then ``ready``; after a line
 (the test has stopped the node on ::1) it calls both again and prints which node answered
 and the failover events. Exits 1 at the first failure, saying which."""
 
-import pathlib
 import sys
 
-try:  # the installed package (run_tests.sh), else the source tree next to the tests
-    from idgen_client import Client
-except ImportError:  # pragma: no cover
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-    from idgen_client import Client
+import _support  # the installed package (run_tests.sh), else the source tree
+from idgen_client import Client
 
 
 def main(ca, plain_port, tls_port):
     events = []
     hook = lambda event, fields: events.append((event, fields))  # noqa: E731
-    timeouts = "connect_timeout_ms=5000&timeout_ms=5000"
-    clients = {
-        "plain": Client.from_url(f"idgen://localhost:{plain_port}?expand=true&{timeouts}",
-                                 hooks=hook, backoff_min=5.0),
-        "tls": Client.from_url(f"idgens://localhost:{tls_port}?ca={ca}&expand=true&{timeouts}",
-                               hooks=hook, backoff_min=5.0),
-    }  # fmt: skip
+    clients = _support.expand_clients(Client, ca, plain_port, tls_port, hook)
 
     def call(kind):
         del events[:]
-        ids = clients[kind].next_ids(3)
-        answered = [f["node"] for e, f in events if e == "request"]
-        moved = [f"{f['from_node']}->{f['to_node']}" for e, f in events if e == "failover"]
-        print(f"{kind}: answered {answered[-1]} ids {len(ids)} failover {','.join(moved) or '-'}",
-              flush=True)  # fmt: skip
+        _support.expand_report(kind, events, clients[kind].next_ids(3))
 
     try:
         for kind, client in clients.items():

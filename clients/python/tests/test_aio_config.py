@@ -11,30 +11,12 @@ expand test (under with-debian-hosts.sh), as config_probe.py is for ``Client``."
 import asyncio
 import logging
 import os
-import socket
-import subprocess
 import sys
-import textwrap
-import threading
-import time
 import unittest
-from unittest import mock
 
-try:  # the installed package (run_tests.sh), else the source tree next to the tests
-    from idgen_client import AsyncClient
-except ImportError:  # pragma: no cover
-    import pathlib
-
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-    from idgen_client import AsyncClient
-
-from idgen_client import ConfigError, ServerError, UnavailableError, parse_url
-
-if __name__ != "__main__" or sys.argv[1:2] != ["probe"]:
-    import _support
-    from test_config import clean_env, no_connect
-
-FIELDS = ("tls", "ca", "cert", "key", "server_name", "connect_timeout_ms", "timeout_ms", "expand")
+import _support  # the installed package (run_tests.sh), else the source tree
+from _support import Recorder, clean_env, no_connect, records
+from idgen_client import AsyncClient, ConfigError, ServerError, UnavailableError, parse_url
 
 
 class AsyncTestCase(unittest.IsolatedAsyncioTestCase):
@@ -101,9 +83,7 @@ class Vectors(unittest.TestCase):
         self.assertEqual(client._timeout, 1.0 if t is None else t / 1000.0)
 
     def test_every_url_case_through_from_url(self):
-        cases = _support.load_json("clients/vectors/config.json")["urls"]
-        self.assertGreater(len(cases), 30)
-        for case in cases:
+        for case in _support.config_cases(self, "urls"):
             with self.subTest(url=case["url"]):
                 if "error" in case:
                     with self.assertRaises(ConfigError) as caught:
@@ -113,9 +93,7 @@ class Vectors(unittest.TestCase):
                     self.check_client(case, lambda cls: cls.from_url(case["url"]))
 
     def test_every_env_case_through_from_env(self):
-        cases = _support.load_json("clients/vectors/config.json")["envs"]
-        self.assertGreater(len(cases), 15)
-        for case in cases:
+        for case in _support.config_cases(self, "envs"):
             with self.subTest(env=case["env"]), clean_env(**case["env"]):
                 if "error" in case:
                     with self.assertRaises(ConfigError) as caught:
@@ -167,17 +145,10 @@ class FromEnvAndUrl(AsyncTestCase):
     URLs."""
 
     def setUp(self):
-        self.certs = _support.certs_dir(self)
+        self.certs, self.server = _support.mutual_tls_server(self)
         self.ca = os.path.join(self.certs, "ca.crt")
         self.cert = os.path.join(self.certs, "client.crt")
         self.key = os.path.join(self.certs, "client.key")
-        self.server = _support.Server(
-            self, "--tls-listen", "127.0.0.1:0",
-            "--tls-cert", os.path.join(self.certs, "server.crt"),
-            "--tls-key", os.path.join(self.certs, "server.key"),
-            "--tls-client-ca", self.ca,
-        )  # fmt: skip
-        self.addCleanup(self.server.stop)
         self.tls_port = self.server.tls_addr.rsplit(":", 1)[1]
 
     async def ids(self, client):
@@ -235,73 +206,20 @@ class Expand(unittest.TestCase):
         """Two nodes on [::1]:P and 127.0.0.1:P (plain and TLS); under with-debian-hosts.sh
         ``localhost`` resolves to both (::1 first). The async client has two nodes, uses ::1
         first, and fails over to 127.0.0.1 (a failover event) when the node on ::1 stops; TLS
-        verifies ``localhost`` on both."""
-        certs = _support.certs_dir(self)
-        ca = os.path.join(certs, "ca.crt")
-        tls = ["--tls-cert", os.path.join(certs, "server.crt"),
-               "--tls-key", os.path.join(certs, "server.key")]  # fmt: skip
-        v4 = _support.Server(self, "--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0", *tls)
-        self.addCleanup(v4.stop)
-        plain = v4.addr.rsplit(":", 1)[1]
-        tport = v4.tls_addr.rsplit(":", 1)[1]
-        v6 = _support.Server(
-            self, "--listen", f"[::1]:{plain}", "--tls-listen", f"[::1]:{tport}", *tls
-        )
-        self.addCleanup(v6.stop)
-        probe = subprocess.Popen(
-            ["bash", str(_support.REPO / "clients" / "with-debian-hosts.sh"),
-             sys.executable, os.path.abspath(__file__), "probe", ca, plain, tport],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            cwd=str(_support.HERE),
-        )  # fmt: skip
-        self.addCleanup(lambda: probe.poll() is None and probe.kill())
-        lines = []
-        timer = threading.Timer(60, probe.kill)  # never wait forever
-        timer.start()
-        self.addCleanup(timer.cancel)
-        for line in probe.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(("ready", "FAILED")):
-                break
-        out = "\n".join(lines)
-        self.assertIn("ready", out, out)
-        self.assertIn(f"plain: nodes [::1]:{plain},127.0.0.1:{plain}", out)
-        self.assertIn(f"tls: nodes [::1]:{tport},127.0.0.1:{tport}", out)
-        self.assertIn(f"plain: answered [::1]:{plain} ids 3 failover -", out)
-        self.assertIn(f"tls: answered [::1]:{tport} ids 3 failover -", out)
-        v6.stop()
-        rest, _ = probe.communicate("go\n", timeout=60)
-        out += "\n" + rest
-        self.assertEqual(probe.returncode, 0, out)
-        self.assertIn(
-            f"plain: answered 127.0.0.1:{plain} ids 3 failover [::1]:{plain}->127.0.0.1:{plain}", out
-        )
-        self.assertIn(
-            f"tls: answered 127.0.0.1:{tport} ids 3 failover [::1]:{tport}->127.0.0.1:{tport}", out
-        )
-        self.assertIn("done", out)
+        verifies ``localhost`` on both (:func:`probe` is the client side)."""
+        _support.expand_test(self, [os.path.abspath(__file__), "probe"])
 
 
 async def probe(ca, plain_port, tls_port):
     """The client side of Expand (see the module docstring)."""
     events = []
     hook = lambda event, fields: events.append((event, fields))  # noqa: E731
-    timeouts = "connect_timeout_ms=5000&timeout_ms=5000"
-    clients = {
-        "plain": AsyncClient.from_url(f"idgen://localhost:{plain_port}?expand=true&{timeouts}",
-                                      hooks=hook, backoff_min=5.0),
-        "tls": AsyncClient.from_url(f"idgens://localhost:{tls_port}?ca={ca}&expand=true&{timeouts}",
-                                    hooks=hook, backoff_min=5.0),
-    }  # fmt: skip
+    clients = _support.expand_clients(AsyncClient, ca, plain_port, tls_port, hook)
     loop = asyncio.get_running_loop()
 
     async def call(kind):
         del events[:]
-        ids = await clients[kind].next_ids(3)
-        answered = [f["node"] for e, f in events if e == "request"]
-        moved = [f"{f['from_node']}->{f['to_node']}" for e, f in events if e == "failover"]
-        print(f"{kind}: answered {answered[-1]} ids {len(ids)} failover {','.join(moved) or '-'}",
-              flush=True)  # fmt: skip
+        _support.expand_report(kind, events, await clients[kind].next_ids(3))
 
     try:
         for kind, client in clients.items():
@@ -328,27 +246,10 @@ class Reresolve(AsyncTestCase):
     fail, at most one resolution a second, and a slow resolver never blocks the loop."""
 
     def setUp(self):
-        self.answer = []
-        self.lookups = 0
-        self.delay = 0.0
-        real = socket.getaddrinfo
-
-        def fake(host, port, *args, **kwargs):
-            if host in ("idgen.test", "idgen.internal"):
-                self.lookups += 1
-                time.sleep(self.delay)
-                return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", a) for a in self.answer]
-            return real(host, port, *args, **kwargs)
-
-        patch = mock.patch.object(socket, "getaddrinfo", side_effect=fake)
-        patch.start()
-        self.addCleanup(patch.stop)
+        _support.fake_resolver(self, ("idgen.test", "idgen.internal"))
 
     def fake(self):
-        node = _support.FakeNode(_support.default_hello(), "serve")
-        self.addCleanup(node.close)
-        host, port = node.addr.rsplit(":", 1)
-        return node, (host, int(port))
+        return _support.serving_node(self)
 
     def client(self, nodes, **kw):
         client = AsyncClient(nodes, expand=True, **kw)
@@ -433,38 +334,12 @@ class Reresolve(AsyncTestCase):
         self.assertGreaterEqual(ticks, 10, "the loop ran while the name was being resolved")
 
 
-class Recorder:
-    def __init__(self):
-        self.events = []
-
-    def __call__(self, event, fields):
-        self.events.append((event, fields))
-
-    def names(self):
-        return [e for e, _ in self.events]
-
-    def only(self, name):
-        found = [f for e, f in self.events if e == name]
-        assert found, f"no {name} event in {self.names()}"
-        return found
-
-
-def records(logs, event):
-    return [r for r in logs.records if getattr(r, "idgen_event", None) == event]
-
-
 class Events(AsyncTestCase):
     def fake(self, mode="serve", version=1, **kw):
-        node = _support.FakeNode(_support.default_hello(version=version), mode, **kw)
-        self.addCleanup(node.close)
-        return node
+        return _support.fake_node(self, mode, version, **kw)
 
     def client(self, nodes, **kw):
-        kw.setdefault("timeout", 5.0)
-        kw.setdefault("connect_timeout", 5.0)
-        client = AsyncClient(nodes, **kw)
-        self.addAsyncCleanup(client.aclose)
-        return client
+        return _support.make_client(self, AsyncClient, nodes, **kw)
 
     async def test_a_failover_shows_up_in_the_log_and_in_the_hook(self):
         bad = self.fake("unavailable", status=300)
@@ -473,38 +348,7 @@ class Events(AsyncTestCase):
         client = self.client([bad.addr, good.addr], hooks=hook)
         with self.assertLogs("idgen_client", level="DEBUG") as logs:
             self.assertEqual(len(await client.next_ids(3)), 3)
-        self.assertEqual(
-            hook.names(), ["connect", "refused", "node_down", "failover", "connect", "request"]
-        )
-        (failover,) = hook.only("failover")
-        self.assertEqual((failover["from_node"], failover["to_node"]), (bad.addr, good.addr))
-        self.assertIn("300", failover["reason"])
-        (refused,) = hook.only("refused")
-        self.assertEqual(
-            {k: refused[k] for k in ("node", "op", "status", "status_name")},
-            {"node": bad.addr, "op": "ids", "status": 300, "status_name": "UNAVAILABLE_LEASE"},
-        )
-        self.assertTrue(refused["message"])
-        (down,) = hook.only("node_down")
-        self.assertEqual((down["node"], down["failures"]), (bad.addr, 1))
-        self.assertGreater(down["retry_in"], 0)
-        connect = hook.only("connect")[1]
-        self.assertEqual((connect["node"], connect["address"], connect["version"]),
-                         (good.addr, good.addr, 1))  # fmt: skip
-        self.assertGreaterEqual(connect["duration"], 0)
-        (request,) = hook.only("request")
-        self.assertEqual(
-            {k: request[k] for k in ("op", "count", "node", "outcome")},
-            {"op": "ids", "count": 3, "node": good.addr, "outcome": "ok"},
-        )
-        (rec,) = records(logs, "failover")
-        self.assertEqual(rec.levelno, logging.WARNING)
-        self.assertEqual(rec.idgen_fields["to_node"], good.addr)
-        self.assertIn(f"from_node={bad.addr}", rec.getMessage())
-        self.assertEqual(records(logs, "refused")[0].levelno, logging.INFO)
-        self.assertEqual(records(logs, "node_down")[0].levelno, logging.WARNING)
-        self.assertEqual(records(logs, "request")[0].levelno, logging.DEBUG)
-        self.assertEqual([r.levelno for r in records(logs, "connect")], [logging.DEBUG] * 2)
+        _support.check_failover_events(self, hook, logs, bad, good)
 
     async def test_connect_failed_node_up_and_a_failed_request(self):
         hook = Recorder()
@@ -513,12 +357,8 @@ class Events(AsyncTestCase):
         with self.assertLogs("idgen_client", level="WARNING") as logs:
             with self.assertRaises(UnavailableError):
                 await client.next_ids(2)
-        (failed,) = hook.only("connect_failed")
-        self.assertEqual(failed["node"], missing)
-        self.assertIn("UnavailableError", failed["error"])
+        _support.check_connect_failed(self, hook, missing)
         self.assertEqual(records(logs, "connect_failed")[0].levelno, logging.WARNING)
-        (request,) = hook.only("request")
-        self.assertEqual((request["outcome"], request["node"]), ("UnavailableError", None))
 
         node = self.fake("garbage")
         hook = Recorder()
@@ -569,50 +409,24 @@ class Events(AsyncTestCase):
 
     async def test_a_hook_that_raises_does_not_break_calls_and_is_logged_once(self):
         node = self.fake()
-        calls = []
-
-        def broken(event, fields):
-            calls.append(event)
-            raise RuntimeError("hook bug")
-
+        broken = _support.BrokenHook()
         hook = Recorder()
         client = self.client([node.addr], hooks=[broken, hook])
         with self.assertLogs("idgen_client", level="WARNING") as logs:
             for _ in range(5):
                 self.assertEqual(len(await client.next_ids(2)), 2)
             await client.ping()
-        warnings = [r for r in logs.records if "hook" in r.getMessage()]
-        self.assertEqual(len(warnings), 1, [r.getMessage() for r in logs.records])
-        self.assertIn("RuntimeError: hook bug", warnings[0].getMessage())
-        self.assertEqual(len(calls), 7, "every event still reaches the broken hook")
-        self.assertEqual(hook.names(), ["connect"] + ["request"] * 6, "the next hook still runs")
+        _support.check_broken_hook(self, logs, broken, hook)
 
     def test_nothing_is_printed_without_logging_configured(self):
-        bad = self.fake("unavailable", status=300)
-        good = self.fake()
-        missing = f"127.0.0.1:{_support.unused_port()}"
-        program = textwrap.dedent(f"""
-            import asyncio, sys
-            try:  # the installed package (run_tests.sh), else the source tree
-                from idgen_client import AsyncClient
-            except ImportError:
-                sys.path.insert(0, {str(_support.HERE.parent)!r})
-                from idgen_client import AsyncClient
-
+        _support.check_prints_nothing(self, "AsyncClient", """
             async def main():
-                async with AsyncClient([{missing!r}, {bad.addr!r}, {good.addr!r}],
-                                       timeout=5.0) as client:
+                async with AsyncClient(NODES, timeout=5.0) as client:
                     await client.next_ids(3)  # connect_failed, refused, node_down, failover
                     assert client.stats()["failovers"] == 2, client.stats()
 
             asyncio.run(main())
-            print("done")
         """)
-        run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                             timeout=60, cwd=str(_support.HERE))  # fmt: skip
-        self.assertEqual(run.returncode, 0, run.stderr)
-        self.assertEqual(run.stdout, "done\n")
-        self.assertEqual(run.stderr, "", "the package printed without logging configured")
 
 
 if __name__ == "__main__":

@@ -20,27 +20,17 @@ class _Base(unittest.IsolatedAsyncioTestCase):
 
     def client(self, nodes, **kw):
         kw.setdefault("tls_ca", self.path("ca.crt"))
-        kw.setdefault("timeout", 5.0)
-        kw.setdefault("connect_timeout", 5.0)
-        client = AsyncClient(nodes, **kw)
-        self.addAsyncCleanup(client.aclose)
-        return client
+        return _support.make_client(self, AsyncClient, nodes, **kw)
 
 
 class RealNodeMutualTLS(_Base):
     def setUp(self):
-        self.certs = _support.certs_dir(self)
-        p = self.path
-        self.server = _support.Server(
-            self, "--tls-listen", "127.0.0.1:0", "--tls-cert", p("server.crt"),
-            "--tls-key", p("server.key"), "--tls-client-ca", p("ca.crt"),
-        )  # fmt: skip
-        self.addCleanup(self.server.stop)
+        self.certs, self.server = _support.mutual_tls_server(self)
         self.port = self.server.tls_addr.rsplit(":", 1)[1]
 
     def mtls(self, addr, cert="client", **kw):
         if cert:
-            kw.update(tls_cert=self.path(f"{cert}.crt"), tls_key=self.path(f"{cert}.key"))
+            kw.update(_support.client_cert(self.certs, cert))
         return self.client([addr], **kw)
 
     async def test_mutual_tls_by_name_and_by_address_with_many_tasks(self):

@@ -1,40 +1,13 @@
 """clients/vectors/config.json: every URL and environment case parsed (no network), and the
 rules for settings given in code next to a URL or the environment."""
 
-import os
-import socket
 import unittest
-from unittest import mock
 
 import _support
+from _support import clean_env, no_connect
 from idgen_client import Client, ConfigError, Settings, parse_url
 
 FIELDS = ("tls", "ca", "cert", "key", "server_name", "connect_timeout_ms", "timeout_ms", "expand")
-CLIENT_VARS = (
-    "IDGEN_NODES",
-    "IDGEN_CLIENT_CA",
-    "IDGEN_CLIENT_CERT",
-    "IDGEN_CLIENT_KEY",
-    "IDGEN_CLIENT_SERVER_NAME",
-    "IDGEN_CLIENT_CONNECT_TIMEOUT_MS",
-    "IDGEN_CLIENT_TIMEOUT_MS",
-)
-
-
-def clean_env(**values):
-    """``os.environ`` with every IDGEN_CLIENT_* / IDGEN_NODES variable replaced by ``values``."""
-    env = {k: v for k, v in os.environ.items() if k not in CLIENT_VARS}
-    env.update(values)
-    return mock.patch.dict(os.environ, env, clear=True)
-
-
-def no_connect(test):
-    """Make any connection attempt fail the test: configuration errors come first."""
-    patch = mock.patch.object(
-        socket, "getaddrinfo", side_effect=AssertionError("a connection was attempted")
-    )
-    patch.start()
-    test.addCleanup(patch.stop)
 
 
 class Vectors(unittest.TestCase):
@@ -44,9 +17,7 @@ class Vectors(unittest.TestCase):
             self.assertEqual(getattr(settings, field), case[field], field)
 
     def test_urls(self):
-        cases = _support.load_json("clients/vectors/config.json")["urls"]
-        self.assertGreater(len(cases), 30)
-        for case in cases:
+        for case in _support.config_cases(self, "urls"):
             with self.subTest(url=case["url"]):
                 if "error" in case:
                     with self.assertRaises(ConfigError) as caught:
@@ -58,9 +29,7 @@ class Vectors(unittest.TestCase):
                     self.check(case, Settings.from_url(case["url"]))
 
     def test_envs(self):
-        cases = _support.load_json("clients/vectors/config.json")["envs"]
-        self.assertGreater(len(cases), 15)
-        for case in cases:
+        for case in _support.config_cases(self, "envs"):
             with self.subTest(env=case["env"]):
                 if "error" in case:
                     with self.assertRaises(ConfigError):

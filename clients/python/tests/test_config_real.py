@@ -3,30 +3,18 @@ nodes, plain and over (mutual) TLS; ``expand=true`` with a name that resolves to
 loopback addresses (clients/with-debian-hosts.sh), and re-resolution when a node fails."""
 
 import os
-import socket
-import subprocess
-import sys
-import threading
 import time
 import unittest
-from unittest import mock
 
 import _support
+from _support import clean_env
 from idgen_client import Client, UnavailableError
-from test_config import clean_env
 
 
 class FromEnvAndUrl(unittest.TestCase):
     def setUp(self):
-        self.certs = _support.certs_dir(self)
+        self.certs, self.server = _support.mutual_tls_server(self)
         self.ca = os.path.join(self.certs, "ca.crt")
-        self.server = _support.Server(
-            self, "--tls-listen", "127.0.0.1:0",
-            "--tls-cert", os.path.join(self.certs, "server.crt"),
-            "--tls-key", os.path.join(self.certs, "server.key"),
-            "--tls-client-ca", self.ca,
-        )  # fmt: skip
-        self.addCleanup(self.server.stop)
         self.tls_port = self.server.tls_addr.rsplit(":", 1)[1]
 
     def ids(self, client):
@@ -78,50 +66,9 @@ class Expand(unittest.TestCase):
     def test_each_address_of_localhost_is_a_node(self):
         """Two nodes on [::1]:P and 127.0.0.1:P (plain and TLS); ``localhost`` resolves to
         both (::1 first). The client has two nodes, uses ::1 first, and fails over to
-        127.0.0.1 when the node on ::1 stops; TLS verifies ``localhost`` on both."""
-        certs = _support.certs_dir(self)
-        ca = os.path.join(certs, "ca.crt")
-        tls = ["--tls-cert", os.path.join(certs, "server.crt"),
-               "--tls-key", os.path.join(certs, "server.key")]  # fmt: skip
-        v4 = _support.Server(self, "--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0", *tls)
-        self.addCleanup(v4.stop)
-        plain = v4.addr.rsplit(":", 1)[1]
-        tport = v4.tls_addr.rsplit(":", 1)[1]
-        v6 = _support.Server(
-            self, "--listen", f"[::1]:{plain}", "--tls-listen", f"[::1]:{tport}", *tls
-        )
-        self.addCleanup(v6.stop)
-        probe = subprocess.Popen(
-            ["bash", str(_support.REPO / "clients" / "with-debian-hosts.sh"),
-             sys.executable, str(_support.HERE / "config_probe.py"), ca, plain, tport],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        self.addCleanup(lambda: probe.poll() is None and probe.kill())
-        lines = []
-        timer = threading.Timer(60, probe.kill)  # never wait forever
-        timer.start()
-        self.addCleanup(timer.cancel)
-        for line in probe.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(("ready", "FAILED")):
-                break
-        out = "\n".join(lines)
-        self.assertIn("ready", out, out)
-        self.assertIn(f"plain: nodes [::1]:{plain},127.0.0.1:{plain}", out)
-        self.assertIn(f"tls: nodes [::1]:{tport},127.0.0.1:{tport}", out)
-        self.assertIn(f"plain: answered [::1]:{plain} ids 3 failover -", out)
-        self.assertIn(f"tls: answered [::1]:{tport} ids 3 failover -", out)
-        v6.stop()
-        rest, _ = probe.communicate("go\n", timeout=60)
-        out += "\n" + rest
-        self.assertEqual(probe.returncode, 0, out)
-        self.assertIn(
-            f"plain: answered 127.0.0.1:{plain} ids 3 failover [::1]:{plain}->127.0.0.1:{plain}", out
-        )
-        self.assertIn(
-            f"tls: answered 127.0.0.1:{tport} ids 3 failover [::1]:{tport}->127.0.0.1:{tport}", out
-        )
-        self.assertIn("done", out)
+        127.0.0.1 (a failover event) when the node on ::1 stops; TLS verifies ``localhost``
+        on both (config_probe.py is the client side)."""
+        _support.expand_test(self, [str(_support.HERE / "config_probe.py")])
 
 
 class Reresolve(unittest.TestCase):
@@ -129,25 +76,10 @@ class Reresolve(unittest.TestCase):
     added, gone ones dropped when they fail, at most one resolution a second."""
 
     def setUp(self):
-        self.answer = []
-        self.lookups = 0
-        real = socket.getaddrinfo
-
-        def fake(host, port, *args, **kwargs):
-            if host == "idgen.test":
-                self.lookups += 1
-                return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", a) for a in self.answer]
-            return real(host, port, *args, **kwargs)
-
-        patch = mock.patch.object(socket, "getaddrinfo", side_effect=fake)
-        patch.start()
-        self.addCleanup(patch.stop)
+        _support.fake_resolver(self, ("idgen.test",))
 
     def fake(self):
-        node = _support.FakeNode(_support.default_hello(), "serve")
-        self.addCleanup(node.close)
-        host, port = node.addr.rsplit(":", 1)
-        return node, (host, int(port))
+        return _support.serving_node(self)
 
     def test_new_addresses_are_added_and_gone_ones_dropped(self):
         a, a_addr = self.fake()

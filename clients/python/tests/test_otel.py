@@ -2,13 +2,15 @@
 (run_tests.sh installs opentelemetry-api with the ``otel`` extra, and opentelemetry-sdk);
 and the package without OpenTelemetry."""
 
+import asyncio
+import struct
 import subprocess
 import sys
 import textwrap
 import unittest
 
 import _support
-from idgen_client import Client, UnavailableError
+from idgen_client import AsyncClient, Client, UnavailableError, protocol
 
 try:
     from opentelemetry.sdk.trace import TracerProvider
@@ -23,19 +25,23 @@ else:
     MISSING = None
 
 
+def in_memory(test):
+    """The test's tracer provider and in-memory exporter (failing, never skipping, without
+    the SDK)."""
+    if MISSING is not None:
+        test.fail(f"opentelemetry-api/-sdk not installed (run_tests.sh installs them): {MISSING}")
+    test.exporter = InMemorySpanExporter()
+    test.provider = TracerProvider()
+    test.provider.add_span_processor(SimpleSpanProcessor(test.exporter))
+    test.addCleanup(test.provider.shutdown)
+
+
 class OpenTelemetry(unittest.TestCase):
     def setUp(self):
-        if MISSING is not None:
-            self.fail(f"opentelemetry-api/-sdk not installed (run_tests.sh installs them): {MISSING}")
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.addCleanup(self.provider.shutdown)
+        in_memory(self)
 
     def fake(self, mode="serve", **kw):
-        node = _support.FakeNode(_support.default_hello(), mode, **kw)
-        self.addCleanup(node.close)
-        return node
+        return _support.fake_node(self, mode, **kw)
 
     def test_a_call_is_a_span_and_its_failover_span_events(self):
         bad = self.fake("unavailable", status=300)
@@ -80,6 +86,145 @@ class OpenTelemetry(unittest.TestCase):
     def test_tracer_or_provider_not_both(self):
         with self.assertRaises(ValueError):
             OpenTelemetryHook(tracer=self.provider.get_tracer("x"), tracer_provider=self.provider)
+
+
+class HeldNode:
+    """A fake node on the test's event loop that completes the handshake, then holds every
+    request until :meth:`release`: ``received`` is set when the first request arrived."""
+
+    def __init__(self):
+        self.received = asyncio.Event()
+        self._release = asyncio.Event()
+        self._next_id = 1 << 41
+        self._server = None
+        self.addr = None
+
+    async def start(self):
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        self.addr = f"{host}:{port}"
+        return self
+
+    def release(self):
+        self._release.set()
+
+    async def close(self):
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader, writer):
+        try:
+            await reader.readexactly(len(protocol.encode_hello()))
+            writer.write(_support.hello_ok_bytes(_support.default_hello()))
+            while True:
+                (length,) = struct.unpack(">I", await reader.readexactly(4))
+                body = await reader.readexactly(length)
+                self.received.set()
+                await asyncio.wait_for(self._release.wait(), 30.0)
+                (count,) = struct.unpack(">I", body[1:5])
+                ids = list(range(self._next_id, self._next_id + count))
+                self._next_id += count
+                if body[0] == protocol.OP_GET_RANGES:
+                    writer.write(_support.ranges_bytes(ids))
+                else:
+                    writer.write(_support.ids_bytes(ids))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+
+class ConcurrentTasks(unittest.IsolatedAsyncioTestCase):
+    """AsyncClient: many tasks share one thread, and each call's span gets its own events."""
+
+    async def asyncSetUp(self):
+        in_memory(self)
+
+    async def held(self):
+        node = await HeldNode().start()
+        self.addAsyncCleanup(node.close)
+        node_release = node.release
+        self.addCleanup(node_release)  # never leave a call waiting
+        return node
+
+    async def client(self, nodes, hook):
+        client = AsyncClient(nodes, hooks=hook, timeout=10.0, connect_timeout=5.0)
+        self.addAsyncCleanup(client.aclose)
+        return client
+
+    async def test_concurrent_calls_each_get_their_own_events(self):
+        bad = _support.FakeNode(_support.default_hello(), "unavailable", status=300)
+        self.addCleanup(bad.close)
+        held_a, held_b = await self.held(), await self.held()
+        hook = OpenTelemetryHook(tracer_provider=self.provider)  # one hook for both calls
+        tracer = self.provider.get_tracer("test")
+        client_a = await self.client([bad.addr, held_a.addr], hook)  # fails over
+        client_b = await self.client([held_b.addr], hook)  # does not
+
+        async def call(name, client):
+            with tracer.start_as_current_span(name):
+                return await client.next_ids(3)
+
+        # A fails over and waits for its answer; then B connects and waits; A is answered
+        # first, then B: both calls are in flight at once on one thread.
+        task_a = asyncio.create_task(call("task a", client_a))
+        await asyncio.wait_for(held_a.received.wait(), 10.0)
+        task_b = asyncio.create_task(call("task b", client_b))
+        await asyncio.wait_for(held_b.received.wait(), 10.0)
+        held_a.release()
+        self.assertEqual(len(await asyncio.wait_for(task_a, 10.0)), 3)
+        held_b.release()
+        self.assertEqual(len(await asyncio.wait_for(task_b, 10.0)), 3)
+
+        spans = self.exporter.get_finished_spans()
+        self.assertEqual(sorted(s.name for s in spans), ["idgen ids", "idgen ids", "task a", "task b"])
+        parents = {s.name: s for s in spans if s.name.startswith("task")}
+        by_parent = {}
+        for s in spans:
+            if s.name == "idgen ids":
+                for name, parent in parents.items():
+                    if s.parent.span_id == parent.context.span_id:
+                        by_parent[name] = s
+        self.assertEqual(set(by_parent), {"task a", "task b"})
+        span_a, span_b = by_parent["task a"], by_parent["task b"]
+        self.assertEqual(span_a.attributes["idgen.node"], held_a.addr)
+        self.assertEqual(span_b.attributes["idgen.node"], held_b.addr)
+        self.assertEqual(
+            [(e.name, e.attributes.get("idgen.node")) for e in span_a.events],
+            [("connect", bad.addr), ("refused", bad.addr), ("node_down", bad.addr),
+             ("failover", None), ("connect", held_a.addr)],
+        )  # fmt: skip
+        self.assertEqual(span_a.events[3].attributes["idgen.from_node"], bad.addr)
+        self.assertEqual(span_a.events[3].attributes["idgen.to_node"], held_a.addr)
+        self.assertEqual([(e.name, e.attributes["idgen.node"]) for e in span_b.events],
+                         [("connect", held_b.addr)])  # fmt: skip
+        for parent in parents.values():  # nothing strayed onto the callers' spans
+            self.assertEqual(list(parent.events), [])
+
+    async def test_a_task_started_inside_a_call_never_reports_its_parents_events(self):
+        # As a prefetch refill started by a call: the child task inherits the context, and
+        # with it the parent call's waiting events, which are the parent's to report.
+        hook = OpenTelemetryHook(tracer_provider=self.provider)
+        tracer = self.provider.get_tracer("test")
+
+        async def child_call():
+            hook("connect", {"node": "child:7420"})
+            hook("request", {"op": "ping", "count": 1, "node": "child:7420", "duration": 1.0,
+                             "outcome": "ok"})  # fmt: skip
+
+        with tracer.start_as_current_span("handler"):
+            hook("connect", {"node": "parent:7420"})  # the parent's call, in progress
+            await asyncio.create_task(child_call())
+            hook("request", {"op": "ids", "count": 1, "node": "parent:7420", "duration": 60.0,
+                             "outcome": "ok"})  # fmt: skip
+        spans = {s.name: s for s in self.exporter.get_finished_spans()}
+        self.assertEqual(set(spans), {"idgen ping", "idgen ids", "handler"})
+        self.assertEqual([e.attributes["idgen.node"] for e in spans["idgen ping"].events],
+                         ["child:7420"])  # fmt: skip
+        self.assertEqual([e.attributes["idgen.node"] for e in spans["idgen ids"].events],
+                         ["parent:7420"])  # fmt: skip
+        self.assertEqual(list(spans["handler"].events), [])
 
 
 class WithoutOpenTelemetry(unittest.TestCase):

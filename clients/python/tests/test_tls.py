@@ -26,11 +26,7 @@ class TLS(unittest.TestCase):
 
     def client(self, nodes, **kwargs):
         kwargs.setdefault("tls_ca", self.path("ca.crt"))
-        kwargs.setdefault("timeout", 5.0)
-        kwargs.setdefault("connect_timeout", 5.0)
-        client = Client(nodes, **kwargs)
-        self.addCleanup(client.close)
-        return client
+        return _support.make_client(self, Client, nodes, **kwargs)
 
     def tls_error(self, nodes, **kwargs):
         with self.assertRaises(TLSError) as caught:
@@ -196,13 +192,7 @@ class RealNodeTLS(unittest.TestCase):
     """The client against a real node's TLS listener (``--tls-listen``) with mutual TLS."""
 
     def setUp(self):
-        self.certs = _support.certs_dir(self)
-        p = self.path
-        self.server = _support.Server(
-            self, "--tls-listen", "127.0.0.1:0", "--tls-cert", p("server.crt"),
-            "--tls-key", p("server.key"), "--tls-client-ca", p("ca.crt"),
-        )  # fmt: skip
-        self.addCleanup(self.server.stop)
+        self.certs, self.server = _support.mutual_tls_server(self)
         self.port = self.server.tls_addr.rsplit(":", 1)[1]
 
     def path(self, name):
@@ -210,7 +200,7 @@ class RealNodeTLS(unittest.TestCase):
 
     def client(self, addr, cert="client", **kwargs):
         if cert:
-            kwargs.update(tls_cert=self.path(f"{cert}.crt"), tls_key=self.path(f"{cert}.key"))
+            kwargs.update(_support.client_cert(self.certs, cert))
         client = Client([addr], tls_ca=self.path("ca.crt"), timeout=5.0, connect_timeout=5.0,
                         **kwargs)  # fmt: skip
         self.addCleanup(client.close)
