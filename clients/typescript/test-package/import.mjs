@@ -1,5 +1,5 @@
 // Loads the installed idgen-client with import (its ES module build) and takes an ID from the
-// node at process.argv[2]; prints the ID. Run by run_tests.sh from a project that installed
+// node at process.argv[2]; prints the ID. Run by scripts/package from a project that installed
 // the package's npm pack tarball.
 import assert from "node:assert/strict";
 import { Client, MaskKeyring, fromDecimal, protocol, toDecimal } from "idgen-client";

@@ -1,5 +1,5 @@
 // With the optional peer @opentelemetry/api installed, the adapter loads with require() (its
-// CommonJS build) and makes a hook. Run by run_tests.sh from the project that installed the
+// CommonJS build) and makes a hook. Run by scripts/package from the project that installed the
 // package's npm pack tarball.
 "use strict";
 const assert = require("node:assert/strict");

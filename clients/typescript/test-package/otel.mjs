@@ -1,5 +1,5 @@
 // With the optional peer @opentelemetry/api installed, the adapter loads with import (its ES
-// module build). Run by run_tests.sh from the project that installed the npm pack tarball.
+// module build). Run by scripts/package from the project that installed the npm pack tarball.
 import assert from "node:assert/strict";
 import { openTelemetryHook } from "idgen-client/opentelemetry";
 

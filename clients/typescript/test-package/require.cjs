@@ -1,5 +1,5 @@
 // Loads the installed idgen-client with require() (its CommonJS build) and takes an ID from
-// the node at process.argv[2]; prints the ID. Run by run_tests.sh from a project that
+// the node at process.argv[2]; prints the ID. Run by scripts/package from a project that
 // installed the package's npm pack tarball.
 "use strict";
 const assert = require("node:assert/strict");
