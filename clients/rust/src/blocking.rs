@@ -285,6 +285,25 @@ impl Pool {
         Ok(Pool { pool, background })
     }
 
+    /// A pool from a [`crate::PoolBuilder`] (nodes and settings from code, an `idgen://`
+    /// URL or the environment; hooks; `expand`), connected at its first call as
+    /// [`crate::PoolBuilder::build`] makes it: a service starts while the cluster is
+    /// unreachable.
+    ///
+    /// ```no_run
+    /// use idgen_client::{blocking, Pool};
+    ///
+    /// // IDGEN_NODES=idgen://idgen-headless.ids.svc.cluster.local:7420?expand=true
+    /// let pool = blocking::Pool::from_builder(Pool::builder().from_env()?)?;
+    /// let id = pool.next_id()?;
+    /// # let _ = id;
+    /// # Ok::<(), idgen_client::Error>(())
+    /// ```
+    pub fn from_builder(builder: crate::PoolBuilder) -> Result<Pool, Error> {
+        let (pool, background) = Background::start(move || async move { builder.build() })?;
+        Ok(Pool { pool, background })
+    }
+
     /// Connect to the nodes over TLS; succeeds if at least one answers. See
     /// [`crate::Pool::connect_tls`].
     #[cfg(feature = "tls")]

@@ -117,3 +117,26 @@ fn blocking_prefetch_pool_hands_out_distinct_ids_to_threads() {
     drop(ids);
     drop(nodes);
 }
+
+/// A blocking pool from a builder (here a URL): nothing connected until the first call, then
+/// failover as from `connect`.
+#[test]
+fn blocking_pool_from_a_builder_connects_at_its_first_call() {
+    let rt = runtime();
+    let nodes = servers(&rt);
+    let url = format!("idgen://{},{}?timeout_ms=500", nodes[0].addr, nodes[1].addr);
+    let pool =
+        blocking::Pool::from_builder(idgen_client::Pool::builder().url(&url).unwrap()).unwrap();
+    assert!(
+        pool.nodes().iter().all(|n| !n.connected),
+        "{:?}",
+        pool.nodes()
+    );
+    assert_eq!(pool.next_ids(5).unwrap().len(), 5);
+    assert!(nodes[0].control.ids_served() >= 5);
+    nodes[0].control.kill();
+    assert_eq!(pool.next_ids(5).unwrap().len(), 5);
+    assert!(nodes[1].control.ids_served() >= 5);
+    drop(pool);
+    drop(nodes);
+}
