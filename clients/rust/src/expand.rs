@@ -87,8 +87,9 @@ pub(crate) struct Expand {
     pub(crate) entries: Vec<Entry>,
     resolver: Resolver,
     schedule: Mutex<Schedule>,
-    /// Held by the first resolution, so that concurrent first calls wait for it.
-    pub(crate) first: tokio::sync::Mutex<bool>,
+    /// Set by the first resolution (concurrent first calls wait for it; later calls only
+    /// check it).
+    pub(crate) first: tokio::sync::OnceCell<()>,
 }
 
 impl std::fmt::Debug for Expand {
@@ -123,7 +124,7 @@ impl Expand {
             entries,
             resolver,
             schedule: Mutex::new(Schedule::default()),
-            first: tokio::sync::Mutex::new(false),
+            first: tokio::sync::OnceCell::new(),
         }
     }
 

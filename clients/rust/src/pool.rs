@@ -528,14 +528,8 @@ impl Inner {
     fn set_nodes(&self, list: Nodes) {
         let old = {
             let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-            let current = nodes.get(self.current.load(Ordering::Relaxed));
-            let at = current
-                .and_then(|c| list.iter().position(|n| Arc::ptr_eq(n, c)))
-                .unwrap_or(0);
-            self.current.store(at, Ordering::Relaxed);
-            std::mem::replace(&mut *nodes, list)
+            self.swap_in(&mut nodes, list.clone())
         };
-        let list = self.snapshot();
         for n in old.iter() {
             if !list.iter().any(|m| Arc::ptr_eq(m, n)) {
                 retire(n);
@@ -550,19 +544,25 @@ impl Inner {
         if nodes.len() < 2 || !nodes.iter().any(|n| std::ptr::eq(&**n, node)) {
             return;
         }
-        let current = nodes.get(self.current.load(Ordering::Relaxed)).cloned();
         let list: Nodes = nodes
             .iter()
             .filter(|n| !std::ptr::eq(&***n, node))
             .cloned()
             .collect();
-        let at = current
-            .and_then(|c| list.iter().position(|n| Arc::ptr_eq(n, &c)))
-            .unwrap_or(0);
-        self.current.store(at, Ordering::Relaxed);
-        *nodes = list;
+        self.swap_in(&mut nodes, list);
         drop(nodes);
         retire(node);
+    }
+
+    /// Makes `list` the node list (`nodes`, locked by the caller), the current node staying
+    /// current if it is in it; returns the list it replaces.
+    fn swap_in(&self, nodes: &mut Nodes, list: Nodes) -> Nodes {
+        let current = nodes.get(self.current.load(Ordering::Relaxed));
+        let at = current
+            .and_then(|c| list.iter().position(|n| Arc::ptr_eq(n, c)))
+            .unwrap_or(0);
+        self.current.store(at, Ordering::Relaxed);
+        std::mem::replace(nodes, list)
     }
 }
 
@@ -769,14 +769,14 @@ impl Pool {
     /// The node list now, resolving it first if it never was ([`PoolBuilder::expand`]).
     async fn node_list(&self) -> Nodes {
         if let Some(x) = &self.inner.expand {
-            let mut done = x.first.lock().await;
-            if !*done {
-                let old = self.inner.snapshot();
-                let list = self.inner.resolve(&old).await;
-                self.inner.set_nodes(list);
-                x.resolved();
-                *done = true;
-            }
+            x.first
+                .get_or_init(|| async {
+                    let old = self.inner.snapshot();
+                    let list = self.inner.resolve(&old).await;
+                    self.inner.set_nodes(list);
+                    x.resolved();
+                })
+                .await;
         }
         self.inner.snapshot()
     }
